@@ -1,0 +1,140 @@
+"""Trace of covariance (= MSE) of the vanilla, GRPO and oracle-baseline policy gradients against K.
+
+For each K and prompt x: sample M groups of K continuations, form each estimator's gradient per
+group over all parameters, take the trace of their sample covariance (denominator M-1), and
+average over prompts with a 95% interval. Run with torchrun to shard prompts across processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from grpo_mse import cli  # noqa: E402
+from grpo_mse import distributed as dist  # noqa: E402
+from grpo_mse import tracecov_job as job  # noqa: E402
+from grpo_mse.data import load_rows, prompt_ids, row_keys  # noqa: E402
+from grpo_mse.engine import ENGINES  # noqa: E402
+from grpo_mse.estimators import ALL as ALL_ESTIMATORS  # noqa: E402
+from grpo_mse.modeling import eos_token_ids, load_policy, model_tag  # noqa: E402
+from grpo_mse.results import append_jsonl, timestamp, write_csv, write_json  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", default="Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
+    p.add_argument("--revision", default="main")
+    p.add_argument("--oracle_table", required=True, help=".jsonl/.parquet with prompt, ground_truth, V_oracle")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--T", type=int, default=500, help="prompts used (all rows if the table is shorter)")
+    p.add_argument("--M", type=int, default=16, help="independent groups per prompt (>= 2)")
+    p.add_argument("--K_list", type=int, nargs="+", default=[4, 8, 16, 32, 64], help="group sizes (>= 2)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top_p", type=float, default=0.95)
+    p.add_argument("--max_new_tokens", type=int, default=32)
+    p.add_argument("--gen_bs", type=int, default=64, help="max sequences per generation batch")
+    p.add_argument("--subsample_prompts", type=int, default=None,
+                   help="randomly subsample this many rows of the table (seeded) before taking T")
+    p.add_argument("--save_json", required=True, help="output DIRECTORY for the JSON/CSV results")
+    p.add_argument("--plot_path", default=None, help="output directory of the PNG (required unless --skip_plot)")
+    p.add_argument("--skip_plot", action="store_true")
+    p.add_argument("--engine", default="fast", choices=ENGINES,
+                   help="fast: two backward passes per group; reference: one per estimator (original)")
+    p.add_argument("--estimators", nargs="+", default=job.DEFAULT_ESTIMATORS, choices=ALL_ESTIMATORS)
+    p.add_argument("--drop_eos", action="store_true",
+                   help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
+    p.add_argument("--shared_samples", action="store_true",
+                   help="draw M*max(K) continuations once per prompt and form every K's groups from them")
+    p.add_argument("--resume", action="store_true", help="continue the latest unfinished matching run")
+    p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
+    args = p.parse_args(argv)
+    cli.require(args.M >= 2, f"--M must be >= 2 (got {args.M})")
+    cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
+    cli.require(args.T >= 1, f"--T must be >= 1 (got {args.T})")
+    cli.require(args.skip_plot or args.plot_path, "--plot_path is required unless --skip_plot")
+    cli.require(0 < args.top_p <= 1 and args.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+    return args
+
+
+def select_rows(args) -> tuple[list[dict], list[int]]:
+    """The T rows used (after the optional seeded subsample) and their random-stream keys."""
+    rows = load_rows(args.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
+    keys = row_keys(rows)
+    order = list(range(len(rows)))
+    if args.subsample_prompts:
+        order = random.Random(args.seed).sample(order, min(args.subsample_prompts, len(order)))
+    if args.T > len(order):
+        print(f"note: --T {args.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
+    order = order[: args.T]
+    return [rows[i] for i in order], [keys[i] for i in order]
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    rank, world, device = dist.init_from_env(args.device)
+    rows, keys = select_rows(args)
+    model, tokenizer = load_policy(args.model, device, args.dtype, args.revision, args.trust_remote_code)
+    for row in rows:  # fail on unformattable prompts or bad values before any file is written
+        prompt_ids(tokenizer, row["prompt"])
+        cli.require(isinstance(row["V_oracle"], (int, float)), f"V_oracle must be a number (got {row['V_oracle']!r})")
+    config = {**vars(args), "device": device, "world_size": world}
+    tag = model_tag(args.model)
+    base = job.find_resumable(args.save_json, tag, config) if args.resume else None
+    base = dist.broadcast_text(base or os.path.join(args.save_json, f"tracecov_{tag}_{timestamp()}"))
+    progress = f"{base}.progress.rank{rank}.jsonl"
+    os.makedirs(args.save_json, exist_ok=True)
+    done = job.load_progress(base)
+    if not os.path.exists(progress):
+        append_jsonl(progress, {"config": config})
+    sampler = job.Sampler(model, tokenizer, eos_token_ids(model, tokenizer), args.temperature, args.top_p,
+                          args.max_new_tokens, args.gen_bs, args.seed, include_eos=not args.drop_eos)
+    shared_draw = args.M * max(args.K_list) if args.shared_samples else None
+    mine = dist.shard(list(range(len(rows))), rank, world)
+    if done:
+        print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
+    records_by_k = {}
+    for k in cli.progress(args.K_list, desc="K", disable=rank > 0):
+        bar = cli.progress(mine, desc=f"K={k} prompts", leave=False, disable=rank > 0)
+        for index in bar:
+            if (k, index) not in done:
+                record = job.evaluate_prompt(sampler, rows[index], keys[index], index, k, args.M,
+                                             args.estimators, args.engine, shared_draw)
+                append_jsonl(progress, record)
+                done[(k, index)] = record
+            finished = [r for (rk, _), r in done.items() if rk == k]
+            bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
+                             for n in args.estimators})
+        dist.barrier()
+        done.update(job.load_progress(base))
+        records_by_k[k] = [r for (rk, _), r in done.items() if rk == k]
+        if rank == 0:
+            write_json(f"{base}_K{k}_detailed.json", job.detailed(records_by_k[k], k, args.estimators))
+    if rank == 0:
+        result = job.summary(records_by_k, args.K_list, args.estimators, config)
+        write_json(f"{base}.json", result)
+        all_records = [r for k in args.K_list for r in records_by_k[k]]
+        write_csv(f"{base}_per_prompt.csv", job.tidy_rows(all_records, args.estimators), job.TIDY_COLUMNS)
+        if not args.skip_plot:
+            from grpo_mse.figures import plot_run
+
+            png = plot_run(result, os.path.join(args.plot_path, os.path.basename(base) + ".png"))
+            print(f"plot: {png}")
+        for i, k in enumerate(args.K_list):
+            print(f"K={k:4d}  " + "  ".join(f"{n}={result['conditional_on_x'][n][i]:.4g}"
+                                          f"±{result['ci95'][n][i]:.2g}" for n in args.estimators))
+        print(f"results: {base}.json")
+    dist.barrier()
+    if rank == 0:
+        for path in job.progress_paths(base):
+            os.remove(path)
+    dist.finish()
+
+
+if __name__ == "__main__":
+    cli.run(main)

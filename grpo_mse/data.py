@@ -1,0 +1,155 @@
+"""Load prompt tables (JSONL, parquet, saved dataset folder, hub id), validate them, format prompts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+
+class DataError(ValueError):
+    """Bad input data; the message is one line that names the problem."""
+
+
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def _plain(value):
+    """Convert numpy/pyarrow containers and scalars from parquet into plain Python objects."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """Rows of a JSON-lines file; a malformed line raises DataError naming its line number."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}: malformed JSON on line {number}: {error.msg}") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: line {number} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def _read_file(path: str) -> list[dict]:
+    if path.endswith(".parquet"):
+        import pandas as pd
+
+        return [_plain(r) for r in pd.read_parquet(path).to_dict(orient="records")]
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as handle:
+            try:
+                data = json.load(handle)
+            except json.JSONDecodeError:
+                handle.seek(0)
+                return read_jsonl(path)
+        if not isinstance(data, list):
+            raise DataError(f"{path}: expected a JSON list of rows")
+        return data
+    return read_jsonl(path)
+
+
+def _read_folder(path: str, split: str) -> list[dict]:
+    for suffix in LOCAL_SUFFIXES:
+        candidate = os.path.join(path, split + suffix)
+        if os.path.isfile(candidate):
+            return _read_file(candidate)
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - datasets is in requirements
+        raise DataError(f"{path}: no {split}.jsonl/.parquet inside and `datasets` is not installed") from None
+    try:
+        loaded = datasets.load_from_disk(path)
+    except FileNotFoundError:
+        raise DataError(f"{path}: not a saved dataset and has no {split}.jsonl or {split}.parquet") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise DataError(f"{path}: split {split!r} not found (have {', '.join(loaded)})")
+        loaded = loaded[split]
+    return [_plain(r) for r in loaded]
+
+
+def looks_local(source: str) -> bool:
+    """True for anything that names a local file or folder rather than a hub id."""
+    return (
+        os.path.exists(source)
+        or source.startswith((".", "/", "~"))
+        or source.endswith(LOCAL_SUFFIXES)
+        or source.count("/") > 1
+    )
+
+
+def load_rows(source: str, split: str = "train", required=("prompt", "ground_truth")) -> list[dict]:
+    """Rows from a local file/folder (never touches the network) or a hub dataset id, validated."""
+    if looks_local(source):
+        path = os.path.expanduser(source)
+        if not os.path.exists(path):
+            raise DataError(f"file not found: {source}")
+        rows = _read_folder(path, split) if os.path.isdir(path) else _read_file(path)
+    else:
+        import datasets
+
+        try:
+            rows = [_plain(r) for r in datasets.load_dataset(source, split=split)]
+        except Exception as error:  # network/hub errors are many types
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise DataError(f"cannot load dataset {source!r} (split {split!r}): {first}") from None
+    validate_rows(rows, required, source)
+    return rows
+
+
+def validate_rows(rows: list[dict], required, source: str) -> None:
+    """Raise DataError if the table is empty or a row lacks a required field."""
+    if not rows:
+        raise DataError(f"{source}: no rows")
+    for index, row in enumerate(rows):
+        for field in required:
+            if field not in row or row[field] is None:
+                raise DataError(f"{source}: row {index} has no {field!r} field")
+
+
+def has_unique_ids(rows: list[dict]) -> bool:
+    """True when every row has an integer ``id`` and no two rows share one."""
+    ids = [row.get("id") for row in rows]
+    return all(isinstance(i, int) and not isinstance(i, bool) for i in ids) and len(set(ids)) == len(ids)
+
+
+def row_keys(rows: list[dict]) -> list[int]:
+    """Random-stream key of each row: its integer ``id`` when all ids are distinct, else its position."""
+    return [row["id"] for row in rows] if has_unique_ids(rows) else list(range(len(rows)))
+
+
+def prompt_text(tokenizer, prompt) -> str:
+    """A message list through the tokenizer's chat template (generation prompt added); a string as is."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, dict):
+        prompt = [prompt]
+    if not isinstance(prompt, list) or not all(isinstance(m, dict) and "content" in m for m in prompt):
+        raise DataError("prompt must be a string or a list of {'role', 'content'} messages")
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError(
+            "prompt is a chat message list but the model's tokenizer has no chat template; "
+            "use plain-string prompts or a chat model"
+        )
+    return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+
+def prompt_ids(tokenizer, prompt) -> list[int]:
+    """Token ids of the formatted prompt (special tokens only for plain strings; templates carry theirs)."""
+    text = prompt_text(tokenizer, prompt)
+    return tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]

@@ -1,0 +1,69 @@
+"""Figure-4 style plots from saved trace-of-covariance results (never recomputes anything)."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+LABELS = {"naive": "vanilla", "grpo": "GRPO", "oracleV": "oracle baseline",
+          "grpo_std": "GRPO (std-normalised)", "drgrpo": "Dr.GRPO"}
+COLORS = {"naive": "tab:blue", "grpo": "tab:orange", "oracleV": "tab:green",
+          "grpo_std": "tab:red", "drgrpo": "tab:purple"}
+PAPER_NAMES = {"vanilla": "naive", "grpo": "grpo", "oracle": "oracleV"}
+
+
+def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None) -> None:
+    """MSE (mean trace over prompts) against K with 95% error bars, log2 K axis, log y axis."""
+    ks = result["K_list"]
+    for name, means in result["conditional_on_x"].items():
+        ax.errorbar(ks, means, yerr=result.get("ci95", {}).get(name), marker="o", capsize=3,
+                    color=COLORS.get(name), label=LABELS.get(name, name))
+        if theory and name in theory:
+            ax.plot(theory["K"], theory[name], linestyle="--", color=COLORS.get(name), alpha=0.7,
+                    label=f"{LABELS.get(name, name)} (exact)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("group size K")
+    ax.set_ylabel("MSE = tr Cov (mean over prompts)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
+    """MSE_GRPO / MSE_oracle against K for each run (the U-statistic gap, -> 1 as K grows)."""
+    for label, result in results:
+        values = result["conditional_on_x"]
+        if "grpo" in values and "oracleV" in values:
+            ratios = [g / o if o else float("nan") for g, o in zip(values["grpo"], values["oracleV"])]
+            ax.plot(result["K_list"], ratios, marker="o", label=label)
+    ax.axhline(1.0, color="gray", linestyle=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("group size K")
+    ax.set_ylabel("MSE GRPO / MSE oracle")
+    ax.set_title("GRPO approaches the oracle baseline")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def save(fig, path_without_suffix: str, formats=("png",)) -> list[str]:
+    os.makedirs(os.path.dirname(os.path.abspath(path_without_suffix)), exist_ok=True)
+    paths = []
+    for suffix in formats:
+        path = f"{path_without_suffix}.{suffix}"
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def plot_run(result: dict, png_path: str) -> str:
+    """The three curves of one run against K, as the original's single PNG."""
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    draw_mse_panel(ax, result, title=os.path.basename(str(result.get("config", {}).get("model", ""))))
+    return save(fig, png_path[:-4] if png_path.endswith(".png") else png_path)[0]

@@ -1,0 +1,74 @@
+"""Load a causal LM and its tokenizer (hub id or local folder), remote code off unless asked."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+class ModelError(ValueError):
+    """The model cannot be loaded or used as asked; the message is one line."""
+
+
+def resolve_device(device: str) -> torch.device:
+    """``cuda``/``cuda:N``/``cpu``/``mps``; a CUDA request without CUDA is a clear error."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelError(f"--device {device} requested but CUDA is not available; use --device cpu")
+    return torch.device(device)
+
+
+def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: str = "main",
+                trust_remote_code: bool = False):
+    """(model in eval mode on ``device``, tokenizer with a pad token) for ``name``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    target = resolve_device(device)
+    local = os.path.exists(name) or name.startswith((".", "/", "~"))
+    if local and not os.path.isdir(os.path.expanduser(name)):
+        raise ModelError(f"model folder not found: {name}")
+    kwargs = {"trust_remote_code": trust_remote_code}
+    if not local:
+        kwargs["revision"] = revision
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype], **kwargs)
+    except (OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelError(f"cannot load model {name!r}: {first}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(target).eval()
+    return model, tokenizer
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """All ids that end a sequence: the tokenizer's eos plus the generation config's eos list."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif config_eos:
+        ids.update(int(i) for i in config_eos)
+    if not ids:
+        raise ModelError("the model defines no end-of-sequence token")
+    return sorted(ids)
+
+
+def model_tag(name: str) -> str:
+    """File-name tag: a hub id with ``/`` and ``-`` replaced by ``_``; a local folder's base name likewise."""
+    name = name.rstrip("/")
+    if os.path.isdir(os.path.expanduser(name)):
+        name = os.path.basename(name)
+    return name.replace("/", "_").replace("-", "_")
+
+
+def model_basename_tag(name: str) -> str:
+    """Oracle file tag: the model's base name with ``-`` replaced by ``_``."""
+    return os.path.basename(name.rstrip("/")).replace("-", "_")

@@ -1,0 +1,94 @@
+"""Result files: atomic JSON/CSV writes, append-only progress logs for resuming, CIs across prompts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+import time
+
+Z95 = 1.959963984540054
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d_%H%M%S")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to a temporary file in the same folder, then rename it over ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def write_json(path: str, data) -> None:
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_csv(path: str, rows: list[dict], columns: list[str]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, buffer.getvalue())
+
+
+def append_jsonl(path: str, record: dict) -> None:
+    """Append one JSON line and fsync it, so a crash loses at most the line being written."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def read_complete_jsonl(path: str) -> list[dict]:
+    """Records of an append-only log; a torn last line (crash mid-write) is dropped from the file."""
+    if not os.path.exists(path):
+        return []
+    records, good_bytes = [], 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            try:
+                if not raw.endswith(b"\n"):
+                    raise ValueError("torn line")
+                records.append(json.loads(raw))
+            except ValueError:
+                break
+            good_bytes += len(raw)
+    if good_bytes != os.path.getsize(path):
+        with open(path, "r+b") as handle:
+            handle.truncate(good_bytes)
+    return records
+
+
+def mean_ci(values: list[float]) -> dict:
+    """Mean, sample sd, and 95% half-width 1.96 sd / sqrt(n) of ``values`` (n >= 1)."""
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    half = Z95 * sd / math.sqrt(n) if n > 1 else float("nan")
+    return {"mean": mean, "sd": sd, "ci95": half, "n": n}
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion."""
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -1,0 +1,86 @@
+"""Sample continuations with temperature and nucleus (top-p) filtering, one random stream per row.
+
+Each sequence owns a ``torch.Generator`` seeded from (seed, stream key..., sample index), so a
+continuation does not depend on batch size, batch composition, resumption or sharding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def stream_seed(*key: int) -> int:
+    """A 63-bit seed derived from integer ``key`` parts (numpy SeedSequence: well mixed, stable)."""
+    state = np.random.SeedSequence([int(k) & 0xFFFFFFFF for k in key] + [len(key)]).generate_state(2)
+    return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+def row_generators(*key: int, count: int, start: int = 0) -> list[torch.Generator]:
+    """Generators of the sample indices start..start+count-1 of stream ``key``."""
+    return [torch.Generator().manual_seed(stream_seed(*key, j)) for j in range(start, start + count)]
+
+
+def nucleus_sample(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Inverse-CDF draw from softmax(logits / T) restricted to the smallest set of mass >= top_p."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    if top_p < 1.0:
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        sorted_probs = sorted_probs * (mass_before < top_p)
+    cumulative = sorted_probs.cumsum(-1)
+    targets = uniforms.to(cumulative.device).unsqueeze(-1) * cumulative[:, -1:]
+    picks = torch.searchsorted(cumulative, targets, right=True).clamp_(max=cumulative.shape[-1] - 1)
+    return order.gather(-1, picks).squeeze(-1)
+
+
+@torch.no_grad()
+def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens, eos_ids, pad_id):
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):  # left padding: every row's next token is at the end
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        mask[row, width - len(ids):] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+    eos = torch.tensor(eos_ids, device=device)
+    outputs = [[] for _ in prompts]
+    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    cache = None
+    step_ids, step_positions = input_ids, positions
+    for _ in range(max_new_tokens):
+        out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions,
+                    past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        uniforms = torch.tensor([torch.rand(1, generator=g).item() for g in generators])
+        tokens = nucleus_sample(out.logits[:, -1, :], uniforms, temperature, top_p)
+        for row in torch.nonzero(~finished).flatten().tolist():
+            outputs[row].append(int(tokens[row]))
+        finished |= torch.isin(tokens, eos)
+        if bool(finished.all()):
+            break
+        step_ids = torch.where(finished, torch.full_like(tokens, pad_id), tokens).unsqueeze(-1)
+        step_positions = step_positions[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+    return outputs
+
+
+def sample_continuations(model, prompts: list[list[int]], generators: list[torch.Generator], *,
+                         temperature: float, top_p: float, max_new_tokens: int, eos_ids: list[int],
+                         pad_id: int, batch_size: int) -> list[list[int]]:
+    """One continuation per (prompt ids, generator) pair; a sampled EOS token is kept at the end."""
+    if len(prompts) != len(generators):
+        raise ValueError("need one generator per prompt row")
+    continuations = []
+    for start in range(0, len(prompts), batch_size):
+        stop = start + batch_size
+        continuations += _sample_batch(model, prompts[start:stop], generators[start:stop],
+                                       temperature, top_p, max_new_tokens, eos_ids, pad_id)
+    return continuations
+
+
+def decode(tokenizer, continuations: list[list[int]]) -> list[str]:
+    """Texts of the continuations without special tokens."""
+    return tokenizer.batch_decode(continuations, skip_special_tokens=True)

@@ -1,0 +1,79 @@
+"""Trace of the sample covariance of vectors given as lists of tensors (one per model parameter).
+
+tr Cov = sum_i Var(x_i) = (sum_m ||x_m||^2 - ||sum_m x_m||^2 / M) / (M - 1)  (denominator M-1).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def dot64(left: list[torch.Tensor], right: list[torch.Tensor]) -> float:
+    """<left, right> accumulated in float64, one parameter tensor at a time (no flat copy)."""
+    total = 0.0
+    for a, b in zip(left, right):
+        total += float(torch.dot(a.reshape(-1).double(), b.reshape(-1).double()))
+    return total
+
+
+class WelfordTrace:
+    """Reference: Welford running mean and M2 per coordinate (two fp32 buffers per parameter)."""
+
+    def __init__(self, shapes_like: list[torch.Tensor]):
+        self.count = 0
+        self.mean = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
+        self.m2 = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
+
+    def update(self, vector: list[torch.Tensor]) -> None:
+        """mean += (x - mean) / n;  M2 += (x - mean_old) * (x - mean_new)."""
+        self.count += 1
+        for mean, m2, x in zip(self.mean, self.m2, vector):
+            x = x.float()
+            delta = x - mean
+            mean.add_(delta / self.count)
+            m2.add_(delta * (x - mean))
+
+    def trace(self) -> float:
+        """sum(M2) / (n - 1)."""
+        if self.count < 2:
+            raise ValueError("trace of covariance needs at least 2 samples")
+        return sum(float(m2.double().sum()) for m2 in self.m2) / (self.count - 1)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.mean + self.m2)
+
+
+class SumTrace:
+    """Low memory: one fp32 running sum per parameter plus the float64 sum of squared norms."""
+
+    def __init__(self, shapes_like: list[torch.Tensor]):
+        self.count = 0
+        self.sum_sq = 0.0
+        self.total = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
+
+    def add_combination(self, coefficients: list[float], vectors: list[list[torch.Tensor]],
+                        gram: list[list[float]]) -> None:
+        """Add x = sum_j c_j v_j given the Gram matrix <v_i, v_j>: ||x||^2 = c^T gram c."""
+        self.count += 1
+        self.sum_sq += sum(ci * cj * gram[i][j] for i, ci in enumerate(coefficients)
+                           for j, cj in enumerate(coefficients))
+        for c, vector in zip(coefficients, vectors):
+            if c != 0.0:
+                for total, v in zip(self.total, vector):
+                    total.add_(v, alpha=c)
+
+    def update(self, vector: list[torch.Tensor]) -> None:
+        """Add one vector x."""
+        self.add_combination([1.0], [vector], [[dot64(vector, vector)]])
+
+    def trace(self) -> float:
+        """(sum ||x||^2 - ||sum x||^2 / n) / (n - 1)."""
+        if self.count < 2:
+            raise ValueError("trace of covariance needs at least 2 samples")
+        return (self.sum_sq - dot64(self.total, self.total) / self.count) / (self.count - 1)
+
+    def mean(self) -> list[torch.Tensor]:
+        return [t / self.count for t in self.total]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.total)

@@ -1,0 +1,142 @@
+"""One trace-of-covariance run: per-prompt evaluation, resumable progress logs, merged outputs."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+
+from grpo_mse import estimators as est
+from grpo_mse.data import prompt_ids
+from grpo_mse.engine import prompt_traces
+from grpo_mse.logprobs import sequence_logprobs
+from grpo_mse.results import mean_ci, read_complete_jsonl
+from grpo_mse.rewards import last_integer_reward
+from grpo_mse.sampling import decode, row_generators, sample_continuations
+
+# Flags that change the numbers: a resumed run must agree on all of them.
+RESULT_FLAGS = ("model", "oracle_table", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
+                "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples")
+NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
+        "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
+        "ci95 = 1.96 sd / sqrt(T) across prompts.")
+
+
+@dataclass
+class Sampler:
+    """Everything needed to sample and score continuations of one prompt."""
+
+    model: object
+    tokenizer: object
+    eos_ids: list[int]
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    gen_bs: int
+    seed: int
+    include_eos: bool = True
+
+    def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
+        """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
+        ids = prompt_ids(self.tokenizer, row["prompt"])
+        generators = row_generators(self.seed, *stream, count=count)
+        continuations = sample_continuations(
+            self.model, [ids] * count, generators, temperature=self.temperature, top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens, eos_ids=self.eos_ids,
+            pad_id=self.tokenizer.pad_token_id, batch_size=self.gen_bs)
+        return ids, continuations, decode(self.tokenizer, continuations)
+
+    def logprob_fn(self, ids: list[int]):
+        """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
+        def logprobs(continuations):
+            return sequence_logprobs(self.model, ids, continuations, eos_ids=self.eos_ids,
+                                     pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
+                                     temperature=self.temperature)
+        return logprobs
+
+
+def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k: int, m: int,
+                    names, engine: str, shared_draw: int | None = None) -> dict:
+    """Sample M*K continuations, score them, and return this prompt's record with tr_cov per estimator.
+
+    With ``shared_draw`` = M*max(K), all K use the first M*K of one stream (seed, 0, key).
+    """
+    count = m * k
+    stream = (0, key) if shared_draw else (k, key)
+    ids, continuations, texts = sampler.draw(row, stream, shared_draw or count)
+    continuations, texts = continuations[:count], texts[:count]
+    rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
+    groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
+    params = [p for p in sampler.model.parameters() if p.requires_grad]
+    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k),
+                          float(row["V_oracle"]), names, engine)
+    return {
+        "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
+        "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
+        "mean_reward": float(rewards.mean()), "tr_cov": stats.traces,
+    }
+
+
+def progress_paths(base: str) -> list[str]:
+    return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
+
+
+def load_progress(base: str) -> dict[tuple[int, int], dict]:
+    """Finished (K, prompt_index) -> record, from every rank's progress log of run ``base``."""
+    done = {}
+    for path in progress_paths(base):
+        for record in read_complete_jsonl(path):
+            if "tr_cov" in record:
+                done[(record["K"], record["prompt_index"])] = record
+    return done
+
+
+def find_resumable(save_dir: str, tag: str, config: dict) -> str | None:
+    """Base path of the latest unfinished run of ``tag`` in ``save_dir`` whose result flags match."""
+    candidates = sorted(glob.glob(os.path.join(glob.escape(save_dir), f"tracecov_{tag}_*.progress*.jsonl")))
+    for path in reversed(candidates):
+        with open(path, encoding="utf-8") as handle:
+            try:
+                header = json.loads(handle.readline())
+            except ValueError:
+                continue
+        saved = header.get("config", {})
+        if all(saved.get(f) == config.get(f) for f in RESULT_FLAGS):
+            return path.split(".progress")[0]
+    return None
+
+
+def detailed(records: list[dict], k: int, names) -> dict:
+    """The per-K file: every prompt's record and the average trace per estimator."""
+    ordered = sorted(records, key=lambda r: r["prompt_index"])
+    return {"K": k, "prompt_results": ordered,
+            "avg_traces": {n: mean_ci([r["tr_cov"][n] for r in ordered])["mean"] for n in names}}
+
+
+def summary(records_by_k: dict[int, list[dict]], k_list: list[int], names, config: dict) -> dict:
+    """The main file: per estimator, the mean over prompts per K, with sd and 95% half-widths."""
+    stats = {n: [mean_ci([r["tr_cov"][n] for r in records_by_k[k]]) for k in k_list] for n in names}
+    return {
+        "K_list": k_list,
+        "conditional_on_x": {n: [s["mean"] for s in stats[n]] for n in names},
+        "ci95": {n: [s["ci95"] for s in stats[n]] for n in names},
+        "sd": {n: [s["sd"] for s in stats[n]] for n in names},
+        "n_prompts": [len(records_by_k[k]) for k in k_list],
+        "mean_V_oracle": mean_ci([r["V_oracle"] for r in records_by_k[k_list[0]]])["mean"],
+        "config": config,
+        "note": NOTE,
+    }
+
+
+def tidy_rows(records: list[dict], names) -> list[dict]:
+    """Long table: one row per (prompt, K, estimator)."""
+    return [{"prompt_index": r["prompt_index"], "id": r["id"], "K": r["K"], "estimator": n,
+             "trace": r["tr_cov"][n], "V_oracle": r["V_oracle"], "mean_reward": r["mean_reward"]}
+            for r in sorted(records, key=lambda r: (r["K"], r["prompt_index"])) for n in names]
+
+
+TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "V_oracle", "mean_reward"]
+DEFAULT_ESTIMATORS = list(est.UNBIASED)
