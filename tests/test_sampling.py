@@ -1,0 +1,41 @@
+import torch
+
+from grpo_mse.sampling import nucleus_sample, row_generators, sample_continuations, stream_seed
+
+
+def test_inverse_cdf_on_a_uniform_grid_reproduces_the_truncated_distribution():
+    probs = torch.tensor([0.05, 0.5, 0.15, 0.3])
+    logits = probs.log().repeat(1000, 1)
+    grid = (torch.arange(1000) + 0.5) / 1000
+    full = torch.bincount(nucleus_sample(logits, grid, 1.0, 1.0), minlength=4) / 1000
+    assert torch.allclose(full, probs, atol=1.5e-3)
+    nucleus = torch.bincount(nucleus_sample(logits, grid, 1.0, 0.75), minlength=4) / 1000
+    assert torch.allclose(nucleus, torch.tensor([0.0, 0.625, 0.0, 0.375]), atol=1.5e-3)
+    hot = torch.bincount(nucleus_sample(logits, grid, 0.5, 1.0), minlength=4) / 1000
+    assert torch.allclose(hot, probs ** 2 / (probs ** 2).sum(), atol=1.5e-3)
+
+
+def test_top_p_always_keeps_the_most_likely_token():
+    logits = torch.tensor([[0.0, 5.0, 1.0]])
+    assert nucleus_sample(logits, torch.tensor([0.99]), 1.0, 0.01).item() == 1
+
+
+def test_streams_are_distinct_and_stable():
+    assert stream_seed(0, 4, 7, 0) == stream_seed(0, 4, 7, 0)
+    seeds = {stream_seed(0, k, p, j) for k in (4, 8) for p in range(20) for j in range(20)}
+    assert len(seeds) == 800
+    assert stream_seed(1, 2) != stream_seed(2, 1)
+
+
+def test_continuations_do_not_depend_on_batching(random_lm):
+    prompts = [[3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13]]
+    kwargs = dict(temperature=1.0, top_p=0.9, max_new_tokens=6, eos_ids=[1, 2], pad_id=0)
+    keys = [(0, 4, p) for p in range(3)]
+    together = sample_continuations(random_lm, prompts, [row_generators(*k, count=1)[0] for k in keys],
+                                    batch_size=8, **kwargs)
+    alone = [sample_continuations(random_lm, [p], row_generators(*k, count=1), batch_size=1, **kwargs)[0]
+             for p, k in zip(prompts, keys)]
+    assert together == alone
+    for tokens in together:
+        assert 1 <= len(tokens) <= 6
+        assert all(t not in (1, 2) for t in tokens[:-1])  # nothing is sampled after an EOS
