@@ -93,7 +93,8 @@ def main(argv=None) -> None:
     if not os.path.exists(progress):
         append_jsonl(progress, {"config": config})
     sampler = job.Sampler(model, tokenizer, eos_token_ids(model, tokenizer), args.temperature, args.top_p,
-                          args.max_new_tokens, args.gen_bs, args.seed, include_eos=not args.drop_eos)
+                          args.max_new_tokens, args.gen_bs, args.seed, include_eos=not args.drop_eos,
+                          shared_prompt=args.engine == "fast")
     shared_draw = args.M * max(args.K_list) if args.shared_samples else None
     mine = dist.shard(list(range(len(rows))), rank, world)
     if done:

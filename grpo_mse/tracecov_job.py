@@ -12,7 +12,7 @@ import torch
 from grpo_mse import estimators as est
 from grpo_mse.data import prompt_ids
 from grpo_mse.engine import prompt_traces
-from grpo_mse.logprobs import sequence_logprobs
+from grpo_mse.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.results import mean_ci, read_complete_jsonl
 from grpo_mse.rewards import last_integer_reward
 from grpo_mse.sampling import decode, row_generators, sample_continuations
@@ -38,6 +38,7 @@ class Sampler:
     gen_bs: int
     seed: int
     include_eos: bool = True
+    shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
@@ -51,8 +52,10 @@ class Sampler:
 
     def logprob_fn(self, ids: list[int]):
         """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
+        function = shared_prompt_logprobs if self.shared_prompt else sequence_logprobs
+
         def logprobs(continuations):
-            return sequence_logprobs(self.model, ids, continuations, eos_ids=self.eos_ids,
+            return function(self.model, ids, continuations, eos_ids=self.eos_ids,
                                      pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
                                      temperature=self.temperature)
         return logprobs
