@@ -44,6 +44,8 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
             ax.plot(result["K_list"], ratios, marker="o", label=label)
     ax.axhline(1.0, color="gray", linestyle=":")
     ax.set_xscale("log", base=2)
+    ks = sorted({k for _, result in results for k in result["K_list"]})
+    ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
     ax.set_ylabel("MSE GRPO / MSE oracle")
     ax.set_title("GRPO approaches the oracle baseline")

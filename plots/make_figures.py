@@ -1,0 +1,97 @@
+"""Draw the paper's figures from saved results only (nothing is recomputed).
+
+  Figure 4: --tracecov RUN.json [RUN.json ...]  -> one MSE-vs-K panel per run + a GRPO/oracle ratio panel
+            --paper CSV overlays the published values (paper_figure4.csv) as an extra panel set
+  Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from grpo_mse import cli  # noqa: E402
+from grpo_mse.figures import PAPER_NAMES, draw_mse_panel, draw_ratio_panel, plt, save  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tracecov", nargs="*", default=[], help="main JSON files written by run_tracecov.py")
+    p.add_argument("--labels", nargs="*", default=None, help="panel titles, one per --tracecov file")
+    p.add_argument("--paper", default=None, help="paper_figure4.csv: add the published Figure 4 panels")
+    p.add_argument("--training_csv", default=None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
+    p.add_argument("--metric", default=None, help="metric of --training_csv to plot (default: first val accuracy)")
+    p.add_argument("--out_dir", default="results/figures")
+    p.add_argument("--name", default="figure4", help="file stem of the Figure-4 outputs")
+    args = p.parse_args(argv)
+    cli.require(bool(args.tracecov or args.paper or args.training_csv),
+                "give --tracecov files, --paper, and/or --training_csv")
+    cli.require(args.labels is None or len(args.labels) == len(args.tracecov), "--labels needs one label per file")
+    return args
+
+
+def load_result(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"results file not found: {path}")
+    with open(path, encoding="utf-8") as handle:
+        result = json.load(handle)
+    if "K_list" not in result or "conditional_on_x" not in result:
+        raise cli.UsageError(f"{path}: not a run_tracecov.py main JSON (no K_list/conditional_on_x)")
+    return result
+
+
+def paper_results(path: str) -> list[tuple[str, dict]]:
+    """Published Figure-4 values as run-like dicts, one per model."""
+    table: dict[str, dict] = {}
+    with open(path, encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            run = table.setdefault(row["model"], {})
+            name = PAPER_NAMES[row["estimator"]]
+            run.setdefault(name, {})[int(row["K"])] = (float(row["mse"]),
+                                                       float(row["ci_halfwidth"] or "nan"))
+    runs = []
+    for model, by_name in table.items():
+        ks = sorted(by_name["naive"])
+        result = {"K_list": ks,
+                  "conditional_on_x": {n: [v.get(k, (float("nan"),))[0] for k in ks] for n, v in by_name.items()},
+                  "ci95": {n: [v.get(k, (0, float("nan")))[1] for k in ks] for n, v in by_name.items()}}
+        runs.append((f"paper: {model}", result))
+    return runs
+
+
+def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
+    """One MSE panel per run and a final ratio panel; PNG and PDF."""
+    fig, axes = plt.subplots(1, len(runs) + 1, figsize=(4.6 * (len(runs) + 1), 4.0), squeeze=False)
+    for ax, (label, result) in zip(axes[0], runs):
+        draw_mse_panel(ax, result, title=label, theory=result.get("theory"))
+    draw_ratio_panel(axes[0][-1], runs)
+    fig.tight_layout()
+    return save(fig, out_stem, formats=("png", "pdf"))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    runs = []
+    for index, path in enumerate(args.tracecov):
+        result = load_result(path)
+        label = args.labels[index] if args.labels else os.path.basename(str(result["config"].get("model", path)))
+        runs.append((label, result))
+    if args.paper:
+        runs += paper_results(args.paper)
+    if runs:
+        for path in figure4(runs, os.path.join(args.out_dir, args.name)):
+            print(f"wrote {path}")
+    if args.training_csv:
+        from grpo_mse import training_figures
+
+        for path in training_figures.make_all(args.training_csv, args.out_dir, metric=args.metric):
+            print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    cli.run(main)
