@@ -39,6 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max_new_tokens", type=int, default=32)
     p.add_argument("--out_dir", default="oracle_v_results")
     p.add_argument("--limit", type=int, default=None, help="only the first N rows")
+    cli.add_backend_flags(p)
     p.add_argument("--resume", action="store_true", help="append to the latest matching file, skipping done ids")
     p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
     args = p.parse_args(argv)
@@ -58,9 +59,30 @@ def output_path(args) -> str:
     return os.path.join(args.out_dir, f"{stem}{timestamp()}.jsonl")
 
 
-def work_items(todo: list[int], n_oracle: int):
-    """(row position, sample index) pairs in prompt order: batches cross prompt boundaries."""
-    return [(i, j) for i in todo for j in range(n_oracle)]
+def sampled_texts(args, model, tokenizer, ids, keys, todo, eos, vllm=None):
+    """Yield (row position, decoded continuation) for n_oracle samples of each prompt, prompt by prompt.
+
+    HF: batches of --batch_size sequences cross prompt boundaries; sample j of row i uses stream
+    (seed, key_i, j). vLLM: --batch_size prompts per call, each with its own seed (seed, key_i).
+    """
+    if vllm is not None:
+        for first in range(0, len(todo), args.batch_size):
+            chunk = todo[first:first + args.batch_size]
+            outputs = vllm.sample([(ids[i], args.n_oracle, (args.seed, keys[i])) for i in chunk],
+                                  temperature=args.temperature, top_p=args.top_p,
+                                  max_new_tokens=args.max_new_tokens, eos_ids=eos)
+            for i, continuations in zip(chunk, outputs):
+                yield from ((i, text) for text in decode(tokenizer, continuations))
+        return
+    items = [(i, j) for i in todo for j in range(args.n_oracle)]
+    for first in range(0, len(items), args.batch_size):
+        batch = items[first:first + args.batch_size]
+        generators = [row_generators(args.seed, keys[i], count=1, start=j)[0] for i, j in batch]
+        continuations = sample_continuations(
+            model, [ids[i] for i, _ in batch], generators, temperature=args.temperature, top_p=args.top_p,
+            max_new_tokens=args.max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
+            batch_size=args.batch_size)
+        yield from ((i, text) for (i, _), text in zip(batch, decode(tokenizer, continuations)))
 
 
 def main(argv=None) -> None:
@@ -81,26 +103,19 @@ def main(argv=None) -> None:
     os.makedirs(args.out_dir, exist_ok=True)
     correct = dict.fromkeys(todo, 0)
     remaining = dict.fromkeys(todo, args.n_oracle)
-    items = work_items(todo, args.n_oracle)
+    sampled = sampled_texts(args, model, tokenizer, ids, keys, todo, eos, cli.make_vllm(args, device))
     start = time.time()
     bar = cli.progress(total=len(todo), desc="prompts", disable=rank > 0)
-    for first in range(0, len(items), args.batch_size):
-        batch = items[first:first + args.batch_size]
-        generators = [row_generators(args.seed, keys[i], count=1, start=j)[0] for i, j in batch]
-        continuations = sample_continuations(
-            model, [ids[i] for i, _ in batch], generators, temperature=args.temperature, top_p=args.top_p,
-            max_new_tokens=args.max_new_tokens, eos_ids=eos, pad_id=tokenizer.pad_token_id,
-            batch_size=args.batch_size)
-        for (i, _), text in zip(batch, decode(tokenizer, continuations)):
-            correct[i] += int(last_integer_reward(text, rows[i]["ground_truth"]))
-            remaining[i] -= 1
-            if remaining[i] == 0:
-                low, high = wilson_interval(correct[i], args.n_oracle)
-                extra = {"row_index": i} if key_field == "row_index" else {}
-                append_jsonl(shard_path, {**rows[i], **extra, "V_oracle": correct[i] / args.n_oracle,
-                                          "n_oracle": args.n_oracle, "correct_count": correct[i],
-                                          "V_ci95_low": low, "V_ci95_high": high})
-                bar.update(1)
+    for i, text in sampled:
+        correct[i] += int(last_integer_reward(text, rows[i]["ground_truth"]))
+        remaining[i] -= 1
+        if remaining[i] == 0:
+            low, high = wilson_interval(correct[i], args.n_oracle)
+            extra = {"row_index": i} if key_field == "row_index" else {}
+            append_jsonl(shard_path, {**rows[i], **extra, "V_oracle": correct[i] / args.n_oracle,
+                                      "n_oracle": args.n_oracle, "correct_count": correct[i],
+                                      "V_ci95_low": low, "V_ci95_high": high})
+            bar.update(1)
     bar.close()
     dist.barrier()
     if rank == 0 and world > 1:

@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
     p.add_argument("--shared_samples", action="store_true",
                    help="draw M*max(K) continuations once per prompt and form every K's groups from them")
+    cli.add_backend_flags(p)
     p.add_argument("--resume", action="store_true", help="continue the latest unfinished matching run")
     p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
     args = p.parse_args(argv)
@@ -94,7 +95,7 @@ def main(argv=None) -> None:
         append_jsonl(progress, {"config": config})
     sampler = job.Sampler(model, tokenizer, eos_token_ids(model, tokenizer), args.temperature, args.top_p,
                           args.max_new_tokens, args.gen_bs, args.seed, include_eos=not args.drop_eos,
-                          shared_prompt=args.engine == "fast")
+                          shared_prompt=args.engine == "fast", vllm=cli.make_vllm(args, device))
     shared_draw = args.M * max(args.K_list) if args.shared_samples else None
     mine = dist.shard(list(range(len(rows))), rank, world)
     if done:

@@ -22,6 +22,23 @@ def progress(items=None, **kwargs):
     return tqdm(items, dynamic_ncols=True, **kwargs)
 
 
+def add_backend_flags(parser) -> None:
+    """--backend hf|vllm and vLLM's memory share (vLLM shares the GPU with the HF model)."""
+    parser.add_argument("--backend", default="hf", choices=["hf", "vllm"],
+                        help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
+    parser.add_argument("--vllm_gpu_util", type=float, default=0.4, help="vLLM gpu_memory_utilization")
+
+
+def make_vllm(args, device: str):
+    """A VLLMSampler when --backend vllm, else None."""
+    if args.backend != "vllm":
+        return None
+    require(device.startswith("cuda"), "--backend vllm needs --device cuda")
+    from grpo_mse.vllm_backend import VLLMSampler
+
+    return VLLMSampler(args.model, args.dtype, args.seed, args.vllm_gpu_util, args.trust_remote_code, args.revision)
+
+
 def run(main) -> None:
     """Call ``main()``; turn expected input errors into one line on stderr and exit status 2."""
     from grpo_mse.data import DataError

@@ -22,6 +22,9 @@ def write_atomic(path: str, text: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=os.path.basename(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)

@@ -39,10 +39,16 @@ class Sampler:
     seed: int
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
+    vllm: object = None  # a grpo_mse.vllm_backend.VLLMSampler to sample with instead of the HF model
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
         ids = prompt_ids(self.tokenizer, row["prompt"])
+        if self.vllm is not None:
+            continuations = self.vllm.sample([(ids, count, (self.seed, *stream))], temperature=self.temperature,
+                                             top_p=self.top_p, max_new_tokens=self.max_new_tokens,
+                                             eos_ids=self.eos_ids)[0]
+            return ids, continuations, decode(self.tokenizer, continuations)
         generators = row_generators(self.seed, *stream, count=count)
         continuations = sample_continuations(
             self.model, [ids] * count, generators, temperature=self.temperature, top_p=self.top_p,
