@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
     p.add_argument("--shared_samples", action="store_true",
                    help="draw M*max(K) continuations once per prompt and form every K's groups from them")
+    p.add_argument("--no_advisor", action="store_true", help="skip the group-size advisor (c1, c2, c3, K*)")
+    p.add_argument("--c1_batch", type=int, default=16,
+                   help="prompts per batch for c1 (between-prompt variance) and per unit of torchrun sharding")
     cli.add_backend_flags(p)
     p.add_argument("--resume", action="store_true", help="continue the latest unfinished matching run")
     p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
@@ -90,35 +93,46 @@ def main(argv=None) -> None:
     base = dist.broadcast_text(base or os.path.join(args.save_json, f"tracecov_{tag}_{timestamp()}"))
     progress = f"{base}.progress.rank{rank}.jsonl"
     os.makedirs(args.save_json, exist_ok=True)
-    done = job.load_progress(base)
+    done, batches = job.load_progress(base)
     if not os.path.exists(progress):
         append_jsonl(progress, {"config": config})
     sampler = job.Sampler(model, tokenizer, eos_token_ids(model, tokenizer), args.temperature, args.top_p,
                           args.max_new_tokens, args.gen_bs, args.seed, include_eos=not args.drop_eos,
                           shared_prompt=args.engine == "fast", vllm=cli.make_vllm(args, device))
-    shared_draw = args.M * max(args.K_list) if args.shared_samples else None
-    mine = dist.shard(list(range(len(rows))), rank, world)
+    with_advisor = not args.no_advisor and {"grpo", "oracleV"} <= set(args.estimators)
+    all_batches = job.prompt_batches(len(rows), args.c1_batch)
+    mine = dist.shard(list(range(len(all_batches))), rank, world)
     if done:
         print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
-    records_by_k = {}
+    records_by_k, batches_by_k = {}, {}
     for k in cli.progress(args.K_list, desc="K", disable=rank > 0):
-        bar = cli.progress(mine, desc=f"K={k} prompts", leave=False, disable=rank > 0)
-        for index in bar:
-            if (k, index) not in done:
-                record = job.evaluate_prompt(sampler, rows[index], keys[index], index, k, args.M,
-                                             args.estimators, args.engine, shared_draw)
-                append_jsonl(progress, record)
-                done[(k, index)] = record
+        bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
+                           disable=rank > 0)
+
+        def show_running_means(k=k, bar=bar):
             finished = [r for (rk, _), r in done.items() if rk == k]
-            bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
-                             for n in args.estimators})
+            bar.update(1)
+            if finished:
+                bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
+                                 for n in args.estimators})
+        for b in mine:
+            job.run_batch(sampler, rows, keys, b, all_batches[b], k, args, done, batches, progress,
+                          with_advisor, show_running_means)
+        bar.close()
         dist.barrier()
-        done.update(job.load_progress(base))
+        latest_done, latest_batches = job.load_progress(base)
+        done.update(latest_done)
+        batches.update(latest_batches)
         records_by_k[k] = [r for (rk, _), r in done.items() if rk == k]
+        batches_by_k[k] = [r for (rk, _), r in batches.items() if rk == k]
         if rank == 0:
             write_json(f"{base}_K{k}_detailed.json", job.detailed(records_by_k[k], k, args.estimators))
     if rank == 0:
         result = job.summary(records_by_k, args.K_list, args.estimators, config)
+        if with_advisor:
+            from grpo_mse.advisor import advise
+
+            result["group_size_advisor"] = advise(records_by_k, batches_by_k, seed=args.seed)
         write_json(f"{base}.json", result)
         all_records = [r for k in args.K_list for r in records_by_k[k]]
         write_csv(f"{base}_per_prompt.csv", job.tidy_rows(all_records, args.estimators), job.TIDY_COLUMNS)
@@ -130,6 +144,12 @@ def main(argv=None) -> None:
         for i, k in enumerate(args.K_list):
             print(f"K={k:4d}  " + "  ".join(f"{n}={result['conditional_on_x'][n][i]:.4g}"
                                           f"±{result['ci95'][n][i]:.2g}" for n in args.estimators))
+        advice = result.get("group_size_advisor")
+        if advice:
+            pooled, ci = advice["pooled"], advice["ci95"]
+            star = f"{pooled['K_star']:.3g}" if pooled["K_star"] else "undefined (c1 or c3 <= 0)"
+            print(f"group-size advisor: c1={pooled['c1']:.3g} c2={pooled['c2']:.3g} c3={pooled['c3']:.3g} "
+                  f"K*=sqrt(c3/c1)={star} (95% CI {ci['K_star']})")
         print(f"results: {base}.json")
     dist.barrier()
     if rank == 0:

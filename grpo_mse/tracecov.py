@@ -21,13 +21,13 @@ class WelfordTrace:
 
     def __init__(self, shapes_like: list[torch.Tensor]):
         self.count = 0
-        self.mean = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
+        self.running_mean = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
         self.m2 = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
 
     def update(self, vector: list[torch.Tensor]) -> None:
         """mean += (x - mean) / n;  M2 += (x - mean_old) * (x - mean_new)."""
         self.count += 1
-        for mean, m2, x in zip(self.mean, self.m2, vector):
+        for mean, m2, x in zip(self.running_mean, self.m2, vector):
             x = x.float()
             delta = x - mean
             mean.add_(delta / self.count)
@@ -39,8 +39,11 @@ class WelfordTrace:
             raise ValueError("trace of covariance needs at least 2 samples")
         return sum(float(m2.double().sum()) for m2 in self.m2) / (self.count - 1)
 
+    def mean(self) -> list[torch.Tensor]:
+        return self.running_mean
+
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.mean + self.m2)
+        return sum(t.numel() * t.element_size() for t in self.running_mean + self.m2)
 
 
 class SumTrace:

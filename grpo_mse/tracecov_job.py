@@ -10,16 +10,18 @@ from dataclasses import dataclass
 import torch
 
 from grpo_mse import estimators as est
+from grpo_mse.advisor import BetweenPromptBatch
 from grpo_mse.data import prompt_ids
-from grpo_mse.engine import prompt_traces
+from grpo_mse.engine import PromptStats, prompt_traces
 from grpo_mse.logprobs import sequence_logprobs, shared_prompt_logprobs
-from grpo_mse.results import mean_ci, read_complete_jsonl
+from grpo_mse.results import append_jsonl, mean_ci, read_complete_jsonl
 from grpo_mse.rewards import last_integer_reward
 from grpo_mse.sampling import decode, row_generators, sample_continuations
 
 # Flags that change the numbers: a resumed run must agree on all of them.
 RESULT_FLAGS = ("model", "oracle_table", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
-                "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples")
+                "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch",
+                "no_advisor", "backend")
 NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
         "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
         "ci95 = 1.96 sd / sqrt(T) across prompts.")
@@ -62,45 +64,77 @@ class Sampler:
 
         def logprobs(continuations):
             return function(self.model, ids, continuations, eos_ids=self.eos_ids,
-                                     pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
-                                     temperature=self.temperature)
+                            pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
+                            temperature=self.temperature)
         return logprobs
 
 
 def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k: int, m: int,
-                    names, engine: str, shared_draw: int | None = None) -> dict:
-    """Sample M*K continuations, score them, and return this prompt's record with tr_cov per estimator.
+                    names, engine: str, shared_samples: bool = False) -> tuple[dict, PromptStats]:
+    """Sample M*K continuations, score them; return this prompt's record (tr_cov per estimator) and stats.
 
-    With ``shared_draw`` = M*max(K), all K use the first M*K of one stream (seed, 0, key).
+    Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with
+    ``shared_samples``: then every K uses the first M*K samples of one sequence (nested groups).
     """
-    count = m * k
-    stream = (0, key) if shared_draw else (k, key)
-    ids, continuations, texts = sampler.draw(row, stream, shared_draw or count)
-    continuations, texts = continuations[:count], texts[:count]
+    stream = (0, key) if shared_samples else (k, key)
+    ids, continuations, texts = sampler.draw(row, stream, m * k)
     rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
     groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
     params = [p for p in sampler.model.parameters() if p.requires_grad]
     stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k),
                           float(row["V_oracle"]), names, engine)
-    return {
+    record = {
         "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
         "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
         "mean_reward": float(rewards.mean()), "tr_cov": stats.traces,
     }
+    return record, stats
 
 
 def progress_paths(base: str) -> list[str]:
     return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
 
 
-def load_progress(base: str) -> dict[tuple[int, int], dict]:
-    """Finished (K, prompt_index) -> record, from every rank's progress log of run ``base``."""
-    done = {}
+def load_progress(base: str) -> tuple[dict[tuple[int, int], dict], dict[tuple[int, int], dict]]:
+    """Finished prompts {(K, prompt_index): record} and c1 batches {(K, batch): record} of run ``base``."""
+    done, batches = {}, {}
     for path in progress_paths(base):
         for record in read_complete_jsonl(path):
             if "tr_cov" in record:
                 done[(record["K"], record["prompt_index"])] = record
-    return done
+            elif "c1_batch" in record:
+                batches[(record["K"], record["c1_batch"])] = record
+    return done, batches
+
+
+def prompt_batches(count: int, size: int) -> list[list[int]]:
+    """Consecutive prompt indices in batches of ``size`` (the unit of sharding and of c1)."""
+    return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
+
+
+def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k: int, args, done: dict,
+              batches: dict, progress: str, with_advisor: bool, on_prompt=None) -> None:
+    """Evaluate one batch of prompts at group size K, appending new records to ``progress``.
+
+    Finished prompts are skipped, except that a batch whose c1 record is missing is evaluated
+    whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
+    """
+    need_c1 = with_advisor and len(indices) >= 2 and (k, batch_id) not in batches
+    c1 = BetweenPromptBatch([p for p in sampler.model.parameters() if p.requires_grad]) if need_c1 else None
+    for index in indices:
+        if c1 is not None or (k, index) not in done:
+            record, stats = evaluate_prompt(sampler, rows[index], keys[index], index, k, args.M,
+                                            args.estimators, args.engine, args.shared_samples)
+            if (k, index) not in done:
+                append_jsonl(progress, record)
+                done[(k, index)] = record
+            if c1 is not None:
+                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], args.M)
+        if on_prompt:
+            on_prompt()
+    if c1 is not None:
+        batches[(k, batch_id)] = {"c1_batch": batch_id, "K": k, **c1.result()}
+        append_jsonl(progress, batches[(k, batch_id)])
 
 
 def find_resumable(save_dir: str, tag: str, config: dict) -> str | None:
