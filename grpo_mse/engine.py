@@ -39,6 +39,18 @@ class PromptStats:
 
     traces: dict[str, float]
     accumulators: dict[str, object]
+    bias2: dict[str, float]  # biased estimators only: unbiased estimate of ||E x_e - g||^2
+
+
+def bias_label(name: str) -> str:
+    """Accumulator of x_name - x_oracle, whose mean estimates the bias of ``name``."""
+    return f"{name}-oracleV"
+
+
+def bias_squared(difference, m: int) -> float:
+    """||mean d||^2 - tr Cov(d) / M: unbiased for ||E d||^2 (E||mean d||^2 = ||E d||^2 + tr Cov / M)."""
+    mean = difference.mean()
+    return dot64(mean, mean) - difference.trace() / m
 
 
 def _grad(output: torch.Tensor, params: list[torch.Tensor], retain: bool) -> list[torch.Tensor]:
@@ -52,20 +64,22 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [K]`` with grad."""
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
-    if engine == "reference":
-        stats = {name: WelfordTrace(params) for name in names}
-    elif engine == "fast":
-        stats = {name: SumTrace(params) for name in names}
-    else:
+    if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    biased = [name for name in names if name in est.BIASED]
+    labels = list(names) + [bias_label(name) for name in biased]
+    stats = {label: (WelfordTrace if engine == "reference" else SumTrace)(params) for label in labels}
     for group, group_rewards in zip(groups, rewards):
         logprobs = logprob_fn(group)
         group_rewards = group_rewards.to(logprobs.device, torch.float64)
         weights = {name: est.weights(name, group_rewards, value) for name in names}
+        if biased:
+            oracle = est.oracle_weights(group_rewards, value)
+            weights.update({bias_label(name): weights[name] - oracle for name in biased})
         if engine == "reference":
-            for index, name in enumerate(names):
+            for index, name in enumerate(labels):
                 loss = (weights[name].to(logprobs.dtype) * logprobs).sum()
-                stats[name].update(_grad(loss, params, retain=index < len(names) - 1))
+                stats[name].update(_grad(loss, params, retain=index < len(labels) - 1))
             continue
         k = logprobs.shape[0]
         equal = bool(group_rewards.max() == group_rewards.min())
@@ -76,8 +90,10 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
             a = _grad((group_rewards.to(logprobs.dtype) * logprobs).sum() / k, params, retain=False)
             a_s = dot64(a, s)
             basis, gram = [a, s], [[dot64(a, a), a_s], [a_s, dot64(s, s)]]
-        for name in names:
+        for name in labels:
             c1, c0 = affine_coefficients(weights[name], group_rewards)
             coefficients = [c0 + c1 * float(group_rewards[0])] if equal else [c1, c0]
             stats[name].add_combination(coefficients, basis, gram)
-    return PromptStats({name: acc.trace() for name, acc in stats.items()}, stats)
+    traces = {name: stats[name].trace() for name in names}
+    bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
+    return PromptStats(traces, stats, bias2)

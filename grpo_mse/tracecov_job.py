@@ -88,6 +88,9 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
         "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
         "mean_reward": float(rewards.mean()), "tr_cov": stats.traces,
     }
+    if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
+        record["bias2"] = stats.bias2
+        record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in names}
     return record, stats
 
 
@@ -169,17 +172,32 @@ def summary(records_by_k: dict[int, list[dict]], k_list: list[int], names, confi
         "sd": {n: [s["sd"] for s in stats[n]] for n in names},
         "n_prompts": [len(records_by_k[k]) for k in k_list],
         "mean_V_oracle": mean_ci([r["V_oracle"] for r in records_by_k[k_list[0]]])["mean"],
+        **biased_summary(records_by_k, k_list, names),
         "config": config,
         "note": NOTE,
     }
 
 
+def biased_summary(records_by_k: dict[int, list[dict]], k_list: list[int], names) -> dict:
+    """For runs with biased estimators: mean squared bias and MSE = trace + bias^2, with 95% half-widths."""
+    if not any("bias2" in r for k in k_list for r in records_by_k[k]):
+        return {}
+    out = {"bias2": {}, "mse": {}, "mse_ci95": {}}
+    for n in names:
+        mse = [mean_ci([r["mse"][n] for r in records_by_k[k]]) for k in k_list]
+        out["mse"][n], out["mse_ci95"][n] = [s["mean"] for s in mse], [s["ci95"] for s in mse]
+        if n in est.BIASED:
+            out["bias2"][n] = [mean_ci([r["bias2"][n] for r in records_by_k[k]])["mean"] for k in k_list]
+    return out
+
+
 def tidy_rows(records: list[dict], names) -> list[dict]:
-    """Long table: one row per (prompt, K, estimator)."""
+    """Long table: one row per (prompt, K, estimator); mse = trace (+ bias2 for biased estimators)."""
     return [{"prompt_index": r["prompt_index"], "id": r["id"], "K": r["K"], "estimator": n,
-             "trace": r["tr_cov"][n], "V_oracle": r["V_oracle"], "mean_reward": r["mean_reward"]}
+             "trace": r["tr_cov"][n], "bias2": r.get("bias2", {}).get(n, 0.0),
+             "mse": r.get("mse", r["tr_cov"])[n], "V_oracle": r["V_oracle"], "mean_reward": r["mean_reward"]}
             for r in sorted(records, key=lambda r: (r["K"], r["prompt_index"])) for n in names]
 
 
-TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "V_oracle", "mean_reward"]
+TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
 DEFAULT_ESTIMATORS = list(est.UNBIASED)
