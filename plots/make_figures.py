@@ -26,6 +26,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--paper", default=None, help="paper_figure4.csv: add the published Figure 4 panels")
     p.add_argument("--training_csv", default=None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
     p.add_argument("--metric", default=None, help="metric of --training_csv to plot (default: first val accuracy)")
+    p.add_argument("--steps", type=int, nargs="*", default=None, help="training steps drawn in Figure 5")
     p.add_argument("--out_dir", default="results/figures")
     p.add_argument("--name", default="figure4", help="file stem of the Figure-4 outputs")
     args = p.parse_args(argv)
@@ -87,10 +88,10 @@ def main(argv=None) -> None:
         for path in figure4(runs, os.path.join(args.out_dir, args.name)):
             print(f"wrote {path}")
     if args.training_csv:
-        from grpo_mse import training_figures
+        from grpo_mse.training_figures import main_training
 
-        for path in training_figures.make_all(args.training_csv, args.out_dir, metric=args.metric):
-            print(f"wrote {path}")
+        main_training(argparse.Namespace(csv=args.training_csv, out_dir=args.out_dir, name="figure5_accuracy_vs_K",
+                                         metric=args.metric, steps=args.steps))
 
 
 if __name__ == "__main__":

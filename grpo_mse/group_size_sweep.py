@@ -1,0 +1,75 @@
+"""Group-size sweep at a fixed sampling budget: one ``grpo_train.sh`` run per (K, seed).
+
+At budget N sequences per step, K samples per prompt means N/K prompts per step
+(``train_batch_size``), N/(4K) prompts per mini-batch and N/(8K) epochs, so every K takes
+the same number of steps. Runs are named ``{run_tag}_K{K}_seed{seed}``, which is how
+grpo_mse.training_logs finds K and the seed again.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCHER = os.path.join(REPO_ROOT, "Policy_Optimization", "grpo_train.sh")
+
+
+def budget_settings(k: int, budget: int = 1024) -> dict:
+    """VERL batch settings for group size ``k`` at ``budget`` sequences per step (ValueError if K does not fit)."""
+    if k < 2:
+        raise ValueError(f"K={k}: GRPO needs at least 2 samples per prompt")
+    if budget % 8:
+        raise ValueError(f"budget {budget} must be a multiple of 8")
+    for what, total in (
+        ("train_batch_size", budget),
+        ("ppo_mini_batch_size", budget // 4),
+        ("total_epochs", budget // 8),
+    ):
+        if total % k:
+            raise ValueError(f"K={k} must divide {total} ({what} = {total}/K)")
+    return {"train_batch_size": budget // k, "ppo_mini_batch_size": budget // 4 // k, "total_epochs": budget // 8 // k}
+
+
+def plan(k_list: list[int], seeds: list[int], run_tag: str = "grpo", budget: int = 1024) -> list[dict]:
+    """All runs of the sweep; every K is checked against the budget before anything starts."""
+    for k in k_list:
+        budget_settings(k, budget)
+    return [
+        {"K": k, "seed": seed, "name": f"{run_tag}_K{k}_seed{seed}", **budget_settings(k, budget)}
+        for seed in seeds
+        for k in k_list
+    ]
+
+
+def run_env(run: dict, budget: int, dry_run: str, base_env: dict | None = None) -> dict:
+    """Environment for ``grpo_train.sh`` of one run (``dry_run``: "0", "1" or "print")."""
+    env = dict(os.environ if base_env is None else base_env)
+    env.update(
+        GROUP_SIZE=str(run["K"]),
+        SEED=str(run["seed"]),
+        BUDGET=str(budget),
+        EXPERIMENT_NAME=run["name"],
+        DRY_RUN=dry_run,
+    )
+    return env
+
+
+def launch(runs, overrides=(), budget=1024, dry_run=False, validate_all=False, keep_going=False, launcher=LAUNCHER):
+    """Run (or dry-run) every planned run in turn; returns ``[(run, exit_code)]``.
+
+    A dry run has VERL compose and validate the configuration of the first run (of every run
+    with ``validate_all``) and only prints the others.
+    """
+    results = []
+    for i, run in enumerate(runs):
+        mode = ("1" if validate_all or i == 0 else "print") if dry_run else "0"
+        print(
+            f"[sweep] {i + 1}/{len(runs)} {run['name']} (K={run['K']}, seed={run['seed']}, DRY_RUN={mode})", flush=True
+        )
+        code = subprocess.call(["bash", launcher, *overrides], env=run_env(run, budget, mode))
+        results.append((run, code))
+        if code != 0 and not keep_going:
+            print(f"[sweep] {run['name']} failed with exit code {code}; stopping", flush=True)
+            break
+    return results

@@ -1,0 +1,151 @@
+"""Figure 5 (test accuracy against group size K at fixed budget) and Table 2 from the collected CSV.
+
+Input: the long table of grpo_mse.training_logs (columns K, seed, step, metric, value). Bands and
+intervals are 95% Student-t intervals of the mean over seeds (none for a single seed).
+
+  python -m grpo_mse.training_figures --csv results/training_runs.csv --out_dir results/figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+
+# Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (normal beyond).
+T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.306, 2.2622, 2.2281, 2.201, 2.1788, 2.1604,
+        2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.093, 2.086, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
+        2.0518, 2.0484, 2.0452, 2.0423)  # fmt: skip
+ACCURACY_METRIC = re.compile(r"^val-core/.*/(acc|reward)/mean@\d+$")
+
+
+def mean_ci(values) -> tuple[float, float]:
+    """Mean and 95% half-width (t interval; 0 for one value) of ``values``."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(xs) / n
+    if n == 1:
+        return mean, 0.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    return mean, (T975[n - 2] if n - 1 <= len(T975) else 1.96) * sd / math.sqrt(n)
+
+
+def pick_metric(frame, metric: str | None = None) -> str:
+    """``metric`` if given, else the first ``val-core/.../acc/mean@N`` metric of the table."""
+    metrics = sorted(frame["metric"].unique())
+    if metric:
+        if metric not in metrics:
+            raise ValueError(f"metric {metric!r} not in the table; available: {', '.join(metrics)}")
+        return metric
+    matches = [m for m in metrics if ACCURACY_METRIC.match(m)] or [m for m in metrics if m.startswith("val-core/")]
+    if not matches:
+        raise ValueError("no val-core metric in the table; pass metric=... explicitly")
+    return matches[0]
+
+
+def default_steps(frame, n_steps: int = 4) -> list[int]:
+    """Up to ``n_steps`` evenly spaced steps logged by every K, always including the last one."""
+    per_k = [set(group["step"]) for _, group in frame.groupby("K")]
+    common = sorted(set.intersection(*per_k)) if per_k else []
+    if len(common) <= n_steps:
+        return common
+    picks = {common[round(i * (len(common) - 1) / (n_steps - 1))] for i in range(n_steps)}
+    return sorted(picks)
+
+
+def accuracy_by_k(frame, metric: str, step: int):
+    """Rows ``(K, mean, half_width, n_seeds)`` of ``metric`` at ``step``."""
+    sub = frame[(frame["metric"] == metric) & (frame["step"] == step)]
+    return [(int(k), *mean_ci(group["value"]), len(group)) for k, group in sorted(sub.groupby("K"))]
+
+
+def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, title: str | None = None) -> list[str]:
+    """Test accuracy against K (log2 axis) at several steps, mean and 95% band; writes PNG and PDF."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = pick_metric(frame, metric)
+    sub = frame[frame["metric"] == metric]
+    steps = list(steps) if steps else default_steps(sub)
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for step in steps:
+        rows = accuracy_by_k(sub, metric, step)
+        if not rows:
+            continue
+        ks, means, hws, _ = zip(*rows)
+        (line,) = ax.plot(ks, means, marker="o", label=f"step {step}")
+        ax.fill_between(ks, [m - h for m, h in zip(means, hws)], [m + h for m, h in zip(means, hws)],
+                        color=line.get_color(), alpha=0.2)  # fmt: skip
+    all_k = sorted(int(k) for k in sub["K"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(all_k, [str(k) for k in all_k])
+    ax.set_xlabel("group size K (fixed budget)")
+    ax.set_ylabel(f"test accuracy\n({metric})")
+    ax.set_title(title or "Test accuracy against group size")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    stem = os.path.splitext(out_path)[0]
+    os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
+    paths = [f"{stem}.png", f"{stem}.pdf"]
+    for path in paths:
+        fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return paths
+
+
+def table2(frame, metric: str | None = None, percent: bool = True) -> str:
+    """Markdown table per K: seeds, final and best accuracy (mean +- 95% CI over seeds); best final in bold."""
+    metric = pick_metric(frame, metric)
+    sub = frame[frame["metric"] == metric].sort_values("step")
+    scale, unit = (100.0, " (%)") if percent else (1.0, "")
+    rows = []
+    for k, group in sorted(sub.groupby("K")):
+        per_seed = group.groupby("seed")["value"]
+        final, best = mean_ci(per_seed.last() * scale), mean_ci(per_seed.max() * scale)
+        rows.append((int(k), group["seed"].nunique(), final, best))
+    top = max(rows, key=lambda r: r[2][0])[0] if rows else None
+    lines = [
+        f"Metric: `{metric}`",
+        "",
+        f"| K | seeds | final accuracy{unit} | best accuracy{unit} |",
+        "|---:|---:|---:|---:|",
+    ]
+    for k, n, (fm, fh), (bm, bh) in rows:
+        final_text = f"{fm:.2f} ± {fh:.2f}"
+        lines.append(f"| {k} | {n} | {f'**{final_text}**' if k == top else final_text} | {bm:.2f} ± {bh:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main_training(args=None) -> dict:
+    """Figure 5 (PNG+PDF) and Table 2 (markdown) from a collected CSV; ``args`` as from ``parse_args``."""
+    import pandas as pd
+
+    args = parse_args(args) if args is None or isinstance(args, list) else args
+    frame = pd.read_csv(args.csv)
+    figure = plot_figure5(frame, os.path.join(args.out_dir, args.name), args.metric, args.steps)
+    table_path = os.path.join(args.out_dir, f"{args.name}_table.md")
+    with open(table_path, "w", encoding="utf-8") as f:
+        f.write(table2(frame, args.metric))
+    for path in [*figure, table_path]:
+        print(f"wrote {path}")
+    return {"figure": figure, "table": table_path}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Figure 5 and Table 2 from collected training runs")
+    p.add_argument("--csv", required=True, help="CSV written by Policy_Optimization/collect_runs.py")
+    p.add_argument("--out_dir", default="results/figures")
+    p.add_argument("--name", default="figure5_accuracy_vs_K")
+    p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
+    p.add_argument("--steps", type=int, nargs="*", default=None, help="default: four steps incl. the last")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main_training()

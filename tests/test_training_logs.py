@@ -1,0 +1,142 @@
+"""Collector (console logs, wandb runs) -> CSV, and the Figure-5 plot / Table-2 on synthetic logs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grpo_mse.training_figures import default_steps, mean_ci, pick_metric, plot_figure5, table2
+from grpo_mse.training_logs import COLUMNS, collect, parse_console, parse_value, run_identity
+
+ROOT = Path(__file__).resolve().parents[1]
+METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
+
+
+def accuracy(k: int, seed: int, step: int) -> float:
+    """Synthetic accuracy curve peaking at K = 32."""
+    return round(0.3 + 0.002 * step - 0.01 * abs(k.bit_length() - 6) + 0.01 * seed, 6)
+
+
+def console_log(k: int, seed: int, steps=(0, 5, 10, 15, 20)) -> str:
+    lines = [f"[grpo_train] EXPERIMENT_NAME=run GROUP_SIZE={k} SEED={seed} BUDGET=1024", "some VERL banner"]
+    for step in range(1, max(steps) + 1):
+        parts = [f"step:{step}", "actor/pg_loss:np.float64(-0.01)", "critic/score/mean:0.5", "timing_s/gen:3.2"]
+        if step in steps:
+            parts.append(f"{METRIC}:np.float64({accuracy(k, seed, step)})")
+        lines.append(f"(TaskRunner pid=123) {' - '.join(parts)}")
+    lines.insert(2, f"(TaskRunner pid=123) step:0 - {METRIC}:{accuracy(k, seed, 0)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_console_parsing_helpers():
+    assert parse_value("np.float64(0.25)") == 0.25 and parse_value("tensor(3.)") == 3.0
+    assert parse_value("nan") is None and parse_value("abc") is None
+    records = parse_console("noise\n(Runner pid=1) step:7 - a/b:1 - c@1/d:np.float32(0.5) - e:text\nstep:x - a:1")
+    assert records == [(7, "a/b", 1.0), (7, "c@1/d", 0.5)]
+    assert run_identity("gsm8k_Qwen2.5-1.5B_K32_seed4") == (32, 4)
+    assert run_identity("x", {"actor_rollout_ref": {"rollout": {"n": 16}}, "data": {"seed": 2}}) == (16, 2)
+    assert run_identity("x", header="GROUP_SIZE=8 SEED=1") == (8, 1)
+    assert run_identity("no_identity") == (None, 0)
+
+
+@pytest.fixture()
+def run_logs(tmp_path):
+    """Console logs for K in {4, 16, 32, 128} x seeds {0, 1, 2}, plus a wandb-history run for K=64."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for k in (4, 16, 32, 128):
+        for seed in (0, 1, 2):
+            (logs / f"grpo_Qwen2.5-1.5B-Instruct_K{k}_seed{seed}.log").write_text(console_log(k, seed))
+    (logs / "unrelated.txt").write_text("nothing here\n")
+    run = tmp_path / "wandb" / "run-20260101_000000-abc" / "files"
+    run.mkdir(parents=True)
+    history = [{"_step": s, METRIC: accuracy(64, 0, s), "actor/pg_loss": 0.1} for s in (0, 5, 10, 15, 20)]
+    (run / "wandb-history.jsonl").write_text("\n".join(json.dumps(h) for h in history) + "\n")
+    (run / "wandb-summary.json").write_text(json.dumps({"_step": 25, METRIC: 0.5, "_runtime": 9.0}))
+    (run / "config.yaml").write_text(
+        "actor_rollout_ref:\n  value:\n    rollout:\n      n: 64\ndata:\n  value:\n    seed: 0\n"
+    )
+    (run.parent / "logs").mkdir()
+    (run.parent / "logs" / "debug.log").write_text("step:5 - junk:1\n")
+    return tmp_path
+
+
+def test_collect_console_and_wandb_history(run_logs):
+    frame = collect([str(run_logs)])
+    assert list(frame.columns) == COLUMNS
+    assert sorted(frame["K"].unique()) == [4, 16, 32, 64, 128]
+    assert set(frame["metric"]) == {METRIC, "critic/score/mean"}
+    acc = frame[frame["metric"] == METRIC]
+    assert len(acc) == 4 * 3 * 5 + 6
+    row = acc[(acc["K"] == 32) & (acc["seed"] == 2) & (acc["step"] == 10)]
+    assert row["value"].item() == pytest.approx(accuracy(32, 2, 10))
+    k64 = acc[acc["K"] == 64]
+    assert k64["step"].tolist() == [0, 5, 10, 15, 20, 25]  # the summary adds the last step
+    assert k64["value"].tolist() == [accuracy(64, 0, s) for s in (0, 5, 10, 15, 20)] + [0.5]
+
+
+def test_collect_runs_script_and_figures(run_logs, tmp_path):
+    out = tmp_path / "runs.csv"
+    script = ROOT / "Policy_Optimization" / "collect_runs.py"
+    spec = importlib.util.spec_from_file_location("collect_runs", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(run_logs / "logs"), "--out", str(out)])
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == COLUMNS and sorted(frame["K"].unique()) == [4, 16, 32, 128]
+
+    assert pick_metric(frame) == METRIC
+    assert default_steps(frame[frame["metric"] == METRIC]) == [0, 5, 15, 20]
+    paths = plot_figure5(frame, str(tmp_path / "fig" / "figure5"), steps=[5, 20])
+    assert [os.path.basename(p) for p in paths] == ["figure5.png", "figure5.pdf"]
+    assert all(os.path.getsize(p) > 1000 for p in paths)
+
+    table = table2(frame)
+    lines = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [line.split("|")[1].strip() for line in lines] == ["4", "16", "32", "128"]
+    mean, half = mean_ci([accuracy(32, s, 20) * 100 for s in (0, 1, 2)])
+    assert f"**{mean:.2f} ± {half:.2f}**" in table  # K = 32 is best, in bold
+
+
+def test_figures_module_cli(run_logs, tmp_path):
+    csv = tmp_path / "runs.csv"
+    collect([str(run_logs)]).to_csv(csv, index=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_mse.training_figures", "--csv", str(csv), "--out_dir", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "figure5_accuracy_vs_K.pdf").exists()
+    assert "| 64 | 1 |" in (tmp_path / "out" / "figure5_accuracy_vs_K_table.md").read_text()
+
+
+def test_real_wandb_offline_run(tmp_path):
+    """An offline run written by wandb itself (its .wandb file spans several 32 KiB blocks)."""
+    pytest.importorskip("wandb")
+    code = (
+        "import wandb\n"
+        "r = wandb.init(project='p', name='grpo_K16_seed3', config={'actor_rollout_ref': {'rollout': {'n': 16}}})\n"
+        "for s in range(1, 301):\n"
+        f"    d = {{f'actor/m{{j}}': s + j for j in range(10)}}\n"
+        f"    d.update({{'{METRIC}': s / 1000}} if s % 5 == 0 else {{}})\n"
+        "    r.log(d, step=s)\n"
+        "r.finish()\n"
+    )
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    env.pop("WANDB_API_KEY", None)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        pytest.skip(f"wandb could not write an offline run here: {result.stderr[-300:]}")
+    files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert files and files[0].stat().st_size > 64 * 1024
+    frame = collect([str(tmp_path / "wandb")])  # the latest-run link must not double count
+    assert set(frame["K"]) == {16} and set(frame["seed"]) == {3}
+    assert frame["step"].tolist() == list(range(5, 301, 5))
+    assert frame["value"].tolist() == pytest.approx([s / 1000 for s in range(5, 301, 5)])

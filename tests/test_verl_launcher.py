@@ -1,0 +1,161 @@
+"""Policy_Optimization/grpo_train.sh and the group-size sweep, checked on CPU (no GPU, no training)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_mse.group_size_sweep import budget_settings, launch, plan
+from grpo_mse.verl_data import arithmetic_splits, write_parquet
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
+CONFIG_VARS = (
+    "BASE_DIR MODEL DATA_DIR TRAIN_FILE VAL_FILE GPUS CUDA_VISIBLE_DEVICES GPU_UTIL NNODES PYTHON_BIN GROUP_SIZE "
+    "RUN_TAG EXPERIMENT_NAME PROJECT_NAME BUDGET SEED DRY_RUN CONDA_ROOT ENV_NAME WANDB_API_KEY LOG_FILE"
+).split()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("arith")
+    for split, rows in arithmetic_splits(32, 8).items():
+        write_parquet(rows, str(folder / f"{split}.parquet"))
+    return folder
+
+
+def launcher_env(tmp_path, **settings) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_VARS}
+    env.update(BASE_DIR=str(tmp_path), PYTHON_BIN=sys.executable, WANDB_MODE="offline")
+    env.update({k: str(v) for k, v in settings.items()})
+    return env
+
+
+def run_launcher(env, *overrides, timeout=180):
+    return subprocess.run(
+        ["bash", str(LAUNCHER), *overrides], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_placeholders_refuse_to_run(tmp_path, data_dir):
+    result = run_launcher(launcher_env(tmp_path, DATA_DIR=data_dir))
+    assert result.returncode != 0 and "MODEL is not set" in result.stderr
+    result = run_launcher(launcher_env(tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct"))
+    assert result.returncode != 0 and "DATA_DIR is not set" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        ({"GROUP_SIZE": 48}, "GROUP_SIZE=48 must divide 1024 (train_batch_size"),
+        ({"GROUP_SIZE": 512}, "GROUP_SIZE=512 must divide 256 (ppo_mini_batch_size"),
+        ({"GROUP_SIZE": 256}, "GROUP_SIZE=256 must divide 128 (total_epochs"),
+        ({"GROUP_SIZE": "abc"}, "GROUP_SIZE=abc must be a positive integer"),
+        ({"GPUS": 4, "CUDA_VISIBLE_DEVICES": "0,1"}, "lists 2 devices"),
+        ({"GPU_UTIL": 1.5}, "GPU_UTIL=1.5 must be in (0, 1]"),
+        ({"DATA_DIR": "/nonexistent"}, "not found"),
+    ],
+)
+def test_invalid_settings_exit_nonzero(tmp_path, data_dir, settings, message):
+    env = launcher_env(tmp_path, **{"MODEL": "m", "DATA_DIR": data_dir, **settings})
+    result = run_launcher(env)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_print_only_budget_scaling_and_masking(tmp_path, data_dir):
+    env = launcher_env(
+        tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=16, SEED=3,
+        DRY_RUN="print", WANDB_API_KEY="secret-key-123",
+    )  # fmt: skip
+    result = run_launcher(env, "trainer.total_epochs=2", "+extra.api_key=hunter2")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in (
+        "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=16", "trainer.total_epochs=8",
+        "actor_rollout_ref.rollout.n=16", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.optim.lr=1e-6",
+        "actor_rollout_ref.actor.use_kl_loss=False", "algorithm.use_kl_in_reward=False",
+        "actor_rollout_ref.actor.entropy_coeff=0", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+        "actor_rollout_ref.actor.ppo_epochs=1", "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True", "data.max_prompt_length=512",
+        "data.max_response_length=512", "trainer.test_freq=5", "trainer.save_freq=100",
+        "reward.custom_reward_function.name=compute_score", "data.seed=3", "grpo_Qwen2.5-1.5B-Instruct_K16_seed3",
+        f"reward.custom_reward_function.path={ROOT / 'Policy_Optimization' / 'reward.py'}",
+    ):  # fmt: skip
+        assert expected in out, expected
+    assert out.index("trainer.total_epochs=8") < out.index("trainer.total_epochs=2")  # user overrides last
+    assert "secret-key-123" not in out + result.stderr and "hunter2" not in out
+    assert "WANDB_API_KEY=****" in out
+    assert f"HF_HOME={tmp_path}/hf_cache" in out
+
+
+def test_conda_activation_only_when_configured(tmp_path, data_dir):
+    conda = tmp_path / "conda" / "etc" / "profile.d"
+    conda.mkdir(parents=True)
+    (conda / "conda.sh").write_text('conda() { echo "conda $1 $2" >&2; }\n')
+    base = {"MODEL": "m", "DATA_DIR": data_dir, "DRY_RUN": "print"}
+    result = run_launcher(launcher_env(tmp_path, **base, CONDA_ROOT=tmp_path / "conda", ENV_NAME="verl-gpu"))
+    assert result.returncode == 0 and "conda activate verl-gpu" in result.stderr
+    result = run_launcher(launcher_env(tmp_path, **base, CONDA_ROOT=tmp_path / "conda"))
+    assert result.returncode == 0 and "conda" not in result.stderr
+
+
+def test_dry_run_composes_and_validates_with_verl(tmp_path, data_dir):
+    pytest.importorskip("verl")
+    env = launcher_env(tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=32, DRY_RUN=1)
+    result = run_launcher(env, "trainer.total_epochs=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = result.stdout
+    for expected in ("adv_estimator: grpo", "train_batch_size: 32", "total_epochs: 2", "loss_mode: vanilla"):
+        assert expected in config, expected
+    assert "composed and validated by VERL" in result.stderr
+
+
+def test_dry_run_rejects_misspelled_override(capsys):
+    """The same check in process (saves a second VERL start-up): an unknown key fails composition."""
+    pytest.importorskip("verl")
+    from grpo_mse.verl_dry_run import main as dry_run_main
+
+    with pytest.raises(SystemExit) as failure:
+        dry_run_main(["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.optim.lrr=1e-6"])
+    assert failure.value.code != 0
+    assert "lrr" in capsys.readouterr().err
+    assert dry_run_main(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=vllm"]) == 1  # no micro batch
+
+
+def test_sweep_plan_and_budget():
+    assert budget_settings(32) == {"train_batch_size": 32, "ppo_mini_batch_size": 8, "total_epochs": 4}
+    assert budget_settings(64, budget=4096) == {"train_batch_size": 64, "ppo_mini_batch_size": 16, "total_epochs": 8}
+    with pytest.raises(ValueError, match="K=48 must divide 1024"):
+        plan([8, 48], [0])
+    runs = plan([4, 128], [0, 1], run_tag="gsm8k")
+    assert [r["name"] for r in runs] == ["gsm8k_K4_seed0", "gsm8k_K128_seed0", "gsm8k_K4_seed1", "gsm8k_K128_seed1"]
+
+
+def test_sweep_dry_run_launches_each_run(tmp_path, monkeypatch):
+    stub = tmp_path / "stub.sh"
+    stub.write_text('echo "$GROUP_SIZE $SEED $EXPERIMENT_NAME $DRY_RUN $BUDGET $*" >> "$STUB_LOG"\n')
+    monkeypatch.setenv("STUB_LOG", str(tmp_path / "calls.txt"))
+    results = launch(plan([8, 32], [0, 1]), ["trainer.x=1"], dry_run=True, launcher=str(stub))
+    assert [code for _, code in results] == [0, 0, 0, 0]
+    assert (tmp_path / "calls.txt").read_text().splitlines() == [
+        "8 0 grpo_K8_seed0 1 1024 trainer.x=1",
+        "32 0 grpo_K32_seed0 print 1024 trainer.x=1",
+        "8 1 grpo_K8_seed1 print 1024 trainer.x=1",
+        "32 1 grpo_K32_seed1 print 1024 trainer.x=1",
+    ]
+    stub.write_text("exit 3\n")
+    results = launch(plan([8, 32], [0]), dry_run=False, launcher=str(stub))
+    assert [code for _, code in results] == [3]  # stops at the first failure
+
+
+def test_sweep_script_rejects_bad_k(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "Policy_Optimization" / "sweep_group_size.py"), "--K_list", "8", "48", "--dry_run"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "K=48 must divide 1024" in result.stderr
