@@ -34,9 +34,19 @@ def nucleus_sample(logits: torch.Tensor, uniforms: torch.Tensor, temperature: fl
     return order.gather(-1, picks).squeeze(-1)
 
 
-@torch.no_grad()
-def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens, eos_ids, pad_id):
+def _prefill(model, prompts: list[list[int]], pad_id: int):
+    """Run the prompts; return (last logits [B, V], cache, attention mask, last positions [B, 1]).
+
+    When every row has the same prompt (a group), the prompt runs once and its cache is repeated.
+    """
     device = next(model.parameters()).device
+    if all(p == prompts[0] for p in prompts):
+        ids = torch.tensor([prompts[0]], device=device)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        out.past_key_values.batch_repeat_interleave(len(prompts))
+        mask = torch.ones((len(prompts), ids.shape[1]), dtype=torch.long, device=device)
+        positions = torch.full((len(prompts), 1), ids.shape[1] - 1, device=device)
+        return out.logits[:, -1, :].expand(len(prompts), -1), out.past_key_values, mask, positions
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -45,25 +55,32 @@ def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens
         mask[row, width - len(ids):] = 1
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
+    return out.logits[:, -1, :], out.past_key_values, mask, positions[:, -1:]
+
+
+@torch.no_grad()
+def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens, eos_ids, pad_id):
+    device = next(model.parameters()).device
+    logits, cache, mask, positions = _prefill(model, prompts, pad_id)
     eos = torch.tensor(eos_ids, device=device)
     outputs = [[] for _ in prompts]
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
-    cache = None
-    step_ids, step_positions = input_ids, positions
-    for _ in range(max_new_tokens):
-        out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions,
-                    past_key_values=cache, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+    for step in range(max_new_tokens):
         uniforms = torch.tensor([torch.rand(1, generator=g).item() for g in generators])
-        tokens = nucleus_sample(out.logits[:, -1, :], uniforms, temperature, top_p)
+        tokens = nucleus_sample(logits, uniforms, temperature, top_p)
         for row in torch.nonzero(~finished).flatten().tolist():
             outputs[row].append(int(tokens[row]))
         finished |= torch.isin(tokens, eos)
-        if bool(finished.all()):
+        if bool(finished.all()) or step == max_new_tokens - 1:
             break
-        step_ids = torch.where(finished, torch.full_like(tokens, pad_id), tokens).unsqueeze(-1)
-        step_positions = step_positions[:, -1:] + 1
+        next_ids = torch.where(finished, torch.full_like(tokens, pad_id), tokens).unsqueeze(-1)
+        positions = positions + 1
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+        out = model(input_ids=next_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
     return outputs
 
 

@@ -39,3 +39,12 @@ def test_continuations_do_not_depend_on_batching(random_lm):
     for tokens in together:
         assert 1 <= len(tokens) <= 6
         assert all(t not in (1, 2) for t in tokens[:-1])  # nothing is sampled after an EOS
+
+
+def test_group_prefill_equals_padded_batch(random_lm):
+    prompt, other = [3, 4, 5, 6], [7, 8]
+    kwargs = dict(temperature=1.0, top_p=1.0, max_new_tokens=5, eos_ids=[1], pad_id=0)
+    shared = sample_continuations(random_lm, [prompt] * 4, row_generators(9, 1, count=4), batch_size=4, **kwargs)
+    padded = sample_continuations(random_lm, [prompt] * 4 + [other], row_generators(9, 1, count=4)
+                                  + row_generators(9, 2, count=1), batch_size=5, **kwargs)
+    assert shared == padded[:4]
