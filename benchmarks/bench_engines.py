@@ -1,0 +1,159 @@
+"""Reference engine (three backward passes, Welford, prompt recomputed per sequence) against the fast
+engine (two backward passes, running sums, shared prompt cache) on the SAME sampled continuations.
+
+Prints, per case and side by side: gradient-phase time of each engine and their ratio, end-to-end
+time per prompt (sampling included) and its ratio, statistics memory, and the largest relative
+difference between the engines' per-prompt traces.
+
+  python benchmarks/bench_engines.py                     # built-in policy, zero-shot and few-shot, CPU
+  python benchmarks/bench_engines.py --qwen_shapes --device cuda --dtype bf16   # GPU: Qwen2.5-0.5B shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from grpo_mse import estimators as est  # noqa: E402
+from grpo_mse.data import load_rows  # noqa: E402
+from grpo_mse.engine import prompt_traces  # noqa: E402
+from grpo_mse.modeling import eos_token_ids, load_policy  # noqa: E402
+from grpo_mse.rewards import last_integer_reward  # noqa: E402
+from grpo_mse.tracecov_job import Sampler  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def qwen_shaped_model(device: str, dtype: str, seed: int = 0):
+    """A randomly initialised Qwen2.5-0.5B-shaped model and a stand-in tokenizer (no download)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from grpo_mse.modeling import DTYPES
+
+    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                         tie_word_embeddings=True, rope_theta=1000000.0)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(DTYPES[dtype]).eval()
+    return model
+
+
+class PromptOnlyTokenizer:
+    """The built-in tokenizer for prompts; continuations of a random 151936-token model decode to ""."""
+
+    def __init__(self, tokenizer):
+        self.inner = tokenizer
+        self.chat_template, self.eos_token_id, self.pad_token_id = (
+            tokenizer.chat_template, tokenizer.eos_token_id, tokenizer.pad_token_id)
+
+    def apply_chat_template(self, *args, **kwargs):
+        return self.inner.apply_chat_template(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+    def batch_decode(self, sequences, **kwargs):
+        return [""] * len(sequences)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, device: str) -> dict:
+    """Time both engines on identical samples for every prompt and K; compare their traces."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    times = {"sampling": 0.0, "fast": 0.0, "reference": 0.0}
+    worst, stats_bytes = 0.0, {}
+    for index, row in enumerate(rows):
+        for k in args.K_list:
+            synchronize(device)
+            start = time.perf_counter()
+            ids, continuations, texts = sampler_fast.draw(row, (k, index), args.M * k)
+            synchronize(device)
+            times["sampling"] += time.perf_counter() - start
+            rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
+            if args.random_rewards:  # a random model never answers right: draw 0/1 rewards instead
+                rewards = torch.bernoulli(torch.full((args.M * k,), 0.5), generator=torch.Generator().manual_seed(k))
+            groups = [continuations[g * k:(g + 1) * k] for g in range(args.M)]
+            value = float(row.get("V_oracle", rewards.mean()))
+            traces = {}
+            for name, sampler in (("fast", sampler_fast), ("reference", sampler_ref)):
+                synchronize(device)
+                start = time.perf_counter()
+                stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(args.M, k), value,
+                                      est.UNBIASED, name)
+                synchronize(device)
+                times[name] += time.perf_counter() - start
+                traces[name] = stats.traces
+                stats_bytes[name] = sum(acc.nbytes() for acc in stats.accumulators.values())
+            for n in est.UNBIASED:
+                scale = max(abs(traces["reference"][n]), 1e-30)
+                worst = max(worst, abs(traces["fast"][n] - traces["reference"][n]) / scale)
+    prompts = len(rows)
+    return {
+        "prompts": prompts, "K_list": args.K_list, "M": args.M,
+        "seconds": times,
+        "gradient_speedup": times["reference"] / times["fast"],
+        "end_to_end_speedup": (times["sampling"] + times["reference"]) / (times["sampling"] + times["fast"]),
+        "stats_bytes": stats_bytes, "memory_ratio": stats_bytes["fast"] / stats_bytes["reference"],
+        "max_rel_diff": worst,
+    }
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=os.path.join(ROOT, "assets", "tiny_policy"))
+    p.add_argument("--qwen_shapes", action="store_true", help="random model with Qwen2.5-0.5B's shapes")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"])
+    p.add_argument("--cases", nargs="+", default=["zero_shot", "few_shot"])
+    p.add_argument("--T", type=int, default=3, help="prompts per case")
+    p.add_argument("--M", type=int, default=4)
+    p.add_argument("--K_list", type=int, nargs="+", default=[4, 8, 16])
+    p.add_argument("--max_new_tokens", type=int, default=32)
+    p.add_argument("--out", default=None, help="also write the results as JSON here")
+    args = p.parse_args(argv)
+    torch.manual_seed(0)
+    if args.qwen_shapes:
+        _, tokenizer = load_policy(os.path.join(ROOT, "assets", "tiny_policy"), "cpu", "fp32")
+        tokenizer = PromptOnlyTokenizer(tokenizer)
+        model = qwen_shaped_model(args.device, args.dtype)
+        eos = [tokenizer.eos_token_id]
+        args.random_rewards = True
+    else:
+        model, tokenizer = load_policy(args.model, args.device, args.dtype)
+        eos = eos_token_ids(model, tokenizer)
+        args.random_rewards = False
+    common = dict(model=model, tokenizer=tokenizer, eos_ids=eos, temperature=1.0, top_p=0.95,
+                  max_new_tokens=args.max_new_tokens, gen_bs=256, seed=0)
+    fast, reference = Sampler(**common, shared_prompt=True), Sampler(**common, shared_prompt=False)
+    report = {}
+    for case in args.cases:
+        rows = load_rows(os.path.join(ROOT, "data", f"arithmetic_{case}.jsonl"))[: args.T]
+        report[case] = run_case(model, fast, reference, rows, args, args.device)
+        r = report[case]
+        print(f"[{case}] T={r['prompts']} M={args.M} K={args.K_list}  "
+              f"sampling {r['seconds']['sampling']:.1f}s  reference {r['seconds']['reference']:.1f}s  "
+              f"fast {r['seconds']['fast']:.1f}s")
+        print(f"[{case}] gradient phase speed-up x{r['gradient_speedup']:.2f}   end-to-end speed-up "
+              f"x{r['end_to_end_speedup']:.2f}   statistics memory fast/reference = {r['memory_ratio']:.2f} "
+              f"({r['stats_bytes']['fast'] / 2**20:.1f} / {r['stats_bytes']['reference'] / 2**20:.1f} MiB)   "
+              f"max relative trace difference {r['max_rel_diff']:.2e}")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump({"device": args.device, "dtype": args.dtype, "cases": report}, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
