@@ -69,3 +69,31 @@ def plot_run(result: dict, png_path: str) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     draw_mse_panel(ax, result, title=os.path.basename(str(result.get("config", {}).get("model", ""))))
     return save(fig, png_path[:-4] if png_path.endswith(".png") else png_path)[0]
+
+
+def plot_advisor(result: dict, budget: float, out_stem: str) -> list[str]:
+    """Predicted bound c1 K/N + c2/N + c3/(N K) against K at budget N, with K* and its interval."""
+    import numpy as np
+
+    from grpo_mse.advisor import error_bound
+
+    advice = result["group_size_advisor"]
+    pooled, ci = advice["pooled"], advice["ci95"]
+    ks = np.logspace(0, np.log2(max(budget, 4)), 200, base=2)
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    c1 = max(pooled["c1"], 0.0)
+    ax.plot(ks, error_bound(c1, pooled["c2"], max(pooled["c3"], 0.0), ks, budget), color="tab:blue",
+            label=f"c1 K/N + c2/N + c3/(N K), N={budget:g}")
+    if pooled["K_star"]:
+        ax.axvline(pooled["K_star"], color="tab:red", linestyle="--", label=f"K* = {pooled['K_star']:.3g}")
+        if ci.get("K_star"):
+            ax.axvspan(*ci["K_star"], color="tab:red", alpha=0.12, label="95% bootstrap interval")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("group size K")
+    ax.set_ylabel("error bound")
+    ax.set_title(f"group-size advisor: c1={pooled['c1']:.3g}, c2={pooled['c2']:.3g}, c3={pooled['c3']:.3g}",
+                 fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(fig, out_stem, formats=("png", "pdf"))

@@ -2,6 +2,7 @@
 
   Figure 4: --tracecov RUN.json [RUN.json ...]  -> one MSE-vs-K panel per run + a GRPO/oracle ratio panel
             --paper CSV overlays the published values (paper_figure4.csv) as an extra panel set
+  Advisor:  --advisor RUN.json [--budget N]     -> predicted error bound against K with K* marked
   Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
 """
 
@@ -16,13 +17,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from grpo_mse import cli  # noqa: E402
-from grpo_mse.figures import PAPER_NAMES, draw_mse_panel, draw_ratio_panel, plt, save  # noqa: E402
+from grpo_mse.figures import PAPER_NAMES, draw_mse_panel, draw_ratio_panel, plot_advisor, plt, save  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tracecov", nargs="*", default=[], help="main JSON files written by run_tracecov.py")
     p.add_argument("--labels", nargs="*", default=None, help="panel titles, one per --tracecov file")
+    p.add_argument("--advisor", default=None, help="main JSON with group_size_advisor: draw the bound and K*")
+    p.add_argument("--budget", type=float, default=1024, help="sequences per step N for --advisor")
     p.add_argument("--paper", default=None, help="paper_figure4.csv: add the published Figure 4 panels")
     p.add_argument("--training_csv", default=None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
     p.add_argument("--metric", default=None, help="metric of --training_csv to plot (default: first val accuracy)")
@@ -30,8 +33,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out_dir", default="results/figures")
     p.add_argument("--name", default="figure4", help="file stem of the Figure-4 outputs")
     args = p.parse_args(argv)
-    cli.require(bool(args.tracecov or args.paper or args.training_csv),
-                "give --tracecov files, --paper, and/or --training_csv")
+    cli.require(bool(args.tracecov or args.paper or args.training_csv or args.advisor),
+                "give --tracecov files, --paper, --advisor and/or --training_csv")
     cli.require(args.labels is None or len(args.labels) == len(args.tracecov), "--labels needs one label per file")
     return args
 
@@ -86,6 +89,11 @@ def main(argv=None) -> None:
         runs += paper_results(args.paper)
     if runs:
         for path in figure4(runs, os.path.join(args.out_dir, args.name)):
+            print(f"wrote {path}")
+    if args.advisor:
+        result = load_result(args.advisor)
+        cli.require("group_size_advisor" in result, f"{args.advisor}: no group_size_advisor (run without --no_advisor)")
+        for path in plot_advisor(result, args.budget, os.path.join(args.out_dir, "group_size_advisor")):
             print(f"wrote {path}")
     if args.training_csv:
         from grpo_mse.training_figures import main_training
