@@ -9,11 +9,9 @@ import torch
 
 
 def dot64(left: list[torch.Tensor], right: list[torch.Tensor]) -> float:
-    """<left, right> accumulated in float64, one parameter tensor at a time (no flat copy)."""
-    total = 0.0
-    for a, b in zip(left, right):
-        total += float(torch.dot(a.reshape(-1).double(), b.reshape(-1).double()))
-    return total
+    """<left, right>: fp32 products summed per parameter tensor, the per-tensor sums added in float64."""
+    products = torch._foreach_mul([a.float() for a in left], [b.float() for b in right])
+    return float(torch.stack([p.sum(dtype=torch.float64) for p in products]).sum())
 
 
 class WelfordTrace:
@@ -62,8 +60,7 @@ class SumTrace:
                            for j, cj in enumerate(coefficients))
         for c, vector in zip(coefficients, vectors):
             if c != 0.0:
-                for total, v in zip(self.total, vector):
-                    total.add_(v, alpha=c)
+                torch._foreach_add_(self.total, [v.float() for v in vector], alpha=c)
 
     def update(self, vector: list[torch.Tensor]) -> None:
         """Add one vector x."""
