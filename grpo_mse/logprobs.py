@@ -50,8 +50,6 @@ def shared_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
     device = next(model.parameters()).device
     count, width = len(continuations), max(len(c) for c in continuations)
     prompt_out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, logits_to_keep=1)
-    cache = prompt_out.past_key_values
-    cache.batch_repeat_interleave(count)
     tokens = torch.full((count, width), pad_id, dtype=torch.long)
     for row, ids in enumerate(continuations):
         tokens[row, : len(ids)] = torch.tensor(ids)
@@ -59,9 +57,13 @@ def shared_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
     mask = continuation_mask(continuations, [], include_eos=True).to(device)  # real (non-pad) positions
     attention = torch.cat([torch.ones((count, len(prompt)), device=device), mask], dim=1).long()
     positions = torch.arange(len(prompt), len(prompt) + width, device=device).expand(count, -1)
-    next_logits = model(input_ids=tokens, attention_mask=attention, position_ids=positions,
-                        past_key_values=cache).logits[:, :-1, :]
-    logits = torch.cat([prompt_out.logits[:, -1:, :].expand(count, -1, -1), next_logits], dim=1)
+    logits = prompt_out.logits[:, -1:, :].expand(count, -1, -1)
+    if width > 1:  # the last continuation token predicts nothing: feed all but it
+        cache = prompt_out.past_key_values
+        cache.batch_repeat_interleave(count)
+        next_logits = model(input_ids=tokens[:, :-1], attention_mask=attention[:, :-1],
+                            position_ids=positions[:, :-1], past_key_values=cache).logits
+        logits = torch.cat([logits, next_logits], dim=1)
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return (token_logp * continuation_mask(continuations, eos_ids, include_eos).to(device)).sum(-1)
