@@ -94,4 +94,6 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
     denominator = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends: no rounding past p
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
