@@ -8,6 +8,7 @@ MODEL=${MODEL:-assets/tiny_policy}
 if [ "${DEMO_INSTALL:-1}" = "1" ]; then
   python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # the tiny model runs faster on one thread
 start=$(date +%s)
 [ -f "$MODEL/config.json" ] || python scripts/build_tiny_policy.py --out_dir "$MODEL"
 python scripts/make_arithmetic_data.py --out_dir data
@@ -20,4 +21,6 @@ python Gradient_evaluation/run_tracecov.py --model "$MODEL" --oracle_table "$OUT
   --gen_bs 256 --save_json "$OUT" --plot_path "$OUT"
 python plots/make_figures.py --tracecov "$OUT"/tracecov_*[0-9].json --labels "built-in policy (zero-shot)" \
   --out_dir "$OUT" --name figure4
+python plots/make_figures.py --advisor "$OUT"/tracecov_*[0-9].json --budget 64 --out_dir "$OUT"
+[ -n "${DEMO_DIAGNOSTIC:-}" ] && python scripts/explain_baseline.py --oracle_table "$OUT"/oracle_v_n*.jsonl --out "$OUT"/baseline_diagnostic.json
 echo "demo finished in $(( $(date +%s) - start )) s; outputs in $OUT/"
