@@ -22,5 +22,6 @@ python Gradient_evaluation/run_tracecov.py --model "$MODEL" --oracle_table "$OUT
 python plots/make_figures.py --tracecov "$OUT"/tracecov_*[0-9].json --labels "built-in policy (zero-shot)" \
   --out_dir "$OUT" --name figure4
 python plots/make_figures.py --advisor "$OUT"/tracecov_*[0-9].json --budget 64 --out_dir "$OUT"
-[ -n "${DEMO_DIAGNOSTIC:-}" ] && python scripts/explain_baseline.py --oracle_table "$OUT"/oracle_v_n*.jsonl --out "$OUT"/baseline_diagnostic.json
+python scripts/explain_baseline.py --oracle_table "$OUT"/oracle_v_n*.jsonl --prompts 10 --n 96 \
+  --out "$OUT"/baseline_diagnostic.json
 echo "demo finished in $(( $(date +%s) - start )) s; outputs in $OUT/"
