@@ -1,0 +1,304 @@
+"""Tiny built-in causal LM ("built-in policy") so the project runs offline on a laptop.
+
+A byte-level BPE tokenizer (Qwen2 layout, so transformers reloads it unchanged as
+``Qwen2Tokenizer``) and a ~0.44M-parameter ``Qwen2ForCausalLM`` briefly trained, with
+supervision on the answer tokens only, on arithmetic rows drawn with a seed disjoint from the
+evaluation sets. Training stops early on purpose: the policy is only partly right, so the
+per-prompt success probabilities V(x) spread over (0, 1).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from grpo_mse.arithmetic import make_rows
+from grpo_mse.rewards import last_integer_reward
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
+
+# Qwen2's pre-tokenizer split pattern (digits are always single tokens).
+QWEN2_SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+TRAIN_DATA_SEED = 12345  # disjoint from the evaluation seeds (0, 1, ...)
+DEFAULT_VOCAB_SIZE = 384
+DEFAULT_STEPS = 2000
+
+
+def build_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE on ``texts`` with Qwen2's normalizer, split regex and decoder."""
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    # Sorted input: the learned merges do not depend on the caller's order.
+    tok.train_from_iterator(sorted(texts), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        unk_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START],
+        chat_template=CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+        model_max_length=1024,
+    )
+
+
+def build_model(
+    vocab_size: int,
+    hidden_size: int = 64,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 256,
+    pad_token_id: int = 0,
+    eos_token_id: int | None = None,
+    seed: int = 0,
+) -> Qwen2ForCausalLM:
+    """A small fp32 ``Qwen2ForCausalLM`` (tied embeddings), initialised from ``seed``."""
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=None,
+        dtype="float32",
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).float()
+
+
+def training_rows(n: int = 40000, seed: int = TRAIN_DATA_SEED) -> list[dict]:
+    """Half zero-shot, half few-shot rows (distinct problems) from a non-evaluation seed."""
+    zero = make_rows(n // 2, seed=seed, style="zero_shot")
+    few = make_rows(n - n // 2, seed=seed + 1, style="few_shot")
+    return zero + few
+
+
+def encode_example(tokenizer, row: dict) -> tuple[list[int], int]:
+    """Token ids of chat prompt + ``"{answer}<|im_end|>"`` and the prompt length."""
+    prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(f"{row['ground_truth']}{IM_END}", add_special_tokens=False)["input_ids"]
+    return prompt_ids + answer_ids, len(prompt_ids)
+
+
+def _collate(examples, pad_id: int):
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, (ids, n_prompt) in enumerate(examples):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, n_prompt : len(ids)] = torch.tensor(ids[n_prompt:])
+        mask[i, : len(ids)] = 1
+    return input_ids, mask, labels
+
+
+def batch_loss(model, batch, pad_id: int, share_prefix: bool = True):
+    """Mean answer-token loss of ``batch`` (a list of ``(ids, n_prompt)``).
+
+    With ``share_prefix`` the token prefix common to all rows (the fixed instruction, and for
+    few-shot prompts the five worked examples) runs once and its key/value cache is repeated
+    over the batch: same loss and gradients as the plain forward pass, several times cheaper.
+    """
+    n_shared = 0
+    if share_prefix:
+        first, limit = batch[0][0], min(n for _, n in batch) - 1
+        while n_shared < limit and all(ids[n_shared] == first[n_shared] for ids, _ in batch):
+            n_shared += 1
+    if n_shared == 0:
+        input_ids, mask, labels = _collate(batch, pad_id)
+        return model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+    cache = DynamicCache(config=model.config)
+    model.model(input_ids=torch.tensor([batch[0][0][:n_shared]]), past_key_values=cache, use_cache=True)
+    cache.batch_repeat_interleave(len(batch))
+    input_ids, mask, labels = _collate([(ids[n_shared:], n - n_shared) for ids, n in batch], pad_id)
+    mask = torch.cat([torch.ones(len(batch), n_shared, dtype=mask.dtype), mask], dim=1)
+    out = model(input_ids=input_ids, attention_mask=mask, labels=labels, past_key_values=cache, use_cache=True)
+    return out.loss
+
+
+def train(
+    model,
+    tokenizer,
+    rows,
+    steps: int = DEFAULT_STEPS,
+    seed: int = 0,
+    batch_size: int = 128,
+    lr: float = 3e-3,
+    warmup: int = 30,
+    weight_decay: float = 0.01,
+    log_every: int = 100,
+    callback=None,
+) -> list[float]:
+    """AdamW on the answer tokens only (cosine schedule); returns the per-step losses.
+
+    Batches alternate between the short (zero-shot) and long (few-shot) half of the rows, split
+    at the median prompt length, which keeps padding small. Batches are drawn with
+    ``random.Random(seed)``; torch is seeded too.
+    ``callback(step, model)``, if given, runs after every ``log_every`` steps.
+    """
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    pad_id = tokenizer.pad_token_id
+    encoded = [encode_example(tokenizer, row) for row in rows]
+    median = sorted(n for _, n in encoded)[len(encoded) // 2]
+    groups = [[e for e in encoded if e[1] < median], [e for e in encoded if e[1] >= median]]
+    groups = [g for g in groups if g]
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lr_at)
+    model.train()
+    losses, start = [], time.time()
+    for step in range(steps):
+        group = groups[step % len(groups)]
+        batch = [group[rng.randrange(len(group))] for _ in range(batch_size)]
+        loss = batch_loss(model, batch, pad_id)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        sched.step()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            recent = sum(losses[-log_every:]) / log_every
+            print(f"step {step + 1}/{steps}  loss {recent:.3f}  {time.time() - start:.0f}s", flush=True)
+            if callback is not None:
+                callback(step + 1, model)
+                model.train()
+    model.eval()
+    return losses
+
+
+def tokenizer_texts(rows) -> list[str]:
+    """Texts the BPE is trained on: role names, prompt contents and answers of every row."""
+    texts = []
+    for row in rows:
+        for message in row["prompt"]:
+            texts.extend([message["role"] + "\n", message["content"]])
+        texts.extend(["assistant\n", str(row["ground_truth"])])
+    return texts
+
+
+def build_and_save(
+    out_dir,
+    seed: int = 0,
+    steps: int = DEFAULT_STEPS,
+    n_train_rows: int = 40000,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    **train_kwargs,
+):
+    """Build tokenizer and model, train them from ``seed``, save both in HF format to ``out_dir``."""
+    torch.manual_seed(seed)
+    rows = training_rows(n_train_rows)
+    tokenizer = build_tokenizer(tokenizer_texts(rows), vocab_size=vocab_size)
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+    model = build_model(len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_id, seed=seed)
+    train(model, tokenizer, rows, steps=steps, seed=seed, **train_kwargs)
+    model.generation_config = GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_p=0.95,
+        top_k=0,
+        max_new_tokens=32,
+        eos_token_id=eos_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    model.save_pretrained(out, safe_serialization=True)
+    return model, tokenizer
+
+
+@torch.no_grad()
+def estimate_v(
+    model,
+    tokenizer,
+    rows,
+    n_samples: int = 32,
+    prompts_per_batch: int = 8,
+    seed: int = 0,
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+) -> tuple[list[float], float]:
+    """Monte-Carlo V(x) per row (share of ``n_samples`` sampled answers with reward 1), and the EOS rate."""
+    torch.manual_seed(seed)
+    model.eval()
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    values, n_eos, n_total = [], 0, 0
+    try:
+        for start in range(0, len(rows), prompts_per_batch):
+            chunk = rows[start : start + prompts_per_batch]
+            texts = [
+                tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in chunk
+            ]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=0,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=n_samples,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+            gen = out[:, enc["input_ids"].shape[1] :]
+            decoded = tokenizer.batch_decode(gen, skip_special_tokens=True)
+            n_eos += int((gen == tokenizer.eos_token_id).any(dim=1).sum())
+            n_total += len(decoded)
+            for i, row in enumerate(chunk):
+                samples = decoded[i * n_samples : (i + 1) * n_samples]
+                values.append(sum(last_integer_reward(t, row["ground_truth"]) for t in samples) / n_samples)
+    finally:
+        tokenizer.padding_side = side
+    return values, n_eos / max(1, n_total)

@@ -1,0 +1,66 @@
+"""Build the tiny built-in policy (tokenizer + Qwen2 model) and print a quick V(x) summary.
+
+Example:
+    python scripts/build_tiny_policy.py --out_dir assets/tiny_policy --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from grpo_mse.arithmetic import make_rows  # noqa: E402
+from grpo_mse.tiny_policy import DEFAULT_STEPS, build_and_save, estimate_v  # noqa: E402
+
+
+def quantile_line(values) -> str:
+    """Quantiles, mean and the fraction of prompts with V in (0.05, 0.95)."""
+    v = torch.tensor(values, dtype=torch.float64)
+    qs = torch.quantile(v, torch.tensor([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0], dtype=torch.float64))
+    mid = ((v > 0.05) & (v < 0.95)).double().mean().item()
+    q_text = " ".join(f"{q:.2f}" for q in qs.tolist())
+    return f"mean {v.mean().item():.3f}  q[0,.1,.25,.5,.75,.9,1] {q_text}  frac V in (0.05,0.95) {mid:.2f}"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out_dir", default="assets/tiny_policy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--lr", type=float, default=None, help="AdamW peak learning rate")
+    parser.add_argument("--batch_size", type=int, default=None)
+    parser.add_argument("--n_train_rows", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (the result depends slightly on it)")
+    parser.add_argument("--eval_prompts", type=int, default=50, help="0 skips the V summary")
+    parser.add_argument("--eval_samples", type=int, default=32)
+    args = parser.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    extra = {k: getattr(args, k) for k in ("lr", "batch_size", "n_train_rows") if getattr(args, k) is not None}
+    start = time.time()
+    model, tokenizer = build_and_save(args.out_dir, seed=args.seed, steps=args.steps, **extra)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"built {args.out_dir}: vocab {len(tokenizer)}, {n_params:,} params, {time.time() - start:.1f}s")
+    for path in sorted(Path(args.out_dir).iterdir()):
+        print(f"  {path.name:28s} {path.stat().st_size / 1024:8.1f} KiB")
+
+    if args.eval_prompts > 0:
+        for style in ("zero_shot", "few_shot"):
+            start = time.time()
+            rows = make_rows(args.eval_prompts, seed=0, style=style)
+            values, eos_rate = estimate_v(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed)
+            print(
+                f"V {style:9s} ({args.eval_prompts} prompts x {args.eval_samples} samples, "
+                f"{time.time() - start:.1f}s, EOS rate {eos_rate:.2f}): {quantile_line(values)}"
+            )
+
+
+if __name__ == "__main__":
+    main()
