@@ -1,7 +1,7 @@
 """Tiny built-in causal LM ("built-in policy") so the project runs offline on a laptop.
 
 A byte-level BPE tokenizer (Qwen2 layout, so transformers reloads it unchanged as
-``Qwen2Tokenizer``) and a ~0.44M-parameter ``Qwen2ForCausalLM`` briefly trained, with
+``Qwen2Tokenizer``) and a ~0.27M-parameter ``Qwen2ForCausalLM`` briefly trained, with
 supervision on the answer tokens only, on arithmetic rows drawn with a seed disjoint from the
 evaluation sets. Training stops early on purpose: the policy is only partly right, so the
 per-prompt success probabilities V(x) spread over (0, 1).
