@@ -45,7 +45,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--plot_path", default=None, help="output directory of the PNG (required unless --skip_plot)")
     p.add_argument("--skip_plot", action="store_true")
     p.add_argument("--engine", default="fast", choices=ENGINES,
-                   help="fast: two backward passes per group; reference: one per estimator (original)")
+                   help="fast: at most two vector-Jacobian products per group, several groups per batched "
+                        "backward call; reference: one backward pass per estimator (original)")
+    p.add_argument("--groups_per_pass", type=int, default=0,
+                   help="fast engine: groups per forward pass and batched backward call (0 = auto: up to 32 "
+                        "sequences, at most 4 groups, within 2 GiB of gradients)")
     p.add_argument("--estimators", nargs="+", default=job.DEFAULT_ESTIMATORS, choices=ALL_ESTIMATORS)
     p.add_argument("--drop_eos", action="store_true",
                    help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
@@ -61,6 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.require(args.M >= 2, f"--M must be >= 2 (got {args.M})")
     cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
     cli.require(args.T >= 1, f"--T must be >= 1 (got {args.T})")
+    cli.require(args.groups_per_pass >= 0, f"--groups_per_pass must be >= 0 (got {args.groups_per_pass})")
     cli.require(args.skip_plot or args.plot_path, "--plot_path is required unless --skip_plot")
     cli.require(0 < args.top_p <= 1 and args.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
     return args

@@ -3,7 +3,8 @@
 Every estimator here is affine in the rewards within a group, w_k = (c1 G_k + c0) / K, so its
 gradient is x = c1 a + c0 s with a = grad (1/K) sum_k G_k lp_k and s = grad (1/K) sum_k lp_k.
 - ``reference``: one backward pass per estimator (sum_k w_k lp_k), Welford statistics.
-- ``fast``: two backward passes (a and s; only s when all rewards are equal), running sums.
+- ``fast``: a and s (only s when all rewards are equal) of several groups from one forward pass and
+  one batched backward call (``is_grads_batched``), running sums and float64 Gram scalars.
 """
 
 from __future__ import annotations
@@ -58,10 +59,81 @@ def _grad(output: torch.Tensor, params: list[torch.Tensor], retain: bool) -> lis
     return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
 
 
+def batched_vjp(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch.Tensor) -> list[torch.Tensor]:
+    """[B, *p.shape] per parameter: row b is grad <cotangents[b], output> (one batched backward call)."""
+    if cotangents.shape[0] == 1:
+        return [g.unsqueeze(0) for g in _grad((cotangents[0] * output).sum(), params, retain=False)]
+    try:
+        grads = torch.autograd.grad(output, params, grad_outputs=cotangents, is_grads_batched=True,
+                                    allow_unused=True)
+    except RuntimeError:  # an operation without a vmap rule: one backward pass per row instead
+        rows = [_grad((row * output).sum(), params, retain=index < len(cotangents) - 1)
+                for index, row in enumerate(cotangents)]
+        return [torch.stack(column) for column in zip(*rows)]
+    return [torch.zeros((len(cotangents), *p.shape), dtype=p.dtype, device=p.device) if g is None else g
+            for g, p in zip(grads, params)]
+
+
+def gram64(grads: list[torch.Tensor], bucket: int = 1 << 22) -> torch.Tensor:
+    """[B, B] float64 Gram matrix <v_i, v_j> of the B vectors stacked in ``grads``, by column buckets."""
+    rows = grads[0].shape[0]
+    gram = torch.zeros((rows, rows), dtype=torch.float64, device=grads[0].device)
+    pending, size = [], 0
+
+    def flush():
+        block = torch.cat(pending, dim=1).double()
+        gram.add_(block @ block.T)
+        pending.clear()
+    for g in grads:
+        flat = g.reshape(rows, -1)
+        for start in range(0, flat.shape[1], bucket):
+            pending.append(flat[:, start:start + bucket])
+            size += pending[-1].shape[1]
+            if size >= bucket:
+                flush()
+                size = 0
+    if pending:
+        flush()
+    return gram
+
+
+def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: float = 2 ** 31) -> int:
+    """Groups whose gradients share one forward and one batched backward call.
+
+    ``requested`` > 0 is used as is; 0 (auto) packs up to 32 sequences per call (at most 4 groups),
+    within ``memory_bytes`` for the 2 fp32 gradient vectors per group.
+    """
+    if requested > 0:
+        return requested
+    by_memory = int(memory_bytes // (2 * 4 * max(n_params, 1)))
+    return max(1, min(4, 32 // k, by_memory))
+
+
+def group_cotangents(rewards: torch.Tensor) -> tuple[torch.Tensor, list[list[int]]]:
+    """Rows a_g = G_g / K and s_g = 1 / K on group g's slice ([C, K] rewards -> [B, C K]);
+    a group with equal rewards gets the s row only. Returns the rows and each group's row indices."""
+    count, k = rewards.shape
+    rows, owner = [], []
+    for g, group_rewards in enumerate(rewards):
+        kinds = [torch.ones(k, dtype=rewards.dtype)]
+        if group_rewards.max() > group_rewards.min():
+            kinds.insert(0, group_rewards)
+        owner.append(list(range(len(rows), len(rows) + len(kinds))))
+        for values in kinds:
+            row = torch.zeros(count * k, dtype=rewards.dtype)
+            row[g * k:(g + 1) * k] = values / k
+            rows.append(row)
+    return torch.stack(rows), owner
+
+
 def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list[int]]],
                   rewards: torch.Tensor, value: float | None, names=est.UNBIASED,
-                  engine: str = "fast") -> PromptStats:
-    """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [K]`` with grad."""
+                  engine: str = "fast", per_pass: int = 0) -> PromptStats:
+    """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
+
+    The fast engine runs ``per_pass`` groups (0: auto) through one forward pass and one batched
+    backward call that returns a and s of every group in it (s only for equal rewards).
+    """
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
     if engine not in ENGINES:
@@ -69,31 +141,39 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
     biased = [name for name in names if name in est.BIASED]
     labels = list(names) + [bias_label(name) for name in biased]
     stats = {label: (WelfordTrace if engine == "reference" else SumTrace)(params) for label in labels}
-    for group, group_rewards in zip(groups, rewards):
-        logprobs = logprob_fn(group)
-        group_rewards = group_rewards.to(logprobs.device, torch.float64)
+
+    def group_weights(group_rewards):
         weights = {name: est.weights(name, group_rewards, value) for name in names}
         if biased:
             oracle = est.oracle_weights(group_rewards, value)
             weights.update({bias_label(name): weights[name] - oracle for name in biased})
-        if engine == "reference":
+        return weights
+
+    if engine == "reference":
+        for group, group_rewards in zip(groups, rewards):
+            logprobs = logprob_fn(group)
+            weights = group_weights(group_rewards.to(logprobs.device, torch.float64))
             for index, name in enumerate(labels):
                 loss = (weights[name].to(logprobs.dtype) * logprobs).sum()
                 stats[name].update(_grad(loss, params, retain=index < len(labels) - 1))
-            continue
-        k = logprobs.shape[0]
-        equal = bool(group_rewards.max() == group_rewards.min())
-        s = _grad(logprobs.sum() / k, params, retain=not equal)
-        if equal:  # a = G_1 s: fold it into the coefficient of s
-            basis, gram = [s], [[dot64(s, s)]]
-        else:
-            a = _grad((group_rewards.to(logprobs.dtype) * logprobs).sum() / k, params, retain=False)
-            a_s = dot64(a, s)
-            basis, gram = [a, s], [[dot64(a, a), a_s], [a_s, dot64(s, s)]]
-        for name in labels:
-            c1, c0 = affine_coefficients(weights[name], group_rewards)
-            coefficients = [c0 + c1 * float(group_rewards[0])] if equal else [c1, c0]
-            stats[name].add_combination(coefficients, basis, gram)
+    else:
+        k = rewards.shape[1]
+        step = groups_per_pass(k, sum(p.numel() for p in params), per_pass)
+        for start in range(0, len(groups), step):
+            chunk_rewards = rewards[start:start + step].to(torch.float64)
+            logprobs = logprob_fn([c for group in groups[start:start + step] for c in group])
+            cotangents, owner = group_cotangents(chunk_rewards)
+            grads = batched_vjp(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype))
+            gram = gram64(grads).cpu()
+            for group_rewards, rows in zip(chunk_rewards, owner):
+                basis = [[g[r] for g in grads] for r in rows]
+                sub_gram = gram[rows][:, rows].tolist()
+                weights = group_weights(group_rewards)
+                for name in labels:
+                    c1, c0 = affine_coefficients(weights[name], group_rewards)
+                    # x = c1 a + c0 s; with equal rewards a = G_1 s folds into the coefficient of s
+                    coefficients = [c0 + c1 * float(group_rewards[0])] if len(rows) == 1 else [c1, c0]
+                    stats[name].add_combination(coefficients, basis, sub_gram)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
     return PromptStats(traces, stats, bias2)

@@ -70,7 +70,7 @@ class Sampler:
 
 
 def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k: int, m: int,
-                    names, engine: str, shared_samples: bool = False) -> tuple[dict, PromptStats]:
+                    names, engine: str, shared_samples: bool = False, per_pass: int = 0) -> tuple[dict, PromptStats]:
     """Sample M*K continuations, score them; return this prompt's record (tr_cov per estimator) and stats.
 
     Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with
@@ -82,7 +82,7 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
     params = [p for p in sampler.model.parameters() if p.requires_grad]
     stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k),
-                          float(row["V_oracle"]), names, engine)
+                          float(row["V_oracle"]), names, engine, per_pass)
     record = {
         "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
         "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
@@ -127,7 +127,8 @@ def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k
     for index in indices:
         if c1 is not None or (k, index) not in done:
             record, stats = evaluate_prompt(sampler, rows[index], keys[index], index, k, args.M,
-                                            args.estimators, args.engine, args.shared_samples)
+                                            args.estimators, args.engine, args.shared_samples,
+                                            getattr(args, "groups_per_pass", 0))
             if (k, index) not in done:
                 append_jsonl(progress, record)
                 done[(k, index)] = record

@@ -50,19 +50,60 @@ def test_fast_equals_reference_equals_explicit(random_lm, m, k):
 
 
 def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
+    """At most two vector-Jacobian products per group (one for equal rewards), one batched call per pass."""
     import grpo_mse.engine as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=7)
     rewards[1] = 0.0
-    calls = []
-    original = engine._grad
-    monkeypatch.setattr(engine, "_grad", lambda *a, **kw: calls.append(1) or original(*a, **kw))
-    prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "fast")
     equal_groups = int(sum(bool(r.max() == r.min()) for r in rewards))
-    assert len(calls) == 2 * 4 - equal_groups
-    calls.clear()
+    rows = []
+    original = engine.batched_vjp
+    monkeypatch.setattr(engine, "batched_vjp", lambda out, ps, cot: rows.append(len(cot)) or original(out, ps, cot))
+    for per_pass, calls in ((1, 4), (3, 2), (4, 1)):
+        rows.clear()
+        prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "fast", per_pass=per_pass)
+        assert sum(rows) == 2 * 4 - equal_groups and len(rows) == calls
+    single = []
+    original_grad = engine._grad
+    monkeypatch.setattr(engine, "_grad", lambda *a, **kw: single.append(1) or original_grad(*a, **kw))
     prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "reference")
-    assert len(calls) == 3 * 4
+    assert len(single) == 3 * 4
+
+
+@pytest.mark.parametrize("per_pass", [1, 2, 3, 5])
+def test_groups_per_pass_does_not_change_traces(random_lm, per_pass):
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=11)
+    one = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=1)
+    many = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=per_pass)
+    for n in est.ALL:
+        assert many.traces[n] == pytest.approx(one.traces[n], rel=1e-5)
+
+
+def test_batched_vjp_falls_back_to_one_pass_per_row(random_lm, monkeypatch):
+    """Models with an operation that has no vmap rule still work (one backward pass per row)."""
+    import grpo_mse.engine as engine
+
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=5)
+    batched = engine.batched_vjp(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3])
+    real_grad = torch.autograd.grad
+
+    def no_vmap(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            raise RuntimeError("vmap: no batching rule")
+        return real_grad(*args, **kwargs)
+    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    looped = engine.batched_vjp(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3])
+    for x, y in zip(batched, looped):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+    assert float(sum(x.abs().sum() for x in looped)) > 0
+
+
+def test_auto_groups_per_pass_respects_memory():
+    from grpo_mse.engine import groups_per_pass
+
+    assert groups_per_pass(2, 1000) == 4 and groups_per_pass(16, 1000) == 2 and groups_per_pass(64, 1000) == 1
+    assert groups_per_pass(2, 500_000_000) == 1  # 0.5B parameters: 2 fp32 vectors per group = 4 GB
+    assert groups_per_pass(2, 10**9, requested=3) == 3
 
 
 def test_grpo_vector_is_zero_for_equal_rewards_and_still_counts(random_lm):
