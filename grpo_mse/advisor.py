@@ -60,22 +60,25 @@ def k_star(c1: float, c3: float) -> float | None:
 
 def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dict]], n_boot: int = 2000,
            seed: int = 0) -> dict:
-    """c1, c2, c3 per K and pooled, K* = sqrt(c3/c1), each with a bootstrap 95% interval."""
+    """c1, c2, c3 per K and pooled, K* = sqrt(c3/c1), each with a bootstrap 95% interval.
+
+    c2, c3: inverse-variance weighted means of the per-K means; c1: plain mean over all batches."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     c2 = [np.array([per_prompt_constants(r)[0] for r in records_by_k[k]]) for k in ks]
     c3 = [np.array([per_prompt_constants(r)[1] for r in records_by_k[k]]) for k in ks]
     c1 = [np.array([b["c1"] for b in batches_by_k.get(k, [])]) for k in ks]
-    usable = [i for i, values in enumerate(c1) if len(values)]
-    point = {"c1": _pooled([c1[i] for i in usable]) if usable else float("nan"),
-             "c2": _pooled(c2), "c3": _pooled(c3)}
+    # c1 does not depend on K: a plain mean over every batch of every K (inverse-variance weights from a
+    # few skewed batch values let a K whose batches happen to be low and tight dominate)
+    c1_all = np.concatenate(c1) if any(len(v) for v in c1) else np.array([])
+    point = {"c1": float(c1_all.mean()) if len(c1_all) else float("nan"), "c2": _pooled(c2), "c3": _pooled(c3)}
     point["K_star"] = k_star(point["c1"], point["c3"])
     rng = np.random.default_rng(seed)
     draws = {"c1": [], "c2": [], "c3": [], "K_star": []}
     for _ in range(n_boot):
         sample = {"c2": _pooled([v[rng.integers(0, len(v), len(v))] for v in c2]),
                   "c3": _pooled([v[rng.integers(0, len(v), len(v))] for v in c3]),
-                  "c1": _pooled([c1[i][rng.integers(0, len(c1[i]), len(c1[i]))] for i in usable])
-                  if usable else float("nan")}
+                  "c1": float(c1_all[rng.integers(0, len(c1_all), len(c1_all))].mean())
+                  if len(c1_all) else float("nan")}
         star = k_star(sample["c1"], sample["c3"])
         sample["K_star"] = star if star is not None else float("nan")
         for name, value in sample.items():

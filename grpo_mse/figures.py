@@ -29,10 +29,23 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
     ax.set_yscale("log")
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
-    ax.set_ylabel("MSE = tr Cov (mean over prompts)")
+    unbiased_only = set(result["conditional_on_x"]) <= {"naive", "grpo", "oracleV"}
+    ax.set_ylabel("MSE = tr Cov (mean over prompts)" if unbiased_only
+                  else "tr Cov, mean over prompts (= MSE if unbiased)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    crowded = len(ax.get_legend_handles_labels()[1]) > 6
+    ax.legend(fontsize=7 if crowded else 8, ncol=2 if crowded else 1)
+
+
+def theory_overlay(theory_json: dict, names) -> dict:
+    """Dashed curves for draw_mse_panel from a theory JSON: {"K": K_list, name: mean exact tr Cov per K}.
+
+    tr Cov, not MSE: a run's conditional_on_x is the trace of covariance (= MSE only for unbiased estimators).
+    """
+    curves = {"K": theory_json["K_list"]}
+    curves.update({n: theory_json["trace_cov"][n] for n in names if n in theory_json["trace_cov"]})
+    return curves
 
 
 def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
@@ -41,7 +54,11 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
         values = result["conditional_on_x"]
         if "grpo" in values and "oracleV" in values:
             ratios = [g / o if o else float("nan") for g, o in zip(values["grpo"], values["oracleV"])]
-            ax.plot(result["K_list"], ratios, marker="o", label=label)
+            line = ax.plot(result["K_list"], ratios, marker="o", label=label)[0]
+            theory = result.get("theory") or {}
+            if "grpo" in theory and "oracleV" in theory:
+                ax.plot(theory["K"], [g / o if o else float("nan") for g, o in zip(theory["grpo"], theory["oracleV"])],
+                        linestyle="--", color=line.get_color(), alpha=0.7, label=f"{label} (exact)")
     ax.axhline(1.0, color="gray", linestyle=":")
     ax.set_xscale("log", base=2)
     ks = sorted({k for _, result in results for k in result["K_list"]})

@@ -2,6 +2,7 @@
 
   Figure 4: --tracecov RUN.json [RUN.json ...]  -> one MSE-vs-K panel per run + a GRPO/oracle ratio panel
             --paper CSV overlays the published values (paper_figure4.csv) as an extra panel set
+            --theory THEORY.json overlays exact curves (scripts/exact_theory.py) on the --tracecov panels
   Advisor:  --advisor RUN.json [--budget N]     -> predicted error bound against K with K* marked
   Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
 """
@@ -17,7 +18,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from grpo_mse import cli  # noqa: E402
-from grpo_mse.figures import PAPER_NAMES, draw_mse_panel, draw_ratio_panel, plot_advisor, plt, save  # noqa: E402
+from grpo_mse.figures import (  # noqa: E402
+    PAPER_NAMES,
+    draw_mse_panel,
+    draw_ratio_panel,
+    plot_advisor,
+    plt,
+    save,
+    theory_overlay,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -26,6 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--labels", nargs="*", default=None, help="panel titles, one per --tracecov file")
     p.add_argument("--advisor", default=None, help="main JSON with group_size_advisor: draw the bound and K*")
     p.add_argument("--budget", type=float, default=1024, help="sequences per step N for --advisor")
+    p.add_argument("--theory", default=None,
+                   help="theory JSON of scripts/exact_theory.py: dashed exact curves on the --tracecov panels")
     p.add_argument("--paper", default=None, help="paper_figure4.csv: add the published Figure 4 panels")
     p.add_argument("--training_csv", default=None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
     p.add_argument("--metric", default=None, help="metric of --training_csv to plot (default: first val accuracy)")
@@ -35,6 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     cli.require(bool(args.tracecov or args.paper or args.training_csv or args.advisor),
                 "give --tracecov files, --paper, --advisor and/or --training_csv")
+    cli.require(args.theory is None or bool(args.tracecov), "--theory needs --tracecov runs to overlay")
     cli.require(args.labels is None or len(args.labels) == len(args.tracecov), "--labels needs one label per file")
     return args
 
@@ -47,6 +59,26 @@ def load_result(path: str) -> dict:
     if "K_list" not in result or "conditional_on_x" not in result:
         raise cli.UsageError(f"{path}: not a run_tracecov.py main JSON (no K_list/conditional_on_x)")
     return result
+
+
+def load_theory(path: str) -> dict:
+    """A theory JSON of scripts/exact_theory.py (K_list and mean exact trace_cov per estimator)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"theory file not found: {path}")
+    with open(path, encoding="utf-8") as handle:
+        theory = json.load(handle)
+    if "K_list" not in theory or "trace_cov" not in theory:
+        raise cli.UsageError(f"{path}: not a theory JSON of scripts/exact_theory.py (no K_list/trace_cov)")
+    return theory
+
+
+def check_one_token(result: dict, theory: dict, label: str) -> None:
+    """Warn when a run was not sampled as the exact theory assumes (one token, top_p 1, same temperature)."""
+    config, want = result.get("config", {}), theory.get("config", {}).get("matching_run_flags", {})
+    differ = [f"{flag}={config.get(flag)} (theory: {value})" for flag, value in want.items()
+              if flag in config and float(config[flag]) != float(value)]
+    if differ:
+        print(f"warning: {label}: the exact curves assume other settings: {', '.join(differ)}", file=sys.stderr)
 
 
 def paper_results(path: str) -> list[tuple[str, dict]]:
@@ -84,6 +116,10 @@ def main(argv=None) -> None:
     for index, path in enumerate(args.tracecov):
         result = load_result(path)
         label = args.labels[index] if args.labels else os.path.basename(str(result["config"].get("model", path)))
+        if args.theory:
+            theory = load_theory(args.theory)
+            check_one_token(result, theory, label)
+            result["theory"] = theory_overlay(theory, result["conditional_on_x"])
         runs.append((label, result))
     if args.paper:
         runs += paper_results(args.paper)

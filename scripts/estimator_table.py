@@ -1,0 +1,61 @@
+"""Estimator comparison table: exact (scripts/exact_theory.py) against Monte Carlo (run_tracecov.py).
+
+For each K and estimator (naive, grpo, oracleV, grpo_std, drgrpo): tr Cov, bias^2 and MSE, exact and measured,
+with the run's 95% half-widths and a paired z-score per quantity; then the advisor's c1, c2, c3, K* against
+their exact values. The run must use the theory's prompts with --max_new_tokens 1 --top_p 1 (same temperature).
+
+  OUT_DIR/estimator_table.csv   one row per (K, estimator): grpo_mse.estimator_table.COLUMNS
+  OUT_DIR/estimator_table.md    the same as markdown, plus the advisor table
+  OUT_DIR/advisor_check.json    exact vs estimated constants and whether each exact value is inside its interval
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from grpo_mse import cli  # noqa: E402
+from grpo_mse import estimator_table as table  # noqa: E402
+from grpo_mse.results import write_atomic, write_csv, write_json  # noqa: E402
+
+
+def load_json(path: str, fields: tuple[str, ...], what: str) -> dict:
+    """A JSON file that must hold ``fields``; one-line errors otherwise."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} not found: {path}")
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    missing = [f for f in fields if f not in data]
+    cli.require(not missing, f"{path}: not a {what} (no {', '.join(missing)})")
+    return data
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--theory", required=True, help="theory JSON of scripts/exact_theory.py")
+    p.add_argument("--tracecov", required=True, help="main JSON of run_tracecov.py (its *_per_prompt.csv beside it)")
+    p.add_argument("--out_dir", default="results/estimators")
+    args = p.parse_args(argv)
+    theory = load_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory JSON")
+    run = load_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main JSON")
+    csv_path = table.per_prompt_path(args.tracecov)
+    if not os.path.isfile(csv_path):
+        raise FileNotFoundError(f"per-prompt table not found: {csv_path}")
+    names = [n for n in run["conditional_on_x"] if n in theory["trace_cov"]]
+    rows = table.comparison_rows(theory, table.read_per_prompt(csv_path), names)
+    cli.require(bool(rows), "the run and the theory share no (K, estimator, prompt id)")
+    check = table.advisor_check(theory, run)
+    write_csv(os.path.join(args.out_dir, "estimator_table.csv"), rows, table.COLUMNS)
+    write_atomic(os.path.join(args.out_dir, "estimator_table.md"), table.markdown(rows, check))
+    if check:
+        write_json(os.path.join(args.out_dir, "advisor_check.json"), check)
+    print(table.markdown(rows, check), end="")
+    print(f"wrote {args.out_dir}/estimator_table.csv, estimator_table.md" + (", advisor_check.json" if check else ""))
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,106 @@
+"""Exact oracle table and exact MSE curves for ONE generated token (top_p 1), by enumerating the vocabulary.
+
+For the first T prompts of a table, the continuation y is a single token drawn from softmax(logits / T_temp);
+the reward is the last-integer rule on its decoded text. Enumerating all tokens gives, exactly:
+
+  OUT_DIR/oracle_exact_{model}_{ts}.jsonl  calculate_oracle_v.py's format with the exact V_oracle (n_oracle null),
+                                           accepted by run_tracecov.py --oracle_table
+  OUT_DIR/theory_{model}_{ts}.json         K_list; per estimator the mean over prompts of the exact MSE,
+                                           tr Cov (trace_cov) and bias^2 at each K; c1, c2, c3, K* of the prompt
+                                           set; per-prompt moments and curves; the Gram matrix of the gradients
+
+Compare with: run_tracecov.py --oracle_table <the jsonl> --max_new_tokens 1 --top_p 1 --temperature <same>.
+With the built-in tokenizer a token holds at most one digit, so only gold answers 0..9 are reachable in one
+token; --reachable_only skips the other rows (their V is 0 and every gradient is exactly 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from grpo_mse import cli  # noqa: E402
+from grpo_mse import one_token as ot  # noqa: E402
+from grpo_mse.data import load_rows, prompt_ids  # noqa: E402
+from grpo_mse.estimators import ALL as ALL_ESTIMATORS  # noqa: E402
+from grpo_mse.modeling import load_policy, model_basename_tag  # noqa: E402
+from grpo_mse.results import timestamp, write_atomic, write_json  # noqa: E402
+from grpo_mse.theory import gradient_gram  # noqa: E402
+
+BUILTIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tiny_policy")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=BUILTIN, help="hub id or local folder (default: the built-in policy)")
+    p.add_argument("--revision", default="main")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"])
+    p.add_argument("--dataset", required=True, help="local .jsonl/.parquet/folder with prompt and ground_truth")
+    p.add_argument("--split", default="train")
+    p.add_argument("--T", type=int, default=16, help="number of prompts (the first T, after --reachable_only)")
+    p.add_argument("--reachable_only", action="store_true",
+                   help="skip rows whose ground truth no single token can produce")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--K_list", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32],
+                   help="group sizes of the exact curves (>= 2)")
+    p.add_argument("--estimators", nargs="+", default=ot.DEFAULT_ESTIMATORS, choices=ALL_ESTIMATORS)
+    p.add_argument("--max_jacobian_gb", type=float, default=4.0,
+                   help="refuse models whose logit Jacobian (vocab x parameters, fp32) is larger")
+    p.add_argument("--out_dir", default="results/theory")
+    p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
+    args = p.parse_args(argv)
+    cli.require(args.T >= 1, f"--T must be >= 1 (got {args.T})")
+    cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
+    cli.require(args.temperature > 0, f"--temperature must be > 0 (got {args.temperature})")
+    return args
+
+
+def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool) -> list[dict]:
+    """The first ``count`` rows (only those with a one-token correct answer when ``reachable_only``)."""
+    chosen = [row for row in rows if not reachable_only or ot.reachable(texts, row["ground_truth"])][:count]
+    cli.require(bool(chosen), "no row has a ground truth that a single token can produce")
+    return chosen
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    rows = load_rows(args.dataset, args.split)
+    model, tokenizer = load_policy(args.model, args.device, args.dtype, args.revision, args.trust_remote_code)
+    size = ot.jacobian_bytes(model) / 2**30
+    cli.require(size <= args.max_jacobian_gb, f"the logit Jacobian needs {size:.3g} GiB > --max_jacobian_gb "
+                f"{args.max_jacobian_gb:g}; exact enumeration is for small models")
+    texts = ot.token_texts(tokenizer, model.config.vocab_size)
+    rows = select(rows, texts, args.T, args.reachable_only)
+    if len(rows) < args.T:
+        print(f"note: only {len(rows)} rows qualify; using them all", file=sys.stderr)
+    for row in rows:  # fail on unformattable prompts before any work or output
+        prompt_ids(tokenizer, row["prompt"])
+    prompts, gradients, oracle_lines = [], [], []
+    for row in cli.progress(rows, desc="prompts"):
+        enum = ot.enumerate_row(model, tokenizer, row, texts, args.temperature)
+        prompts.append(ot.prompt_summary(row, enum, args.K_list, args.estimators))
+        gradients.append(enum.g)
+        oracle_lines.append(json.dumps(ot.oracle_record(row, prompts[-1]["V"]), ensure_ascii=False) + "\n")
+    config = {**vars(args), "n_rows_used": len(rows), "matching_run_flags": {
+        "max_new_tokens": 1, "top_p": 1.0, "temperature": args.temperature}}
+    summary = ot.theory_summary(prompts, gradient_gram(gradients), args.K_list, args.estimators, config)
+    stem = f"{model_basename_tag(args.model)}_{timestamp()}"
+    oracle_path = os.path.join(args.out_dir, f"oracle_exact_{stem}.jsonl")
+    theory_path = os.path.join(args.out_dir, f"theory_{stem}.json")
+    write_atomic(oracle_path, "".join(oracle_lines))
+    write_json(theory_path, summary)
+    c = summary["scaling_constants"]
+    print(f"{len(rows)} prompts, mean V = {summary['mean_V']:.3f}; exact c1={c['c1']:.4g} c2={c['c2']:.4g} "
+          f"c3={c['c3']:.4g} K*={c['K_star']:.3g}")
+    for i, k in enumerate(args.K_list):
+        print(f"K={k:3d}  " + "  ".join(f"{n}={summary['mse'][n][i]:.4g}" for n in args.estimators))
+    print(f"oracle table: {oracle_path}\ntheory: {theory_path}")
+
+
+if __name__ == "__main__":
+    cli.run(main)
