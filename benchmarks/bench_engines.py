@@ -73,6 +73,7 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
     """Time both engines on identical samples for every prompt and K; compare their traces."""
     params = [p for p in model.parameters() if p.requires_grad]
     times = {"sampling": 0.0, "fast": 0.0, "reference": 0.0}
+    by_k = {k: {"fast": 0.0, "reference": 0.0, "mean_length": 0.0} for k in args.K_list}
     worst, stats_bytes = 0.0, {}
     for index, row in enumerate(rows):
         for k in args.K_list:
@@ -85,15 +86,17 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
             if args.random_rewards:  # a random model never answers right: draw 0/1 rewards instead
                 rewards = torch.bernoulli(torch.full((args.M * k,), 0.5), generator=torch.Generator().manual_seed(k))
             groups = [continuations[g * k:(g + 1) * k] for g in range(args.M)]
+            by_k[k]["mean_length"] += sum(map(len, continuations)) / len(continuations) / len(rows)
             value = float(row.get("V_oracle", rewards.mean()))
             traces = {}
             for name, sampler in (("fast", sampler_fast), ("reference", sampler_ref)):
                 synchronize(device)
                 start = time.perf_counter()
                 stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(args.M, k), value,
-                                      est.UNBIASED, name)
+                                      est.UNBIASED, name, args.groups_per_pass)
                 synchronize(device)
                 times[name] += time.perf_counter() - start
+                by_k[k][name] += time.perf_counter() - start
                 traces[name] = stats.traces
                 stats_bytes[name] = sum(acc.nbytes() for acc in stats.accumulators.values())
             for n in est.UNBIASED:
@@ -103,6 +106,7 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
     return {
         "prompts": prompts, "K_list": args.K_list, "M": args.M,
         "seconds": times,
+        "seconds_by_K": by_k,
         "gradient_speedup": times["reference"] / times["fast"],
         "end_to_end_speedup": (times["sampling"] + times["reference"]) / (times["sampling"] + times["fast"]),
         "stats_bytes": stats_bytes, "memory_ratio": stats_bytes["fast"] / stats_bytes["reference"],
@@ -121,6 +125,7 @@ def main(argv=None) -> None:
     p.add_argument("--M", type=int, default=8)
     p.add_argument("--K_list", type=int, nargs="+", default=[2, 4, 8, 16])
     p.add_argument("--max_new_tokens", type=int, default=32)
+    p.add_argument("--groups_per_pass", type=int, default=0, help="fast engine's groups per pass (0 = auto)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
     torch.manual_seed(0)
@@ -149,6 +154,9 @@ def main(argv=None) -> None:
               f"x{r['end_to_end_speedup']:.2f}   statistics memory fast/reference = {r['memory_ratio']:.2f} "
               f"({r['stats_bytes']['fast'] / 2**20:.1f} / {r['stats_bytes']['reference'] / 2**20:.1f} MiB)   "
               f"max relative trace difference {r['max_rel_diff']:.2e}")
+        for k, t in r["seconds_by_K"].items():
+            print(f"[{case}]   K={k:<3d} mean continuation length {t['mean_length']:.1f}  "
+                  f"reference {t['reference']:.2f}s  fast {t['fast']:.2f}s  x{t['reference'] / t['fast']:.2f}")
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w", encoding="utf-8") as handle:

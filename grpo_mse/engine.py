@@ -109,21 +109,32 @@ def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: flo
     return max(1, min(4, 32 // k, by_memory))
 
 
-def group_cotangents(rewards: torch.Tensor) -> tuple[torch.Tensor, list[list[int]]]:
-    """Rows a_g = G_g / K and s_g = 1 / K on group g's slice ([C, K] rewards -> [B, C K]);
-    a group with equal rewards gets the s row only. Returns the rows and each group's row indices."""
+def group_plan(weights: dict[str, torch.Tensor], rewards: torch.Tensor) -> tuple[list[str], dict[str, list[float]]]:
+    """Which of a, s a group needs, and each estimator's coefficients on them: x = c1 a + c0 s.
+
+    With equal rewards a = G_1 s, so x = (c0 + c1 G_1) s; a vector whose coefficient is 0 for every
+    estimator is not computed (e.g. all rewards 0 with V = 0: every estimator is exactly 0)."""
+    equal = bool(rewards.max() == rewards.min())
+    pairs = {name: affine_coefficients(w, rewards) for name, w in weights.items()}
+    if equal:
+        folded = {name: [c0 + c1 * float(rewards[0])] for name, (c1, c0) in pairs.items()}
+        return (["s"], folded) if any(c[0] != 0.0 for c in folded.values()) else ([], {n: [] for n in pairs})
+    kinds = [kind for index, kind in enumerate("as") if any(pair[index] != 0.0 for pair in pairs.values())]
+    return kinds, {name: [pair["as".index(kind)] for kind in kinds] for name, pair in pairs.items()}
+
+
+def group_cotangents(rewards: torch.Tensor, kinds: list[list[str]]) -> tuple[torch.Tensor, list[list[int]]]:
+    """Rows a_g = G_g / K and s_g = 1 / K on group g's slice ([C, K] rewards -> [B, C K]) for the
+    kinds each group needs; returns the rows and each group's row indices."""
     count, k = rewards.shape
     rows, owner = [], []
-    for g, group_rewards in enumerate(rewards):
-        kinds = [torch.ones(k, dtype=rewards.dtype)]
-        if group_rewards.max() > group_rewards.min():
-            kinds.insert(0, group_rewards)
-        owner.append(list(range(len(rows), len(rows) + len(kinds))))
-        for values in kinds:
+    for g, (group_rewards, group_kinds) in enumerate(zip(rewards, kinds)):
+        owner.append(list(range(len(rows), len(rows) + len(group_kinds))))
+        for kind in group_kinds:
             row = torch.zeros(count * k, dtype=rewards.dtype)
-            row[g * k:(g + 1) * k] = values / k
+            row[g * k:(g + 1) * k] = (group_rewards if kind == "a" else torch.ones_like(group_rewards)) / k
             rows.append(row)
-    return torch.stack(rows), owner
+    return (torch.stack(rows) if rows else torch.zeros((0, count * k), dtype=rewards.dtype)), owner
 
 
 def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list[int]]],
@@ -132,7 +143,7 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
     The fast engine runs ``per_pass`` groups (0: auto) through one forward pass and one batched
-    backward call that returns a and s of every group in it (s only for equal rewards).
+    backward call that returns a and s of every group in it (only those some estimator uses).
     """
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
@@ -161,19 +172,18 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
         step = groups_per_pass(k, sum(p.numel() for p in params), per_pass)
         for start in range(0, len(groups), step):
             chunk_rewards = rewards[start:start + step].to(torch.float64)
-            logprobs = logprob_fn([c for group in groups[start:start + step] for c in group])
-            cotangents, owner = group_cotangents(chunk_rewards)
-            grads = batched_vjp(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype))
-            gram = gram64(grads).cpu()
-            for group_rewards, rows in zip(chunk_rewards, owner):
+            plans = [group_plan(group_weights(group_rewards), group_rewards) for group_rewards in chunk_rewards]
+            cotangents, owner = group_cotangents(chunk_rewards, [kinds for kinds, _ in plans])
+            grads, gram = [], None
+            if len(cotangents):  # otherwise every estimator is exactly 0 for these groups: no pass at all
+                logprobs = logprob_fn([c for group in groups[start:start + step] for c in group])
+                grads = batched_vjp(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype))
+                gram = gram64(grads).cpu()
+            for (_, coefficients), rows in zip(plans, owner):
                 basis = [[g[r] for g in grads] for r in rows]
-                sub_gram = gram[rows][:, rows].tolist()
-                weights = group_weights(group_rewards)
+                sub_gram = gram[rows][:, rows].tolist() if rows else []
                 for name in labels:
-                    c1, c0 = affine_coefficients(weights[name], group_rewards)
-                    # x = c1 a + c0 s; with equal rewards a = G_1 s folds into the coefficient of s
-                    coefficients = [c0 + c1 * float(group_rewards[0])] if len(rows) == 1 else [c1, c0]
-                    stats[name].add_combination(coefficients, basis, sub_gram)
+                    stats[name].add_combination(coefficients[name], basis, sub_gram)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
     return PromptStats(traces, stats, bias2)

@@ -118,3 +118,24 @@ def test_m_below_two_is_rejected(random_lm):
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 2, 2, seed=1)
     with pytest.raises(ValueError, match="M must be >= 2"):
         prompt_traces(logprob_fn, params, groups[:1], rewards[:1], 0.5)
+
+
+def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
+    """All rewards 0 with V = 0: every estimator is exactly 0, so no pass at all (groups still count);
+    vanilla alone needs a for mixed groups, s (= a / G_1) for equal non-zero rewards, nothing for all-zero."""
+    import grpo_mse.engine as engine
+
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=9)
+    calls, rows = [], []
+    original = engine.batched_vjp
+    monkeypatch.setattr(engine, "batched_vjp", lambda out, ps, cot: rows.append(len(cot)) or original(out, ps, cot))
+    counted = lambda cont: calls.append(1) or logprob_fn(cont)  # noqa: E731
+    zero = prompt_traces(counted, params, groups, torch.zeros(4, 3), 0.0, est.UNBIASED, "fast")
+    assert not calls and not rows
+    assert all(zero.traces[n] == 0.0 and zero.accumulators[n].count == 4 for n in est.UNBIASED)
+    rewards[2] = 0.0
+    nonzero = int(sum(bool(r.abs().max() > 0) for r in rewards))
+    alone = prompt_traces(counted, params, groups, rewards, 0.4, ["naive"], "fast", per_pass=1)
+    assert sum(rows) == nonzero == 3 and len(rows) == 3
+    with_s = prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.UNBIASED, "fast", per_pass=1)
+    assert alone.traces["naive"] == pytest.approx(with_s.traces["naive"], rel=1e-6)
