@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "backward call; reference: one backward pass per estimator (original)")
     p.add_argument("--groups_per_pass", type=int, default=0,
                    help="fast engine: groups per forward pass and batched backward call (0 = auto: up to 32 "
-                        "sequences, at most 4 groups, within 2 GiB of gradients)")
+                        "sequences, at most 8 groups, within 2 GiB of gradients)")
     p.add_argument("--estimators", nargs="+", default=job.DEFAULT_ESTIMATORS, choices=ALL_ESTIMATORS)
     p.add_argument("--drop_eos", action="store_true",
                    help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")

@@ -74,39 +74,49 @@ def batched_vjp(output: torch.Tensor, params: list[torch.Tensor], cotangents: to
             for g, p in zip(grads, params)]
 
 
-def gram64(grads: list[torch.Tensor], bucket: int = 1 << 22) -> torch.Tensor:
-    """[B, B] float64 Gram matrix <v_i, v_j> of the B vectors stacked in ``grads``, by column buckets."""
+def pair_dots64(grads: list[torch.Tensor], pairs: list[tuple[int, int]], bucket: int = 1 << 22) -> list[float]:
+    """<v_i, v_j> in float64 for each (i, j) in ``pairs``, v_b = row b of the stacked ``grads`` (column buckets)."""
     rows = grads[0].shape[0]
-    gram = torch.zeros((rows, rows), dtype=torch.float64, device=grads[0].device)
-    pending, size = [], 0
+    totals = torch.zeros(len(pairs), dtype=torch.float64, device=grads[0].device)
+    buffer = torch.empty((rows, min(bucket, sum(g[0].numel() for g in grads))), dtype=torch.float64,
+                         device=grads[0].device)
+    filled = 0
 
-    def flush():
-        block = torch.cat(pending, dim=1).double()
-        gram.add_(block @ block.T)
-        pending.clear()
+    def flush(width):
+        block = buffer[:, :width]
+        totals.add_(torch.stack([torch.dot(block[i], block[j]) for i, j in pairs]))
     for g in grads:
         flat = g.reshape(rows, -1)
-        for start in range(0, flat.shape[1], bucket):
-            pending.append(flat[:, start:start + bucket])
-            size += pending[-1].shape[1]
-            if size >= bucket:
-                flush()
-                size = 0
-    if pending:
-        flush()
-    return gram
+        start = 0
+        while start < flat.shape[1]:
+            take = min(flat.shape[1] - start, buffer.shape[1] - filled)
+            buffer[:, filled:filled + take].copy_(flat[:, start:start + take])
+            filled, start = filled + take, start + take
+            if filled == buffer.shape[1]:
+                flush(filled)
+                filled = 0
+    if filled:
+        flush(filled)
+    return totals.tolist()
+
+
+def group_grams(grads: list[torch.Tensor], owner: list[list[int]]) -> list[list[list[float]]]:
+    """Each group's Gram matrix of its own rows (a, s): only these dot products are ever needed."""
+    pairs = [(i, j) for rows in owner for i in rows for j in rows if i <= j]
+    dots = dict(zip(pairs, pair_dots64(grads, pairs))) if pairs else {}
+    return [[[dots[(min(i, j), max(i, j))] for j in rows] for i in rows] for rows in owner]
 
 
 def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: float = 2 ** 31) -> int:
     """Groups whose gradients share one forward and one batched backward call.
 
-    ``requested`` > 0 is used as is; 0 (auto) packs up to 32 sequences per call (at most 4 groups),
+    ``requested`` > 0 is used as is; 0 (auto) packs up to 32 sequences per call (at most 8 groups),
     within ``memory_bytes`` for the 2 fp32 gradient vectors per group.
     """
     if requested > 0:
         return requested
     by_memory = int(memory_bytes // (2 * 4 * max(n_params, 1)))
-    return max(1, min(4, 32 // k, by_memory))
+    return max(1, min(8, 32 // k, by_memory))
 
 
 def group_plan(weights: dict[str, torch.Tensor], rewards: torch.Tensor) -> tuple[list[str], dict[str, list[float]]]:
@@ -174,16 +184,15 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
             chunk_rewards = rewards[start:start + step].to(torch.float64)
             plans = [group_plan(group_weights(group_rewards), group_rewards) for group_rewards in chunk_rewards]
             cotangents, owner = group_cotangents(chunk_rewards, [kinds for kinds, _ in plans])
-            grads, gram = [], None
+            grads, grams = [], [[] for _ in owner]
             if len(cotangents):  # otherwise every estimator is exactly 0 for these groups: no pass at all
                 logprobs = logprob_fn([c for group in groups[start:start + step] for c in group])
                 grads = batched_vjp(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype))
-                gram = gram64(grads).cpu()
-            for (_, coefficients), rows in zip(plans, owner):
+                grams = group_grams(grads, owner)
+            for (_, coefficients), rows, gram in zip(plans, owner, grams):
                 basis = [[g[r] for g in grads] for r in rows]
-                sub_gram = gram[rows][:, rows].tolist() if rows else []
                 for name in labels:
-                    stats[name].add_combination(coefficients[name], basis, sub_gram)
+                    stats[name].add_combination(coefficients[name], basis, gram)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
     return PromptStats(traces, stats, bias2)

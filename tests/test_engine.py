@@ -101,7 +101,7 @@ def test_batched_vjp_falls_back_to_one_pass_per_row(random_lm, monkeypatch):
 def test_auto_groups_per_pass_respects_memory():
     from grpo_mse.engine import groups_per_pass
 
-    assert groups_per_pass(2, 1000) == 4 and groups_per_pass(16, 1000) == 2 and groups_per_pass(64, 1000) == 1
+    assert [groups_per_pass(k, 1000) for k in (2, 8, 16, 64)] == [8, 4, 2, 1]
     assert groups_per_pass(2, 500_000_000) == 1  # 0.5B parameters: 2 fp32 vectors per group = 4 GB
     assert groups_per_pass(2, 10**9, requested=3) == 3
 
@@ -139,3 +139,19 @@ def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
     assert sum(rows) == nonzero == 3 and len(rows) == 3
     with_s = prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.UNBIASED, "fast", per_pass=1)
     assert alone.traces["naive"] == pytest.approx(with_s.traces["naive"], rel=1e-6)
+
+
+@pytest.mark.parametrize("bucket", [1, 7, 64, 1 << 22])
+def test_pair_dots64_equal_float64_dot_products(bucket):
+    """Column buckets of any width (straddling parameter boundaries) give the same float64 dot products."""
+    from grpo_mse.engine import group_grams, pair_dots64
+
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(3, *shape, generator=gen) for shape in [(5, 4), (3,), (2, 3, 2)]]
+    flat = torch.cat([g.reshape(3, -1) for g in grads], dim=1).double()
+    pairs = [(0, 0), (0, 2), (1, 2), (2, 2)]
+    expected = [float(flat[i] @ flat[j]) for i, j in pairs]
+    assert pair_dots64(grads, pairs, bucket=bucket) == pytest.approx(expected, rel=1e-12)
+    grams = group_grams(grads, [[0, 1], [2]])
+    assert grams[0][1][0] == grams[0][0][1] == pytest.approx(float(flat[0] @ flat[1]), rel=1e-12)
+    assert grams[1] == [[pytest.approx(float(flat[2] @ flat[2]), rel=1e-12)]]

@@ -148,3 +148,30 @@ def test_mean_gradients_match_exact_expectation(case):
         assert error < 9 * exact["trace_cov"] / m, f"{name}: ||mean - E X||^2 = {error:.3g}"
     shrunk = np.array([case["exact"][k][n]["mean_factor"] for n in ("drgrpo", "naive", "grpo")])
     assert shrunk == pytest.approx([(k - 1) / k, 1.0, 1.0], rel=1e-9)
+
+
+def test_bias_estimates_match_exact_bias(case):
+    """The engine's bias^2 estimate (||mean d||^2 - tr Cov(d) / M, d = x_e - x_oracle on the same samples) is
+    unbiased for the exact ||E X_e - g||^2: Dr.GRPO's is ||g / K||^2 (E X = (K-1)/K g), std-GRPO's comes from
+    enumeration. Standard error bound: Var(||mean d||^2) <= 4 ||E d||^2 tr S / M + 2 (tr S)^2 / M^2 (S = Cov d,
+    mu^T S mu <= ||mu||^2 tr S, tr S^2 <= (tr S)^2), at the estimated quantities; |z| < 4 as above.
+    Power: the same intervals must exclude 0, so "unbiased" would fail."""
+    from grpo_mse.engine import bias_label
+
+    sampler, row, enum = case["sampler"], case["row"], case["enum"]
+    params = [p for p in sampler.model.parameters() if p.requires_grad]
+    g_sq, m = float(enum.g @ enum.g), 256
+    # each at the K where its bias is largest relative to the noise: Dr.GRPO's shrinks like 1/K^2, std-GRPO's grows
+    for name, k in (("drgrpo", 2), ("grpo_std", 4)):
+        ids, continuations, texts = sampler.draw(row, (k, 11), m * k)
+        rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts]).view(m, k)
+        groups = [continuations[i * k:(i + 1) * k] for i in range(m)]
+        stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards, case["value"], [name], "fast")
+        exact = case["exact"][k][name]["bias2"]
+        if name == "drgrpo":
+            assert exact == pytest.approx(g_sq / k**2, rel=1e-6)
+        estimate = stats.bias2[name]
+        spread = stats.accumulators[bias_label(name)].trace()
+        se = math.sqrt(4 * max(estimate, 0.0) * spread / m + 2 * spread**2 / m**2)
+        assert abs(estimate - exact) < Z * se, f"{name}: bias^2 {estimate:.4g} +- {se:.2g} vs exact {exact:.4g}"
+        assert estimate > Z * se, f"{name}: bias^2 {estimate:.4g} not distinguishable from 0 (se {se:.2g})"
