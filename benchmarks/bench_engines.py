@@ -105,6 +105,7 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
                 by_k[k][name] += best
                 traces[name] = stats.traces
                 stats_bytes[name] = sum(acc.nbytes() for acc in stats.accumulators.values())
+                del stats  # free this engine's statistics before timing the other (large models)
             for n in est.UNBIASED:
                 scale = max(abs(traces["reference"][n]), 1e-30)
                 worst = max(worst, abs(traces["fast"][n] - traces["reference"][n]) / scale)

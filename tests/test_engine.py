@@ -57,8 +57,9 @@ def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     rewards[1] = 0.0
     equal_groups = int(sum(bool(r.max() == r.min()) for r in rewards))
     rows = []
-    original = engine.batched_vjp
-    monkeypatch.setattr(engine, "batched_vjp", lambda out, ps, cot: rows.append(len(cot)) or original(out, ps, cot))
+    original = engine.row_vjps
+    monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot))
+                        or original(out, ps, cot, batched))
     for per_pass, calls in ((1, 4), (3, 2), (4, 1)):
         rows.clear()
         prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "fast", per_pass=per_pass)
@@ -79,12 +80,14 @@ def test_groups_per_pass_does_not_change_traces(random_lm, per_pass):
         assert many.traces[n] == pytest.approx(one.traces[n], rel=1e-5)
 
 
-def test_batched_vjp_falls_back_to_one_pass_per_row(random_lm, monkeypatch):
-    """Models with an operation that has no vmap rule still work (one backward pass per row)."""
+def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
+    """The batched call, plain passes, and the fallback for an operation without a vmap rule agree."""
     import grpo_mse.engine as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=5)
-    batched = engine.batched_vjp(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3])
+    batched = engine.row_vjps(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3], batched=True)
+    plain = engine.row_vjps(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3], batched=False)
+    assert batched.stacked is not None and plain.stacked is None
     real_grad = torch.autograd.grad
 
     def no_vmap(*args, **kwargs):
@@ -92,10 +95,15 @@ def test_batched_vjp_falls_back_to_one_pass_per_row(random_lm, monkeypatch):
             raise RuntimeError("vmap: no batching rule")
         return real_grad(*args, **kwargs)
     monkeypatch.setattr(torch.autograd, "grad", no_vmap)
-    looped = engine.batched_vjp(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3])
-    for x, y in zip(batched, looped):
-        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
-    assert float(sum(x.abs().sum() for x in looped)) > 0
+    looped = engine.row_vjps(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3], batched=True)
+    assert looped.stacked is None
+    for other in (plain, looped):
+        for row_a, row_b in zip(batched.rows, other.rows):
+            for x, y in zip(row_a, row_b):
+                torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+    pairs = [(0, 0), (0, 1), (2, 2)]
+    assert plain.dots(pairs) == pytest.approx(batched.dots(pairs), rel=1e-5)
+    assert float(sum(x.abs().sum() for x in looped.rows[0])) > 0
 
 
 def test_auto_groups_per_pass_respects_memory():
@@ -127,8 +135,9 @@ def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=9)
     calls, rows = [], []
-    original = engine.batched_vjp
-    monkeypatch.setattr(engine, "batched_vjp", lambda out, ps, cot: rows.append(len(cot)) or original(out, ps, cot))
+    original = engine.row_vjps
+    monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot))
+                        or original(out, ps, cot, batched))
     counted = lambda cont: calls.append(1) or logprob_fn(cont)  # noqa: E731
     zero = prompt_traces(counted, params, groups, torch.zeros(4, 3), 0.0, est.UNBIASED, "fast")
     assert not calls and not rows
@@ -144,7 +153,7 @@ def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
 @pytest.mark.parametrize("bucket", [1, 7, 64, 1 << 22])
 def test_pair_dots64_equal_float64_dot_products(bucket):
     """Column buckets of any width (straddling parameter boundaries) give the same float64 dot products."""
-    from grpo_mse.engine import group_grams, pair_dots64
+    from grpo_mse.engine import RowGradients, group_grams, pair_dots64
 
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(3, *shape, generator=gen) for shape in [(5, 4), (3,), (2, 3, 2)]]
@@ -152,6 +161,6 @@ def test_pair_dots64_equal_float64_dot_products(bucket):
     pairs = [(0, 0), (0, 2), (1, 2), (2, 2)]
     expected = [float(flat[i] @ flat[j]) for i, j in pairs]
     assert pair_dots64(grads, pairs, bucket=bucket) == pytest.approx(expected, rel=1e-12)
-    grams = group_grams(grads, [[0, 1], [2]])
+    grams = group_grams(RowGradients([[g[b] for g in grads] for b in range(3)], grads), [[0, 1], [2]])
     assert grams[0][1][0] == grams[0][0][1] == pytest.approx(float(flat[0] @ flat[1]), rel=1e-12)
     assert grams[1] == [[pytest.approx(float(flat[2] @ flat[2]), rel=1e-12)]]
