@@ -8,18 +8,13 @@ from __future__ import annotations
 import torch
 
 
-def dot64(left: list[torch.Tensor], right: list[torch.Tensor], chunk: int = 256) -> float:
-    """<left, right>: fp32 dot products over chunks of ``chunk`` coordinates, the chunk sums added in float64
-    (relative error ~1e-7 for sums of squares; ~10x faster than float64 products on 0.5B coordinates)."""
+def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int = 1 << 20) -> float:
+    """<left, right> in float64: exact float64 products, converted a block of ``block`` coordinates at a time
+    (no model-sized float64 copy; ~0.2 s per 1e8 coordinates on 2 CPU threads)."""
     total = torch.zeros((), dtype=torch.float64, device=left[0].device if left else "cpu")
     for a, b in zip(left, right):
-        a, b = a.reshape(-1).float(), b.reshape(-1).float()
-        full = a.numel() // chunk * chunk
-        if full:
-            chunk_dots = torch.einsum("ij,ij->i", a[:full].view(-1, chunk), b[:full].view(-1, chunk))
-            total += chunk_dots.sum(dtype=torch.float64)
-        if full < a.numel():
-            total += torch.dot(a[full:].double(), b[full:].double())
+        for x, y in zip(a.reshape(-1).split(block), b.reshape(-1).split(block)):
+            total += torch.dot(x.double(), y.double())
     return float(total)
 
 

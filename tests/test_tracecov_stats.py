@@ -48,11 +48,11 @@ def test_linear_combination_update_equals_explicit_vector():
 
 
 def test_dot64_matches_float64_dot_products():
-    """Chunked fp32 dots summed in float64 equal exact float64 dot products (sizes around the chunk size)."""
+    """Blocked float64 dots equal exact float64 dot products (sizes around the block size)."""
     gen = torch.Generator().manual_seed(3)
     left = [torch.randn(*shape, generator=gen) for shape in [(10_000,), (3, 4096), (7,), (64, 65)]]
     right = [x + 1e-3 * torch.randn(x.shape, generator=gen) for x in left]
     exact = sum(float(torch.dot(a.reshape(-1).double(), b.reshape(-1).double())) for a, b in zip(left, right))
-    assert dot64(left, right) == pytest.approx(exact, rel=1e-7)
-    assert dot64(left, right, chunk=100) == pytest.approx(exact, rel=1e-7)
-    assert dot64(left, [-x for x in right]) == pytest.approx(-exact, rel=1e-7)
+    assert dot64(left, right) == pytest.approx(exact, rel=1e-12)
+    assert dot64(left, right, block=100) == pytest.approx(exact, rel=1e-12)
+    assert dot64(left, [-x for x in right]) == pytest.approx(-exact, rel=1e-12)
