@@ -9,12 +9,25 @@ import torch
 
 
 def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int = 1 << 20) -> float:
-    """<left, right> in float64: exact float64 products, converted a block of ``block`` coordinates at a time
-    (no model-sized float64 copy; ~0.2 s per 1e8 coordinates on 2 CPU threads)."""
+    """<left, right> in float64: exact float64 products, converted ~``block`` coordinates at a time
+    (small tensors are concatenated into one block; no model-sized float64 copy)."""
     total = torch.zeros((), dtype=torch.float64, device=left[0].device if left else "cpu")
+    pending_left, pending_right, size = [], [], 0
+
+    def flush():
+        total.add_(torch.dot(torch.cat(pending_left).double(), torch.cat(pending_right).double()))
+        pending_left.clear()
+        pending_right.clear()
     for a, b in zip(left, right):
         for x, y in zip(a.reshape(-1).split(block), b.reshape(-1).split(block)):
-            total += torch.dot(x.double(), y.double())
+            pending_left.append(x)
+            pending_right.append(y)
+            size += x.numel()
+            if size >= block:
+                flush()
+                size = 0
+    if pending_left:
+        flush()
     return float(total)
 
 
