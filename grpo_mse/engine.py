@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_mse import estimators as est
-from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64
+from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64, stacked_pair_dots64
 
 ENGINES = ("fast", "reference")
 
@@ -70,7 +70,7 @@ class RowGradients:
     def dots(self, pairs: list[tuple[int, int]]) -> list[float]:
         """<v_i, v_j> in float64 for each pair."""
         if self.stacked is not None:
-            return pair_dots64(self.stacked, pairs)
+            return stacked_pair_dots64(self.stacked, pairs)
         return [dot64(self.rows[i], self.rows[j]) for i, j in pairs]
 
 
@@ -94,32 +94,6 @@ def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch
             return RowGradients([[g[b] for g in stacked] for b in range(count)], stacked)
     return RowGradients([_grad((row * output).sum(), params, retain=index < count - 1)
                          for index, row in enumerate(cotangents)])
-
-
-def pair_dots64(grads: list[torch.Tensor], pairs: list[tuple[int, int]], bucket: int = 1 << 22) -> list[float]:
-    """<v_i, v_j> in float64 for each (i, j) in ``pairs``, v_b = row b of the stacked ``grads`` (column buckets)."""
-    rows = grads[0].shape[0]
-    totals = torch.zeros(len(pairs), dtype=torch.float64, device=grads[0].device)
-    buffer = torch.empty((rows, min(bucket, sum(g[0].numel() for g in grads))), dtype=torch.float64,
-                         device=grads[0].device)
-    filled = 0
-
-    def flush(width):
-        block = buffer[:, :width]
-        totals.add_(torch.stack([torch.dot(block[i], block[j]) for i, j in pairs]))
-    for g in grads:
-        flat = g.reshape(rows, -1)
-        start = 0
-        while start < flat.shape[1]:
-            take = min(flat.shape[1] - start, buffer.shape[1] - filled)
-            buffer[:, filled:filled + take].copy_(flat[:, start:start + take])
-            filled, start = filled + take, start + take
-            if filled == buffer.shape[1]:
-                flush(filled)
-                filled = 0
-    if filled:
-        flush(filled)
-    return totals.tolist()
 
 
 def group_grams(grads: RowGradients, owner: list[list[int]]) -> list[list[list[float]]]:

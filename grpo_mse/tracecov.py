@@ -8,26 +8,36 @@ from __future__ import annotations
 import torch
 
 
-def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int = 1 << 20) -> float:
-    """<left, right> in float64: exact float64 products, converted ~``block`` coordinates at a time
-    (small tensors are concatenated into one block; no model-sized float64 copy)."""
-    total = torch.zeros((), dtype=torch.float64, device=left[0].device if left else "cpu")
-    pending_left, pending_right, size = [], [], 0
+def float64_blocks(pieces, block: int):
+    """Concatenate [R, n_i] pieces along columns into float64 [R, ~block] blocks (no model-sized copy)."""
+    pending, size = [], 0
+    for piece in pieces:
+        pending.append(piece)
+        size += piece.shape[1]
+        if size >= block:
+            yield torch.cat(pending, dim=1).double()
+            pending, size = [], 0
+    if pending:
+        yield torch.cat(pending, dim=1).double()
 
-    def flush():
-        total.add_(torch.dot(torch.cat(pending_left).double(), torch.cat(pending_right).double()))
-        pending_left.clear()
-        pending_right.clear()
-    for a, b in zip(left, right):
-        for x, y in zip(a.reshape(-1).split(block), b.reshape(-1).split(block)):
-            pending_left.append(x)
-            pending_right.append(y)
-            size += x.numel()
-            if size >= block:
-                flush()
-                size = 0
-    if pending_left:
-        flush()
+
+def stacked_pair_dots64(stacked: list[torch.Tensor], pairs: list[tuple[int, int]], block: int = 1 << 20) -> list[float]:
+    """<v_i, v_j> in float64 for each (i, j) in ``pairs``, v_r = row r of the stacked [R, *shape] tensors."""
+    rows = stacked[0].shape[0]
+    pieces = (piece for t in stacked for piece in t.reshape(rows, -1).split(block, dim=1))
+    totals = torch.zeros(len(pairs), dtype=torch.float64, device=stacked[0].device)
+    for values in float64_blocks(pieces, block):
+        totals += torch.stack([torch.dot(values[i], values[j]) for i, j in pairs])
+    return totals.tolist()
+
+
+def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int = 1 << 20) -> float:
+    """<left, right> in float64: exact float64 products, ~``block`` coordinates at a time."""
+    pieces = (torch.stack([x, y]) for a, b in zip(left, right)
+              for x, y in zip(a.reshape(-1).split(block), b.reshape(-1).split(block)))
+    total = torch.zeros((), dtype=torch.float64, device=left[0].device if left else "cpu")
+    for values in float64_blocks(pieces, block):
+        total += torch.dot(values[0], values[1])
     return float(total)
 
 

@@ -51,25 +51,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def load_result(path: str) -> dict:
+def load_json(path: str, keys: tuple[str, ...], what: str) -> dict:
+    """The JSON at ``path``; one-line errors if it is missing or lacks any of ``keys``."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"results file not found: {path}")
+        raise FileNotFoundError(f"{what} file not found: {path}")
     with open(path, encoding="utf-8") as handle:
-        result = json.load(handle)
-    if "K_list" not in result or "conditional_on_x" not in result:
-        raise cli.UsageError(f"{path}: not a run_tracecov.py main JSON (no K_list/conditional_on_x)")
-    return result
+        loaded = json.load(handle)
+    if any(key not in loaded for key in keys):
+        raise cli.UsageError(f"{path}: not a {what} JSON (no {'/'.join(keys)})")
+    return loaded
+
+
+def load_result(path: str) -> dict:
+    return load_json(path, ("K_list", "conditional_on_x"), "run_tracecov.py main")
 
 
 def load_theory(path: str) -> dict:
     """A theory JSON of scripts/exact_theory.py (K_list and mean exact trace_cov per estimator)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"theory file not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        theory = json.load(handle)
-    if "K_list" not in theory or "trace_cov" not in theory:
-        raise cli.UsageError(f"{path}: not a theory JSON of scripts/exact_theory.py (no K_list/trace_cov)")
-    return theory
+    return load_json(path, ("K_list", "trace_cov"), "theory")
 
 
 def check_one_token(result: dict, theory: dict, label: str) -> None:

@@ -17,8 +17,8 @@ from grpo_mse import theory
 from grpo_mse.arithmetic import make_rows
 from grpo_mse.data import prompt_ids
 from grpo_mse.engine import prompt_traces
+from grpo_mse.one_token import token_texts
 from grpo_mse.rewards import last_integer, last_integer_reward
-from grpo_mse.sampling import decode
 from grpo_mse.tracecov_job import Sampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,11 +33,6 @@ COPIES, GROUPS = 32, 8  # T copies of one prompt, M groups per copy
 Z = 4.0
 
 
-def _token_texts(tokenizer, vocab: int) -> list[str]:
-    """Decoded text of every one-token continuation, exactly as the pipeline decodes a sample."""
-    return decode(tokenizer, [[token] for token in range(vocab)])
-
-
 @torch.no_grad()
 def _choose_prompt(model, tokenizer) -> tuple[dict, int, float]:
     """(row, gold, V) with V = P(last integer of the one-token continuation == gold) closest to 1/2.
@@ -49,7 +44,7 @@ def _choose_prompt(model, tokenizer) -> tuple[dict, int, float]:
     for row in make_rows(20, seed=0, style="zero_shot"):
         ids = torch.tensor([prompt_ids(tokenizer, row["prompt"])])
         probs = torch.softmax(model(input_ids=ids, logits_to_keep=1).logits[0, -1].double(), -1).numpy()
-        values = [last_integer(t) for t in _token_texts(tokenizer, probs.shape[0])]
+        values = [last_integer(t) for t in token_texts(tokenizer, probs.shape[0])]
         for gold in sorted({v for v in values if v is not None}):
             v = float(sum(q for q, value in zip(probs, values) if value == gold))
             if best is None or abs(v - 0.5) < abs(best[2] - 0.5):
@@ -62,7 +57,7 @@ def _build_case(model, tokenizer) -> dict:
     from grpo_mse.modeling import eos_token_ids
 
     row, gold, _ = _choose_prompt(model, tokenizer)
-    texts = _token_texts(tokenizer, model.config.vocab_size)
+    texts = token_texts(tokenizer, model.config.vocab_size)
     enum = theory.one_token_enumeration(model, prompt_ids(tokenizer, row["prompt"]),
                                         lambda token: last_integer_reward(texts[token], gold))
     value = float(enum.p @ enum.G)
