@@ -3,8 +3,9 @@
 Every estimator here is affine in the rewards within a group, w_k = (c1 G_k + c0) / K, so its
 gradient is x = c1 a + c0 s with a = grad (1/K) sum_k G_k lp_k and s = grad (1/K) sum_k lp_k.
 - ``reference``: one backward pass per estimator (sum_k w_k lp_k), Welford statistics.
-- ``fast``: a and s (only s when all rewards are equal) of several groups from one forward pass and
-  one batched backward call (``is_grads_batched``), running sums and float64 Gram scalars.
+- ``fast``: a and s (only s when all rewards are equal) of several groups from one forward pass over
+  their distinct continuations and one batched backward call (``is_grads_batched``), running sums
+  and float64 Gram scalars.
 """
 
 from __future__ import annotations
@@ -103,16 +104,32 @@ def group_grams(grads: RowGradients, owner: list[list[int]]) -> list[list[list[f
     return [[[dots[(min(i, j), max(i, j))] for j in rows] for i in rows] for rows in owner]
 
 
+# Continuation tokens one pass may hold (its activations are kept for a backward call per row).
+PASS_TOKEN_BUDGET = 4096
+
+
 def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: float = 2 ** 31) -> int:
     """Groups whose gradients share one forward and one batched backward call.
 
-    ``requested`` > 0 is used as is; 0 (auto) packs up to 32 sequences per call (at most 8 groups),
+    ``requested`` > 0 is used as is; 0 (auto) packs up to 128 sequences per call (at most 8 groups),
     within ``memory_bytes`` for the 2 fp32 gradient vectors per group.
     """
     if requested > 0:
         return requested
     by_memory = int(memory_bytes // (2 * 4 * max(n_params, 1)))
-    return max(1, min(8, 32 // k, by_memory))
+    return max(1, min(8, 128 // k, by_memory))
+
+
+def pass_slices(groups: list[list[list[int]]], step: int, token_budget: int = PASS_TOKEN_BUDGET) -> list[slice]:
+    """Consecutive runs of at most ``step`` groups and ``token_budget`` continuation tokens (>= 1 group)."""
+    slices, start, tokens = [], 0, 0
+    for index, group in enumerate(groups):
+        size = sum(len(c) for c in group)
+        if index > start and (index - start == step or tokens + size > token_budget):
+            slices.append(slice(start, index))
+            start, tokens = index, 0
+        tokens += size
+    return slices + [slice(start, len(groups))] if groups else slices
 
 
 def group_plan(weights: dict[str, torch.Tensor], rewards: torch.Tensor) -> tuple[list[str], dict[str, list[float]]]:
@@ -143,14 +160,26 @@ def group_cotangents(rewards: torch.Tensor, kinds: list[list[str]]) -> tuple[tor
     return (torch.stack(rows) if rows else torch.zeros((0, count * k), dtype=rewards.dtype)), owner
 
 
+def distinct_continuations(continuations: list[list[int]], cotangents: torch.Tensor
+                           ) -> tuple[list[list[int]], torch.Tensor]:
+    """Each distinct continuation once, with the cotangent columns of its copies summed:
+    sum_n c_bn grad lp_n = sum_u (sum_{n: y_n = y_u} c_bn) grad lp_u, since lp depends on the tokens only."""
+    first: dict[tuple[int, ...], int] = {}
+    column = torch.tensor([first.setdefault(tuple(c), len(first)) for c in continuations])
+    unique = [list(tokens) for tokens in first]
+    merged = torch.zeros((len(cotangents), len(unique)), dtype=cotangents.dtype)
+    return unique, merged.index_add_(1, column, cotangents)
+
+
 def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list[int]]],
                   rewards: torch.Tensor, value: float | None, names=est.UNBIASED,
                   engine: str = "fast", per_pass: int = 0) -> PromptStats:
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
-    The fast engine runs ``per_pass`` groups (0: auto) through one forward pass and one batched
-    backward call that returns a and s of every group in it (only those some estimator uses); with one
-    group per pass (large models) a and s come from two plain backward passes.
+    The fast engine runs ``per_pass`` groups (0: auto; fewer when their continuations exceed
+    ``PASS_TOKEN_BUDGET`` tokens) through one forward pass over their distinct continuations and one
+    batched backward call that returns a and s of every group in it (only those some estimator uses);
+    with one group per pass (large models) a and s come from two plain backward passes.
     """
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
@@ -177,14 +206,15 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
     else:
         k = rewards.shape[1]
         step = groups_per_pass(k, sum(p.numel() for p in params), per_pass)
-        for start in range(0, len(groups), step):
-            chunk_rewards = rewards[start:start + step].to(torch.float64)
+        for chunk in pass_slices(groups, step):
+            chunk_rewards = rewards[chunk].to(torch.float64)
             plans = [group_plan(group_weights(group_rewards), group_rewards) for group_rewards in chunk_rewards]
             cotangents, owner = group_cotangents(chunk_rewards, [kinds for kinds, _ in plans])
             grads, grams = RowGradients([]), [[] for _ in owner]
             if len(cotangents):  # otherwise every estimator is exactly 0 for these groups: no pass at all
-                logprobs = logprob_fn([c for group in groups[start:start + step] for c in group])
-                grads = row_vjps(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype), step > 1)
+                unique, cotangents = distinct_continuations([c for group in groups[chunk] for c in group], cotangents)
+                logprobs = logprob_fn(unique)
+                grads = row_vjps(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype), len(owner) > 1)
                 grams = group_grams(grads, owner)
             for (_, coefficients), rows, gram in zip(plans, owner, grams):
                 basis = [grads.rows[r] for r in rows]

@@ -43,10 +43,71 @@ def sequence_logprobs(model, prompt: list[int], continuations: list[list[int]], 
     return (token_logp * mask).sum(-1)
 
 
+# Packed sequences up to this many tokens (beyond it, the quadratic dense mask costs more than it saves).
+PACKED_MAX_TOKENS = 4096
+PACKED_ATTENTION = ("sdpa", "eager")  # implementations that accept a custom 4D mask
+
+
 def shared_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
                            pad_id: int, include_eos: bool = True, temperature: float = 1.0) -> torch.Tensor:
-    """Same values as ``sequence_logprobs``, but the prompt is run once and its key/value cache is
-    shared by the K continuations; gradients flow back through the shared prompt computation."""
+    """Same values as ``sequence_logprobs`` with the prompt run once and attended to by all continuations
+    (gradients flow back through it): one packed sequence when the model allows it, else a repeated
+    key/value cache."""
+    function = packed_prompt_logprobs if packing_applies(model, prompt, continuations) else cached_prompt_logprobs
+    return function(model, prompt, continuations, eos_ids=eos_ids, pad_id=pad_id, include_eos=include_eos,
+                    temperature=temperature)
+
+
+def packing_applies(model, prompt: list[int], continuations: list[list[int]]) -> bool:
+    """Whether ``packed_prompt_logprobs`` is exact and cheap here: an attention implementation that takes
+    a custom mask, a short packed sequence, and no sliding window that positions could reach."""
+    config = model.config
+    packed = len(prompt) + sum(max(len(c) - 1, 0) for c in continuations)
+    window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+    reach = len(prompt) + max(len(c) for c in continuations)
+    return (getattr(config, "_attn_implementation", None) in PACKED_ATTENTION and packed <= PACKED_MAX_TOKENS
+            and (window is None or reach <= window))
+
+
+def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
+                           pad_id: int = 0, include_eos: bool = True, temperature: float = 1.0) -> torch.Tensor:
+    """Same values as ``sequence_logprobs`` from ONE sequence [prompt | y_1[:-1] | y_2[:-1] | ...]:
+    y_k's tokens sit at positions len(prompt) + t and attend to the prompt and to y_k's earlier tokens
+    only (a block 4D mask); the prompt's last logits predict every y_k's first token."""
+    device = next(model.parameters()).device
+    bodies = [c[:-1] for c in continuations]
+    size = len(prompt) + sum(len(b) for b in bodies)
+    owner = torch.tensor([-1] * len(prompt) + [k for k, b in enumerate(bodies) for _ in b], device=device)
+    positions = torch.tensor(list(range(len(prompt))) + [len(prompt) + t for b in bodies for t in range(len(b))],
+                             device=device)
+    index = torch.arange(size, device=device)
+    allowed = (index[None, :] <= index[:, None]) & ((owner[None, :] == -1) | (owner[None, :] == owner[:, None]))
+    if model.config._attn_implementation == "eager":  # additive mask
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    else:
+        mask = allowed
+    sequence = torch.tensor([list(prompt) + [t for b in bodies for t in b]], device=device)
+    logits = model(input_ids=sequence, attention_mask=mask[None, None], position_ids=positions[None]).logits[0]
+    predictors, targets, start = [], [], len(prompt)
+    for tokens in continuations:  # y_k,0 from the prompt's end; y_k,t+1 from y_k,t
+        predictors += [len(prompt) - 1] * bool(tokens) + list(range(start, start + len(tokens) - 1))
+        targets += tokens
+        start += max(len(tokens) - 1, 0)
+    token_logp = torch.log_softmax(logits[torch.tensor(predictors, device=device)].float() / temperature, dim=-1)
+    token_logp = token_logp.gather(-1, torch.tensor(targets, device=device).unsqueeze(-1)).squeeze(-1)
+    mask = continuation_mask(continuations, eos_ids, include_eos)
+    kept = mask[continuation_mask(continuations, [], include_eos=True).bool()].to(device)
+    owners = torch.repeat_interleave(torch.arange(len(continuations), device=device),
+                                     torch.tensor([len(c) for c in continuations], device=device))
+    totals = torch.zeros(len(continuations), dtype=token_logp.dtype, device=device)
+    return totals.index_add(0, owners, token_logp * kept)
+
+
+def cached_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
+                           pad_id: int, include_eos: bool = True, temperature: float = 1.0) -> torch.Tensor:
+    """Same values as ``sequence_logprobs``: the prompt runs once (batch 1) and its key/value cache is
+    repeated for the K continuations; gradients flow back through the shared prompt computation."""
     device = next(model.parameters()).device
     count, width = len(continuations), max(len(c) for c in continuations)
     prompt_out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, logits_to_keep=1)

@@ -109,7 +109,7 @@ def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
 def test_auto_groups_per_pass_respects_memory():
     from grpo_mse.engine import groups_per_pass
 
-    assert [groups_per_pass(k, 1000) for k in (2, 8, 16, 64)] == [8, 4, 2, 1]
+    assert [groups_per_pass(k, 1000) for k in (2, 8, 16, 64, 256)] == [8, 8, 8, 2, 1]
     assert groups_per_pass(2, 500_000_000) == 1  # 0.5B parameters: 2 fp32 vectors per group = 4 GB
     assert groups_per_pass(2, 10**9, requested=3) == 3
 
@@ -165,3 +165,47 @@ def test_stacked_pair_dots64_equal_float64_dot_products(bucket):
     grams = group_grams(RowGradients([[g[b] for g in grads] for b in range(3)], grads), [[0, 1], [2]])
     assert grams[0][1][0] == grams[0][0][1] == pytest.approx(float(flat[0] @ flat[1]), rel=1e-12)
     assert grams[1] == [[pytest.approx(float(flat[2] @ flat[2]), rel=1e-12)]]
+
+
+def test_pass_slices_respect_group_count_and_token_budget():
+    from grpo_mse.engine import pass_slices
+
+    groups = [[[1] * n, [2]] for n in (3, 1, 6, 1, 1)]  # tokens per group: 4, 2, 7, 2, 2
+    assert pass_slices(groups, step=8, token_budget=100) == [slice(0, 5)]
+    assert pass_slices(groups, step=2, token_budget=100) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    assert pass_slices(groups, step=8, token_budget=6) == [slice(0, 2), slice(2, 3), slice(3, 5)]
+    assert pass_slices(groups, step=8, token_budget=1) == [slice(i, i + 1) for i in range(5)]  # >= 1 group
+
+
+def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, monkeypatch):
+    """lp depends on the tokens only: copies share one row of the pass, their cotangents summed."""
+    import grpo_mse.engine as engine
+
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=13)
+    groups = [[group[0], group[1], group[0], groups[0][0]] for group in groups]  # many repeats
+    distinct = {tuple(c) for group in groups for c in group}
+    seen = []
+    monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched, real=engine.row_vjps:
+                        seen.append(len(out)) or real(out, ps, cot, batched))
+    fast = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=5)
+    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "reference")
+    assert seen == [len(distinct)] and len(distinct) < 20
+    for n in est.ALL:
+        assert fast.traces[n] == pytest.approx(reference.traces[n], rel=1e-5, abs=1e-12)
+        assert fast.bias2.get(n, 0.0) == pytest.approx(reference.bias2.get(n, 0.0), rel=1e-5, abs=1e-9)
+
+
+@pytest.mark.parametrize("path", ["packed_prompt_logprobs", "cached_prompt_logprobs"])
+def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
+    """The fast engine's shared-prompt log-probabilities (packed or cached) give the reference's traces."""
+    import grpo_mse.logprobs as logprobs
+
+    prompt, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 4, seed=17)
+    shared = getattr(logprobs, path)
+
+    def shared_fn(continuations):
+        return shared(random_lm, prompt, continuations, eos_ids=[1], pad_id=0)
+    fast = prompt_traces(shared_fn, params, groups, rewards, 0.2, est.ALL, "fast").traces
+    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.2, est.ALL, "reference").traces
+    for n in est.ALL:
+        assert fast[n] == pytest.approx(reference[n], rel=1e-5, abs=1e-12)

@@ -43,3 +43,47 @@ def test_shared_prompt_cache_gives_the_same_values_and_gradients(random_lm):
         results.append((values.detach(), torch.cat([g.reshape(-1) for g in grads])))
     assert torch.allclose(results[0][0], results[1][0], atol=1e-5)
     assert torch.allclose(results[0][1], results[1][1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_and_cached_prompt_paths_give_the_same_values_and_gradients(random_lm, attention):
+    """One packed sequence with a block mask == a repeated prompt cache == one padded row per sequence."""
+    from grpo_mse.logprobs import cached_prompt_logprobs, packed_prompt_logprobs, packing_applies
+
+    prompt = [5, 6, 7, 8, 9]
+    continuations = [[9, 10, 1], [11], [12, 13, 14, 15, 2], [3, 4]]
+    weights = torch.tensor([0.3, -1.0, 0.5, 2.0])
+    params = list(random_lm.parameters())
+    previous = random_lm.config._attn_implementation
+    random_lm.config._attn_implementation = attention
+    try:
+        assert packing_applies(random_lm, prompt, continuations)
+        results = []
+        for fn in (sequence_logprobs, cached_prompt_logprobs, packed_prompt_logprobs):
+            values = fn(random_lm, prompt, continuations, eos_ids=[1, 2], pad_id=0, include_eos=False,
+                        temperature=0.7)
+            grads = torch.autograd.grad((weights * values).sum(), params)
+            results.append((values.detach(), torch.cat([g.reshape(-1) for g in grads])))
+    finally:
+        random_lm.config._attn_implementation = previous
+    manual = torch.stack([_manual(random_lm, prompt, c[:-1] if c[-1] in (1, 2) else c, 0.7) for c in continuations])
+    for values, grads in results[1:]:
+        torch.testing.assert_close(values, results[0][0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(grads, results[0][1], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(results[2][0], manual.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_packing_is_skipped_where_it_would_be_wrong_or_slow(random_lm, monkeypatch):
+    from grpo_mse import logprobs
+
+    prompt, continuations = [5, 6, 7], [[1, 2, 3], [4]]
+    assert logprobs.packing_applies(random_lm, prompt, continuations)
+    monkeypatch.setattr(logprobs, "PACKED_MAX_TOKENS", 4)  # 3 prompt + 2 + 0 body tokens = 5 > 4
+    assert not logprobs.packing_applies(random_lm, prompt, continuations)
+    monkeypatch.undo()
+    monkeypatch.setattr(random_lm.config, "_attn_implementation", "flash_attention_2")
+    assert not logprobs.packing_applies(random_lm, prompt, continuations)
+    monkeypatch.undo()
+    monkeypatch.setattr(random_lm.config, "use_sliding_window", True, raising=False)
+    monkeypatch.setattr(random_lm.config, "sliding_window", 5, raising=False)  # positions reach 3 + 3 = 6
+    assert not logprobs.packing_applies(random_lm, prompt, continuations)
