@@ -1,9 +1,12 @@
 """Reference engine (three backward passes, Welford, prompt recomputed per sequence) against the fast
-engine (two backward passes, running sums, shared prompt cache) on the SAME sampled continuations.
+engine (two backward passes, running sums, the prompt once per pass of groups) on the SAME sampled
+continuations.
 
 Prints, per case and side by side: gradient-phase time of each engine and their ratio, end-to-end
-time per prompt (sampling included) and its ratio, statistics memory, and the largest relative
-difference between the engines' per-prompt traces.
+time per prompt (sampling included) and its ratio, statistics memory, the largest relative
+difference between the engines' per-prompt traces, and each engine's largest relative error against
+the reference engine run on a float64 copy of the model (the fp32 rounding floor of both), where the
+two engines agree to about 1e-7 (HF's RMSNorm computes in float32 even in a float64 model).
 
   python benchmarks/bench_engines.py                     # built-in policy, zero-shot and few-shot, CPU
   python benchmarks/bench_engines.py --qwen_shapes --device cuda --dtype bf16   # GPU: Qwen2.5-0.5B shapes
@@ -12,6 +15,7 @@ difference between the engines' per-prompt traces.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -69,12 +73,15 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, device: str) -> dict:
-    """Time both engines on identical samples for every prompt and K; compare their traces."""
+def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, device: str,
+             samplers_float64: dict[str, Sampler] | None = None) -> dict:
+    """Time both engines on identical samples for every prompt and K; compare their traces with each
+    other and, given ``samplers_float64`` (per engine, on a float64 copy of the model), with the
+    reference engine in float64, where the two engines must agree to rounding."""
     params = [p for p in model.parameters() if p.requires_grad]
     times = {"sampling": 0.0, "fast": 0.0, "reference": 0.0}
     by_k = {k: {"fast": 0.0, "reference": 0.0, "mean_length": 0.0} for k in args.K_list}
-    worst, stats_bytes = 0.0, {}
+    worst, stats_bytes, error_vs_float64, worst_float64 = 0.0, {}, {"fast": 0.0, "reference": 0.0}, 0.0
     for index, row in enumerate(rows):
         for k in args.K_list:
             best = float("inf")
@@ -109,6 +116,15 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
             for n in est.UNBIASED:
                 scale = max(abs(traces["reference"][n]), 1e-30)
                 worst = max(worst, abs(traces["fast"][n] - traces["reference"][n]) / scale)
+            if samplers_float64:
+                exact = {name: prompt_traces(sampler.logprob_fn(ids), list(sampler.model.parameters()), groups,
+                                             rewards.view(args.M, k), value, est.UNBIASED, name).traces
+                         for name, sampler in samplers_float64.items()}
+                for name, n in ((name, n) for name in error_vs_float64 for n in est.UNBIASED):
+                    scale = max(abs(exact["reference"][n]), 1e-30)
+                    error_vs_float64[name] = max(error_vs_float64[name],
+                                                 abs(traces[name][n] - exact["reference"][n]) / scale)
+                    worst_float64 = max(worst_float64, abs(exact["fast"][n] - exact["reference"][n]) / scale)
     prompts = len(rows)
     return {
         "prompts": prompts, "K_list": args.K_list, "M": args.M,
@@ -118,6 +134,8 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
         "end_to_end_speedup": (times["sampling"] + times["reference"]) / (times["sampling"] + times["fast"]),
         "stats_bytes": stats_bytes, "memory_ratio": stats_bytes["fast"] / stats_bytes["reference"],
         "max_rel_diff": worst,
+        "max_rel_error_vs_float64": error_vs_float64 if samplers_float64 else None,
+        "max_rel_diff_float64": worst_float64 if samplers_float64 else None,
     }
 
 
@@ -134,6 +152,9 @@ def main(argv=None) -> None:
     p.add_argument("--max_new_tokens", type=int, default=32)
     p.add_argument("--groups_per_pass", type=int, default=0, help="fast engine's groups per pass (0 = auto)")
     p.add_argument("--repeats", type=int, default=3, help="time each engine this many times, keep the fastest")
+    p.add_argument("--float64_check", action=argparse.BooleanOptionalAction, default=None,
+                   help="also run the reference engine on a float64 copy of the model and report each engine's "
+                        "largest relative trace error against it (default: on, except with --qwen_shapes)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
     torch.manual_seed(0)
@@ -150,10 +171,15 @@ def main(argv=None) -> None:
     common = dict(model=model, tokenizer=tokenizer, eos_ids=eos, temperature=1.0, top_p=0.95,
                   max_new_tokens=args.max_new_tokens, gen_bs=256, seed=0)
     fast, reference = Sampler(**common, shared_prompt=True), Sampler(**common, shared_prompt=False)
+    float64 = None
+    if args.float64_check if args.float64_check is not None else not args.qwen_shapes:
+        model64 = copy.deepcopy(model).double()
+        float64 = {name: Sampler(**{**common, "model": model64}, shared_prompt=name == "fast")
+                   for name in ("fast", "reference")}
     report = {}
     for case in args.cases:
         rows = load_rows(os.path.join(ROOT, "data", f"arithmetic_{case}.jsonl"))[: args.T]
-        report[case] = run_case(model, fast, reference, rows, args, args.device)
+        report[case] = run_case(model, fast, reference, rows, args, args.device, float64)
         r = report[case]
         print(f"[{case}] T={r['prompts']} M={args.M} K={args.K_list}  "
               f"sampling {r['seconds']['sampling']:.1f}s  reference {r['seconds']['reference']:.1f}s  "
@@ -162,6 +188,11 @@ def main(argv=None) -> None:
               f"x{r['end_to_end_speedup']:.2f}   statistics memory fast/reference = {r['memory_ratio']:.2f} "
               f"({r['stats_bytes']['fast'] / 2**20:.1f} / {r['stats_bytes']['reference'] / 2**20:.1f} MiB)   "
               f"max relative trace difference {r['max_rel_diff']:.2e}")
+        if r["max_rel_error_vs_float64"]:
+            errors = r["max_rel_error_vs_float64"]
+            print(f"[{case}] largest relative trace error against the reference engine in float64: "
+                  f"fast {errors['fast']:.2e}   reference {errors['reference']:.2e}   "
+                  f"(both engines in float64 differ by at most {r['max_rel_diff_float64']:.1e})")
         for k, t in r["seconds_by_K"].items():
             print(f"[{case}]   K={k:<3d} mean continuation length {t['mean_length']:.1f}  "
                   f"reference {t['reference']:.2f}s  fast {t['fast']:.2f}s  x{t['reference'] / t['fast']:.2f}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_mse import estimators as est
-from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64, stacked_pair_dots64
+from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64, gram64
 
 ENGINES = ("fast", "reference")
 
@@ -68,12 +68,6 @@ class RowGradients:
     rows: list[list[torch.Tensor]]
     stacked: list[torch.Tensor] | None = None
 
-    def dots(self, pairs: list[tuple[int, int]]) -> list[float]:
-        """<v_i, v_j> in float64 for each pair."""
-        if self.stacked is not None:
-            return stacked_pair_dots64(self.stacked, pairs)
-        return [dot64(self.rows[i], self.rows[j]) for i, j in pairs]
-
 
 def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch.Tensor,
              batched: bool) -> RowGradients:
@@ -95,13 +89,6 @@ def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch
             return RowGradients([[g[b] for g in stacked] for b in range(count)], stacked)
     return RowGradients([_grad((row * output).sum(), params, retain=index < count - 1)
                          for index, row in enumerate(cotangents)])
-
-
-def group_grams(grads: RowGradients, owner: list[list[int]]) -> list[list[list[float]]]:
-    """Each group's Gram matrix of its own rows (a, s): only these dot products are ever needed."""
-    pairs = [(i, j) for rows in owner for i in rows for j in rows if i <= j]
-    dots = dict(zip(pairs, grads.dots(pairs))) if pairs else {}
-    return [[[dots[(min(i, j), max(i, j))] for j in rows] for i in rows] for rows in owner]
 
 
 # Continuation tokens one pass may hold (its activations are kept for a backward call per row).
@@ -171,6 +158,24 @@ def distinct_continuations(continuations: list[list[int]], cotangents: torch.Ten
     return unique, merged.index_add_(1, column, cotangents)
 
 
+def add_pass(stats: dict[str, SumTrace], labels: list[str], plans, owner: list[list[int]], rows) -> None:
+    """Add one pass's groups to every estimator's statistics: group g's vector is sum_j c_j rows[owner[g][j]],
+    scalars from one float64 Gram matrix of the rows and the running sums (once those are nonzero)."""
+    totals = [stats[name].total for name in labels] if stats[labels[0]].count else []
+    vectors = rows + totals
+    gram = gram64(vectors).cpu() if vectors else torch.zeros((0, 0), dtype=torch.float64)
+    n = len(rows)
+    for index, name in enumerate(labels):
+        coefficients = torch.zeros((len(owner), n), dtype=torch.float64)
+        for g, ((_, group_coefficients), own) in enumerate(zip(plans, owner)):
+            coefficients[g, own] = torch.tensor(group_coefficients[name], dtype=torch.float64)
+        if totals:
+            t = n + index
+            stats[name].add_pass(coefficients, rows, gram[:n, :n], gram[t, :n], float(gram[t, t]))
+        else:
+            stats[name].add_pass(coefficients, rows, gram, torch.zeros(n, dtype=torch.float64), 0.0)
+
+
 def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list[int]]],
                   rewards: torch.Tensor, value: float | None, names=est.UNBIASED,
                   engine: str = "fast", per_pass: int = 0) -> PromptStats:
@@ -210,16 +215,12 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
             chunk_rewards = rewards[chunk].to(torch.float64)
             plans = [group_plan(group_weights(group_rewards), group_rewards) for group_rewards in chunk_rewards]
             cotangents, owner = group_cotangents(chunk_rewards, [kinds for kinds, _ in plans])
-            grads, grams = RowGradients([]), [[] for _ in owner]
+            rows = []
             if len(cotangents):  # otherwise every estimator is exactly 0 for these groups: no pass at all
                 unique, cotangents = distinct_continuations([c for group in groups[chunk] for c in group], cotangents)
                 logprobs = logprob_fn(unique)
-                grads = row_vjps(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype), len(owner) > 1)
-                grams = group_grams(grads, owner)
-            for (_, coefficients), rows, gram in zip(plans, owner, grams):
-                basis = [grads.rows[r] for r in rows]
-                for name in labels:
-                    stats[name].add_combination(coefficients[name], basis, gram)
+                rows = row_vjps(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype), len(owner) > 1).rows
+            add_pass(stats, labels, plans, owner, rows)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
     return PromptStats(traces, stats, bias2)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import torch
 
 
+def widen(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in at least float32 (bf16/fp16 are upcast; a float64 model stays float64)."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 def continuation_mask(continuations: list[list[int]], eos_ids: list[int], include_eos: bool) -> torch.Tensor:
     """[K, L] 0/1 mask of the tokens that enter lp_k (the final EOS only if ``include_eos``)."""
     width = max(len(c) for c in continuations)
@@ -37,7 +42,7 @@ def sequence_logprobs(model, prompt: list[int], continuations: list[list[int]], 
         targets[row, : len(tokens)] = torch.tensor(tokens)
     logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                    logits_to_keep=width + 1).logits[:, :-1, :]
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = torch.log_softmax(widen(logits) / temperature, dim=-1)
     token_logp = logp.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos).to(device)
     return (token_logp * mask).sum(-1)
@@ -94,7 +99,7 @@ def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
         predictors += [len(prompt) - 1] * bool(tokens) + list(range(start, start + len(tokens) - 1))
         targets += tokens
         start += max(len(tokens) - 1, 0)
-    token_logp = torch.log_softmax(logits[torch.tensor(predictors, device=device)].float() / temperature, dim=-1)
+    token_logp = torch.log_softmax(widen(logits[torch.tensor(predictors, device=device)]) / temperature, dim=-1)
     token_logp = token_logp.gather(-1, torch.tensor(targets, device=device).unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos)
     kept = mask[continuation_mask(continuations, [], include_eos=True).bool()].to(device)
@@ -125,6 +130,6 @@ def cached_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
         next_logits = model(input_ids=tokens[:, :-1], attention_mask=attention[:, :-1],
                             position_ids=positions[:, :-1], past_key_values=cache).logits
         logits = torch.cat([logits, next_logits], dim=1)
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = torch.log_softmax(widen(logits) / temperature, dim=-1)
     token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return (token_logp * continuation_mask(continuations, eos_ids, include_eos).to(device)).sum(-1)

@@ -1,6 +1,6 @@
 """Trace of the sample covariance of vectors given as lists of tensors (one per model parameter).
 
-tr Cov = sum_i Var(x_i) = (sum_m ||x_m||^2 - ||sum_m x_m||^2 / M) / (M - 1)  (denominator M-1).
+tr Cov = sum_i Var(x_i) = sum_m ||x_m - mean||^2 / (M - 1)  (denominator M-1).
 """
 
 from __future__ import annotations
@@ -21,24 +21,26 @@ def float64_blocks(pieces, block: int):
         yield torch.cat(pending, dim=1).double()
 
 
-def stacked_pair_dots64(stacked: list[torch.Tensor], pairs: list[tuple[int, int]], block: int = 1 << 20) -> list[float]:
-    """<v_i, v_j> in float64 for each (i, j) in ``pairs``, v_r = row r of the stacked [R, *shape] tensors."""
-    rows = stacked[0].shape[0]
-    pieces = (piece for t in stacked for piece in t.reshape(rows, -1).split(block, dim=1))
-    totals = torch.zeros(len(pairs), dtype=torch.float64, device=stacked[0].device)
+def gram64(vectors: list[list[torch.Tensor]], block: int = 1 << 20) -> torch.Tensor:
+    """[N, N] float64 Gram matrix <v_i, v_j> of vectors given as per-parameter tensor lists: exact float64
+    products, ~``block`` coordinates at a time (no model-sized float64 copy)."""
+    count = len(vectors)
+    pieces = (torch.stack([v[p].reshape(-1)[i:i + block] for v in vectors])
+              for p in range(len(vectors[0])) for i in range(0, vectors[0][p].numel(), block))
+    gram = torch.zeros((count, count), dtype=torch.float64, device=vectors[0][0].device)
     for values in float64_blocks(pieces, block):
-        totals += torch.stack([torch.dot(values[i], values[j]) for i, j in pairs])
-    return totals.tolist()
+        gram += values @ values.T
+    return gram
 
 
 def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int = 1 << 20) -> float:
-    """<left, right> in float64: exact float64 products, ~``block`` coordinates at a time."""
-    pieces = (torch.stack([x, y]) for a, b in zip(left, right)
-              for x, y in zip(a.reshape(-1).split(block), b.reshape(-1).split(block)))
-    total = torch.zeros((), dtype=torch.float64, device=left[0].device if left else "cpu")
-    for values in float64_blocks(pieces, block):
-        total += torch.dot(values[0], values[1])
-    return float(total)
+    """<left, right> in float64."""
+    return float(gram64([left, right], block)[0, 1])
+
+
+def stats_dtype(like: torch.Tensor) -> torch.dtype:
+    """Statistics in float32, or float64 for a float64 model (bf16/fp16 gradients are upcast)."""
+    return torch.promote_types(like.dtype, torch.float32)
 
 
 class WelfordTrace:
@@ -46,14 +48,14 @@ class WelfordTrace:
 
     def __init__(self, shapes_like: list[torch.Tensor]):
         self.count = 0
-        self.running_mean = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
-        self.m2 = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
+        self.running_mean = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in shapes_like]
+        self.m2 = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in shapes_like]
 
     def update(self, vector: list[torch.Tensor]) -> None:
         """mean += (x - mean) / n;  M2 += (x - mean_old) * (x - mean_new)."""
         self.count += 1
         for mean, m2, x in zip(self.running_mean, self.m2, vector):
-            x = x.float()
+            x = x.to(mean.dtype)
             delta = x - mean
             mean.add_(delta / self.count)
             m2.add_(delta * (x - mean))
@@ -72,32 +74,47 @@ class WelfordTrace:
 
 
 class SumTrace:
-    """Low memory: one fp32 running sum per parameter plus the float64 sum of squared norms."""
+    """Low memory: one fp32 running sum T per parameter and a float64 M2 = sum_m ||x_m - mean||^2.
+
+    Vectors arrive a pass at a time as x_g = sum_r C[g, r] v_r. A pass's own M2 comes from float64 Gram
+    scalars of the v_r (no rounded sum involved); it is merged with the earlier passes by Chan et al.'s
+    rule M2 = M2_A + M2_P + n_A n_P / (n_A + n_P) ||T / n_A - S / n_P||^2, so identical vectors give 0.
+    """
 
     def __init__(self, shapes_like: list[torch.Tensor]):
         self.count = 0
-        self.sum_sq = 0.0
-        self.total = [torch.zeros_like(p, dtype=torch.float32) for p in shapes_like]
+        self.m2 = 0.0
+        self.total = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in shapes_like]
 
-    def add_combination(self, coefficients: list[float], vectors: list[list[torch.Tensor]],
-                        gram: list[list[float]]) -> None:
-        """Add x = sum_j c_j v_j given the Gram matrix <v_i, v_j>: ||x||^2 = c^T gram c."""
-        self.count += 1
-        self.sum_sq += sum(ci * cj * gram[i][j] for i, ci in enumerate(coefficients)
-                           for j, cj in enumerate(coefficients))
-        for c, vector in zip(coefficients, vectors):
+    def add_pass(self, coefficients: torch.Tensor, rows: list[list[torch.Tensor]], gram: torch.Tensor,
+                 total_dots: torch.Tensor, total_sq: float) -> None:
+        """Add x_g = sum_r coefficients[g, r] rows[r] for every g, given gram = <v_r, v_s>,
+        total_dots = <T, v_r> and total_sq = <T, T> (all float64)."""
+        coefficients = coefficients.to(torch.float64)
+        n_pass, n_before = coefficients.shape[0], self.count
+        summed = coefficients.sum(0)  # S = sum_r summed[r] v_r
+        sum_sq = float(summed @ gram @ summed) if len(summed) else 0.0
+        within = float(torch.einsum("gr,rs,gs->", coefficients, gram, coefficients)) - sum_sq / n_pass
+        if n_before:
+            cross = float(summed @ total_dots) if len(summed) else 0.0
+            gap = total_sq / n_before ** 2 - 2 * cross / (n_before * n_pass) + sum_sq / n_pass ** 2
+            within += gap * n_before * n_pass / (n_before + n_pass)
+        self.m2 += within
+        self.count += n_pass
+        for c, vector in zip(summed.tolist(), rows):
             if c != 0.0:
-                torch._foreach_add_(self.total, [v.float() for v in vector], alpha=c)
+                torch._foreach_add_(self.total, [v.to(t.dtype) for v, t in zip(vector, self.total)], alpha=c)
 
     def update(self, vector: list[torch.Tensor]) -> None:
         """Add one vector x."""
-        self.add_combination([1.0], [vector], [[dot64(vector, vector)]])
+        gram = gram64([vector, self.total])
+        self.add_pass(torch.ones((1, 1), dtype=torch.float64), [vector], gram[:1, :1], gram[1, :1], float(gram[1, 1]))
 
     def trace(self) -> float:
-        """(sum ||x||^2 - ||sum x||^2 / n) / (n - 1)."""
+        """M2 / (n - 1)."""
         if self.count < 2:
             raise ValueError("trace of covariance needs at least 2 samples")
-        return (self.sum_sq - dot64(self.total, self.total) / self.count) / (self.count - 1)
+        return self.m2 / (self.count - 1)
 
     def mean(self) -> list[torch.Tensor]:
         return [t / self.count for t in self.total]

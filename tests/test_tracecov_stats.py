@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64
+from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64, gram64
 
 
 def _as_params(flat: np.ndarray, shapes) -> list[torch.Tensor]:
@@ -34,17 +34,45 @@ def test_trace_statistics_equal_numpy_trace_of_sample_covariance():
     assert sums.nbytes() * 2 == welford.nbytes()
 
 
-def test_linear_combination_update_equals_explicit_vector():
+def test_pass_of_combinations_equals_explicit_vectors():
+    """Passes of x_g = sum_r C[g, r] v_r (Gram scalars only) give the same trace, mean and M2 as the vectors."""
     rng = np.random.default_rng(1)
-    a = [torch.tensor(rng.normal(size=(4, 3)), dtype=torch.float32)]
-    s = [torch.tensor(rng.normal(size=(4, 3)), dtype=torch.float32)]
-    gram = [[dot64(a, a), dot64(a, s)], [dot64(s, a), dot64(s, s)]]
-    combined, explicit = SumTrace(a), SumTrace(a)
-    for c1, c0 in [(1.0, -0.3), (2.0, 0.5), (-1.5, 0.0)]:
-        combined.add_combination([c1, c0], [a, s], gram)
-        explicit.update([c1 * a[0] + c0 * s[0]])
-    assert np.isclose(combined.trace(), explicit.trace(), rtol=1e-6)
-    assert np.isclose(combined.sum_sq, explicit.sum_sq, rtol=1e-6)
+    rows = [[torch.tensor(rng.normal(size=(4, 3)), dtype=torch.float32)] for _ in range(4)]
+    passes = [torch.tensor([[1.0, -0.3, 0, 0], [0, 0, 2.0, 0.5]]), torch.tensor([[-1.5, 0, 0, 0]]),
+              torch.tensor([[0, 0, 0.7, 0.0], [0, 1.0, 0, 1.0], [0.2, 0.2, 0.2, 0.2]])]
+    combined, explicit = SumTrace(rows[0]), SumTrace(rows[0])
+    for coefficients in passes:
+        gram = gram64(rows + [combined.total])
+        combined.add_pass(coefficients.double(), rows, gram[:4, :4], gram[4, :4], float(gram[4, 4]))
+        for c in coefficients:
+            explicit.update([sum(float(cr) * row[0] for cr, row in zip(c, rows))])
+    vectors = np.stack([sum(float(cr) * row[0].double().numpy().reshape(-1) for cr, row in zip(c, rows))
+                        for coefficients in passes for c in coefficients])
+    expected = np.trace(np.cov(vectors, rowvar=False, ddof=1))
+    assert combined.count == explicit.count == 6
+    assert np.isclose(combined.trace(), expected, rtol=1e-6) and np.isclose(explicit.trace(), expected, rtol=1e-6)
+    torch.testing.assert_close(combined.mean()[0], torch.tensor(vectors.mean(0), dtype=torch.float32).view(4, 3))
+
+
+def test_running_sums_keep_float64_accuracy_when_the_spread_is_tiny():
+    """A large common mean and a tiny spread: tr Cov stays accurate (identical vectors give exactly 0),
+    where the textbook (sum ||x||^2 - ||sum x||^2 / M) / (M - 1) with an fp32 sum loses all digits."""
+    rng = np.random.default_rng(2)
+    common = rng.normal(size=5000) * 100
+    spread = rng.normal(size=(8, 5000)) * 1e-3
+    samples = (common + spread).astype(np.float32).astype(np.float64)
+    expected = np.trace(np.cov(samples, rowvar=False, ddof=1))
+    sums = SumTrace([torch.zeros(5000)])
+    for row in samples:
+        sums.update([torch.tensor(row, dtype=torch.float32)])
+    assert sums.trace() == pytest.approx(expected, rel=1e-4)
+    textbook_total = torch.tensor(samples, dtype=torch.float32).sum(0).double()
+    textbook = (float((samples ** 2).sum()) - float(textbook_total @ textbook_total) / 8) / 7
+    assert abs(textbook - expected) > expected  # the rounding the merge avoids
+    same = SumTrace([torch.zeros(5000)])
+    for _ in range(3):
+        same.update([torch.tensor(samples[0], dtype=torch.float32)])
+    assert same.trace() == 0.0
 
 
 def test_dot64_matches_float64_dot_products():
@@ -56,3 +84,12 @@ def test_dot64_matches_float64_dot_products():
     assert dot64(left, right) == pytest.approx(exact, rel=1e-12)
     assert dot64(left, right, block=100) == pytest.approx(exact, rel=1e-12)
     assert dot64(left, [-x for x in right]) == pytest.approx(-exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 22])
+def test_gram64_equals_float64_dot_products(block):
+    """Column blocks of any width (straddling parameter boundaries) give the exact float64 Gram matrix."""
+    gen = torch.Generator().manual_seed(0)
+    vectors = [[torch.randn(*shape, generator=gen) for shape in [(5, 4), (3,), (2, 3, 2)]] for _ in range(3)]
+    flat = torch.stack([torch.cat([t.reshape(-1) for t in v]) for v in vectors]).double()
+    torch.testing.assert_close(gram64(vectors, block=block), flat @ flat.T, rtol=1e-12, atol=1e-12)
