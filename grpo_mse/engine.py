@@ -91,28 +91,34 @@ def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch
                          for index, row in enumerate(cotangents)])
 
 
-# Continuation tokens one pass may hold (its activations are kept for a backward call per row).
+# Continuation tokens one pass may hold, and (rows x tokens) for its batched backward call, whose
+# intermediate gradients carry one copy per cotangent row (2 rows per group at most).
 PASS_TOKEN_BUDGET = 4096
+PASS_ROW_TOKEN_BUDGET = 1 << 16
 
 
 def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: float = 2 ** 31) -> int:
     """Groups whose gradients share one forward and one batched backward call.
 
-    ``requested`` > 0 is used as is; 0 (auto) packs up to 128 sequences per call (at most 8 groups),
+    ``requested`` > 0 is used as is; 0 (auto) packs up to 128 sequences per call (at most 64 groups),
     within ``memory_bytes`` for the 2 fp32 gradient vectors per group.
     """
     if requested > 0:
         return requested
     by_memory = int(memory_bytes // (2 * 4 * max(n_params, 1)))
-    return max(1, min(8, 128 // k, by_memory))
+    return max(1, min(64, 128 // k, by_memory))
 
 
-def pass_slices(groups: list[list[list[int]]], step: int, token_budget: int = PASS_TOKEN_BUDGET) -> list[slice]:
-    """Consecutive runs of at most ``step`` groups and ``token_budget`` continuation tokens (>= 1 group)."""
+def pass_slices(groups: list[list[list[int]]], step: int, token_budget: int = PASS_TOKEN_BUDGET,
+                row_token_budget: int = PASS_ROW_TOKEN_BUDGET) -> list[slice]:
+    """Consecutive runs of at most ``step`` groups, ``token_budget`` continuation tokens and
+    ``row_token_budget`` (2 rows per group) x tokens; always at least one group."""
     slices, start, tokens = [], 0, 0
     for index, group in enumerate(groups):
         size = sum(len(c) for c in group)
-        if index > start and (index - start == step or tokens + size > token_budget):
+        count = index - start
+        if count and (count == step or tokens + size > token_budget
+                      or 2 * (count + 1) * (tokens + size) > row_token_budget):
             slices.append(slice(start, index))
             start, tokens = index, 0
         tokens += size

@@ -21,10 +21,12 @@ def float64_blocks(pieces, block: int):
         yield torch.cat(pending, dim=1).double()
 
 
-def gram64(vectors: list[list[torch.Tensor]], block: int = 1 << 20) -> torch.Tensor:
+def gram64(vectors: list[list[torch.Tensor]], block: int | None = None) -> torch.Tensor:
     """[N, N] float64 Gram matrix <v_i, v_j> of vectors given as per-parameter tensor lists: exact float64
-    products, ~``block`` coordinates at a time (no model-sized float64 copy)."""
+    products, ~``block`` coordinates at a time (default: a 4 MiB float64 block, small enough to be
+    reused by the allocator instead of freshly mapped each time, and no model-sized float64 copy)."""
     count = len(vectors)
+    block = block or max(4096, (1 << 19) // count)
     pieces = (torch.stack([v[p].reshape(-1)[i:i + block] for v in vectors])
               for p in range(len(vectors[0])) for i in range(0, vectors[0][p].numel(), block))
     gram = torch.zeros((count, count), dtype=torch.float64, device=vectors[0][0].device)
@@ -33,7 +35,7 @@ def gram64(vectors: list[list[torch.Tensor]], block: int = 1 << 20) -> torch.Ten
     return gram
 
 
-def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int = 1 << 20) -> float:
+def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int | None = None) -> float:
     """<left, right> in float64."""
     return float(gram64([left, right], block)[0, 1])
 
@@ -103,7 +105,9 @@ class SumTrace:
         self.count += n_pass
         for c, vector in zip(summed.tolist(), rows):
             if c != 0.0:
-                torch._foreach_add_(self.total, [v.to(t.dtype) for v, t in zip(vector, self.total)], alpha=c)
+                if vector[0].dtype != self.total[0].dtype:
+                    vector = [v.to(t.dtype) for v, t in zip(vector, self.total)]
+                torch._foreach_add_(self.total, vector, alpha=c)
 
     def update(self, vector: list[torch.Tensor]) -> None:
         """Add one vector x."""

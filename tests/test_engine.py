@@ -107,7 +107,7 @@ def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
 def test_auto_groups_per_pass_respects_memory():
     from grpo_mse.engine import groups_per_pass
 
-    assert [groups_per_pass(k, 1000) for k in (2, 8, 16, 64, 256)] == [8, 8, 8, 2, 1]
+    assert [groups_per_pass(k, 1000) for k in (2, 8, 16, 64, 256)] == [64, 16, 8, 2, 1]
     assert groups_per_pass(2, 500_000_000) == 1  # 0.5B parameters: 2 fp32 vectors per group = 4 GB
     assert groups_per_pass(2, 10**9, requested=3) == 3
 
@@ -156,6 +156,9 @@ def test_pass_slices_respect_group_count_and_token_budget():
     assert pass_slices(groups, step=2, token_budget=100) == [slice(0, 2), slice(2, 4), slice(4, 5)]
     assert pass_slices(groups, step=8, token_budget=6) == [slice(0, 2), slice(2, 3), slice(3, 5)]
     assert pass_slices(groups, step=8, token_budget=1) == [slice(i, i + 1) for i in range(5)]  # >= 1 group
+    # rows x tokens: 2 groups = 4 rows x 6 tokens = 24 fit in 30; 3 groups = 6 x 13 do not
+    assert pass_slices(groups, step=8, token_budget=100, row_token_budget=30) == [
+        slice(0, 2), slice(2, 3), slice(3, 5)]
 
 
 def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, monkeypatch):
