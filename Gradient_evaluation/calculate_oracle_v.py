@@ -25,10 +25,7 @@ from grpo_mse.sampling import decode, row_generators, sample_continuations  # no
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True, help="hub id or local folder")
-    p.add_argument("--revision", default="main")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--dtype", default="fp16", choices=["fp16", "bf16", "fp32"])
+    cli.add_model_flags(p, model=None, device="cuda", dtype="fp16")
     p.add_argument("--dataset", required=True, help="local .jsonl/.parquet/folder, or a hub dataset id")
     p.add_argument("--split", default="train")
     p.add_argument("--n_oracle", type=int, default=1000, help="samples per prompt")
@@ -41,7 +38,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="only the first N rows")
     cli.add_backend_flags(p)
     p.add_argument("--resume", action="store_true", help="append to the latest matching file, skipping done ids")
-    p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
     args = p.parse_args(argv)
     cli.require(args.n_oracle >= 1, f"--n_oracle must be >= 1 (got {args.n_oracle})")
     cli.require(args.batch_size >= 1, f"--batch_size must be >= 1 (got {args.batch_size})")

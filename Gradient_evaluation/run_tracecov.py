@@ -26,11 +26,8 @@ from grpo_mse.results import append_jsonl, timestamp, write_csv, write_json  # n
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
-    p.add_argument("--revision", default="main")
+    cli.add_model_flags(p, model="Qwen/Qwen2.5-0.5B-Instruct", device="cuda", dtype="bf16")
     p.add_argument("--oracle_table", required=True, help=".jsonl/.parquet with prompt, ground_truth, V_oracle")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--dtype", default="bf16", choices=["fp16", "bf16", "fp32"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--T", type=int, default=500, help="prompts used (all rows if the table is shorter)")
     p.add_argument("--M", type=int, default=16, help="independent groups per prompt (>= 2)")
@@ -60,7 +57,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="prompts per batch for c1 (between-prompt variance) and per unit of torchrun sharding")
     cli.add_backend_flags(p)
     p.add_argument("--resume", action="store_true", help="continue the latest unfinished matching run")
-    p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
     args = p.parse_args(argv)
     cli.require(args.M >= 2, f"--M must be >= 2 (got {args.M})")
     cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")

@@ -180,7 +180,7 @@ def main(argv=None) -> None:
                   max_new_tokens=args.max_new_tokens, gen_bs=256, seed=0)
     fast, reference = Sampler(**common, shared_prompt=True), Sampler(**common, shared_prompt=False)
     float64 = None
-    if args.float64_check if args.float64_check is not None else not args.qwen_shapes:
+    if not args.qwen_shapes if args.float64_check is None else args.float64_check:
         model64 = copy.deepcopy(model).double()
         float64 = {name: Sampler(**{**common, "model": model64}, shared_prompt=name == "fast")
                    for name in ("fast", "reference")}

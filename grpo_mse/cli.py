@@ -22,6 +22,16 @@ def progress(items=None, **kwargs):
     return tqdm(items, dynamic_ncols=True, **kwargs)
 
 
+def add_model_flags(parser, model: str | None, device: str, dtype: str,
+                    model_help: str = "hub id or local folder") -> None:
+    """--model (required when ``model`` is None), --revision, --device, --dtype, --trust_remote_code."""
+    parser.add_argument("--model", default=model, required=model is None, help=model_help)
+    parser.add_argument("--revision", default="main")
+    parser.add_argument("--device", default=device)
+    parser.add_argument("--dtype", default=dtype, choices=["fp16", "bf16", "fp32"])
+    parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
+
+
 def add_backend_flags(parser) -> None:
     """--backend hf|vllm and vLLM's memory share (vLLM shares the GPU with the HF model)."""
     parser.add_argument("--backend", default="hf", choices=["hf", "vllm"],

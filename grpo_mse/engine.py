@@ -187,8 +187,8 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
                   engine: str = "fast", per_pass: int = 0) -> PromptStats:
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
-    The fast engine runs ``per_pass`` groups (0: auto; fewer when their continuations exceed
-    ``PASS_TOKEN_BUDGET`` tokens) through one forward pass over their distinct continuations and one
+    The fast engine runs ``per_pass`` groups (0: auto; fewer when over ``PASS_TOKEN_BUDGET`` or
+    ``PASS_ROW_TOKEN_BUDGET``, see ``pass_slices``) through one forward pass over their distinct continuations and one
     batched backward call that returns a and s of every group in it (only those some estimator uses);
     with one group per pass (large models) a and s come from two plain backward passes.
     """

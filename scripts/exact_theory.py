@@ -36,10 +36,8 @@ BUILTIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=BUILTIN, help="hub id or local folder (default: the built-in policy)")
-    p.add_argument("--revision", default="main")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"])
+    cli.add_model_flags(p, model=BUILTIN, device="cpu", dtype="fp32",
+                        model_help="hub id or local folder (default: the built-in policy)")
     p.add_argument("--dataset", required=True, help="local .jsonl/.parquet/folder with prompt and ground_truth")
     p.add_argument("--split", default="train")
     p.add_argument("--T", type=int, default=16, help="number of prompts (the first T, after --reachable_only)")
@@ -52,7 +50,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max_jacobian_gb", type=float, default=4.0,
                    help="refuse models whose logit Jacobian (vocab x parameters, fp32) is larger")
     p.add_argument("--out_dir", default="results/theory")
-    p.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
     args = p.parse_args(argv)
     cli.require(args.T >= 1, f"--T must be >= 1 (got {args.T})")
     cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
