@@ -12,15 +12,13 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse import cli  # noqa: E402
-from grpo_mse import distributed as dist  # noqa: E402
-from grpo_mse.data import has_unique_ids, load_rows, prompt_ids, row_keys  # noqa: E402
-from grpo_mse.modeling import eos_token_ids, load_policy, model_basename_tag  # noqa: E402
-from grpo_mse.results import append_jsonl, read_complete_jsonl, timestamp, wilson_interval, write_atomic  # noqa: E402
-from grpo_mse.rewards import last_integer_reward  # noqa: E402
-from grpo_mse.sampling import decode, row_generators, sample_continuations  # noqa: E402
+from grpo_mse import cli
+from grpo_mse import distributed as dist
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag
+from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
+from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.tables.inputs import has_unique_ids, load_rows, prompt_ids, row_keys
+from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, timestamp, wilson_interval, write_atomic
 
 
 def parse_args(argv=None) -> argparse.Namespace:

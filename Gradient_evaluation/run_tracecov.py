@@ -12,16 +12,14 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse import cli  # noqa: E402
-from grpo_mse import distributed as dist  # noqa: E402
-from grpo_mse import tracecov_job as job  # noqa: E402
-from grpo_mse.data import load_rows, prompt_ids, row_keys  # noqa: E402
-from grpo_mse.engine import ENGINES  # noqa: E402
-from grpo_mse.estimators import ALL as ALL_ESTIMATORS  # noqa: E402
-from grpo_mse.modeling import eos_token_ids, load_policy, model_tag  # noqa: E402
-from grpo_mse.results import append_jsonl, timestamp, write_csv, write_json  # noqa: E402
+from grpo_mse import cli
+from grpo_mse import distributed as dist
+from grpo_mse.gradients import job
+from grpo_mse.gradients.engine import ENGINES
+from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys
+from grpo_mse.tables.outputs import append_jsonl, timestamp, write_csv, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -131,14 +129,14 @@ def main(argv=None) -> None:
     if rank == 0:
         result = job.summary(records_by_k, args.K_list, args.estimators, config)
         if with_advisor:
-            from grpo_mse.advisor import advise
+            from grpo_mse.analysis.advisor import advise
 
             result["group_size_advisor"] = advise(records_by_k, batches_by_k, seed=args.seed)
         write_json(f"{base}.json", result)
         all_records = [r for k in args.K_list for r in records_by_k[k]]
         write_csv(f"{base}_per_prompt.csv", job.tidy_rows(all_records, args.estimators), job.TIDY_COLUMNS)
         if not args.skip_plot:
-            from grpo_mse.figures import plot_run
+            from grpo_mse.figures.tracecov import plot_run
 
             png = plot_run(result, os.path.join(args.plot_path, os.path.basename(base) + ".png"))
             print(f"plot: {png}")

@@ -3,18 +3,15 @@
   python Policy_Optimization/collect_runs.py outputs/logs outputs/wandb --out results/training_runs.csv
 
 Columns: K, seed, step, metric, value. Then draw Figure 5 and Table 2 with
-``python -m grpo_mse.training_figures --csv results/training_runs.csv``.
+``python -m grpo_mse.figures.training --csv results/training_runs.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse.training_logs import DEFAULT_METRICS, collect  # noqa: E402
+from grpo_mse.training.logs import DEFAULT_METRICS, collect
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -178,7 +178,7 @@ echo "${HEADER}"
 
 case "${DRY_RUN}" in
   print) exit 0 ;;
-  1|true|yes) exec "${PYTHON_BIN}" -m grpo_mse.verl_dry_run "${OVERRIDES[@]}" ;;
+  1|true|yes) exec "${PYTHON_BIN}" -m grpo_mse.training.verl_launch "${OVERRIDES[@]}" ;;
   0|false|no|"") ;;
   *) die "DRY_RUN=${DRY_RUN}: use 0, 1 or print" ;;
 esac

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse.arithmetic import STYLES  # noqa: E402
-from grpo_mse.verl_data import SOURCES, arithmetic_splits, file_splits, write_parquet  # noqa: E402
+from grpo_mse.builtin.arithmetic import STYLES
+from grpo_mse.training.data import SOURCES, arithmetic_splits, file_splits, write_parquet
 
 
 def parse_args(argv=None) -> argparse.Namespace:

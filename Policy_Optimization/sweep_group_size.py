@@ -14,9 +14,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse.group_size_sweep import LAUNCHER, launch, plan  # noqa: E402
+from grpo_mse.training.sweep import LAUNCHER, launch, plan
 
 
 def parse_args(argv=None) -> argparse.Namespace:

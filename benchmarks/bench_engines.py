@@ -18,19 +18,16 @@ import argparse
 import copy
 import json
 import os
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse import estimators as est  # noqa: E402
-from grpo_mse.data import load_rows  # noqa: E402
-from grpo_mse.engine import prompt_traces  # noqa: E402
-from grpo_mse.modeling import eos_token_ids, load_policy  # noqa: E402
-from grpo_mse.rewards import last_integer_reward  # noqa: E402
-from grpo_mse.tracecov_job import Sampler  # noqa: E402
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.gradients.job import Sampler
+from grpo_mse.policy.loading import eos_token_ids, load_policy
+from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.tables.inputs import load_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,7 +36,7 @@ def qwen_shaped_model(device: str, dtype: str, seed: int = 0):
     """A randomly initialised Qwen2.5-0.5B-shaped model and a stand-in tokenizer (no download)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpo_mse.modeling import DTYPES
+    from grpo_mse.policy.loading import DTYPES
 
     config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,

@@ -44,15 +44,15 @@ def make_vllm(args, device: str):
     if args.backend != "vllm":
         return None
     require(device.startswith("cuda"), "--backend vllm needs --device cuda")
-    from grpo_mse.vllm_backend import VLLMSampler
+    from grpo_mse.policy.vllm_sampler import VLLMSampler
 
     return VLLMSampler(args.model, args.dtype, args.seed, args.vllm_gpu_util, args.trust_remote_code, args.revision)
 
 
 def run(main) -> None:
     """Call ``main()``; turn expected input errors into one line on stderr and exit status 2."""
-    from grpo_mse.data import DataError
-    from grpo_mse.modeling import ModelError
+    from grpo_mse.policy.loading import ModelError
+    from grpo_mse.tables.inputs import DataError
 
     try:
         main()

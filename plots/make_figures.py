@@ -15,10 +15,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse import cli  # noqa: E402
-from grpo_mse.figures import (  # noqa: E402
+from grpo_mse import cli
+from grpo_mse.figures.tracecov import (
     PAPER_NAMES,
     draw_mse_panel,
     draw_ratio_panel,
@@ -131,7 +129,7 @@ def main(argv=None) -> None:
         for path in plot_advisor(result, args.budget, os.path.join(args.out_dir, "group_size_advisor")):
             print(f"wrote {path}")
     if args.training_csv:
-        from grpo_mse.training_figures import main_training
+        from grpo_mse.figures.training import main_training
 
         main_training(argparse.Namespace(csv=args.training_csv, out_dir=args.out_dir, name="figure5_accuracy_vs_K",
                                          metric=args.metric, steps=args.steps))

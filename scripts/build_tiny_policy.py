@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # Idle OpenMP threads sleep instead of spinning: on a busy 2-core machine spinning made steps ~10x slower.
 # Numerics do not depend on it (they do depend on --threads: the default 1 reproduces assets/tiny_policy).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
+import torch
 
-from grpo_mse.arithmetic import make_rows  # noqa: E402
-from grpo_mse.tiny_policy import DEFAULT_STEPS, build_and_save, estimate_v  # noqa: E402
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.builtin.tiny_policy import DEFAULT_STEPS, build_and_save, estimate_v
 
 
 def quantile_line(values) -> str:

@@ -4,7 +4,7 @@ For each K and estimator (naive, grpo, oracleV, grpo_std, drgrpo): tr Cov, bias^
 with the run's 95% half-widths and a paired z-score per quantity; then the advisor's c1, c2, c3, K* against
 their exact values. The run must use the theory's prompts with --max_new_tokens 1 --top_p 1 (same temperature).
 
-  OUT_DIR/estimator_table.csv   one row per (K, estimator): grpo_mse.estimator_table.COLUMNS
+  OUT_DIR/estimator_table.csv   one row per (K, estimator): grpo_mse.analysis.estimator_table.COLUMNS
   OUT_DIR/estimator_table.md    the same as markdown, plus the advisor table
   OUT_DIR/advisor_check.json    exact vs estimated constants and whether each exact value is inside its interval
 """
@@ -14,13 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse import cli  # noqa: E402
-from grpo_mse import estimator_table as table  # noqa: E402
-from grpo_mse.results import write_atomic, write_csv, write_json  # noqa: E402
+from grpo_mse import cli
+from grpo_mse.analysis import estimator_table as table
+from grpo_mse.tables.outputs import write_atomic, write_csv, write_json
 
 
 def load_json(path: str, fields: tuple[str, ...], what: str) -> dict:

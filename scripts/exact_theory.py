@@ -21,15 +21,13 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse import cli  # noqa: E402
-from grpo_mse import one_token as ot  # noqa: E402
-from grpo_mse.data import load_rows, prompt_ids  # noqa: E402
-from grpo_mse.estimators import ALL as ALL_ESTIMATORS  # noqa: E402
-from grpo_mse.modeling import load_policy, model_basename_tag  # noqa: E402
-from grpo_mse.results import timestamp, write_atomic, write_json  # noqa: E402
-from grpo_mse.theory import gradient_gram  # noqa: E402
+from grpo_mse import cli
+from grpo_mse.analysis import one_token as ot
+from grpo_mse.analysis.theory import gradient_gram
+from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
+from grpo_mse.policy.loading import load_policy, model_basename_tag
+from grpo_mse.tables.inputs import load_rows, prompt_ids
+from grpo_mse.tables.outputs import timestamp, write_atomic, write_json
 
 BUILTIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tiny_policy")
 

@@ -9,20 +9,16 @@ and unlikely (large norms), the paper's Assumption 2 fails and the baseline adds
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse.data import load_rows  # noqa: E402
-from grpo_mse.modeling import eos_token_ids, load_policy  # noqa: E402
-from grpo_mse.results import write_json  # noqa: E402
-from grpo_mse.rewards import last_integer_reward  # noqa: E402
-from grpo_mse.tracecov import dot64  # noqa: E402
-from grpo_mse.tracecov_job import Sampler  # noqa: E402
+from grpo_mse.gradients.job import Sampler
+from grpo_mse.gradients.statistics import dot64
+from grpo_mse.policy.loading import eos_token_ids, load_policy
+from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.tables.inputs import load_rows
+from grpo_mse.tables.outputs import write_json
 
 
 def score_norms(sampler: Sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_mse.arithmetic import STYLES, make_rows  # noqa: E402
-from grpo_mse.results import write_atomic  # noqa: E402
+from grpo_mse.builtin.arithmetic import STYLES, make_rows
+from grpo_mse.tables.outputs import write_atomic
 
 
 def main(argv=None) -> None:

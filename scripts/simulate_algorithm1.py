@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from grpo_mse import simulation as sim  # noqa: E402
-from grpo_mse.results import write_csv, write_json  # noqa: E402
+from grpo_mse.analysis import simulation as sim
+from grpo_mse.tables.outputs import write_csv, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -130,7 +126,7 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from grpo_mse.figures import COLORS, LABELS
+    from grpo_mse.figures.tracecov import COLORS, LABELS
 
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
     for name, by_k in summary["final_reward"].items():

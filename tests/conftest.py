@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import sys
 
 import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 BUILTIN_POLICY = os.path.join(ROOT, "assets", "tiny_policy")
+
+
+def load_script(relative_path: str):
+    """Import a command-line script of the repository (e.g. "Gradient_evaluation/run_tracecov.py") as a module."""
+    path = os.path.join(ROOT, relative_path)
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +40,6 @@ def builtin_policy():
     """The shipped built-in policy (model, tokenizer); skips when it has not been built."""
     if not os.path.exists(os.path.join(BUILTIN_POLICY, "config.json")):
         pytest.skip("assets/tiny_policy not built (python scripts/build_tiny_policy.py)")
-    from grpo_mse.modeling import load_policy
+    from grpo_mse.policy.loading import load_policy
 
     return load_policy(BUILTIN_POLICY, "cpu", "fp32")

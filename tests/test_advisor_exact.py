@@ -5,7 +5,7 @@ copied COPIES times under different ids (independent samples), and arranged so t
 ``--c1_batch 4`` consecutive rows holds the four prompts once. The run is exactly run_tracecov.py's:
 tracecov_job.run_batch (evaluate_prompt + BetweenPromptBatch) per batch and K, then advisor.advise.
 
-Exact targets, prompts held fixed (grpo_mse.theory / one_token):
+Exact targets, prompts held fixed (grpo_mse.analysis.theory / one_token):
 - c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2 (theory.scaling_constants; copies weigh the prompts equally);
 - c1: a batch's c1 is unbiased for sum_i ||g_i - mean g||^2 / (n - 1) over its n prompts, which is n / (n - 1)
   times theory.scaling_constants' c1 (1/n) of the four prompts (one_token.batch_c1_target).
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse import one_token, theory
-from grpo_mse.advisor import advise, per_prompt_constants
-from grpo_mse.arithmetic import make_rows
+from grpo_mse.analysis import one_token, theory
+from grpo_mse.analysis.advisor import advise, per_prompt_constants
+from grpo_mse.builtin.arithmetic import make_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICY = os.path.join(ROOT, "assets", "tiny_policy")
@@ -53,8 +53,8 @@ def _choose_rows(model, tokenizer, texts):
 
 def _run_advisor(model, tokenizer, rows, progress):
     """run_tracecov's advisor path: run_batch over c1 batches of PROMPTS consecutive rows per K, then advise."""
-    from grpo_mse.modeling import eos_token_ids
-    from grpo_mse.tracecov_job import Sampler, prompt_batches, run_batch
+    from grpo_mse.gradients.job import Sampler, prompt_batches, run_batch
+    from grpo_mse.policy.loading import eos_token_ids
 
     sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
                       max_new_tokens=1, gen_bs=256, seed=0)
@@ -71,7 +71,7 @@ def _run_advisor(model, tokenizer, rows, progress):
 
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
-    from grpo_mse.modeling import load_policy
+    from grpo_mse.policy.loading import load_policy
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_mse.answer_rules import extract_gsm8k, last_boxed, rule_for, score
+from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, rule_for, score
 
 REWARD_PATH = Path(__file__).resolve().parents[1] / "Policy_Optimization" / "reward.py"
 

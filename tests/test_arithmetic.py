@@ -2,7 +2,7 @@ from collections import Counter
 
 import pytest
 
-from grpo_mse import arithmetic
+from grpo_mse.builtin import arithmetic
 
 
 def test_answers_are_exact_integers_of_the_problem():

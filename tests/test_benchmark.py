@@ -1,15 +1,12 @@
 """The engine benchmark runs end to end on the built-in policy and reports consistent numbers."""
 
 import json
-import os
-import sys
 
-from conftest import ROOT
+from conftest import load_script
 
 
 def test_benchmark_smoke(builtin_policy, tmp_path):
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import bench_engines
+    bench_engines = load_script("benchmarks/bench_engines.py")
 
     out = tmp_path / "bench.json"
     bench_engines.main(["--T", "1", "--M", "3", "--K_list", "2", "4", "--repeats", "1", "--cases", "few_shot",

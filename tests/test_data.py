@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from grpo_mse.data import DataError, has_unique_ids, load_rows, prompt_text, row_keys
+from grpo_mse.tables.inputs import DataError, has_unique_ids, load_rows, prompt_text, row_keys
 
 ROWS = [{"id": 0, "prompt": [{"role": "user", "content": "1 + 1 ="}], "ground_truth": 2},
         {"id": 1, "prompt": "plain 2 + 2 =", "ground_truth": 4}]

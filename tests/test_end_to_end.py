@@ -8,16 +8,14 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import BUILTIN_POLICY, ROOT
+from conftest import BUILTIN_POLICY, ROOT, load_script
 
-sys.path.insert(0, os.path.join(ROOT, "Gradient_evaluation"))
-sys.path.insert(0, os.path.join(ROOT, "plots"))
-import calculate_oracle_v  # noqa: E402
-import make_figures  # noqa: E402
-import run_tracecov  # noqa: E402
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.gradients import job as tracecov_job
 
-from grpo_mse import tracecov_job  # noqa: E402
-from grpo_mse.arithmetic import make_rows  # noqa: E402
+calculate_oracle_v = load_script("Gradient_evaluation/calculate_oracle_v.py")
+make_figures = load_script("plots/make_figures.py")
+run_tracecov = load_script("Gradient_evaluation/run_tracecov.py")
 
 
 @pytest.fixture(scope="module")

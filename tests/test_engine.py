@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse import estimators as est
-from grpo_mse.engine import prompt_traces
-from grpo_mse.logprobs import sequence_logprobs
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.policy.logprobs import sequence_logprobs
 
 
 def _setup(model, m, k, seed):
@@ -51,7 +51,7 @@ def test_fast_equals_reference_equals_explicit(random_lm, m, k):
 
 def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     """At most two vector-Jacobian products per group (one for equal rewards), one batched call per pass."""
-    import grpo_mse.engine as engine
+    import grpo_mse.gradients.engine as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=7)
     rewards[1] = 0.0
@@ -82,7 +82,7 @@ def test_groups_per_pass_does_not_change_traces(random_lm, per_pass):
 
 def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
     """The batched call, plain passes, and the fallback for an operation without a vmap rule agree."""
-    import grpo_mse.engine as engine
+    import grpo_mse.gradients.engine as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=5)
     batched = engine.row_vjps(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3], batched=True)
@@ -105,7 +105,7 @@ def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
 
 
 def test_auto_groups_per_pass_respects_memory():
-    from grpo_mse.engine import groups_per_pass
+    from grpo_mse.gradients.engine import groups_per_pass
 
     assert [groups_per_pass(k, 1000) for k in (2, 8, 16, 64, 256)] == [64, 16, 8, 2, 1]
     assert groups_per_pass(2, 500_000_000) == 1  # 0.5B parameters: 2 fp32 vectors per group = 4 GB
@@ -129,7 +129,7 @@ def test_m_below_two_is_rejected(random_lm):
 def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
     """All rewards 0 with V = 0: every estimator is exactly 0, so no pass at all (groups still count);
     vanilla alone needs a for mixed groups, s (= a / G_1) for equal non-zero rewards, nothing for all-zero."""
-    import grpo_mse.engine as engine
+    import grpo_mse.gradients.engine as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=9)
     calls, rows = [], []
@@ -149,7 +149,7 @@ def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
 
 
 def test_pass_slices_respect_group_count_and_token_budget():
-    from grpo_mse.engine import pass_slices
+    from grpo_mse.gradients.engine import pass_slices
 
     groups = [[[1] * n, [2]] for n in (3, 1, 6, 1, 1)]  # tokens per group: 4, 2, 7, 2, 2
     assert pass_slices(groups, step=8, token_budget=100) == [slice(0, 5)]
@@ -163,7 +163,7 @@ def test_pass_slices_respect_group_count_and_token_budget():
 
 def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, monkeypatch):
     """lp depends on the tokens only: copies share one row of the pass, their cotangents summed."""
-    import grpo_mse.engine as engine
+    import grpo_mse.gradients.engine as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=13)
     groups = [[group[0], group[1], group[0], groups[0][0]] for group in groups]  # many repeats
@@ -182,7 +182,7 @@ def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, 
 @pytest.mark.parametrize("path", ["packed_prompt_logprobs", "cached_prompt_logprobs"])
 def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
     """The fast engine's shared-prompt log-probabilities (packed or cached) give the reference's traces."""
-    import grpo_mse.logprobs as logprobs
+    import grpo_mse.policy.logprobs as logprobs
 
     prompt, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 4, seed=17)
     shared = getattr(logprobs, path)

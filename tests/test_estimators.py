@@ -3,8 +3,8 @@ import itertools
 import pytest
 import torch
 
-from grpo_mse import estimators as est
-from grpo_mse.engine import affine_coefficients
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.engine import affine_coefficients
 
 
 def test_grpo_weights_equal_leave_one_out_baseline():

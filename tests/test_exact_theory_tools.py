@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from conftest import BUILTIN_POLICY, ROOT
 
-from grpo_mse import cli, one_token, theory
-from grpo_mse import estimator_table as table
-from grpo_mse.data import load_rows
-from grpo_mse.estimators import ALL, UNBIASED
-from grpo_mse.figures import draw_mse_panel, plt, theory_overlay
+from grpo_mse import cli
+from grpo_mse.analysis import estimator_table as table
+from grpo_mse.analysis import one_token, theory
+from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
+from grpo_mse.gradients.estimators import ALL, UNBIASED
+from grpo_mse.tables.inputs import load_rows
 
 ORACLE_FIELDS = {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correct_count", "V_ci95_low", "V_ci95_high"}
 

@@ -1,6 +1,6 @@
 """End-to-end exactness on the built-in policy: with ONE generated token, temperature 1 and top_p 1, a
 prompt's continuation space is the vocabulary, so every estimator's exact trace of covariance is known
-(grpo_mse.theory). The real pipeline (run_tracecov.py -> tracecov_job.evaluate_prompt -> engine) must
+(grpo_mse.analysis.theory). The real pipeline (run_tracecov.py -> tracecov_job.evaluate_prompt -> engine) must
 agree with it within its Monte Carlo interval, and the estimators' mean gradients must match E[X]."""
 
 import importlib.util
@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse import estimators as est
-from grpo_mse import theory
-from grpo_mse.arithmetic import make_rows
-from grpo_mse.data import prompt_ids
-from grpo_mse.engine import prompt_traces
-from grpo_mse.one_token import token_texts
-from grpo_mse.rewards import last_integer, last_integer_reward
-from grpo_mse.tracecov_job import Sampler
+from grpo_mse.analysis import theory
+from grpo_mse.analysis.one_token import token_texts
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.gradients.job import Sampler
+from grpo_mse.rewards.rules import last_integer, last_integer_reward
+from grpo_mse.tables.inputs import prompt_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICY = os.path.join(ROOT, "assets", "tiny_policy")
@@ -54,7 +54,7 @@ def _choose_prompt(model, tokenizer) -> tuple[dict, int, float]:
 
 def _build_case(model, tokenizer) -> dict:
     """The chosen prompt's oracle row, its exact enumeration and exact estimator moments, and a sampler."""
-    from grpo_mse.modeling import eos_token_ids
+    from grpo_mse.policy.loading import eos_token_ids
 
     row, gold, _ = _choose_prompt(model, tokenizer)
     texts = token_texts(tokenizer, model.config.vocab_size)
@@ -70,7 +70,7 @@ def _build_case(model, tokenizer) -> dict:
 
 @pytest.fixture(scope="module")
 def case():
-    from grpo_mse.modeling import load_policy
+    from grpo_mse.policy.loading import load_policy
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small kernels: one thread is as fast, and much faster on a busy machine
@@ -151,7 +151,7 @@ def test_bias_estimates_match_exact_bias(case):
     enumeration. Standard error bound: Var(||mean d||^2) <= 4 ||E d||^2 tr S / M + 2 (tr S)^2 / M^2 (S = Cov d,
     mu^T S mu <= ||mu||^2 tr S, tr S^2 <= (tr S)^2), at the estimated quantities; |z| < 4 as above.
     Power: the same intervals must exclude 0, so "unbiased" would fail."""
-    from grpo_mse.engine import bias_label
+    from grpo_mse.gradients.engine import bias_label
 
     sampler, row, enum = case["sampler"], case["row"], case["enum"]
     params = [p for p in sampler.model.parameters() if p.requires_grad]

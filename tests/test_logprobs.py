@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from grpo_mse.logprobs import continuation_mask, sequence_logprobs
+from grpo_mse.policy.logprobs import continuation_mask, sequence_logprobs
 
 
 def _manual(model, prompt, tokens, temperature=1.0):
@@ -31,7 +31,7 @@ def test_drop_eos_leaves_out_only_a_final_eos(random_lm):
 
 
 def test_shared_prompt_cache_gives_the_same_values_and_gradients(random_lm):
-    from grpo_mse.logprobs import shared_prompt_logprobs
+    from grpo_mse.policy.logprobs import shared_prompt_logprobs
 
     prompt = [5, 6, 7, 8, 9]
     continuations = [[9, 10, 1], [11], [12, 13, 14, 15, 2]]
@@ -48,7 +48,7 @@ def test_shared_prompt_cache_gives_the_same_values_and_gradients(random_lm):
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_packed_and_cached_prompt_paths_give_the_same_values_and_gradients(random_lm, attention):
     """One packed sequence with a block mask == a repeated prompt cache == one padded row per sequence."""
-    from grpo_mse.logprobs import cached_prompt_logprobs, packed_prompt_logprobs, packing_applies
+    from grpo_mse.policy.logprobs import cached_prompt_logprobs, packed_prompt_logprobs, packing_applies
 
     prompt = [5, 6, 7, 8, 9]
     continuations = [[9, 10, 1], [11], [12, 13, 14, 15, 2], [3, 4]]
@@ -74,7 +74,7 @@ def test_packed_and_cached_prompt_paths_give_the_same_values_and_gradients(rando
 
 
 def test_packing_is_skipped_where_it_would_be_wrong_or_slow(random_lm, monkeypatch):
-    from grpo_mse import logprobs
+    from grpo_mse.policy import logprobs
 
     prompt, continuations = [5, 6, 7], [[1, 2, 3], [4]]
     assert logprobs.packing_applies(random_lm, prompt, continuations)

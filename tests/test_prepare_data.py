@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grpo_mse.answer_rules import score
-from grpo_mse.verl_data import arithmetic_splits, gsm8k_rows, math_rows
+from grpo_mse.rewards.rules import score
+from grpo_mse.training.data import arithmetic_splits, gsm8k_rows, math_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def test_arithmetic_parquet(tmp_path, style):
 
 
 def test_arithmetic_test_split_is_the_builtin_dataset():
-    from grpo_mse.arithmetic import make_rows
+    from grpo_mse.builtin.arithmetic import make_rows
 
     splits = arithmetic_splits(8, 5, seed=3)
     assert [r["prompt"] for r in splits["test"]] == [r["prompt"] for r in make_rows(5, 3)]

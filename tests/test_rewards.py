@@ -1,4 +1,4 @@
-from grpo_mse.rewards import last_integer, last_integer_reward, parse_gold
+from grpo_mse.rewards.rules import last_integer, last_integer_reward, parse_gold
 
 
 def test_last_integer_takes_the_last_match_including_sign():

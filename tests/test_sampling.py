@@ -1,6 +1,6 @@
 import torch
 
-from grpo_mse.sampling import nucleus_sample, row_generators, sample_continuations, stream_seed
+from grpo_mse.policy.sampling import nucleus_sample, row_generators, sample_continuations, stream_seed
 
 
 def test_inverse_cdf_on_a_uniform_grid_reproduces_the_truncated_distribution():

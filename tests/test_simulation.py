@@ -5,18 +5,14 @@ from __future__ import annotations
 import copy
 import csv
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
 import torch
+from conftest import load_script
 
-from grpo_mse import simulation as sim
-from grpo_mse import theory
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from grpo_mse.analysis import simulation as sim
+from grpo_mse.analysis import theory
 
 PROMPT = [1, 5, 7, 3]
 LR = 0.1
@@ -95,7 +91,7 @@ def test_biased_estimator_is_detected(one_token_case):
 
 def test_batched_logprobs_equal_shared_prompt_logprobs(random_lm):
     """One padded pass over prompts of different lengths gives the per-group log-probabilities and gradients."""
-    from grpo_mse.logprobs import shared_prompt_logprobs
+    from grpo_mse.policy.logprobs import shared_prompt_logprobs
 
     sampler = sim.Sampler(eos_ids=(22,), pad_id=0)
     prompts = [[1, 5, 7], [4, 2, 9, 9, 3]]
@@ -146,7 +142,7 @@ def tiny_model_dir(tmp_path_factory):
     """A saved 1-layer Qwen2 (hidden 16) with a BPE tokenizer trained on a few arithmetic rows."""
     from transformers import GenerationConfig
 
-    from grpo_mse import tiny_policy as tp
+    from grpo_mse.builtin import tiny_policy as tp
 
     rows = tp.training_rows(200)
     tokenizer = tp.build_tokenizer(tp.tokenizer_texts(rows), vocab_size=128)
@@ -162,7 +158,7 @@ def tiny_model_dir(tmp_path_factory):
 
 def test_script_end_to_end(tiny_model_dir, tmp_path):
     """Tiny sweep: CSV with the documented columns, summary JSON with CIs, best K and K*, PNG and PDF figure."""
-    import simulate_algorithm1
+    simulate_algorithm1 = load_script("scripts/simulate_algorithm1.py")
 
     advisor = tmp_path / "tracecov_test.json"
     advisor.write_text(json.dumps({"group_size_advisor": {"pooled": {"c1": 1.0, "c2": 2.0, "c3": 9.0, "K_star": 3.0},

@@ -1,4 +1,4 @@
-"""Exact MSE formulas of grpo_mse.theory against brute-force enumeration of all K-tuples and Monte Carlo."""
+"""Exact MSE formulas of grpo_mse.analysis.theory against brute-force enumeration of all K-tuples and Monte Carlo."""
 
 import itertools
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse import estimators as est
-from grpo_mse import theory
+from grpo_mse.analysis import theory
+from grpo_mse.gradients import estimators as est
 
 
 def _case(seed: int, rewards=(1.0, 0.0, 1.0, 0.0), dim: int = 5):
@@ -147,7 +147,7 @@ def test_scaling_constants():
 
 def test_one_token_enumeration_matches_explicit_scores(random_lm):
     """Q and g from the logit Jacobian equal those of explicit per-token backward passes of log pi(y|x)."""
-    from grpo_mse.logprobs import sequence_logprobs
+    from grpo_mse.policy.logprobs import sequence_logprobs
 
     prompt, temperature = [3, 9, 4, 17, 5], 0.7
     params = list(random_lm.parameters())

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64, gram64
+from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
 
 
 def _as_params(flat: np.ndarray, shapes) -> list[torch.Tensor]:

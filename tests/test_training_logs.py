@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grpo_mse.training_figures import default_steps, mean_ci, pick_metric, plot_figure5, table2
-from grpo_mse.training_logs import COLUMNS, collect, parse_console, parse_value, run_identity
+from grpo_mse.figures.training import default_steps, mean_ci, pick_metric, plot_figure5, table2
+from grpo_mse.training.logs import COLUMNS, collect, parse_console, parse_value, run_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
@@ -109,7 +109,7 @@ def test_figures_module_cli(run_logs, tmp_path):
     csv = tmp_path / "runs.csv"
     collect([str(run_logs)]).to_csv(csv, index=False)
     result = subprocess.run(
-        [sys.executable, "-m", "grpo_mse.training_figures", "--csv", str(csv), "--out_dir", str(tmp_path / "out")],
+        [sys.executable, "-m", "grpo_mse.figures.training", "--csv", str(csv), "--out_dir", str(tmp_path / "out")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

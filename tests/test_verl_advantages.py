@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.estimators import drgrpo_weights, grpo_std_weights, grpo_weights
+from grpo_mse.gradients.estimators import drgrpo_weights, grpo_std_weights, grpo_weights
 
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_mse.group_size_sweep import budget_settings, launch, plan
-from grpo_mse.verl_data import arithmetic_splits, write_parquet
+from grpo_mse.training.data import arithmetic_splits, write_parquet
+from grpo_mse.training.sweep import budget_settings, launch, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
@@ -118,7 +118,7 @@ def test_dry_run_composes_and_validates_with_verl(tmp_path, data_dir):
 def test_dry_run_rejects_misspelled_override(capsys):
     """The same check in process (saves a second VERL start-up): an unknown key fails composition."""
     pytest.importorskip("verl")
-    from grpo_mse.verl_dry_run import main as dry_run_main
+    from grpo_mse.training.verl_launch import main as dry_run_main
 
     with pytest.raises(SystemExit) as failure:
         dry_run_main(["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.optim.lrr=1e-6"])

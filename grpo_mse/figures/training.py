@@ -1,9 +1,9 @@
 """Figure 5 (test accuracy against group size K at fixed budget) and Table 2 from the collected CSV.
 
-Input: the long table of grpo_mse.training_logs (columns K, seed, step, metric, value). Bands and
+Input: the long table of grpo_mse.training.logs (columns K, seed, step, metric, value). Bands and
 intervals are 95% Student-t intervals of the mean over seeds (none for a single seed).
 
-  python -m grpo_mse.training_figures --csv results/training_runs.csv --out_dir results/figures
+  python -m grpo_mse.figures.training --csv results/training_runs.csv --out_dir results/figures
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.tracecov import SumTrace
+from grpo_mse.gradients.statistics import SumTrace
 
 
 class BetweenPromptBatch:

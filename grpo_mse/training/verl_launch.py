@@ -1,4 +1,4 @@
-"""Check a VERL PPO command line without training: ``python -m grpo_mse.verl_dry_run <overrides>``.
+"""Check a VERL PPO command line without training: ``python -m grpo_mse.training.verl_launch <overrides>``.
 
 Step 1 is exactly ``python -m verl.trainer.main_ppo --cfg job --resolve <overrides>``: VERL's own
 Hydra entry point composes and prints the configuration (a misspelled key fails here). Step 2

@@ -3,7 +3,7 @@
 At budget N sequences per step, K samples per prompt means N/K prompts per step
 (``train_batch_size``), N/(4K) prompts per mini-batch and N/(8K) epochs, so every K takes
 the same number of steps. Runs are named ``{run_tag}_K{K}_seed{seed}``, which is how
-grpo_mse.training_logs finds K and the seed again.
+grpo_mse.training.logs finds K and the seed again.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from grpo_mse.arithmetic import make_rows
-from grpo_mse.rewards import last_integer_reward
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.rewards.rules import last_integer_reward
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"

@@ -2,7 +2,7 @@
 
 A VERL row is ``{"data_source", "prompt": [{"role", "content"}], "ability",
 "reward_model": {"style": "rule", "ground_truth": str}, "extra_info": {"split", "index", ...}}``.
-``data_source`` selects the reward rule in grpo_mse.answer_rules.
+``data_source`` selects the reward rule in grpo_mse.rewards.rules.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 
-from grpo_mse.answer_rules import extract_gsm8k, last_boxed
-from grpo_mse.arithmetic import make_rows
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.rewards.rules import extract_gsm8k, last_boxed
 
 SOURCES = ("arithmetic", "gsm8k", "math")
 GSM8K_SOURCE = "openai/gsm8k"

@@ -117,7 +117,7 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
     binaries = sorted(glob.glob(os.path.join(run_dir, "*.wandb")))
     if binaries:
         try:
-            from grpo_mse.wandb_records import read_wandb_file
+            from grpo_mse.training.wandb_records import read_wandb_file
 
             run = read_wandb_file(binaries[0])
             name, config, records, summary = run["name"] or name, run["config"], run["history"], run["summary"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from grpo_mse import estimators as est
+from grpo_mse.gradients import estimators as est
 
 CLOSED_FORMS = ("naive", "grpo", "oracleV", "drgrpo")
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_mse import estimators as est
-from grpo_mse.advisor import BetweenPromptBatch
-from grpo_mse.data import prompt_ids
-from grpo_mse.engine import PromptStats, prompt_traces
-from grpo_mse.logprobs import sequence_logprobs, shared_prompt_logprobs
-from grpo_mse.results import append_jsonl, mean_ci, read_complete_jsonl
-from grpo_mse.rewards import last_integer_reward
-from grpo_mse.sampling import decode, row_generators, sample_continuations
+from grpo_mse.analysis.advisor import BetweenPromptBatch
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.engine import PromptStats, prompt_traces
+from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
+from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
+from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.tables.inputs import prompt_ids
+from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl
 
 # Flags that change the numbers: a resumed run must agree on all of them.
 RESULT_FLAGS = ("model", "oracle_table", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
@@ -41,7 +41,7 @@ class Sampler:
     seed: int
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
-    vllm: object = None  # a grpo_mse.vllm_backend.VLLMSampler to sample with instead of the HF model
+    vllm: object = None  # a grpo_mse.policy.vllm_sampler.VLLMSampler to sample with instead of the HF model
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_mse import estimators as est
-from grpo_mse.tracecov import SumTrace, WelfordTrace, dot64, gram64
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
 
 ENGINES = ("fast", "reference")
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from grpo_mse import estimators as est
-from grpo_mse.logprobs import continuation_mask, shared_prompt_logprobs
-from grpo_mse.sampling import row_generators, sample_continuations, stream_seed
+from grpo_mse.gradients import estimators as est
+from grpo_mse.policy.logprobs import continuation_mask, shared_prompt_logprobs
+from grpo_mse.policy.sampling import row_generators, sample_continuations, stream_seed
 
 STREAM_PROMPTS, STREAM_TRAIN, STREAM_VALUE, STREAM_EVAL = 11, 12, 13, 14
 RECORD_COLUMNS = ["K", "seed", "estimator", "step", "heldout_reward"]
@@ -260,8 +260,8 @@ def train_run(model, train: PromptPool, heldout: PromptPool, sampler: Sampler, c
 
 def load_task(config: SimulationConfig) -> tuple:
     """(model, training pool, held-out pool, sampler) of the arithmetic task with the policy config.model."""
-    from grpo_mse.arithmetic import make_rows
-    from grpo_mse.modeling import eos_token_ids, load_policy
+    from grpo_mse.builtin.arithmetic import make_rows
+    from grpo_mse.policy.loading import eos_token_ids, load_policy
 
     model, tokenizer = load_policy(config.model, "cpu", "fp32")
     train = text_pool(tokenizer, make_rows(config.train_prompts, seed=config.train_seed, style=config.style))
@@ -294,8 +294,8 @@ def run_simulation(config: SimulationConfig, task: tuple | None = None, progress
 
 def text_pool(tokenizer, rows: list[dict]) -> PromptPool:
     """Pool of chat-formatted prompts with reward 1 iff the last integer of the decoded text is the gold answer."""
-    from grpo_mse.data import prompt_ids
-    from grpo_mse.rewards import last_integer_reward
+    from grpo_mse.rewards.rules import last_integer_reward
+    from grpo_mse.tables.inputs import prompt_ids
 
     golds = [row["ground_truth"] for row in rows]
 
@@ -319,7 +319,7 @@ def final_records(records: list[dict]) -> list[dict]:
 
 def final_table(records: list[dict]) -> dict[str, dict[str, dict]]:
     """{estimator: {K: mean_ci of the final held-out reward over seeds}}."""
-    from grpo_mse.results import mean_ci
+    from grpo_mse.tables.outputs import mean_ci
 
     values: dict[str, dict[int, list[float]]] = {}
     for record in final_records(records):

@@ -92,7 +92,7 @@ def plot_advisor(result: dict, budget: float, out_stem: str) -> list[str]:
     """Predicted bound c1 K/N + c2/N + c3/(N K) against K at budget N, with K* and its interval."""
     import numpy as np
 
-    from grpo_mse.advisor import error_bound
+    from grpo_mse.analysis.advisor import error_bound
 
     advice = result["group_size_advisor"]
     pooled, ci = advice["pooled"], advice["ci95"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from grpo_mse import estimators as est
-from grpo_mse import theory
-from grpo_mse.data import prompt_ids
-from grpo_mse.rewards import last_integer_reward
-from grpo_mse.sampling import decode
+from grpo_mse.analysis import theory
+from grpo_mse.gradients import estimators as est
+from grpo_mse.policy.sampling import decode
+from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.tables.inputs import prompt_ids
 
 # Estimator MSE, tr Cov and bias^2 are means over prompts of these per-prompt quantities.
 QUANTITIES = ("mse", "trace_cov", "bias2")

@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-from grpo_mse import estimators as est
-from grpo_mse.one_token import batch_c1_target
-from grpo_mse.results import Z95, mean_ci
+from grpo_mse.analysis.one_token import batch_c1_target
+from grpo_mse.gradients import estimators as est
+from grpo_mse.tables.outputs import Z95, mean_ci
 
 COLUMNS = ["K", "estimator", "exact_trace_cov", "mc_trace_cov", "mc_trace_cov_ci95", "z_trace_cov",
            "exact_bias2", "mc_bias2", "mc_bias2_ci95", "z_bias2", "exact_mse", "mc_mse", "mc_mse_ci95", "z_mse",

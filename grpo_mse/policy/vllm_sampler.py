@@ -7,7 +7,7 @@ share a random stream. Log-probabilities for gradients are always recomputed by 
 
 from __future__ import annotations
 
-from grpo_mse.sampling import stream_seed
+from grpo_mse.policy.sampling import stream_seed
 
 
 class VLLMSampler:

@@ -1,0 +1,1 @@
+"""Gradient evaluation: estimator registry, engines, trace statistics and the resumable job."""

@@ -1,0 +1,1 @@
+"""Tables in and out: input schemas and loaders (inputs), result files and progress logs (outputs)."""

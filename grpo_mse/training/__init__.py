@@ -1,0 +1,1 @@
+"""GRPO training: data preparation, launch helpers (VERL, TRL), log collection, sweeps."""
