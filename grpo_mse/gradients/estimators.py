@@ -7,7 +7,10 @@ Unbiased: vanilla, grpo (= leave-one-out), oracle. Biased: grpo_std (VERL/TRL de
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where used, so that the names above load fast (flag choices)
+    import torch
 
 UNBIASED = ("naive", "grpo", "oracleV")
 BIASED = ("grpo_std", "drgrpo")
@@ -31,6 +34,8 @@ def grpo_weights(rewards: torch.Tensor) -> torch.Tensor:
 
 def oracle_weights(rewards: torch.Tensor, value: torch.Tensor | float) -> torch.Tensor:
     """Oracle baseline: w_k = (G_k - V(x)) / K."""
+    import torch
+
     value = torch.as_tensor(value, dtype=rewards.dtype, device=rewards.device)
     if value.dim() == rewards.dim() - 1 and value.dim() > 0:
         value = value.unsqueeze(-1)
