@@ -2,7 +2,8 @@
 
 Per case, both command lines run as subprocesses, alternately, --repeats times each, on one thread;
 the minimum wall time of each engine and their ratio go to --out, with the largest relative
-difference between the two engines' mean traces and the --help time of each script. Cases:
+difference between the two engines' mean traces, the startup floor (the same command line with
+T=1, M=2, K=2: imports, model load, outputs) and the --help time of each script. Cases:
 zero_shot uses the demo's oracle table; few_shot builds an oracle table here with
 calculate_oracle_v.py (first T rows of --few_shot_data, --n_oracle samples each; not timed).
 
@@ -86,9 +87,11 @@ def few_shot_table(args, work: str) -> str:
     return latest(os.path.join(out_dir, "oracle_v_*.jsonl"))
 
 
-def tracecov_command(args, table: str, engine: str, out_dir: str) -> list[str]:
+def tracecov_command(args, table: str, engine: str, out_dir: str, sizes=None) -> list[str]:
+    """run_tracecov.py's command line; ``sizes`` = (T, M, K_list), by default the benchmark's."""
+    t, m, k_list = sizes or (args.T, args.M, args.K_list)
     return [sys.executable, TRACECOV, "--model", args.model, "--oracle_table", table, "--device", "cpu",
-            "--dtype", "fp32", "--T", str(args.T), "--M", str(args.M), "--K_list", *map(str, args.K_list),
+            "--dtype", "fp32", "--T", str(t), "--M", str(m), "--K_list", *map(str, k_list),
             "--max_new_tokens", str(args.max_new_tokens), "--engine", engine, "--skip_plot", "--save_json", out_dir]
 
 
@@ -100,16 +103,18 @@ def mean_traces(out_dir: str) -> dict:
 
 def run_case(args, table: str, work: str) -> dict:
     """Both engines' command lines, alternately; min seconds, their ratio, and how far the traces differ."""
-    runs, traces = {e: [] for e in ENGINES}, {e: [] for e in ENGINES}
+    runs, traces, floor = {e: [] for e in ENGINES}, {e: [] for e in ENGINES}, []
     for repeat in range(args.repeats):
         for engine in ENGINES:
             out_dir = os.path.join(work, f"{engine}_{repeat}")
             runs[engine].append(round(timed(tracecov_command(args, table, engine, out_dir)), 3))
             traces[engine].append(mean_traces(out_dir))
+        floor.append(timed(tracecov_command(args, table, "fast", os.path.join(work, f"floor_{repeat}"), (1, 2, [2]))))
     fast, reference = traces["fast"][0], traces["reference"][0]
     max_rel_diff = max(abs(a - b) / max(abs(b), 1e-30) for n in reference for a, b in zip(fast[n], reference[n]))
     seconds = {e: min(runs[e]) for e in ENGINES}
     return {"seconds": seconds, "runs": runs, "speedup": round(seconds["reference"] / seconds["fast"], 2),
+            "startup_seconds": round(min(floor), 3),
             "max_rel_diff_between_engines": max_rel_diff,
             "repeats_identical": all(t == traces[e][0] for e in ENGINES for t in traces[e])}
 
@@ -134,7 +139,8 @@ def main(argv=None) -> None:
             report["cases"][case] = run_case(args, table, os.path.join(work, case))
             result = report["cases"][case]
             print(f"{case}: fast {result['seconds']['fast']:.2f} s, reference {result['seconds']['reference']:.2f} s, "
-                  f"x{result['speedup']}, max rel diff {result['max_rel_diff_between_engines']:.2g}", flush=True)
+                  f"x{result['speedup']} (startup {result['startup_seconds']:.2f} s), "
+                  f"max rel diff {result['max_rel_diff_between_engines']:.2g}", flush=True)
     print("--help: " + ", ".join(f"{os.path.basename(s)} {t:.2f} s" for s, t in report["help_seconds"].items()))
     write_json(args.out, report)
     print(f"wrote {args.out}")
