@@ -60,7 +60,8 @@ def test_list_defaults_are_not_shared_between_configs():
 
 @pytest.mark.parametrize("changes, needle", [
     ({"M": 1}, "--M must be >= 2"), ({"K_list": [4, 1]}, "--K_list"), ({"T": 0}, "--T must be >= 1"),
-    ({"skip_plot": False}, "--plot_path is required"), ({"top_p": 0.0}, "--top_p"), ({"groups_per_pass": -1}, "--groups"),
+    ({"skip_plot": False}, "--plot_path is required"), ({"top_p": 0.0}, "--top_p"),
+    ({"groups_per_pass": -1}, "--groups_per_pass"),
     ({"engine": "slow"}, "--engine must be among fast, reference"), ({"estimators": ["grpo", "x"]}, "--estimators"),
     ({"dtype": "fp8"}, "--dtype"), ({"c1_batch": 0}, "--c1_batch"),
 ])
