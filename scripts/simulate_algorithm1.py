@@ -23,6 +23,7 @@ import time
 import torch
 
 from grpo_mse.analysis import simulation as sim
+from grpo_mse.gradients.estimators import UNBIASED
 from grpo_mse.tables.outputs import write_csv, write_json
 
 
@@ -34,7 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--K_list", type=int, nargs="+", default=list(defaults.K_list))
     parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds))
     parser.add_argument("--estimators", nargs="+", default=list(defaults.estimators),
-                        choices=["naive", "grpo", "oracleV"])
+                        choices=UNBIASED)
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--oracle", choices=["mc", "running"], default=defaults.oracle,
@@ -126,16 +127,16 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from grpo_mse.figures.tracecov import COLORS, LABELS
+    from grpo_mse.figures.tracecov import style
 
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
     for name, by_k in summary["final_reward"].items():
         ks = [int(k) for k in by_k]
         mean = [by_k[str(k)]["mean"] for k in ks]
         half = [sim.half_width(by_k[str(k)]) for k in ks]
-        ax.plot(ks, mean, marker="o", color=COLORS.get(name), label=LABELS.get(name, name))
+        ax.plot(ks, mean, marker="o", **style(name))
         ax.fill_between(ks, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
-                        color=COLORS.get(name), alpha=0.15)
+                        color=style(name)["color"], alpha=0.15)
     ax.axhline(summary["initial_reward"], color="gray", linestyle=":", label="starting policy")
     advisor = summary["advisor"]
     if advisor and advisor.get("K_star"):
