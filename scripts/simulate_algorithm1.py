@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import tempfile
 import time
 
 import torch
@@ -102,32 +101,9 @@ def build_note(summary: dict, args) -> str:
     return " ".join(parts)
 
 
-def save_figure(fig, stem: str) -> list[str]:
-    """Save ``fig`` as stem.png and stem.pdf, each written to a temporary file and renamed."""
-    paths = []
-    for suffix in ("png", "pdf"):
-        path = f"{stem}.{suffix}"
-        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=f".{suffix}")
-        os.close(handle)
-        try:
-            fig.savefig(temporary, format=suffix, dpi=150, bbox_inches="tight")
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-        paths.append(path)
-    return paths
-
-
 def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     """Final held-out reward against K (log2 axis), one line per estimator with its 95% band; K* dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from grpo_mse.figures.tracecov import style
+    from grpo_mse.figures.tracecov import plt, save, style
 
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
     for name, by_k in summary["final_reward"].items():
@@ -150,9 +126,7 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    paths = save_figure(fig, stem)
-    plt.close(fig)
-    return paths
+    return save(fig, stem, formats=("png", "pdf"))
 
 
 def run(args) -> dict:

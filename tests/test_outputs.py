@@ -8,7 +8,7 @@ import math
 import pytest
 
 from grpo_mse import cli
-from grpo_mse.tables.outputs import mean_ci, mean_t_interval, read_json
+from grpo_mse.tables.outputs import mean_ci, mean_t_interval, read_json, write_atomic
 
 
 def test_mean_ci_is_a_normal_interval_across_prompts():
@@ -41,3 +41,11 @@ def test_read_json_names_what_is_missing(tmp_path):
         read_json(str(path), ("K_list", "trace_cov"), "theory")
     with pytest.raises(FileNotFoundError, match="theory JSON not found"):
         read_json(str(tmp_path / "nope.json"), ("K_list",), "theory")
+
+
+def test_write_atomic_writes_text_and_bytes_and_leaves_no_temporary(tmp_path):
+    write_atomic(str(tmp_path / "sub" / "a.txt"), "ü\n")
+    write_atomic(str(tmp_path / "sub" / "b.png"), b"\x89PNG\x00")
+    assert (tmp_path / "sub" / "a.txt").read_text(encoding="utf-8") == "ü\n"
+    assert (tmp_path / "sub" / "b.png").read_bytes() == b"\x89PNG\x00"
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["a.txt", "b.png"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 
 import matplotlib
@@ -10,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from grpo_mse.gradients import estimators as est  # noqa: E402
+from grpo_mse.tables.outputs import write_atomic  # noqa: E402
 
 PAPER_NAMES = {"vanilla": "naive", "grpo": "grpo", "oracle": "oracleV"}
 
@@ -74,11 +76,13 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
 
 
 def save(fig, path_without_suffix: str, formats=("png",)) -> list[str]:
-    os.makedirs(os.path.dirname(os.path.abspath(path_without_suffix)), exist_ok=True)
+    """Write ``fig`` (150 dpi, tight box) as path.SUFFIX for each format, each atomically; close it; the paths."""
     paths = []
     for suffix in formats:
         path = f"{path_without_suffix}.{suffix}"
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        image = io.BytesIO()
+        fig.savefig(image, format=suffix, dpi=150, bbox_inches="tight")
+        write_atomic(path, image.getvalue())
         paths.append(path)
     plt.close(fig)
     return paths

@@ -21,8 +21,8 @@ def timestamp() -> str:
     return time.strftime("%Y%m%d_%H%M%S")
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to a temporary file in the same folder, then rename it over ``path``."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8 text or bytes) to a temporary file in the same folder, then rename it over ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=os.path.basename(path))
@@ -30,7 +30,7 @@ def write_atomic(path: str, text: str) -> None:
     os.umask(umask)
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
+        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else os.fdopen(handle, "w", encoding="utf-8")) as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
