@@ -106,6 +106,14 @@ def test_closed_forms_equal_conditioning_for_large_K():
     assert curves["grpo"][-1] / curves["oracleV"][-1] == pytest.approx(1.0, abs=0.05)
 
 
+def test_closed_form_mse_refuses_what_it_cannot_give():
+    moments = theory.exact_moments(*_case(5)[:3])
+    with pytest.raises(ValueError, match="no closed form for 'grpo_std'"):
+        theory.closed_form_mse(moments, 4, "grpo_std")
+    with pytest.raises(ValueError, match="K must be >= 2"):
+        theory.closed_form_mse(moments, 1, "grpo")
+
+
 def test_degenerate_rewards_give_zero_gradient():
     p, _, Q, _ = _case(6)
     for G in (np.zeros(4), np.ones(4)):
