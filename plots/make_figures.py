@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 
 from grpo_mse import cli
+from grpo_mse.tables.outputs import read_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,24 +40,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def load_json(path: str, keys: tuple[str, ...], what: str) -> dict:
-    """The JSON at ``path``; one-line errors if it is missing or lacks any of ``keys``."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} file not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        loaded = json.load(handle)
-    if any(key not in loaded for key in keys):
-        raise cli.UsageError(f"{path}: not a {what} JSON (no {'/'.join(keys)})")
-    return loaded
-
-
 def load_result(path: str) -> dict:
-    return load_json(path, ("K_list", "conditional_on_x"), "run_tracecov.py main")
+    """A main JSON of run_tracecov.py (K_list and the mean trace per estimator)."""
+    return read_json(path, ("K_list", "conditional_on_x"), "run_tracecov.py main")
 
 
 def load_theory(path: str) -> dict:
     """A theory JSON of scripts/exact_theory.py (K_list and mean exact trace_cov per estimator)."""
-    return load_json(path, ("K_list", "trace_cov"), "theory")
+    return read_json(path, ("K_list", "trace_cov"), "theory")
 
 
 def check_one_token(result: dict, theory: dict, label: str) -> None:
