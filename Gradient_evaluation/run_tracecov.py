@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shared_samples", action="store_true",
                    help="draw M*max(K) continuations once per prompt and form every K's groups from them")
     p.add_argument("--no_advisor", action="store_true", help="skip the group-size advisor (c1, c2, c3, K*)")
+    p.add_argument("--budget", type=int, default=1024, help="advisor: sequences per step N (K must divide it)")
+    p.add_argument("--allowed_K", type=int, nargs="+", default=None,
+                   help="advisor: group sizes to choose from (default: the powers of two dividing --budget)")
     p.add_argument("--c1_batch", type=int, default=16,
                    help="prompts per batch for c1 (between-prompt variance) and per unit of torchrun sharding")
     cli.add_backend_flags(p)
@@ -127,11 +130,11 @@ def main(argv=None) -> None:
         if rank == 0:
             write_json(f"{base}_K{k}_detailed.json", job.detailed(records_by_k[k], k, args.estimators))
     if rank == 0:
-        result = job.summary(records_by_k, args.K_list, args.estimators, config)
-        if with_advisor:
-            from grpo_mse.analysis.advisor import advise
+        from grpo_mse.analysis import advisor, paired
 
-            result["group_size_advisor"] = advise(records_by_k, batches_by_k, seed=args.seed)
+        result = job.summary(records_by_k, args.K_list, args.estimators, config)
+        result.update(paired.run_statistics(records_by_k, batches_by_k, args.K_list, args.estimators, args.seed,
+                                            with_advisor=with_advisor, budget=args.budget, allowed=args.allowed_K))
         write_json(f"{base}.json", result)
         all_records = [r for k in args.K_list for r in records_by_k[k]]
         write_csv(f"{base}_per_prompt.csv", job.tidy_rows(all_records, args.estimators), job.TIDY_COLUMNS)
@@ -143,12 +146,9 @@ def main(argv=None) -> None:
         for i, k in enumerate(args.K_list):
             print(f"K={k:4d}  " + "  ".join(f"{n}={result['conditional_on_x'][n][i]:.4g}"
                                           f"±{result['ci95'][n][i]:.2g}" for n in args.estimators))
-        advice = result.get("group_size_advisor")
-        if advice:
-            pooled, ci = advice["pooled"], advice["ci95"]
-            star = f"{pooled['K_star']:.3g}" if pooled["K_star"] else "undefined (c1 or c3 <= 0)"
-            print(f"group-size advisor: c1={pooled['c1']:.3g} c2={pooled['c2']:.3g} c3={pooled['c3']:.3g} "
-                  f"K*=sqrt(c3/c1)={star} (95% CI {ci['K_star']})")
+        print(paired.describe(result["paired"]))
+        if "group_size_advisor" in result:
+            print(advisor.describe(result["group_size_advisor"]))
         print(f"results: {base}.json")
     dist.barrier()
     if rank == 0:

@@ -91,7 +91,8 @@ def main(argv=None) -> None:
     write_json(theory_path, summary)
     c = summary["scaling_constants"]
     print(f"{len(rows)} prompts, mean V = {summary['mean_V']:.3f}; exact c1={c['c1']:.4g} c2={c['c2']:.4g} "
-          f"c3={c['c3']:.4g} K*={c['K_star']:.3g}")
+          f"c3={c['c3']:.4g}; K* = 1+sqrt(c3/c1) = {c['K_star_exact']:.3g} "
+          f"(paper's sqrt(c3/c1) = {c['K_star_paper']:.3g})")
     for i, k in enumerate(args.K_list):
         print(f"K={k:3d}  " + "  ".join(f"{n}={summary['mse'][n][i]:.4g}" for n in args.estimators))
     print(f"oracle table: {oracle_path}\ntheory: {theory_path}")

@@ -86,14 +86,15 @@ def build_note(summary: dict, args) -> str:
     """One paragraph: what was run, the agreement statement and its caveats."""
     parts = [f"Algorithm 1 (plain SGD, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences per step, "
              f"seeds {args.seeds}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
-             f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds; {summary['learning']}.",
+             f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds (Student t); {summary['learning']}.",
              oracle_note(args),
              summary["agreement"]["statement"] + "."]
     if summary["learning"].startswith("no measurable learning"):
         parts.append("No run improved on the starting policy, so the best K is the group size whose gradient noise "
                       "hurt least, not the one that learned most.")
     if summary["advisor"]:
-        parts.append("K* minimises the Theorem-7 bound on the GRPO gradient error at the starting policy "
+        parts.append("K* = 1 + sqrt(c3/c1) minimises the exact GRPO gradient error c1 K/N + c2/N + c3/(N(K-1)) at the "
+                     "starting policy "
                      "(sampling settings of the advisor run may differ); the best K after training also depends "
                      "on lr, the number of steps and the policy's drift, so agreement is a check, not a proof.")
     else:
@@ -139,7 +140,8 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     ax.axhline(summary["initial_reward"], color="gray", linestyle=":", label="starting policy")
     advisor = summary["advisor"]
     if advisor and advisor.get("K_star"):
-        ax.axvline(advisor["K_star"], color="tab:red", linestyle="--", label=f"advisor K* = {advisor['K_star']:.3g}")
+        ax.axvline(advisor["K_star"], color="tab:red", linestyle="--",
+                   label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}")
         if advisor.get("K_star_ci95"):
             ax.axvspan(*advisor["K_star_ci95"], color="tab:red", alpha=0.08, label="K* 95% interval")
     ax.set_xscale("log", base=2)

@@ -161,8 +161,8 @@ def test_script_end_to_end(tiny_model_dir, tmp_path):
     simulate_algorithm1 = load_script("scripts/simulate_algorithm1.py")
 
     advisor = tmp_path / "tracecov_test.json"
-    advisor.write_text(json.dumps({"group_size_advisor": {"pooled": {"c1": 1.0, "c2": 2.0, "c3": 9.0, "K_star": 3.0},
-                                                          "ci95": {"K_star": [2.0, 4.5]}}}))
+    pooled = {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0}
+    advisor.write_text(json.dumps({"group_size_advisor": {"pooled": pooled, "ci95": {"K_star_exact": [2.0, 4.5]}}}))
     out = tmp_path / "out"
     summary = simulate_algorithm1.main([
         "--model", tiny_model_dir, "--budget", "8", "--K_list", "2", "4", "--seeds", "0", "1", "--steps", "2",

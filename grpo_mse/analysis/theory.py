@@ -160,7 +160,10 @@ def gradient_gram(vectors) -> np.ndarray:
 
 
 def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, float]:
-    """c1 = E_X||g(X) - E_X g||^2, c2 = E_X sigma_O^2, c3 = 2 E_X tr Var zeta_2, K* = sqrt(c3 / c1)."""
+    """c1 = E_X||g(X) - E_X g||^2, c2 = E_X sigma_O^2, c3 = 2 E_X tr Var zeta_2; K* exact (1 + sqrt(c3/c1))
+    and the paper's sqrt(c3/c1) (``advisor.k_star`` / ``advisor.paper_k_star``)."""
+    from grpo_mse.analysis.advisor import k_star, paper_k_star
+
     gram = np.asarray(g_gram, dtype=np.float64)
     count = gram.shape[0]
     w = np.full(count, 1.0 / count) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -168,8 +171,8 @@ def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, fl
     c1 = float(w @ np.diag(gram) - w @ gram @ w)
     c2 = float(w @ np.asarray(sigma_o2, dtype=np.float64))
     c3 = 2.0 * float(w @ np.asarray(var_zeta2, dtype=np.float64))
-    k_star = math.sqrt(c3 / c1) if c1 > 0 else float("inf")
-    return {"c1": c1, "c2": c2, "c3": c3, "K_star": k_star}
+    return {"c1": c1, "c2": c2, "c3": c3, "K_star_exact": float(k_star(c1, c3)),
+            "K_star_paper": float(paper_k_star(c1, c3)) if c1 > 0 else float("inf")}
 
 
 def budget_bound(c1: float, c2: float, c3: float, K, N: float):

@@ -133,7 +133,7 @@ def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k
                 append_jsonl(progress, record)
                 done[(k, index)] = record
             if c1 is not None:
-                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], args.M)
+                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], args.M, index)
         if on_prompt:
             on_prompt()
     if c1 is not None:
