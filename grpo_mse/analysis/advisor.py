@@ -164,31 +164,34 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
     pooled["K_star_paper"] = paper_k_star(pooled["c1"], pooled["c3"])
     pooled["K_star_exact"] = k_star(pooled["c1"], pooled["c3"])
     pooled["K_best"] = best_allowed_k(pooled["c1"], pooled["c3"], allowed_k)
-    best = pooled["K_best"][1:]
+    n_boot = bs.n_boot_of(weights)
+    best = pooled["K_best"][1:1 + n_boot]
     frequency = {str(k): float(np.mean(best == k)) for k in allowed_k if np.any(best == k)}
-    summaries = {name: bs.summarise(values) for name, values in pooled.items()}
+    summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
     errors = np.stack([exact_error(pooled["c1"], pooled["c2"], pooled["c3"], k, budget) for k in allowed_k], axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = errors / errors.min(1, keepdims=True)
-    replicates = pooled["c1"][1:], pooled["c3"][1:]
+    replicates = pooled["c1"][1:1 + n_boot], pooled["c3"][1:1 + n_boot]
     return {
-        "per_K": {str(k): {"c1": bs.summarise(c1[:, i]), "c2": bs.summarise(c2[:, i]), "c3": bs.summarise(c3[:, i]),
+        "per_K": {str(k): {"c1": bs.summarise(c1[:, i], weights), "c2": bs.summarise(c2[:, i], weights),
+                           "c3": bs.summarise(c3[:, i], weights),
                            "n_prompts": len(records_by_k[k]), "n_c1_batches": len(batches_by_k.get(k, []))}
                   for i, k in enumerate(ks)},
         "pooled": {name: s["estimate"] for name, s in summaries.items()},
         "ci95": {name: s["ci95"] for name, s in summaries.items()},
-        "c3_slope_per_K": bs.summarise(slope(ks, c3)) if len(ks) > 1 else None,
+        "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
         "budget": budget, "allowed_K": allowed_k,
         "K_best_frequency": frequency,
-        "relative_error_at_allowed_K": {str(k): bs.summarise(relative[:, i]) for i, k in enumerate(allowed_k)},
-        "degenerate_replicates": {"n_boot": len(weights) - 1, "c1<=0": int(np.sum(replicates[0] <= 0)),
+        "relative_error_at_allowed_K": {str(k): bs.summarise(relative[:, i], weights) for i, k in enumerate(allowed_k)},
+        "degenerate_replicates": {"n_boot": n_boot, "c1<=0": int(np.sum(replicates[0] <= 0)),
                                   "c3<=0": int(np.sum(replicates[1] <= 0)),
                                   "undefined": int(np.sum(np.isnan(replicates[0]) | np.isnan(replicates[1])))},
         "note": ("Exact error at budget N: c1 K/N + c2/N + c3/(N (K-1)), minimised at K_star_exact = 1 + sqrt(c3/c1); "
                  "K_star_paper = sqrt(c3/c1) is the paper's formula (it minimises c1 K/N + c3/(N K), a lower "
                  "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
-                 "within-batch pairs of prompts. 95% intervals: one joint prompt bootstrap (the same resampled "
-                 "prompts for every constant); degenerate replicates (c1 or c3 <= 0) are counted, K*: inf or 1."),
+                 "within-batch pairs of prompts. 95% intervals: BCa, one joint prompt bootstrap (the same "
+                 "resampled prompts for every constant); degenerate replicates (c1 or c3 <= 0) are counted "
+                 "(K*: inf or 1)."),
     }
 
 

@@ -24,8 +24,8 @@ def mse_of(record: dict, name: str) -> float:
     return record.get("mse", record["tr_cov"])[name]
 
 
-def _series(values: list[np.ndarray]) -> list[dict]:
-    return [bs.summarise(v) for v in values]
+def _series(values: list[np.ndarray], weights: np.ndarray) -> list[dict]:
+    return [bs.summarise(v, weights) for v in values]
 
 
 def largest_share(values: np.ndarray) -> float:
@@ -39,43 +39,43 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
     """Per K: mean MSE per estimator, ratio / difference to the oracle, median per-prompt ratio, largest-prompt
     share, ||E s||^2, oracle noise and std-GRPO against its own target, each with a joint 95% interval."""
     _, position = prompt_columns({k: records_by_k[k] for k in k_list})
-    out = {"K_list": list(k_list), "n_boot": len(weights) - 1, "mean": {}, "ratio": {}, "difference": {},
+    out = {"K_list": list(k_list), "n_boot": bs.n_boot_of(weights), "mean": {}, "ratio": {}, "difference": {},
            "median_prompt_ratio": {}, "largest_prompt_share": {}}
     columns = {n: [column(records_by_k[k], position, lambda r, n=n: mse_of(r, n)) for k in k_list] for n in names}
     means = {n: [bs.weighted_mean(weights, c) for c in columns[n]] for n in names}
     for n in names:
-        out["mean"][n] = _series(means[n])
+        out["mean"][n] = _series(means[n], weights)
         out["largest_prompt_share"][n] = [largest_share(c) for c in columns[n]]
     if ORACLE in names:
         for n in names:
             if n == ORACLE:
                 continue
             with np.errstate(invalid="ignore", divide="ignore"):
-                out["ratio"][f"{n}/{ORACLE}"] = _series([a / b for a, b in zip(means[n], means[ORACLE])])
+                out["ratio"][f"{n}/{ORACLE}"] = _series([a / b for a, b in zip(means[n], means[ORACLE])], weights)
                 out["median_prompt_ratio"][f"{n}/{ORACLE}"] = _series(
-                    [bs.weighted_median(weights, a / b) for a, b in zip(columns[n], columns[ORACLE])])
-            out["difference"][f"{n}-{ORACLE}"] = _series([a - b for a, b in zip(means[n], means[ORACLE])])
+                    [bs.weighted_median(weights, a / b) for a, b in zip(columns[n], columns[ORACLE])], weights)
+            out["difference"][f"{n}-{ORACLE}"] = _series([a - b for a, b in zip(means[n], means[ORACLE])], weights)
     optional = {"mean_score_sq": lambda r: r.get("mean_score_sq", np.nan),
                 "oracle_noise": lambda r: r.get("oracle_noise", np.nan)}
     for key, value_fn in optional.items():
         cols = [column(records_by_k[k], position, value_fn) for k in k_list]
         if any(np.isfinite(c).any() for c in cols):
-            out[key] = _series([bs.weighted_mean(weights, c) for c in cols])
+            out[key] = _series([bs.weighted_mean(weights, c) for c in cols], weights)
             if key == "oracle_noise" and ORACLE in names:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     out["oracle_noise_relative"] = _series(
-                        [bs.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])])
+                        [bs.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights)
     own = {key: [column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get("grpo_std", np.nan))
                  for k in k_list] for key in ("mse_own", "bias2_own")}
     if "grpo_std" in names and any(np.isfinite(c).any() for c in own["mse_own"]):
         out["grpo_std_own_target"] = {
-            "mse": _series([bs.weighted_mean(weights, c) for c in own["mse_own"]]),
-            "bias2": _series([bs.weighted_mean(weights, c) for c in own["bias2_own"]]),
+            "mse": _series([bs.weighted_mean(weights, c) for c in own["mse_own"]], weights),
+            "bias2": _series([bs.weighted_mean(weights, c) for c in own["bias2_own"]], weights),
             "n_prompts": [int(np.isfinite(c).sum()) for c in own["mse_own"]],
             "note": "MSE against g(x)/sqrt(V(1-V)), the gradient of E[2 arcsin sqrt(V)]; prompts with V in (0, 1) only",
         }
     out["note"] = ("Joint prompt bootstrap (one resample of prompts per replicate, shared by every statistic and "
-                   "by group_size_advisor); estimate = the data, ci95 = 2.5/97.5% percentiles. ratio = ratio of "
+                   "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval. ratio = ratio of "
                    "mean MSEs over prompts; median_prompt_ratio = median over prompts of per-prompt ratios; "
                    "largest_prompt_share = max_x MSE(x) / sum_x MSE(x).")
     return out
