@@ -18,7 +18,7 @@ from grpo_mse.gradients import job
 from grpo_mse.gradients.engine import ENGINES
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
-from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, settings_mismatch
 from grpo_mse.tables.outputs import append_jsonl, timestamp, write_csv, write_json
 
 
@@ -48,6 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--estimators", nargs="+", default=job.DEFAULT_ESTIMATORS, choices=ALL_ESTIMATORS)
     p.add_argument("--drop_eos", action="store_true",
                    help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
+    p.add_argument("--score_distribution", default="model", choices=("model", "sampling"),
+                   help="score of log pi_T, untruncated (the original's), or of the distribution sampled "
+                        "(temperature and renormalised top_p nucleus)")
     p.add_argument("--shared_samples", action="store_true",
                    help="draw M*max(K) continuations once per prompt and form every K's groups from them")
     p.add_argument("--no_advisor", action="store_true", help="skip the group-size advisor (c1, c2, c3, K*)")
@@ -90,6 +93,9 @@ def main(argv=None) -> None:
         prompt_ids(tokenizer, row["prompt"])
         cli.require(isinstance(row["V_oracle"], (int, float)), f"V_oracle must be a number (got {row['V_oracle']!r})")
     config = {**vars(args), "device": device, "world_size": world}
+    mismatch = settings_mismatch(rows, config)
+    if mismatch and rank == 0:
+        print(f"warning: {mismatch}", file=sys.stderr)
     tag = model_tag(args.model)
     base = job.find_resumable(args.save_json, tag, config) if args.resume else None
     base = dist.broadcast_text(base or os.path.join(args.save_json, f"tracecov_{tag}_{timestamp()}"))
@@ -100,7 +106,8 @@ def main(argv=None) -> None:
         append_jsonl(progress, {"config": config})
     sampler = job.Sampler(model, tokenizer, eos_token_ids(model, tokenizer), args.temperature, args.top_p,
                           args.max_new_tokens, args.gen_bs, args.seed, include_eos=not args.drop_eos,
-                          shared_prompt=args.engine == "fast", vllm=cli.make_vllm(args, device))
+                          shared_prompt=args.engine == "fast", vllm=cli.make_vllm(args, device),
+                          score_distribution=args.score_distribution)
     with_advisor = not args.no_advisor and {"grpo", "oracleV"} <= set(args.estimators)
     all_batches = job.prompt_batches(len(rows), args.c1_batch)
     mine = dist.shard(list(range(len(all_batches))), rank, world)

@@ -98,7 +98,8 @@ class BetweenPromptBatch:
 
 def per_prompt_constants(record: dict) -> tuple[float, float]:
     """(c2_x, c3_x) = (K tr_oracle, K (K-1) (tr_grpo - tr_oracle)), tr_oracle less the oracle-noise bias
-    ``record["oracle_noise"]`` when present (the oracle estimate V_hat adds Var(V_hat) E||s_bar||^2)."""
+    ``record["oracle_noise"]`` when present (the oracle estimate V_hat adds Var(V_hat) tr Cov(s_bar), s_bar the
+    group-mean score, to the oracle's trace)."""
     k, tr = record["K"], record["tr_cov"]
     oracle = tr["oracleV"] - record.get("oracle_noise", 0.0)
     return k * oracle, k * (k - 1) * (tr["grpo"] - oracle)
@@ -157,8 +158,9 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
     c3 = np.stack([bs.weighted_mean(weights, column(records_by_k[k], position, lambda r: per_prompt_constants(r)[1]))
                    for k in ks], axis=1)
     c1 = np.stack([batch_c1(weights, batches_by_k.get(k, []), position) for k in ks], axis=1)
-    with np.errstate(invalid="ignore"):
-        pooled = {"c1": np.nanmean(c1, 1) if np.isfinite(c1[0]).any() else np.full(len(weights), np.nan),
+    finite = np.isfinite(c1).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):  # c1: plain mean over the K that have c1 batches
+        pooled = {"c1": np.where(finite > 0, np.where(np.isfinite(c1), c1, 0).sum(1) / finite, np.nan),
                   "c2": c2.mean(1), "c3": c3.mean(1)}
     allowed_k = allowed_group_sizes(budget, allowed)
     pooled["K_star_paper"] = paper_k_star(pooled["c1"], pooled["c3"])

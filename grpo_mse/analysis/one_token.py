@@ -18,7 +18,7 @@ from grpo_mse.tables.inputs import prompt_ids
 
 # Estimator MSE, tr Cov and bias^2 are means over prompts of these per-prompt quantities.
 QUANTITIES = ("mse", "trace_cov", "bias2")
-MOMENTS = ("V", "g_sq", "vanilla_m2", "sigma_o2", "var_zeta2")
+MOMENTS = ("V", "g_sq", "vanilla_m2", "sigma_o2", "var_zeta2", "mean_score_sq")
 
 
 def token_texts(tokenizer, vocab_size: int) -> list[str]:
@@ -42,17 +42,19 @@ def jacobian_bytes(model) -> int:
     return 4 * int(model.config.vocab_size) * params
 
 
-def enumerate_row(model, tokenizer, row: dict, texts: list[str], temperature: float) -> theory.OneTokenEnumeration:
-    """p, G, Q, g of the row's one-token continuation space at ``temperature``."""
+def enumerate_row(model, tokenizer, row: dict, texts: list[str], temperature: float, top_p: float = 1.0,
+                  score_distribution: str = "model") -> theory.OneTokenEnumeration:
+    """p, G, Q, g of the row's one-token continuation space at ``temperature`` / ``top_p`` (theory)."""
     rewards = token_rewards(texts, row["ground_truth"])
     return theory.one_token_enumeration(model, prompt_ids(tokenizer, row["prompt"]), lambda y: rewards[y],
-                                        temperature)
+                                        temperature, top_p, score_distribution)
 
 
-def oracle_record(row: dict, value: float) -> dict:
+def oracle_record(row: dict, value: float, settings: dict | None = None) -> dict:
     """A calculate_oracle_v.py line with the exact V: n_oracle/correct_count null, interval [V, V]."""
     return {**row, "V_oracle": value, "n_oracle": None, "correct_count": None,
-            "V_ci95_low": value, "V_ci95_high": value, "V_method": "exact one-token enumeration"}
+            "V_ci95_low": value, "V_ci95_high": value, "V_method": "exact one-token enumeration",
+            **({"oracle_settings": settings} if settings else {})}
 
 
 def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> dict:

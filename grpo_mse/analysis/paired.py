@@ -5,7 +5,7 @@ mean MSEs are paired: a replicate resamples prompts once and recomputes every st
 - ratio e/oracle = mean_x MSE_e(x) / mean_x MSE_oracle(x), difference e - oracle (MSE = tr Cov + bias^2);
 - heavy tails: the share of the largest prompt in the sum over prompts, and the median of per-prompt ratios;
 - ||E s||^2 per prompt (unbiased, from the group-mean scores): 0 when the score is that of the sampled law;
-- oracle noise: the bias Var(V_hat) E||s_bar||^2 that the estimated V adds to the oracle's trace;
+- oracle noise: the bias Var(V_hat) tr Cov(s_bar) that the estimated V adds to the oracle's trace;
 - std-normalised GRPO against its own per-prompt target g / sqrt(V (1 - V)) (Appendix A).
 """
 

@@ -21,7 +21,7 @@ from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl
 # Flags that change the numbers: a resumed run must agree on all of them.
 RESULT_FLAGS = ("model", "oracle_table", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
                 "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch",
-                "no_advisor", "backend")
+                "no_advisor", "backend", "score_distribution")
 NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
         "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
         "ci95 = 1.96 sd / sqrt(T) across prompts.")
@@ -42,6 +42,7 @@ class Sampler:
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
     vllm: object = None  # a grpo_mse.policy.vllm_sampler.VLLMSampler to sample with instead of the HF model
+    score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
@@ -65,7 +66,8 @@ class Sampler:
         def logprobs(continuations):
             return function(self.model, ids, continuations, eos_ids=self.eos_ids,
                             pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
-                            temperature=self.temperature)
+                            temperature=self.temperature,
+                            top_p=self.top_p if self.score_distribution == "sampling" else 1.0)
         return logprobs
 
 
@@ -81,8 +83,9 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
     groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
     params = [p for p in sampler.model.parameters() if p.requires_grad]
-    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k),
-                          float(row["V_oracle"]), names, engine, per_pass)
+    value = float(row["V_oracle"])
+    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value, names, engine,
+                          per_pass, measure_score=0.0 < value < 1.0)
     record = {
         "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
         "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
@@ -91,7 +94,21 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
         record["bias2"] = stats.bias2
         record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in names}
+    record.update(score_fields(stats, row))
     return record, stats
+
+
+def score_fields(stats: PromptStats, row: dict) -> dict:
+    """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
+    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
+    its own target g / sqrt(V (1 - V))."""
+    value, n_oracle = float(row["V_oracle"]), row.get("n_oracle")
+    noise = value * (1 - value) / (n_oracle - 1) if isinstance(n_oracle, int) and n_oracle > 1 else 0.0
+    fields = {"mean_score_sq": stats.mean_score_sq, "oracle_noise": noise * stats.score_trace if noise else 0.0}
+    if stats.bias2_own:
+        fields["bias2_own"] = stats.bias2_own
+        fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
+    return fields
 
 
 def progress_paths(base: str) -> list[str]:
