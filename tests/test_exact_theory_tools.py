@@ -61,7 +61,8 @@ def test_theory_json_is_consistent(exact_outputs):
                                       [p["var_zeta2"] for p in result["per_prompt"]])
     assert c == pytest.approx(expect) and c["c1"] > 0
     assert c["K_star_paper"] == pytest.approx(np.sqrt(c["c3"] / c["c1"]))
-    assert result["config"]["matching_run_flags"] == {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0}
+    assert result["config"]["matching_run_flags"] == {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0,
+                                                      "score_distribution": "model"}
 
 
 def test_exact_theory_errors(tmp_path, builtin_policy):
