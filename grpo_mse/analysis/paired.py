@@ -60,7 +60,10 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
     for key, value_fn in optional.items():
         cols = [column(records_by_k[k], position, value_fn) for k in k_list]
         if any(np.isfinite(c).any() for c in cols):
-            out[key] = _series([bs.weighted_mean(weights, c) for c in cols], weights)
+            per_k = [bs.weighted_mean(weights, c) for c in cols]
+            out[key] = _series(per_k, weights)
+            with np.errstate(invalid="ignore"):
+                out[f"{key}_mean_over_K"] = bs.summarise(np.mean(per_k, axis=0), weights)
             if key == "oracle_noise" and ORACLE in names:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     out["oracle_noise_relative"] = _series(
@@ -108,4 +111,6 @@ def describe(paired: dict) -> str:
         if "mean_score_sq" in paired:
             parts.append(_cell("||E s||^2", paired["mean_score_sq"][i]))
         lines.append(f"K={k:4d}  " + "  ".join(parts))
+    if "mean_score_sq_mean_over_K" in paired:
+        lines.append(_cell("||E s||^2 (prompts with 0<V<1, mean over K)", paired["mean_score_sq_mean_over_K"]))
     return "\n".join(lines)
