@@ -180,3 +180,37 @@ def test_one_token_enumeration_at_top_p(case, kind):
     scores = np.stack(rows)
     np.testing.assert_allclose(enum.Q[np.ix_(support, support)], scores @ scores.T, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(enum.g, (enum.p[support] * rewards[support]) @ scores, rtol=1e-4, atol=1e-6)
+
+
+def test_std_grpo_bias_against_its_own_target(case):
+    """Sampled law's score: the engine's bias^2 of std-GRPO against g / sqrt(V (1 - V)) (job.score_fields) agrees
+    with the exact ||E x_std - g / sqrt(V (1 - V))||^2 (which differs from its bias^2 against g)."""
+    model, eos, params, q, G = case["model"], case["eos"], case["params"], case["q"], case["G"]
+    value = float(q @ G)
+    s = case["scores"]["sampling"]
+    gram = s @ s.T
+    exact = theory.exact_estimator(q, G, gram, K, "grpo_std")
+    own = exact["mean_coef"] - q * G / math.sqrt(value * (1 - value))
+    exact_own = float(own @ gram @ own)
+
+    def logprob_fn(continuations):
+        return shared_prompt_logprobs(model, PROMPT, continuations, eos_ids=[eos], pad_id=0,
+                                      temperature=TEMPERATURE, top_p=TOP_P)
+
+    measured = []
+    for copy in range(COPIES):
+        draws = sample_continuations(model, [PROMPT] * (M * K), row_generators(11, copy, count=M * K),
+                                     temperature=TEMPERATURE, top_p=TOP_P, max_new_tokens=2, eos_ids=[eos],
+                                     pad_id=0, batch_size=M * K)
+        groups = [draws[g * K:(g + 1) * K] for g in range(M)]
+        rewards = torch.tensor([[_reward(t, eos) for t in group] for group in groups], dtype=torch.float64)
+        stats = prompt_traces(logprob_fn, params, groups, rewards, value, ("grpo_std", "oracleV"))
+        fields = score_fields(stats, {"V_oracle": value})
+        bias2_own = fields["bias2_own"]["grpo_std"]
+        assert fields["mse_own"]["grpo_std"] == pytest.approx(stats.traces["grpo_std"] + bias2_own)
+        measured.append(bias2_own)
+    measured = np.array(measured)
+    se = measured.std(ddof=1) / math.sqrt(len(measured))
+    assert abs(measured.mean() - exact_own) < Z * se, (measured.mean(), exact_own, se)
+    # the two targets differ exactly; this Monte Carlo size cannot tell them apart (s.e. ~ their difference)
+    assert abs(exact["bias2"] - exact_own) > 0.5 * exact_own
