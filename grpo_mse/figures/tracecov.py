@@ -110,7 +110,7 @@ def plot_advisor(result: dict, budget: float, out_stem: str) -> list[str]:
     advice = result["group_size_advisor"]
     pooled, ci = advice["pooled"], advice["ci95"]
     c1, c2, c3 = pooled["c1"], pooled["c2"], pooled["c3"]
-    ks = np.logspace(np.log2(1.05), np.log2(max(budget, 4)), 300, base=2)
+    ks = np.logspace(np.log2(1.5), np.log2(max(budget, 4)), 300, base=2)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     ax.plot(ks, exact_error(c1, c2, c3, ks, budget), color="tab:blue", label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), "
             f"N={budget:g}")
