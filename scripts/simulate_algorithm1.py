@@ -53,6 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_new_tokens", type=int, default=defaults.max_new_tokens)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1 is fastest here)")
     parser.add_argument("--out_dir", default="results/simulation")
+    parser.add_argument("--records_csv", default=None,
+                        help="summarise this earlier algorithm1.csv (same settings) instead of running the SGD sweep "
+                             "again: the runs do not depend on the advisor, only the summary does")
     parser.add_argument("--advisor_json", nargs="*", default=None,
                         help="tracecov results JSON with group_size_advisor (K* measured at the starting policy)")
     return parser.parse_args(argv)
@@ -172,13 +175,26 @@ def run(args) -> dict:
     return {"records": records, "wall_s": time.perf_counter() - start}
 
 
+def read_records(path: str) -> dict:
+    """{"records", "wall_s"} from an algorithm1.csv (wall_s of its summary JSON next to it, if any)."""
+    import csv
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        records = [{"K": int(r["K"]), "seed": int(r["seed"]), "estimator": r["estimator"], "step": int(r["step"]),
+                    "heldout_reward": float(r["heldout_reward"])} for r in csv.DictReader(handle)]
+    summary = os.path.join(os.path.dirname(path), "algorithm1_summary.json")
+    wall = json.load(open(summary, encoding="utf-8")).get("wall_s") if os.path.exists(summary) else None
+    return {"records": records, "wall_s": wall if wall is not None else float("nan")}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     path = advisor_path(args.advisor_json)
     if args.advisor_json and path is None:
         print(f"advisor JSON not found: {' '.join(args.advisor_json)}; K* not compared")
     advisor = sim.read_advisor(path) if path else None
-    outcome = run(args)
+    outcome = read_records(args.records_csv) if args.records_csv else run(args)
     summary = sim.summarize(outcome["records"], args.K_list, advisor)
     summary["note"] = build_note(summary, args)
     summary["config"] = {**vars(args), "advisor_json": path}
