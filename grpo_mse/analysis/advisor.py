@@ -73,13 +73,14 @@ def best_allowed_k(c1, c3, allowed) -> np.ndarray:
 class BetweenPromptBatch:
     """One batch of prompts for c1: their mean gradients' Gram matrix and within-prompt variances tr_oracle / M.
 
-    Holds the batch's mean gradients until ``result`` (``--c1_batch`` x trainable parameters x 4 bytes)."""
+    Holds the batch's mean gradients in CPU memory until ``result`` (``--c1_batch`` x trainable parameters x 4
+    bytes for float32 statistics); the Gram matrix is computed in float64."""
 
     def __init__(self, params=None):
         self.means, self.within, self.prompt_indices = [], [], []
 
     def add(self, mean_gradient, trace_of_group_estimate: float, m: int, prompt_index: int | None = None) -> None:
-        self.means.append([t.detach().clone() for t in mean_gradient])
+        self.means.append([t.detach().to("cpu", copy=True) for t in mean_gradient])
         self.within.append(trace_of_group_estimate / m)
         self.prompt_indices.append(len(self.means) - 1 if prompt_index is None else prompt_index)
 
