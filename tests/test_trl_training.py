@@ -63,6 +63,10 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     assert set(frame[frame["metric"] == "critic/score/mean"]["step"]) == {1, 2}
 
     from grpo_mse.figures.training import main_training, parse_args
+    from grpo_mse.training.demo_summary import summary
+
+    text = summary(frame)
+    assert "| 4 | 1 | " in text and "| all | 1 | " in text and "Best K by end accuracy: K = 4" in text
 
     main_training(parse_args(["--csv", str(csv), "--out_dir", str(tmp_path / "fig")]))
     assert (tmp_path / "fig" / "figure5_accuracy_vs_K.png").stat().st_size > 0
