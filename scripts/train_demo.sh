@@ -9,6 +9,8 @@
 #   DEMO_MODEL (assets/tiny_policy)  DEMO_K_LIST ("2 4 8 16 32")  DEMO_SEEDS ("0 1 2")  DEMO_BUDGET (256)
 #   DEMO_STEPS (30)  DEMO_LR (1e-4)  DEMO_N_TRAIN (4096)  DEMO_N_TEST (500)  DEMO_MAX_RESPONSE_LENGTH (16)
 #   DEMO_TEST_FREQ (5)  DEMO_JOBS (2: seeds trained side by side, one thread each)
+#   DEMO_ADVISOR (1: then run_tracecov.py's group-size advisor on the same policy, held-out prompts and
+#   sampling settings: DEMO_ADVISOR_T (48) prompts, DEMO_ADVISOR_M (8) groups, oracle V from 256 samples)
 #   DEMO_WORK (outputs/training_demo: data, logs, wandb runs)  DEMO_RESULTS (results/training_demo)
 # DEMO_WORK is deleted and rebuilt only if an earlier run of this script made it (marker file).
 set -euo pipefail
@@ -29,17 +31,21 @@ K_LIST="${DEMO_K_LIST:-2 4 8 16 32}"
 SEEDS="${DEMO_SEEDS:-0 1 2}"
 BUDGET="${DEMO_BUDGET:-256}"
 STEPS="${DEMO_STEPS:-30}"
-LR="${DEMO_LR:-1e-4}"
+LR="${DEMO_LR:-3e-5}"
 N_TRAIN="${DEMO_N_TRAIN:-4096}"
 N_TEST="${DEMO_N_TEST:-500}"
 MAX_RESPONSE_LENGTH="${DEMO_MAX_RESPONSE_LENGTH:-16}"
 TEST_FREQ="${DEMO_TEST_FREQ:-5}"
 JOBS="${DEMO_JOBS:-2}"
+ADVISOR="${DEMO_ADVISOR:-1}"
+ADVISOR_T="${DEMO_ADVISOR_T:-48}"
+ADVISOR_M="${DEMO_ADVISOR_M:-8}"
 WORK="${DEMO_WORK:-outputs/training_demo}"
 RESULTS="${DEMO_RESULTS:-results/training_demo}"
 MARKER=".made_by_train_demo"
 
-for name in BUDGET STEPS N_TRAIN N_TEST MAX_RESPONSE_LENGTH TEST_FREQ JOBS; do
+[[ "${ADVISOR}" =~ ^[01]$ ]] || die "DEMO_ADVISOR=${ADVISOR}: use 1 or 0"
+for name in BUDGET STEPS N_TRAIN N_TEST MAX_RESPONSE_LENGTH TEST_FREQ JOBS ADVISOR_T ADVISOR_M; do
   [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || die "DEMO_${name}=${!name} must be a positive integer"
 done
 [[ -f "${MODEL}/config.json" ]] || die "DEMO_MODEL=${MODEL} is not a model folder (python scripts/build_tiny_policy.py?)"
@@ -76,12 +82,28 @@ echo "== collect, Figure 5, Table 2"
 "${PY}" Policy_Optimization/collect_runs.py "${WORK}/runs/wandb" --out "${RESULTS}/training_runs.csv"
 "${PY}" plots/make_figures.py --training_csv "${RESULTS}/training_runs.csv" --out_dir "${RESULTS}"
 "${PY}" -m grpo_mse.training.demo_summary "${RESULTS}/training_runs.csv" --out "${RESULTS}/summary.md"
+if [[ "${ADVISOR}" == 1 ]]; then
+  echo "== group-size advisor: same policy, held-out prompts, temperature 1, top-p 1, ${MAX_RESPONSE_LENGTH} new tokens"
+  ADV_START=$(date +%s)
+  mkdir -p "${RESULTS}/advisor"
+  rm -f "${RESULTS}"/advisor/oracle_v_n*.jsonl "${RESULTS}"/advisor/tracecov_*
+  "${PY}" Gradient_evaluation/calculate_oracle_v.py --model "${MODEL}" --dataset data/arithmetic_zero_shot.jsonl \
+    --device cpu --dtype fp32 --limit "${ADVISOR_T}" --n_oracle 256 --batch_size 256 --temperature 1.0 --top_p 1.0 \
+    --max_new_tokens "${MAX_RESPONSE_LENGTH}" --out_dir "${RESULTS}/advisor"
+  # shellcheck disable=SC2086
+  "${PY}" Gradient_evaluation/run_tracecov.py --model "${MODEL}" --oracle_table "${RESULTS}"/advisor/oracle_v_n*.jsonl \
+    --device cpu --dtype fp32 --T "${ADVISOR_T}" --M "${ADVISOR_M}" --K_list ${K_LIST} --temperature 1.0 --top_p 1.0 \
+    --max_new_tokens "${MAX_RESPONSE_LENGTH}" --gen_bs 256 --save_json "${RESULTS}/advisor" --skip_plot \
+    | tee "${RESULTS}/advisor/run_tracecov.log"
+  ADVISOR_SECONDS=$(( $(date +%s) - ADV_START ))
+fi
 TOTAL_SECONDS=$(( $(date +%s) - START ))
 {
   echo ""
   echo "Settings: model ${MODEL}, K in {${K_LIST}}, seeds {${SEEDS}}, budget ${BUDGET} sequences per step,"
   echo "${STEPS} steps, lr ${LR}, ${N_TRAIN} training / ${N_TEST} held-out problems, responses <= ${MAX_RESPONSE_LENGTH} tokens,"
   echo "validation every ${TEST_FREQ} steps, ${JOBS} runs side by side."
-  echo "Wall time: ${TRAIN_SECONDS} s training, ${TOTAL_SECONDS} s in all ($(nproc) CPU cores)."
+  echo "Wall time: ${TRAIN_SECONDS} s training, ${ADVISOR_SECONDS:-0} s advisor, ${TOTAL_SECONDS} s in all ($(nproc) CPU cores)."
+  if [[ "${ADVISOR}" == 1 ]]; then grep -h "group-size advisor" "${RESULTS}/advisor/run_tracecov.log"; fi
 } >> "${RESULTS}/summary.md"
 echo "== done in ${TOTAL_SECONDS} s: ${RESULTS}/"
