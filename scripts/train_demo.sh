@@ -8,7 +8,7 @@
 # python -m grpo_mse.training.demo_summary. Settings (environment, DEMO_ prefix):
 #   DEMO_MODEL (assets/tiny_policy)  DEMO_K_LIST ("2 4 8 16 32")  DEMO_SEEDS ("0 1 2")  DEMO_BUDGET (256)
 #   DEMO_STEPS (30)  DEMO_LR (1e-4)  DEMO_N_TRAIN (4096)  DEMO_N_TEST (500)  DEMO_MAX_RESPONSE_LENGTH (16)
-#   DEMO_TEST_FREQ (5)  DEMO_JOBS (2: seeds trained side by side, one thread each)
+#   DEMO_TEST_FREQ (5)  DEMO_JOBS (2: runs side by side, one thread each)
 #   DEMO_ADVISOR (1: then run_tracecov.py's group-size advisor on the same policy, held-out prompts and
 #   sampling settings: DEMO_ADVISOR_T (48) prompts, DEMO_ADVISOR_M (8) groups, oracle V from 256 samples)
 #   DEMO_WORK (outputs/training_demo: data, logs, wandb runs)  DEMO_RESULTS (results/training_demo)
@@ -65,16 +65,18 @@ echo "== sweep: K in {${K_LIST}} x seeds {${SEEDS}}, ${BUDGET} sequences per ste
 export TRAINER=trl MODEL DATA_DIR="${WORK}/data" BASE="${WORK}/runs" WANDB_MODE=offline LR TEST_FREQ \
        MAX_RESPONSE_LENGTH SAVE_MODEL=0 RUN_TAG=demo LOGGERS="[console,wandb]" OMP_NUM_THREADS=1 DRY_RUN=0
 pids=()
+trap 'kill $(jobs -p) 2> /dev/null; echo "train_demo.sh: interrupted" >&2; exit 130' INT TERM
 for seed in ${SEEDS}; do
-  # shellcheck disable=SC2086
-  "${PY}" Policy_Optimization/sweep_group_size.py --K_list ${K_LIST} --seeds "${seed}" --budget "${BUDGET}" \
-    --run_tag demo -- --max_steps "${STEPS}" --threads 1 > "${WORK}/sweep_seed${seed}.log" 2>&1 &
-  pids+=($!)
-  while (( $(jobs -rp | wc -l) >= JOBS )); do sleep 2; done
+  for k in ${K_LIST}; do  # one sweep call per run, DEMO_JOBS at a time
+    "${PY}" Policy_Optimization/sweep_group_size.py --K_list "${k}" --seeds "${seed}" --budget "${BUDGET}" \
+      --run_tag demo -- --max_steps "${STEPS}" --threads 1 > "${WORK}/sweep_K${k}_seed${seed}.log" 2>&1 &
+    pids+=($!)
+    while (( $(jobs -rp | wc -l) >= JOBS )); do sleep 2; done
+  done
 done
 failed=0
 for pid in "${pids[@]}"; do wait "${pid}" || failed=1; done
-(( failed == 0 )) || die "a training run failed: see ${WORK}/sweep_seed*.log and ${WORK}/runs/logs/"
+(( failed == 0 )) || die "a training run failed: see ${WORK}/sweep_K*.log and ${WORK}/runs/logs/"
 grep -h "^\[trl\] val-core" "${WORK}"/runs/logs/*.log || true
 TRAIN_SECONDS=$(( $(date +%s) - START ))
 
