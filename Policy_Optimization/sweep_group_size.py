@@ -1,11 +1,12 @@
-"""Group-size sweep at a fixed sampling budget (the paper's Section 5.2): one VERL run per (K, seed).
+"""Group-size sweep at a fixed sampling budget (the paper's Section 5.2): one grpo_train.sh run per (K, seed).
 
   export MODEL=Qwen/Qwen2.5-1.5B-Instruct DATA_DIR=data/gsm8k
   python Policy_Optimization/sweep_group_size.py --K_list 4 8 16 32 64 128 --seeds 0 1 2 3 4
   DRY_RUN=1 ... python Policy_Optimization/sweep_group_size.py ...   # print all, validate the first
 
-Settings other than K, seed and budget come from the environment exactly as for grpo_train.sh;
-Hydra overrides for every run go after ``--`` (e.g. ``-- trainer.total_epochs=2``).
+Settings other than K, seed and budget come from the environment exactly as for grpo_train.sh
+(``TRAINER=trl`` trains with TRL on CPU); arguments for every run go after ``--`` (VERL Hydra
+overrides such as ``-- trainer.total_epochs=2``, or TRL flags such as ``-- --max_steps 30``).
 """
 
 from __future__ import annotations
