@@ -227,3 +227,37 @@ def test_sweep_script_rejects_bad_k(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "K=48 must divide 1024" in result.stderr
+
+
+def test_budget_cli_is_what_the_launcher_reads():
+    from grpo_mse.training import budget, sweep
+
+    assert Path(sweep.LAUNCHER).is_file()
+    result = subprocess.run([sys.executable, "-m", "grpo_mse.training.budget", "16", "512"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.split() == [
+        "TRAIN_BATCH_SIZE=32", "PPO_MINI_BATCH_SIZE=8", "TOTAL_EPOCHS=4"]  # fmt: skip
+    assert budget.main(["3", "1024"]) == 2 and budget.main(["8", "100"]) == 2 and budget.main(["8"]) == 2
+    with pytest.raises(ValueError, match="at least 2"):
+        budget.budget_settings(1)
+
+
+def test_sweep_refuses_unknown_dry_run_value():
+    script = ROOT / "Policy_Optimization" / "sweep_group_size.py"
+    result = subprocess.run([sys.executable, str(script), "--K_list", "8"], env={**os.environ, "DRY_RUN": "maybe"},
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2 and "DRY_RUN=maybe: use 0, 1 or print" in result.stderr
+
+
+def test_trl_command_shares_the_settings(tmp_path, data_dir):
+    env = launcher_env(tmp_path, TRAINER="trl", MODEL=ROOT / "assets" / "tiny_policy", DATA_DIR=data_dir,
+                       GROUP_SIZE=8, BUDGET=256, SEED=2, LR="1e-4", DRY_RUN="print")  # fmt: skip
+    result = run_launcher(env, "--max_steps", "3")
+    assert result.returncode == 0, result.stderr
+    for expected in ("-m grpo_mse.training.trl_train", "--group_size 8 --budget 256 --seed 2 --lr 1e-4",
+                     f"--train_file {data_dir}/train.parquet", f"--reward_path {ROOT}/Policy_Optimization/reward.py",
+                     "--experiment_name grpo_tiny_policy_K8_seed2", "--max_steps 3",
+                     "train_batch_size=32 ppo_mini_batch_size=8 total_epochs=4"):  # fmt: skip
+        assert expected in result.stdout, expected
+    result = run_launcher(env, "--group_size", "4")
+    assert result.returncode == 2 and "contradicts GROUP_SIZE/BUDGET" in result.stderr
