@@ -26,7 +26,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.job import Sampler
 from grpo_mse.policy.loading import eos_token_ids, load_policy
-from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,7 +103,7 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
                 synchronize(device)
                 best = min(best, time.perf_counter() - start)
             times["sampling"] += best
-            rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
+            rewards = torch.tensor([row_reward(row, t) for t in texts])
             if args.random_rewards:  # a random model never answers right: draw 0/1 rewards instead
                 rewards = torch.bernoulli(torch.full((args.M * k,), 0.5), generator=torch.Generator().manual_seed(k))
             groups = [continuations[g * k:(g + 1) * k] for g in range(args.M)]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from tqdm.auto import tqdm
+
+class InputError(ValueError):
+    """Input that cannot work (a flag, a data file, a model); the message is one line."""
 
 
-class UsageError(ValueError):
+class UsageError(InputError):
     """A flag value that cannot work; the message is one line."""
 
 
@@ -19,6 +21,8 @@ def require(condition: bool, message: str) -> None:
 
 def progress(items=None, **kwargs):
     """A tqdm bar on stderr (quiet when not a terminal only if the caller disables it)."""
+    from tqdm.auto import tqdm
+
     return tqdm(items, dynamic_ncols=True, **kwargs)
 
 
@@ -32,30 +36,21 @@ def add_model_flags(parser, model: str | None, device: str, dtype: str,
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
 
 
-def add_backend_flags(parser) -> None:
-    """--backend hf|vllm and vLLM's memory share (vLLM shares the GPU with the HF model)."""
-    parser.add_argument("--backend", default="hf", choices=["hf", "vllm"],
-                        help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
-    parser.add_argument("--vllm_gpu_util", type=float, default=0.4, help="vLLM gpu_memory_utilization")
-
-
-def make_vllm(args, device: str):
-    """A VLLMSampler when --backend vllm, else None."""
-    if args.backend != "vllm":
+def make_vllm(config, device: str):
+    """A VLLMSampler when ``config.backend`` is vllm, else None (``config``: a ModelConfig)."""
+    if config.backend != "vllm":
         return None
     require(device.startswith("cuda"), "--backend vllm needs --device cuda")
     from grpo_mse.policy.vllm_sampler import VLLMSampler
 
-    return VLLMSampler(args.model, args.dtype, args.seed, args.vllm_gpu_util, args.trust_remote_code, args.revision)
+    return VLLMSampler(config.model, config.dtype, config.seed, config.vllm_gpu_util, config.trust_remote_code,
+                       config.revision)
 
 
 def run(main) -> None:
     """Call ``main()``; turn expected input errors into one line on stderr and exit status 2."""
-    from grpo_mse.policy.loading import ModelError
-    from grpo_mse.tables.inputs import DataError
-
     try:
         main()
-    except (UsageError, DataError, ModelError, FileNotFoundError) as error:
+    except (InputError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -11,20 +11,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 
 from grpo_mse import cli
-from grpo_mse.figures.tracecov import (
-    PAPER_NAMES,
-    draw_mse_panel,
-    draw_ratio_panel,
-    plot_advisor,
-    plt,
-    save,
-    theory_overlay,
-)
+from grpo_mse.tables.outputs import read_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,37 +40,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def load_json(path: str, keys: tuple[str, ...], what: str) -> dict:
-    """The JSON at ``path``; one-line errors if it is missing or lacks any of ``keys``."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} file not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        loaded = json.load(handle)
-    if any(key not in loaded for key in keys):
-        raise cli.UsageError(f"{path}: not a {what} JSON (no {'/'.join(keys)})")
-    return loaded
-
-
 def load_result(path: str) -> dict:
-    return load_json(path, ("K_list", "conditional_on_x"), "run_tracecov.py main")
+    """A main JSON of run_tracecov.py (K_list and the mean trace per estimator)."""
+    return read_json(path, ("K_list", "conditional_on_x"), "run_tracecov.py main")
 
 
 def load_theory(path: str) -> dict:
     """A theory JSON of scripts/exact_theory.py (K_list and mean exact trace_cov per estimator)."""
-    return load_json(path, ("K_list", "trace_cov"), "theory")
+    return read_json(path, ("K_list", "trace_cov"), "theory")
 
 
 def check_one_token(result: dict, theory: dict, label: str) -> None:
-    """Warn when a run was not sampled as the exact theory assumes (one token, top_p 1, same temperature)."""
+    """Warn when a run was not sampled as the exact theory assumes (one token, same temperature, top_p, score)."""
     config, want = result.get("config", {}), theory.get("config", {}).get("matching_run_flags", {})
-    differ = [f"{flag}={config.get(flag)} (theory: {value})" for flag, value in want.items()
-              if flag in config and float(config[flag]) != float(value)]
+    def differs(flag, value):
+        got = config.get(flag, "model" if flag == "score_distribution" else None)
+        if got is None:
+            return False
+        return float(got) != float(value) if isinstance(value, (int, float)) else str(got) != str(value)
+
+    differ = [f"{flag}={config.get(flag, 'model')} (theory: {value})" for flag, value in want.items()
+              if differs(flag, value)]
     if differ:
         print(f"warning: {label}: the exact curves assume other settings: {', '.join(differ)}", file=sys.stderr)
 
 
 def paper_results(path: str) -> list[tuple[str, dict]]:
     """Published Figure-4 values as run-like dicts, one per model."""
+    from grpo_mse.figures.tracecov import PAPER_NAMES
+
     table: dict[str, dict] = {}
     with open(path, encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
@@ -99,6 +88,8 @@ def paper_results(path: str) -> list[tuple[str, dict]]:
 
 def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
     """One MSE panel per run and a final ratio panel; PNG and PDF."""
+    from grpo_mse.figures.tracecov import draw_mse_panel, draw_ratio_panel, plt, save
+
     fig, axes = plt.subplots(1, len(runs) + 1, figsize=(4.6 * (len(runs) + 1), 4.0), squeeze=False)
     for ax, (label, result) in zip(axes[0], runs):
         draw_mse_panel(ax, result, title=label, theory=result.get("theory"))
@@ -109,6 +100,8 @@ def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    from grpo_mse.figures.tracecov import plot_advisor, theory_overlay  # matplotlib loads after the flags are checked
+
     runs = []
     for index, path in enumerate(args.tracecov):
         result = load_result(path)

@@ -14,10 +14,10 @@ start=$(date +%s)
 python scripts/make_arithmetic_data.py --out_dir data
 rm -rf "$OUT" && mkdir -p "$OUT"
 python Gradient_evaluation/calculate_oracle_v.py --model "$MODEL" --dataset data/arithmetic_zero_shot.jsonl \
-  --device cpu --dtype fp32 --limit "${DEMO_T:-48}" --n_oracle "${DEMO_N_ORACLE:-256}" --batch_size 256 \
+  --device cpu --dtype fp32 --limit "${DEMO_T:-192}" --n_oracle "${DEMO_N_ORACLE:-256}" --batch_size 256 \
   --out_dir "$OUT"
 python Gradient_evaluation/run_tracecov.py --model "$MODEL" --oracle_table "$OUT"/oracle_v_n*.jsonl \
-  --device cpu --dtype fp32 --T "${DEMO_T:-48}" --M "${DEMO_M:-8}" --K_list ${DEMO_K_LIST:-2 4 8 16} \
+  --device cpu --dtype fp32 --T "${DEMO_T:-192}" --M "${DEMO_M:-8}" --K_list ${DEMO_K_LIST:-2 4 8 16} \
   --gen_bs 256 --save_json "$OUT" --plot_path "$OUT"
 python plots/make_figures.py --tracecov "$OUT"/tracecov_*[0-9].json --labels "built-in policy (zero-shot)" \
   --out_dir "$OUT" --name figure4

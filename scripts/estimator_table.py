@@ -12,23 +12,11 @@ their exact values. The run must use the theory's prompts with --max_new_tokens 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from grpo_mse import cli
 from grpo_mse.analysis import estimator_table as table
-from grpo_mse.tables.outputs import write_atomic, write_csv, write_json
-
-
-def load_json(path: str, fields: tuple[str, ...], what: str) -> dict:
-    """A JSON file that must hold ``fields``; one-line errors otherwise."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        data = json.load(handle)
-    missing = [f for f in fields if f not in data]
-    cli.require(not missing, f"{path}: not a {what} (no {', '.join(missing)})")
-    return data
+from grpo_mse.tables.outputs import read_json, write_atomic, write_csv, write_json
 
 
 def main(argv=None) -> None:
@@ -37,8 +25,8 @@ def main(argv=None) -> None:
     p.add_argument("--tracecov", required=True, help="main JSON of run_tracecov.py (its *_per_prompt.csv beside it)")
     p.add_argument("--out_dir", default="results/estimators")
     args = p.parse_args(argv)
-    theory = load_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory JSON")
-    run = load_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main JSON")
+    theory = read_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory")
+    run = read_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main")
     csv_path = table.per_prompt_path(args.tracecov)
     if not os.path.isfile(csv_path):
         raise FileNotFoundError(f"per-prompt table not found: {csv_path}")

@@ -16,7 +16,7 @@ import torch
 from grpo_mse.gradients.job import Sampler
 from grpo_mse.gradients.statistics import dot64
 from grpo_mse.policy.loading import eos_token_ids, load_policy
-from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 
@@ -30,7 +30,7 @@ def score_norms(sampler: Sampler, row: dict, key: int, n: int) -> tuple[np.ndarr
     for tokens in continuations:
         grads = torch.autograd.grad(logprob([tokens])[0], params)
         norms.append(dot64(grads, grads))
-    rewards = [last_integer_reward(t, row["ground_truth"]) for t in texts]
+    rewards = [row_reward(row, t) for t in texts]
     return np.array(rewards), np.array(norms)
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import tempfile
 import time
 
 import torch
 
 from grpo_mse.analysis import simulation as sim
+from grpo_mse.gradients.estimators import UNBIASED
 from grpo_mse.tables.outputs import write_csv, write_json
 
 
@@ -34,7 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--K_list", type=int, nargs="+", default=list(defaults.K_list))
     parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds))
     parser.add_argument("--estimators", nargs="+", default=list(defaults.estimators),
-                        choices=["naive", "grpo", "oracleV"])
+                        choices=UNBIASED)
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--oracle", choices=["mc", "running"], default=defaults.oracle,
@@ -53,6 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_new_tokens", type=int, default=defaults.max_new_tokens)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1 is fastest here)")
     parser.add_argument("--out_dir", default="results/simulation")
+    parser.add_argument("--records_csv", default=None,
+                        help="summarise this earlier algorithm1.csv (same settings) instead of running the SGD sweep "
+                             "again: the runs do not depend on the advisor, only the summary does")
     parser.add_argument("--advisor_json", nargs="*", default=None,
                         help="tracecov results JSON with group_size_advisor (K* measured at the starting policy)")
     return parser.parse_args(argv)
@@ -86,14 +89,15 @@ def build_note(summary: dict, args) -> str:
     """One paragraph: what was run, the agreement statement and its caveats."""
     parts = [f"Algorithm 1 (plain SGD, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences per step, "
              f"seeds {args.seeds}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
-             f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds; {summary['learning']}.",
+             f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds (Student t); {summary['learning']}.",
              oracle_note(args),
              summary["agreement"]["statement"] + "."]
     if summary["learning"].startswith("no measurable learning"):
         parts.append("No run improved on the starting policy, so the best K is the group size whose gradient noise "
                       "hurt least, not the one that learned most.")
     if summary["advisor"]:
-        parts.append("K* minimises the Theorem-7 bound on the GRPO gradient error at the starting policy "
+        parts.append("K* = 1 + sqrt(c3/c1) minimises the exact GRPO gradient error c1 K/N + c2/N + c3/(N(K-1)) at the "
+                     "starting policy "
                      "(sampling settings of the advisor run may differ); the best K after training also depends "
                      "on lr, the number of steps and the policy's drift, so agreement is a check, not a proof.")
     else:
@@ -101,45 +105,23 @@ def build_note(summary: dict, args) -> str:
     return " ".join(parts)
 
 
-def save_figure(fig, stem: str) -> list[str]:
-    """Save ``fig`` as stem.png and stem.pdf, each written to a temporary file and renamed."""
-    paths = []
-    for suffix in ("png", "pdf"):
-        path = f"{stem}.{suffix}"
-        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=f".{suffix}")
-        os.close(handle)
-        try:
-            fig.savefig(temporary, format=suffix, dpi=150, bbox_inches="tight")
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-        paths.append(path)
-    return paths
-
-
 def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     """Final held-out reward against K (log2 axis), one line per estimator with its 95% band; K* dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from grpo_mse.figures.tracecov import COLORS, LABELS
+    from grpo_mse.figures.tracecov import plt, save, style
 
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
     for name, by_k in summary["final_reward"].items():
         ks = [int(k) for k in by_k]
         mean = [by_k[str(k)]["mean"] for k in ks]
         half = [sim.half_width(by_k[str(k)]) for k in ks]
-        ax.plot(ks, mean, marker="o", color=COLORS.get(name), label=LABELS.get(name, name))
+        ax.plot(ks, mean, marker="o", **style(name))
         ax.fill_between(ks, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
-                        color=COLORS.get(name), alpha=0.15)
+                        color=style(name)["color"], alpha=0.15)
     ax.axhline(summary["initial_reward"], color="gray", linestyle=":", label="starting policy")
     advisor = summary["advisor"]
     if advisor and advisor.get("K_star"):
-        ax.axvline(advisor["K_star"], color="tab:red", linestyle="--", label=f"advisor K* = {advisor['K_star']:.3g}")
+        ax.axvline(advisor["K_star"], color="tab:red", linestyle="--",
+                   label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}")
         if advisor.get("K_star_ci95"):
             ax.axvspan(*advisor["K_star_ci95"], color="tab:red", alpha=0.08, label="K* 95% interval")
     ax.set_xscale("log", base=2)
@@ -149,9 +131,7 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    paths = save_figure(fig, stem)
-    plt.close(fig)
-    return paths
+    return save(fig, stem, formats=("png", "pdf"))
 
 
 def run(args) -> dict:
@@ -170,13 +150,26 @@ def run(args) -> dict:
     return {"records": records, "wall_s": time.perf_counter() - start}
 
 
+def read_records(path: str) -> dict:
+    """{"records", "wall_s"} from an algorithm1.csv (wall_s of its summary JSON next to it, if any)."""
+    import csv
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        records = [{"K": int(r["K"]), "seed": int(r["seed"]), "estimator": r["estimator"], "step": int(r["step"]),
+                    "heldout_reward": float(r["heldout_reward"])} for r in csv.DictReader(handle)]
+    summary = os.path.join(os.path.dirname(path), "algorithm1_summary.json")
+    wall = json.load(open(summary, encoding="utf-8")).get("wall_s") if os.path.exists(summary) else None
+    return {"records": records, "wall_s": wall if wall is not None else float("nan")}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     path = advisor_path(args.advisor_json)
     if args.advisor_json and path is None:
         print(f"advisor JSON not found: {' '.join(args.advisor_json)}; K* not compared")
     advisor = sim.read_advisor(path) if path else None
-    outcome = run(args)
+    outcome = read_records(args.records_csv) if args.records_csv else run(args)
     summary = sim.summarize(outcome["records"], args.K_list, advisor)
     summary["note"] = build_note(summary, args)
     summary["config"] = {**vars(args), "advisor_json": path}

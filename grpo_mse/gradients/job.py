@@ -5,23 +5,25 @@ from __future__ import annotations
 import glob
 import json
 import os
+import random
+import sys
 from dataclasses import dataclass
 
 import torch
 
+from grpo_mse import cli
+from grpo_mse import distributed as dist
 from grpo_mse.analysis.advisor import BetweenPromptBatch
 from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
-from grpo_mse.rewards.rules import last_integer_reward
-from grpo_mse.tables.inputs import prompt_ids
-from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl
+from grpo_mse.rewards.rules import row_reward
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, settings_mismatch
+from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, timestamp, write_csv, write_json
 
-# Flags that change the numbers: a resumed run must agree on all of them.
-RESULT_FLAGS = ("model", "oracle_table", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
-                "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch",
-                "no_advisor", "backend")
 NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
         "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
         "ci95 = 1.96 sd / sqrt(T) across prompts.")
@@ -42,6 +44,7 @@ class Sampler:
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
     vllm: object = None  # a grpo_mse.policy.vllm_sampler.VLLMSampler to sample with instead of the HF model
+    score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
@@ -65,7 +68,8 @@ class Sampler:
         def logprobs(continuations):
             return function(self.model, ids, continuations, eos_ids=self.eos_ids,
                             pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
-                            temperature=self.temperature)
+                            temperature=self.temperature,
+                            top_p=self.top_p if self.score_distribution == "sampling" else 1.0)
         return logprobs
 
 
@@ -78,11 +82,12 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     """
     stream = (0, key) if shared_samples else (k, key)
     ids, continuations, texts = sampler.draw(row, stream, m * k)
-    rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
+    rewards = torch.tensor([row_reward(row, t) for t in texts])
     groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
     params = [p for p in sampler.model.parameters() if p.requires_grad]
-    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k),
-                          float(row["V_oracle"]), names, engine, per_pass)
+    value = float(row["V_oracle"])
+    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value, names, engine,
+                          per_pass, measure_score=0.0 < value < 1.0)
     record = {
         "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
         "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
@@ -91,7 +96,21 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
         record["bias2"] = stats.bias2
         record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in names}
+    record.update(score_fields(stats, row))
     return record, stats
+
+
+def score_fields(stats: PromptStats, row: dict) -> dict:
+    """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
+    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
+    its own target g / sqrt(V (1 - V))."""
+    value, n_oracle = float(row["V_oracle"]), row.get("n_oracle")
+    noise = value * (1 - value) / (n_oracle - 1) if isinstance(n_oracle, int) and n_oracle > 1 else 0.0
+    fields = {"mean_score_sq": stats.mean_score_sq, "oracle_noise": noise * stats.score_trace if noise else 0.0}
+    if stats.bias2_own:
+        fields["bias2_own"] = stats.bias2_own
+        fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
+    return fields
 
 
 def progress_paths(base: str) -> list[str]:
@@ -115,25 +134,25 @@ def prompt_batches(count: int, size: int) -> list[list[int]]:
     return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
 
 
-def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k: int, args, done: dict,
-              batches: dict, progress: str, with_advisor: bool, on_prompt=None) -> None:
+def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k: int, config: TracecovConfig,
+              done: dict, batches: dict, progress: str, on_prompt=None) -> None:
     """Evaluate one batch of prompts at group size K, appending new records to ``progress``.
 
-    Finished prompts are skipped, except that a batch whose c1 record is missing is evaluated
-    whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
+    Finished prompts are skipped, except that a batch whose c1 record is missing (advisor on) is
+    evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
     """
-    need_c1 = with_advisor and len(indices) >= 2 and (k, batch_id) not in batches
+    need_c1 = config.with_advisor and len(indices) >= 2 and (k, batch_id) not in batches
     c1 = BetweenPromptBatch([p for p in sampler.model.parameters() if p.requires_grad]) if need_c1 else None
     for index in indices:
         if c1 is not None or (k, index) not in done:
-            record, stats = evaluate_prompt(sampler, rows[index], keys[index], index, k, args.M,
-                                            args.estimators, args.engine, args.shared_samples,
-                                            getattr(args, "groups_per_pass", 0))
+            record, stats = evaluate_prompt(sampler, rows[index], keys[index], index, k, config.M,
+                                            config.estimators, config.engine, config.shared_samples,
+                                            config.groups_per_pass)
             if (k, index) not in done:
                 append_jsonl(progress, record)
                 done[(k, index)] = record
             if c1 is not None:
-                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], args.M)
+                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], config.M, index)
         if on_prompt:
             on_prompt()
     if c1 is not None:
@@ -142,7 +161,8 @@ def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k
 
 
 def find_resumable(save_dir: str, tag: str, config: dict) -> str | None:
-    """Base path of the latest unfinished run of ``tag`` in ``save_dir`` whose result flags match."""
+    """Base path of the latest unfinished run of ``tag`` in ``save_dir`` whose saved ``config`` agrees with
+    ``config`` on every one of TracecovConfig.RESULT_FIELDS."""
     candidates = sorted(glob.glob(os.path.join(glob.escape(save_dir), f"tracecov_{tag}_*.progress*.jsonl")))
     for path in reversed(candidates):
         with open(path, encoding="utf-8") as handle:
@@ -151,7 +171,7 @@ def find_resumable(save_dir: str, tag: str, config: dict) -> str | None:
             except ValueError:
                 continue
         saved = header.get("config", {})
-        if all(saved.get(f) == config.get(f) for f in RESULT_FLAGS):
+        if all(saved.get(f) == config.get(f) for f in TracecovConfig.RESULT_FIELDS):
             return path.split(".progress")[0]
     return None
 
@@ -201,4 +221,119 @@ def tidy_rows(records: list[dict], names) -> list[dict]:
 
 
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
-DEFAULT_ESTIMATORS = list(est.UNBIASED)
+
+
+def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
+    """The T rows used (after the optional seeded subsample) and their random-stream keys."""
+    rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
+    keys = row_keys(rows)
+    order = list(range(len(rows)))
+    if config.subsample_prompts:
+        order = random.Random(config.seed).sample(order, min(config.subsample_prompts, len(order)))
+    if config.T > len(order):
+        print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
+    order = order[: config.T]
+    return [rows[i] for i in order], [keys[i] for i in order]
+
+
+def run_tracecov(config: TracecovConfig) -> dict | None:
+    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result", "plot"} (paths and summary).
+
+    Per K: every prompt batch of this rank (torchrun shards batches), progress appended as prompts
+    finish, then the per-K file; at the end the main JSON (with the advisor), the tidy CSV, the plot.
+    """
+    rank, world, device = dist.init_from_env(config.device)
+    rows, keys = select_rows(config)
+    model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+    for row in rows:  # fail on unformattable prompts or bad values before any file is written
+        prompt_ids(tokenizer, row["prompt"])
+        cli.require(isinstance(row["V_oracle"], (int, float)), f"V_oracle must be a number (got {row['V_oracle']!r})")
+    saved_config = {**config.record(), "device": device, "world_size": world}
+    mismatch = settings_mismatch(rows, saved_config)
+    if mismatch and rank == 0:
+        print(f"warning: {mismatch}", file=sys.stderr)
+    tag = model_tag(config.model)
+    base = find_resumable(config.save_json, tag, saved_config) if config.resume else None
+    base = dist.broadcast_text(base or os.path.join(config.save_json, f"tracecov_{tag}_{timestamp()}"))
+    progress = f"{base}.progress.rank{rank}.jsonl"
+    os.makedirs(config.save_json, exist_ok=True)
+    done, batches = load_progress(base)
+    if not os.path.exists(progress):
+        append_jsonl(progress, {"config": saved_config})
+    if done:
+        print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
+    sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), config.temperature, config.top_p,
+                      config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
+                      shared_prompt=config.engine == "fast", vllm=cli.make_vllm(config, device),
+                      score_distribution=config.score_distribution)
+    records_by_k, batches_by_k = _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, world)
+    outcome = _write_outputs(config, base, records_by_k, batches_by_k, saved_config) if rank == 0 else None
+    dist.barrier()
+    if rank == 0:
+        for path in progress_paths(base):
+            os.remove(path)
+    dist.finish()
+    return outcome
+
+
+def _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, world):
+    """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
+    all_batches = prompt_batches(len(rows), config.c1_batch)
+    mine = dist.shard(list(range(len(all_batches))), rank, world)
+    records_by_k, batches_by_k = {}, {}
+    for k in cli.progress(config.K_list, desc="K", disable=rank > 0):
+        bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
+                           disable=rank > 0)
+
+        def show_running_means(k=k, bar=bar):
+            finished = [r for (rk, _), r in done.items() if rk == k]
+            bar.update(1)
+            if finished:
+                bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
+                                 for n in config.estimators})
+        for b in mine:
+            run_batch(sampler, rows, keys, b, all_batches[b], k, config, done, batches, progress, show_running_means)
+        bar.close()
+        dist.barrier()
+        latest_done, latest_batches = load_progress(base)
+        done.update(latest_done)
+        batches.update(latest_batches)
+        records_by_k[k] = [r for (rk, _), r in done.items() if rk == k]
+        batches_by_k[k] = [r for (rk, _), r in batches.items() if rk == k]
+        if rank == 0:
+            write_json(f"{base}_K{k}_detailed.json", detailed(records_by_k[k], k, config.estimators))
+    return records_by_k, batches_by_k
+
+
+def _write_outputs(config, base, records_by_k, batches_by_k, saved_config) -> dict:
+    """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
+    from grpo_mse.analysis import paired
+
+    result = summary(records_by_k, config.K_list, config.estimators, saved_config)
+    result.update(paired.run_statistics(records_by_k, batches_by_k, config.K_list, config.estimators, config.seed,
+                                        with_advisor=config.with_advisor, budget=config.budget,
+                                        allowed=config.allowed_K))
+    write_json(f"{base}.json", result)
+    all_records = [r for k in config.K_list for r in records_by_k[k]]
+    write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
+    png = None
+    if not config.skip_plot:
+        from grpo_mse.figures.tracecov import plot_run
+
+        png = plot_run(result, os.path.join(config.plot_path, os.path.basename(base) + ".png"))
+    return {"base": base, "result": result, "plot": png}
+
+
+def summary_lines(result: dict) -> list[str]:
+    """What run_tracecov.py prints: each K's traces with 95% half-widths, the paired ratios, the advisor."""
+    from grpo_mse.analysis import advisor, paired
+
+    names, lines = list(result["conditional_on_x"]), []
+    for i, k in enumerate(result["K_list"]):
+        lines.append(f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={result['conditional_on_x'][n][i]:.4g}"
+                                              f"±{result['ci95'][n][i]:.2g}" for n in names))
+    if "paired" in result:
+        lines.append(paired.describe(result["paired"]))
+    if "group_size_advisor" in result:
+        lines.append(advisor.describe(result["group_size_advisor"]))
+    return lines

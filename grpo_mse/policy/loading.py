@@ -6,10 +6,12 @@ import os
 
 import torch
 
+from grpo_mse.cli import InputError
+
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-class ModelError(ValueError):
+class ModelError(InputError):
     """The model cannot be loaded or used as asked; the message is one line."""
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
+from grpo_mse.cli import InputError
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """Bad input data; the message is one line that names the problem."""
 
 
@@ -17,6 +17,8 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 def _plain(value):
     """Convert numpy/pyarrow containers and scalars from parquet into plain Python objects."""
+    import numpy as np
+
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()]
     if isinstance(value, (list, tuple)):
@@ -108,8 +110,23 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         except Exception as error:  # network/hub errors are many types
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise DataError(f"cannot load dataset {source!r} (split {split!r}): {first}") from None
+    rows = [lift_verl_fields(row) for row in rows]
     validate_rows(rows, required, source)
     return rows
+
+
+def lift_verl_fields(row: dict) -> dict:
+    """A VERL row (``reward_model.ground_truth``, ``extra_info.id``) with ``ground_truth`` and ``id`` on top.
+
+    Fields already on top win; other rows are returned unchanged (same object).
+    """
+    reward_model, extra = row.get("reward_model"), row.get("extra_info")
+    lifted = {}
+    if "ground_truth" not in row and isinstance(reward_model, dict) and "ground_truth" in reward_model:
+        lifted["ground_truth"] = reward_model["ground_truth"]
+    if "id" not in row and isinstance(extra, dict) and "id" in extra:
+        lifted["id"] = extra["id"]
+    return {**row, **lifted} if lifted else row
 
 
 def validate_rows(rows: list[dict], required, source: str) -> None:
@@ -153,3 +170,29 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     """Token ids of the formatted prompt (special tokens only for plain strings; templates carry theirs)."""
     text = prompt_text(tokenizer, prompt)
     return tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
+
+
+SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens")
+
+
+def oracle_settings(args, n_oracle) -> dict:
+    """The sampling settings an oracle table was made with (stored on every row as ``oracle_settings``)."""
+    return {**{name: getattr(args, name, None) for name in SAMPLING_SETTINGS}, "n_oracle": n_oracle}
+
+
+def settings_mismatch(rows: list[dict], run: dict) -> str | None:
+    """One line naming the sampling settings where the oracle table's rows differ from the run's (None if all
+    agree; tables without ``oracle_settings`` are reported as such)."""
+    stored = [row.get("oracle_settings") for row in rows]
+    if not any(stored):
+        return "oracle table records no sampling settings: V_oracle may come from another model or sampler"
+
+    def same(name, value, wanted):
+        if name == "model":
+            return os.path.normpath(str(value)) == os.path.normpath(str(wanted))
+        return value == wanted or (isinstance(value, (int, float)) and isinstance(wanted, (int, float))
+                                   and float(value) == float(wanted))
+
+    differ = sorted({f"{name}={settings.get(name)!r} (run: {run.get(name)!r})" for settings in stored if settings
+                     for name in SAMPLING_SETTINGS if name in run and not same(name, settings.get(name), run[name])})
+    return f"oracle table sampled with other settings: {', '.join(differ)}" if differ else None
