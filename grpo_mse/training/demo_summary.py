@@ -3,7 +3,7 @@
   python -m grpo_mse.training.demo_summary results/training_demo/training_runs.csv [--out summary.md]
 
 Per run: the accuracy at its first and last logged step and the change (paired by run). Intervals are
-Student-t intervals of the mean over seeds (grpo_mse.figures.training.mean_ci).
+Student-t intervals of the mean over seeds (grpo_mse.tables.outputs.mean_t_interval).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from grpo_mse.figures.training import mean_ci, pick_metric
+from grpo_mse.figures.training import pick_metric
+from grpo_mse.tables.outputs import mean_t_interval
 
 
 def run_table(frame, metric: str):
@@ -31,7 +32,7 @@ def summary(frame, metric: str | None = None) -> str:
              "| K | runs | start | end | change |", "|---:|---:|---:|---:|---:|"]  # fmt: skip
 
     def cell(values):
-        mean, half = mean_ci(values)
+        mean, half = mean_t_interval(values)
         return f"{mean:.3f} ± {half:.3f}"
 
     def row(label, group):
@@ -40,7 +41,7 @@ def summary(frame, metric: str | None = None) -> str:
     best = None
     for k, group in runs.groupby("K"):
         lines.append(row(k, group))
-        mean, half = mean_ci(group["end"])
+        mean, half = mean_t_interval(group["end"])
         if best is None or mean > best[1]:
             best = (int(k), mean, half)
     lines.append(row("all", runs))
