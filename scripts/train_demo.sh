@@ -106,6 +106,6 @@ TOTAL_SECONDS=$(( $(date +%s) - START ))
   echo "${STEPS} steps, lr ${LR}, ${N_TRAIN} training / ${N_TEST} held-out problems, responses <= ${MAX_RESPONSE_LENGTH} tokens,"
   echo "validation every ${TEST_FREQ} steps, ${JOBS} runs side by side."
   echo "Wall time: ${TRAIN_SECONDS} s training, ${ADVISOR_SECONDS:-0} s advisor, ${TOTAL_SECONDS} s in all ($(getconf _NPROCESSORS_ONLN) CPU cores, shared)."
-  if [[ "${ADVISOR}" == 1 ]]; then grep -h "group-size advisor" "${RESULTS}/advisor/run_tracecov.log"; fi
+  if [[ "${ADVISOR}" == 1 ]]; then grep -h -A2 "group-size advisor" "${RESULTS}/advisor/run_tracecov.log"; fi
 } >> "${RESULTS}/summary.md"
 echo "== done in ${TOTAL_SECONDS} s: ${RESULTS}/"
