@@ -1,36 +1,41 @@
 #!/usr/bin/env bash
-# GRPO training on VERL at a fixed sampling budget of BUDGET (default 1024) sequences per step.
+# GRPO training at a fixed sampling budget of BUDGET (default 1024) sequences per step.
+# TRAINER=verl (default): VERL on GPUs (vLLM rollouts, FSDP actor). TRAINER=trl: TRL's GRPOTrainer on CPU.
 #
 #   MODEL=Qwen/Qwen2.5-1.5B-Instruct DATA_DIR=data/gsm8k GROUP_SIZE=32 bash Policy_Optimization/grpo_train.sh
 #   DRY_RUN=1 MODEL=... DATA_DIR=... bash Policy_Optimization/grpo_train.sh   # compose + validate, no GPU
-#   bash Policy_Optimization/grpo_train.sh trainer.total_epochs=2 ...           # extra Hydra overrides
+#   bash Policy_Optimization/grpo_train.sh trainer.total_epochs=2 ...           # extra Hydra overrides (VERL)
+#   TRAINER=trl MODEL=assets/tiny_policy DATA_DIR=outputs/data/arithmetic GROUP_SIZE=8 BUDGET=256 \
+#       bash Policy_Optimization/grpo_train.sh --max_steps 20                   # extra TRL flags (CPU)
 #
 # Every setting below can be edited here or given as an environment variable of the same name.
-# DRY_RUN=1 prints the command and has VERL compose and validate the configuration
-# (python -m verl.trainer.main_ppo --cfg job); DRY_RUN=print only prints it.
+# DRY_RUN=1 prints the command and checks it without training (VERL: python -m verl.trainer.main_ppo
+# --cfg job plus VERL's validate_config; TRL: builds the GRPOConfig); DRY_RUN=print only prints it.
 # Multi-node (NNODES > 1): start a Ray cluster first (head: `ray start --head --port=6379`,
 # every other node: `ray start --address=<head-ip>:6379`), then run this script on the head node;
 # VERL's ray.init() joins the running cluster. See docs/training.md.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
 PLACEHOLDER="<SET_ME>"
 
 # ============================== USER CONFIGURATION ==============================
+TRAINER="${TRAINER:-verl}"                            # verl (GPUs) | trl (CPU)
 # Paths
-BASE_DIR="${BASE_DIR:-${REPO_ROOT}/outputs}"          # caches, checkpoints and logs go under here
+REPO_DIR="${REPO_DIR:-$(cd "${SCRIPT_DIR}/.." && pwd)}"   # this repository (reward function, PYTHONPATH)
+BASE="${BASE:-${BASE_DIR:-${REPO_DIR}/outputs}}"      # hf_cache/ checkpoints/ logs/ wandb/ hydra_outputs/ tmp/
 MODEL="${MODEL:-${PLACEHOLDER}}"                      # hub id or local path, e.g. Qwen/Qwen2.5-1.5B-Instruct
 DATA_DIR="${DATA_DIR:-${PLACEHOLDER}}"                # folder written by Policy_Optimization/prepare_data.py
-TRAIN_FILE="${TRAIN_FILE:-${DATA_DIR}/train.parquet}"
-VAL_FILE="${VAL_FILE:-${DATA_DIR}/test.parquet}"
-# Hardware
+TRAIN_FILE="${TRAIN_FILE:-train.parquet}"             # a file name in DATA_DIR (or a path)
+VAL_FILE="${VAL_FILE:-test.parquet}"
+# Hardware (VERL)
 GPUS="${GPUS:-8}"                                     # GPUs per node
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-}"      # empty: leave the visible devices alone
-GPU_UTIL="${GPU_UTIL:-0.6}"                           # vLLM gpu_memory_utilization
+GPU_UTIL="${GPU_UTIL:-0.6}"                           # vLLM gpu_memory_utilization, in (0, 1]
 NNODES="${NNODES:-1}"
 ROLLOUT_TP="${ROLLOUT_TP:-1}"                         # vLLM tensor parallel size
 MICRO_BSZ="${MICRO_BSZ:-8}"                           # micro batch per GPU (update and log-prob passes)
+ATTN_IMPL="${ATTN_IMPL:-sdpa}"                        # actor attention: sdpa | flash_attention_2 (needs flash-attn) | eager
 # Environment
 PYTHON_BIN="${PYTHON_BIN:-python}"
 CONDA_ROOT="${CONDA_ROOT:-}"                          # set both to activate a conda environment
@@ -38,19 +43,38 @@ ENV_NAME="${ENV_NAME:-}"
 # Experiment
 GROUP_SIZE="${GROUP_SIZE:-32}"                        # K = rollout.n
 BUDGET="${BUDGET:-1024}"                              # sequences per step (the paper: 1024)
-SEED="${SEED:-}"                                      # empty: VERL's default seeds
+SEED="${SEED:-}"                                      # empty: the trainer's default seeds
+LR="${LR:-1e-6}"                                      # actor learning rate (the paper: 1e-6)
+MAX_PROMPT_LENGTH="${MAX_PROMPT_LENGTH:-512}"
+MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-512}"
+TEST_FREQ="${TEST_FREQ:-5}"                           # held-out validation every TEST_FREQ steps
+REWARD_TIMEOUT="${REWARD_TIMEOUT:-5}"                 # seconds per MATH answer before it scores 0
 RUN_TAG="${RUN_TAG:-grpo}"
 PROJECT_NAME="${PROJECT_NAME:-demystifying_grpo}"
 EXPERIMENT_NAME="${EXPERIMENT_NAME:-${RUN_TAG}_$(basename "${MODEL}")_K${GROUP_SIZE}${SEED:+_seed${SEED}}}"
 WANDB_MODE="${WANDB_MODE:-online}"                    # online | offline | disabled
 LOGGERS="${LOGGERS:-[console,wandb]}"
+# Checkpoints
+SAVE_FREQ="${SAVE_FREQ:-100}"                         # VERL: steps between checkpoints
+SAVE_CONTENTS="${SAVE_CONTENTS:-[model]}"             # VERL: [model] as the original; [model,optimizer,extra] to resume
+MAX_CKPT_TO_KEEP="${MAX_CKPT_TO_KEEP:-2}"             # VERL: newest checkpoints kept per run
+SAVE_MODEL="${SAVE_MODEL:-1}"                         # TRL: 1 saves the final model, 0 does not
 DRY_RUN="${DRY_RUN:-0}"                               # 0 | 1 | print
 # ================================================================================
 
 die() { echo "grpo_train.sh: error: $*" >&2; exit 2; }
 
-for name in BASE_DIR MODEL DATA_DIR TRAIN_FILE VAL_FILE GPUS GPU_UTIL NNODES PYTHON_BIN GROUP_SIZE \
-            RUN_TAG EXPERIMENT_NAME PROJECT_NAME; do
+case "${DRY_RUN}" in
+  0|false|no|"") DRY_RUN=0 ;;
+  1|true|yes) DRY_RUN=1 ;;
+  print) ;;
+  *) die "DRY_RUN=${DRY_RUN}: use 0, 1 or print" ;;
+esac
+[[ "${TRAINER}" =~ ^(verl|trl)$ ]] || die "TRAINER=${TRAINER}: use verl or trl"
+
+required=(BASE MODEL TRAIN_FILE VAL_FILE PYTHON_BIN GROUP_SIZE RUN_TAG EXPERIMENT_NAME PROJECT_NAME REPO_DIR)
+[[ "${TRAIN_FILE}" == /* && "${VAL_FILE}" == /* ]] || required+=(DATA_DIR)
+for name in "${required[@]}"; do
   value="${!name}"
   if [[ -z "${value}" || "${value}" == *"${PLACEHOLDER}"* ]]; then
     die "${name} is not set: edit the USER CONFIGURATION section of $(basename "$0") or run with ${name}=..."
@@ -58,11 +82,22 @@ for name in BASE_DIR MODEL DATA_DIR TRAIN_FILE VAL_FILE GPUS GPU_UTIL NNODES PYT
 done
 
 is_int() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
-for name in GPUS NNODES GROUP_SIZE BUDGET ROLLOUT_TP MICRO_BSZ; do
+is_number() { [[ "$1" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]]; }
+for name in GPUS NNODES GROUP_SIZE BUDGET ROLLOUT_TP MICRO_BSZ MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH TEST_FREQ \
+            SAVE_FREQ MAX_CKPT_TO_KEEP; do
   is_int "${!name}" || die "${name}=${!name} must be a positive integer"
 done
 [[ -z "${SEED}" || "${SEED}" =~ ^[0-9]+$ ]] || die "SEED=${SEED} must be a non-negative integer"
-[[ "${GPU_UTIL}" =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] || die "GPU_UTIL=${GPU_UTIL} must be in (0, 1]"
+in_unit() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0 && x + 0 <= 1) }'; }
+{ is_number "${GPU_UTIL}" && in_unit "${GPU_UTIL}"; } || die "GPU_UTIL=${GPU_UTIL} must be in (0, 1]"
+positive() { is_number "$1" && awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
+positive "${LR}" || die "LR=${LR} must be a positive number"
+positive "${REWARD_TIMEOUT}" || die "REWARD_TIMEOUT=${REWARD_TIMEOUT} must be a positive number of seconds"
+[[ "${ATTN_IMPL}" =~ ^(sdpa|flash_attention_2|flash_attention_3|eager)$ ]] \
+  || die "ATTN_IMPL=${ATTN_IMPL}: use sdpa, flash_attention_2, flash_attention_3 or eager"
+[[ "${SAVE_CONTENTS}" =~ ^\[[a-z_,\'\ ]+\]$ ]] || die "SAVE_CONTENTS=${SAVE_CONTENTS}: a list such as [model]"
+[[ "${SAVE_MODEL}" =~ ^[01]$ ]] || die "SAVE_MODEL=${SAVE_MODEL}: use 1 or 0"
+[[ "${WANDB_MODE}" =~ ^(online|offline|disabled)$ ]] || die "WANDB_MODE=${WANDB_MODE}: use online, offline or disabled"
 if [[ -n "${CUDA_VISIBLE_DEVICES}" ]]; then
   IFS=',' read -r -a _devices <<< "${CUDA_VISIBLE_DEVICES}"
   [[ "${#_devices[@]}" -eq "${GPUS}" ]] \
@@ -70,28 +105,14 @@ if [[ -n "${CUDA_VISIBLE_DEVICES}" ]]; then
   export CUDA_VISIBLE_DEVICES
 fi
 
-# Fixed budget: BUDGET sequences per step = (BUDGET/G prompts) x G samples.
-G="${GROUP_SIZE}"
-check_divides() {  # check_divides <what> <numerator>
-  (( $2 % G == 0 )) || die "GROUP_SIZE=${G} must divide $2 ($1 = $2/G); choose a K that divides it"
-}
-check_divides "train_batch_size" "${BUDGET}"
-(( BUDGET % 8 == 0 )) || die "BUDGET=${BUDGET} must be a multiple of 8"
-check_divides "ppo_mini_batch_size" $(( BUDGET / 4 ))
-check_divides "total_epochs" $(( BUDGET / 8 ))
-TRAIN_BATCH_SIZE=$(( BUDGET / G ))
-PPO_MINI_BATCH_SIZE=$(( BUDGET / 4 / G ))
-TOTAL_EPOCHS=$(( BUDGET / 8 / G ))
-
-for f in "${TRAIN_FILE}" "${VAL_FILE}"; do
-  [[ -f "${f}" ]] || die "data file ${f} not found (run Policy_Optimization/prepare_data.py first)"
+# User overrides must not contradict the launcher's own K and budget.
+for arg in "$@"; do
+  key="${arg%%=*}"; key="${key#++}"; key="${key#+}"
+  case "${key}" in
+    actor_rollout_ref.rollout.n|data.train_batch_size|actor_rollout_ref.actor.ppo_mini_batch_size|--group_size|--budget)
+      die "override ${arg} contradicts GROUP_SIZE/BUDGET: set GROUP_SIZE=... and BUDGET=... instead" ;;
+  esac
 done
-abspath() { if [[ "$1" == /* ]]; then echo "$1"; else echo "${PWD}/${1#./}"; fi; }  # Ray workers may run elsewhere
-TRAIN_FILE="$(abspath "${TRAIN_FILE}")"
-VAL_FILE="$(abspath "${VAL_FILE}")"
-[[ -e "${MODEL}" ]] && MODEL="$(abspath "${MODEL}")"
-BASE_DIR="$(abspath "${BASE_DIR}")"
-[[ "${WANDB_MODE}" =~ ^(online|offline|disabled)$ ]] || die "WANDB_MODE=${WANDB_MODE}: use online, offline or disabled"
 
 if [[ -n "${CONDA_ROOT}" && -n "${ENV_NAME}" ]]; then
   set +u  # conda's activation scripts read unset variables
@@ -101,62 +122,123 @@ if [[ -n "${CONDA_ROOT}" && -n "${ENV_NAME}" ]]; then
   set -u
 fi
 command -v "${PYTHON_BIN}" > /dev/null || die "PYTHON_BIN=${PYTHON_BIN} not found"
+[[ -f "${REPO_DIR}/Policy_Optimization/reward.py" ]] || die "REPO_DIR=${REPO_DIR} is not this repository (no Policy_Optimization/reward.py)"
+case ":${PYTHONPATH:-}:" in
+  *":${REPO_DIR}:"*) ;;
+  *) export PYTHONPATH="${REPO_DIR}${PYTHONPATH:+:${PYTHONPATH}}" ;;
+esac
 
-# Caches and logs under BASE_DIR.
-export HF_HOME="${HF_HOME:-${BASE_DIR}/hf_cache}"
-export HF_DATASETS_CACHE="${HF_DATASETS_CACHE:-${HF_HOME}/datasets}"
-export WANDB_DIR="${WANDB_DIR:-${BASE_DIR}/wandb}"
-export WANDB_CACHE_DIR="${WANDB_CACHE_DIR:-${BASE_DIR}/wandb_cache}"
-export WANDB_CONFIG_DIR="${WANDB_CONFIG_DIR:-${BASE_DIR}/wandb_config}"
-export WANDB_DATA_DIR="${WANDB_DATA_DIR:-${BASE_DIR}/wandb_data}"
-export WANDB_MODE
-export PYTHONPATH="${REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
-LOG_FILE="${LOG_FILE:-${BASE_DIR}/logs/${EXPERIMENT_NAME}.log}"
-CKPT_DIR="${CKPT_DIR:-${BASE_DIR}/checkpoints/${PROJECT_NAME}/${EXPERIMENT_NAME}}"
+# Fixed budget: BUDGET sequences per step = (BUDGET/K prompts) x K samples (grpo_mse/training/budget.py).
+G="${GROUP_SIZE}"
+SETTINGS="$("${PYTHON_BIN}" -m grpo_mse.training.budget "${G}" "${BUDGET}")" || exit 2
+read -r TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE TOTAL_EPOCHS <<< "$(sed 's/[A-Z_]*=//g' <<< "${SETTINGS}")"
 
-OVERRIDES=(
-  algorithm.adv_estimator=grpo
-  algorithm.use_kl_in_reward=False
-  data.train_files="${TRAIN_FILE}"
-  data.val_files="${VAL_FILE}"
-  data.train_batch_size="${TRAIN_BATCH_SIZE}"
-  data.max_prompt_length=512
-  data.max_response_length=512
-  data.filter_overlong_prompts=True
-  data.truncation=error
-  actor_rollout_ref.model.path="${MODEL}"
-  actor_rollout_ref.model.enable_gradient_checkpointing=True
-  actor_rollout_ref.model.use_remove_padding=True
-  actor_rollout_ref.actor.optim.lr=1e-6
-  actor_rollout_ref.actor.ppo_mini_batch_size="${PPO_MINI_BATCH_SIZE}"
-  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="${MICRO_BSZ}"
-  actor_rollout_ref.actor.ppo_epochs=1
-  actor_rollout_ref.actor.use_kl_loss=False
-  actor_rollout_ref.actor.entropy_coeff=0
-  actor_rollout_ref.actor.policy_loss.loss_mode=vanilla
-  actor_rollout_ref.rollout.name=vllm
-  actor_rollout_ref.rollout.n="${G}"
-  actor_rollout_ref.rollout.gpu_memory_utilization="${GPU_UTIL}"
-  actor_rollout_ref.rollout.tensor_model_parallel_size="${ROLLOUT_TP}"
-  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="${MICRO_BSZ}"
-  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="${MICRO_BSZ}"
-  reward.custom_reward_function.path="${SCRIPT_DIR}/reward.py"
-  reward.custom_reward_function.name=compute_score
-  trainer.critic_warmup=0
-  trainer.logger="${LOGGERS}"
-  trainer.project_name="${PROJECT_NAME}"
-  trainer.experiment_name="${EXPERIMENT_NAME}"
-  trainer.n_gpus_per_node="${GPUS}"
-  trainer.nnodes="${NNODES}"
-  trainer.default_local_dir="${CKPT_DIR}"
-  trainer.save_freq=100
-  trainer.test_freq=5
-  trainer.total_epochs="${TOTAL_EPOCHS}"
-)
-if [[ -n "${SEED}" ]]; then
-  OVERRIDES+=(data.seed="${SEED}" actor_rollout_ref.rollout.seed="${SEED}")
+abspath() { if [[ "$1" == /* ]]; then echo "$1"; else echo "${PWD}/${1#./}"; fi; }  # Ray workers may run elsewhere
+data_file() {  # data_file NAME VALUE: a name in DATA_DIR (as the original), else a path
+  if [[ "$2" != /* && -n "${DATA_DIR}" && "${DATA_DIR}" != "${PLACEHOLDER}" && -f "${DATA_DIR}/$2" ]]; then
+    abspath "${DATA_DIR}/$2"
+  elif [[ -f "$2" ]]; then
+    abspath "$2"
+  else
+    die "data file $1=$2 not found (looked in DATA_DIR=${DATA_DIR} and as a path; run Policy_Optimization/prepare_data.py first)"
+  fi
+}
+TRAIN_FILE="$(data_file TRAIN_FILE "${TRAIN_FILE}")"
+VAL_FILE="$(data_file VAL_FILE "${VAL_FILE}")"
+if [[ -e "${MODEL}" ]]; then
+  MODEL="$(abspath "${MODEL}")"
+  [[ -f "${MODEL}/config.json" ]] || die "MODEL=${MODEL} is not a model folder (no config.json)"
+elif [[ "${MODEL}" == /* || "${MODEL}" == .* || "${MODEL}" == "~"* || "${MODEL}" == */*/* ]]; then
+  die "MODEL=${MODEL}: no such local folder (a hub id looks like org/name)"
 fi
-OVERRIDES+=("$@")  # user overrides come last, so they win
+BASE="$(abspath "${BASE}")"
+
+# Caches, logs and temporary files under BASE; forwarded to Ray workers below.
+export HF_HOME="${HF_HOME:-${BASE}/hf_cache}"
+export HF_DATASETS_CACHE="${HF_DATASETS_CACHE:-${HF_HOME}/datasets}"
+export WANDB_DIR="${WANDB_DIR:-${BASE}/wandb}"
+export WANDB_CACHE_DIR="${WANDB_CACHE_DIR:-${BASE}/wandb_cache}"
+export WANDB_CONFIG_DIR="${WANDB_CONFIG_DIR:-${BASE}/wandb_config}"
+export WANDB_DATA_DIR="${WANDB_DATA_DIR:-${BASE}/wandb_data}"
+export TMPDIR="${TMPDIR:-${BASE}/tmp}"
+export WANDB_MODE
+export GRPO_REWARD_TIMEOUT="${REWARD_TIMEOUT}"
+FORWARD_ENV=(WANDB_MODE WANDB_DIR WANDB_CACHE_DIR WANDB_CONFIG_DIR WANDB_DATA_DIR WANDB_PROJECT WANDB_ENTITY
+             HF_HOME HF_DATASETS_CACHE HF_HUB_CACHE HF_HUB_OFFLINE TRANSFORMERS_OFFLINE TMPDIR PYTHONPATH
+             GRPO_REWARD_TIMEOUT GRPO_REWARD_WORKERS)  # never secrets: main_ppo prints these
+LOG_FILE="${LOG_FILE:-${BASE}/logs/${EXPERIMENT_NAME}.log}"
+CKPT_DIR="${CKPT_DIR:-${BASE}/checkpoints/${PROJECT_NAME}/${EXPERIMENT_NAME}}"
+REWARD_PATH="${REPO_DIR}/Policy_Optimization/reward.py"
+
+case "${ATTN_IMPL}" in  # VERL's remove-padding packs sequences and needs flash-attn's varlen kernels
+  flash_attention_*) REMOVE_PADDING=True ;;
+  *) REMOVE_PADDING=False ;;
+esac
+
+if [[ "${TRAINER}" == "verl" ]]; then
+  COMMAND=("${PYTHON_BIN}" -m verl.trainer.main_ppo
+    algorithm.adv_estimator=grpo
+    algorithm.use_kl_in_reward=False
+    data.train_files="${TRAIN_FILE}"
+    data.val_files="${VAL_FILE}"
+    data.train_batch_size="${TRAIN_BATCH_SIZE}"
+    data.max_prompt_length="${MAX_PROMPT_LENGTH}"
+    data.max_response_length="${MAX_RESPONSE_LENGTH}"
+    data.filter_overlong_prompts=True
+    data.truncation=error
+    actor_rollout_ref.model.path="${MODEL}"
+    actor_rollout_ref.model.enable_gradient_checkpointing=True
+    actor_rollout_ref.model.use_remove_padding="${REMOVE_PADDING}"
+    +actor_rollout_ref.model.override_config.attn_implementation="${ATTN_IMPL}"
+    actor_rollout_ref.actor.optim.lr="${LR}"
+    actor_rollout_ref.actor.ppo_mini_batch_size="${PPO_MINI_BATCH_SIZE}"
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="${MICRO_BSZ}"
+    actor_rollout_ref.actor.ppo_epochs=1
+    actor_rollout_ref.actor.use_kl_loss=False
+    actor_rollout_ref.actor.entropy_coeff=0
+    actor_rollout_ref.actor.policy_loss.loss_mode=vanilla
+    actor_rollout_ref.actor.checkpoint.save_contents="${SAVE_CONTENTS}"
+    actor_rollout_ref.rollout.name=vllm
+    actor_rollout_ref.rollout.n="${G}"
+    actor_rollout_ref.rollout.gpu_memory_utilization="${GPU_UTIL}"
+    actor_rollout_ref.rollout.tensor_model_parallel_size="${ROLLOUT_TP}"
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="${MICRO_BSZ}"
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="${MICRO_BSZ}"
+    reward.custom_reward_function.path="${REWARD_PATH}"
+    reward.custom_reward_function.name=compute_score
+    trainer.critic_warmup=0
+    trainer.logger="${LOGGERS}"
+    trainer.project_name="${PROJECT_NAME}"
+    trainer.experiment_name="${EXPERIMENT_NAME}"
+    trainer.n_gpus_per_node="${GPUS}"
+    trainer.nnodes="${NNODES}"
+    trainer.default_local_dir="${CKPT_DIR}"
+    trainer.save_freq="${SAVE_FREQ}"
+    trainer.max_actor_ckpt_to_keep="${MAX_CKPT_TO_KEEP}"
+    trainer.test_freq="${TEST_FREQ}"
+    trainer.total_epochs="${TOTAL_EPOCHS}"
+    hydra.run.dir="${BASE}/hydra_outputs/${EXPERIMENT_NAME}"
+  )
+  for name in "${FORWARD_ENV[@]}"; do
+    value="${!name:-}"
+    [[ -z "${value}" ]] && continue
+    [[ "${value}" != *"'"* && "${value}" != *'\'* ]] || die "${name}=${value}: quotes and backslashes cannot be forwarded to Ray"
+    COMMAND+=("+ray_kwargs.ray_init.runtime_env.env_vars.${name}='${value}'")
+  done
+  if [[ -n "${SEED}" ]]; then
+    COMMAND+=(data.seed="${SEED}" actor_rollout_ref.rollout.seed="${SEED}")
+  fi
+else
+  COMMAND=("${PYTHON_BIN}" -m grpo_mse.training.trl_train
+    --model "${MODEL}" --train_file "${TRAIN_FILE}" --val_file "${VAL_FILE}"
+    --group_size "${G}" --budget "${BUDGET}" --seed "${SEED:-0}" --lr "${LR}"
+    --max_prompt_length "${MAX_PROMPT_LENGTH}" --max_response_length "${MAX_RESPONSE_LENGTH}"
+    --test_freq "${TEST_FREQ}" --reward_path "${REWARD_PATH}" --reward_name compute_score
+    --project_name "${PROJECT_NAME}" --experiment_name "${EXPERIMENT_NAME}" --loggers "${LOGGERS}"
+    --output_dir "${CKPT_DIR}" --save_model "${SAVE_MODEL}"
+  )
+fi
+COMMAND+=("$@")  # user overrides come last, so they win
 
 mask() {  # print arguments with secret-looking values replaced
   local arg out=()
@@ -169,25 +251,27 @@ mask() {  # print arguments with secret-looking values replaced
   echo "${out[*]}"
 }
 
-HEADER="[grpo_train] EXPERIMENT_NAME=${EXPERIMENT_NAME} GROUP_SIZE=${G} SEED=${SEED:-default} BUDGET=${BUDGET}
+HEADER="[grpo_train] TRAINER=${TRAINER} EXPERIMENT_NAME=${EXPERIMENT_NAME} GROUP_SIZE=${G} SEED=${SEED:-default} BUDGET=${BUDGET}
 [grpo_train] train_batch_size=${TRAIN_BATCH_SIZE} ppo_mini_batch_size=${PPO_MINI_BATCH_SIZE} total_epochs=${TOTAL_EPOCHS}
 [grpo_train] MODEL=${MODEL} NNODES=${NNODES} GPUS=${GPUS} WANDB_MODE=${WANDB_MODE} \
 WANDB_API_KEY=$([[ -n "${WANDB_API_KEY:-}" ]] && echo '****' || echo unset) HF_HOME=${HF_HOME}
-[grpo_train] command: $(mask "${PYTHON_BIN}" -m verl.trainer.main_ppo "${OVERRIDES[@]}")"
+[grpo_train] command: $(mask "${COMMAND[@]}")"
 echo "${HEADER}"
 
 case "${DRY_RUN}" in
   print) exit 0 ;;
-  1|true|yes) exec "${PYTHON_BIN}" -m grpo_mse.training.verl_launch "${OVERRIDES[@]}" ;;
-  0|false|no|"") ;;
-  *) die "DRY_RUN=${DRY_RUN}: use 0, 1 or print" ;;
+  1) if [[ "${TRAINER}" == "verl" ]]; then
+       exec "${PYTHON_BIN}" -m grpo_mse.training.verl_launch "${COMMAND[@]:3}"
+     else
+       exec "${COMMAND[@]}" --dry_run
+     fi ;;
 esac
 
-if (( NNODES > 1 )); then
+if [[ "${TRAINER}" == "verl" ]] && (( NNODES > 1 )); then
   ray status > /dev/null 2>&1 || die "NNODES=${NNODES} needs a running Ray cluster: see the header of this script"
 fi
-mkdir -p "${HF_HOME}" "${WANDB_DIR}" "${WANDB_CACHE_DIR}" "${WANDB_CONFIG_DIR}" "${WANDB_DATA_DIR}" \
+mkdir -p "${HF_HOME}" "${WANDB_DIR}" "${WANDB_CACHE_DIR}" "${WANDB_CONFIG_DIR}" "${WANDB_DATA_DIR}" "${TMPDIR}" \
          "$(dirname "${LOG_FILE}")"
 echo "[grpo_train] log: ${LOG_FILE}"
 echo "${HEADER}" >> "${LOG_FILE}"
-"${PYTHON_BIN}" -m verl.trainer.main_ppo "${OVERRIDES[@]}" 2>&1 | tee -a "${LOG_FILE}"
+"${COMMAND[@]}" 2>&1 | tee -a "${LOG_FILE}"

@@ -15,8 +15,9 @@ from grpo_mse.training.sweep import budget_settings, launch, plan
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 CONFIG_VARS = (
-    "BASE_DIR MODEL DATA_DIR TRAIN_FILE VAL_FILE GPUS CUDA_VISIBLE_DEVICES GPU_UTIL NNODES PYTHON_BIN GROUP_SIZE "
-    "RUN_TAG EXPERIMENT_NAME PROJECT_NAME BUDGET SEED DRY_RUN CONDA_ROOT ENV_NAME WANDB_API_KEY LOG_FILE"
+    "BASE_DIR BASE REPO_DIR MODEL DATA_DIR TRAIN_FILE VAL_FILE GPUS CUDA_VISIBLE_DEVICES GPU_UTIL NNODES PYTHON_BIN "
+    "GROUP_SIZE RUN_TAG EXPERIMENT_NAME PROJECT_NAME BUDGET SEED DRY_RUN CONDA_ROOT ENV_NAME WANDB_API_KEY LOG_FILE "
+    "TRAINER ATTN_IMPL SAVE_CONTENTS MAX_CKPT_TO_KEEP SAVE_FREQ LR TMPDIR HF_HOME WANDB_DIR REWARD_TIMEOUT CKPT_DIR"
 ).split()
 
 
@@ -57,14 +58,76 @@ def test_placeholders_refuse_to_run(tmp_path, data_dir):
         ({"GROUP_SIZE": "abc"}, "GROUP_SIZE=abc must be a positive integer"),
         ({"GPUS": 4, "CUDA_VISIBLE_DEVICES": "0,1"}, "lists 2 devices"),
         ({"GPU_UTIL": 1.5}, "GPU_UTIL=1.5 must be in (0, 1]"),
+        ({"GPU_UTIL": "0.0"}, "GPU_UTIL=0.0 must be in (0, 1]"),
+        ({"GPU_UTIL": "0"}, "GPU_UTIL=0 must be in (0, 1]"),
         ({"DATA_DIR": "/nonexistent"}, "not found"),
+        ({"DRY_RUN": "maybe"}, "DRY_RUN=maybe: use 0, 1 or print"),
+        ({"TRAINER": "deepspeed"}, "TRAINER=deepspeed: use verl or trl"),
+        ({"ATTN_IMPL": "flash"}, "ATTN_IMPL=flash: use sdpa"),
+        ({"MODEL": "./no_such_model"}, "MODEL=./no_such_model: no such local folder"),
+        ({"MODEL": "/no/such/model"}, "MODEL=/no/such/model: no such local folder"),
+        ({"REWARD_TIMEOUT": "0"}, "REWARD_TIMEOUT=0 must be a positive number"),
+        ({"MAX_CKPT_TO_KEEP": "0"}, "MAX_CKPT_TO_KEEP=0 must be a positive integer"),
     ],
 )
 def test_invalid_settings_exit_nonzero(tmp_path, data_dir, settings, message):
-    env = launcher_env(tmp_path, **{"MODEL": "m", "DATA_DIR": data_dir, **settings})
+    env = launcher_env(tmp_path / "base", **{"MODEL": "m", "DATA_DIR": data_dir, "DRY_RUN": "print", **settings})
     result = run_launcher(env)
-    assert result.returncode != 0
-    assert message in result.stderr
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "base").exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["actor_rollout_ref.rollout.n=16", "data.train_batch_size=64", "+actor_rollout_ref.actor.ppo_mini_batch_size=4"],
+)
+def test_overrides_that_contradict_k_or_budget_are_refused(tmp_path, data_dir, override):
+    env = launcher_env(tmp_path, MODEL="m", DATA_DIR=data_dir, GROUP_SIZE=32, DRY_RUN="print")
+    result = run_launcher(env, override)
+    assert result.returncode == 2 and f"override {override} contradicts GROUP_SIZE/BUDGET" in result.stderr
+    assert result.stdout == ""
+
+
+def test_original_style_file_names_base_and_repo_dir(tmp_path, data_dir):
+    """TRAIN_FILE/VAL_FILE are names in DATA_DIR (as in the original); full paths keep working."""
+    env = launcher_env(tmp_path, MODEL="m", DATA_DIR=data_dir, TRAIN_FILE="train.parquet", VAL_FILE="test.parquet",
+                       BASE=tmp_path / "base", REPO_DIR=ROOT, DRY_RUN="print")  # fmt: skip
+    result = run_launcher(env)
+    assert result.returncode == 0, result.stderr
+    assert f"data.train_files={data_dir}/train.parquet" in result.stdout
+    assert f"data.val_files={data_dir}/test.parquet" in result.stdout
+    assert f"trainer.default_local_dir={tmp_path}/base/checkpoints/demystifying_grpo/grpo_m_K32" in result.stdout
+    env.update(TRAIN_FILE=str(data_dir / "train.parquet"), DATA_DIR="")
+    env.update(VAL_FILE=str(data_dir / "test.parquet"))
+    result = run_launcher(env)
+    assert result.returncode == 0 and f"data.train_files={data_dir}/train.parquet" in result.stdout
+    env.update(REPO_DIR=str(tmp_path))
+    result = run_launcher(env)
+    assert result.returncode == 2 and "REPO_DIR" in result.stderr
+
+
+def test_attention_checkpoints_and_ray_env(tmp_path, data_dir):
+    env = launcher_env(tmp_path, MODEL="m", DATA_DIR=data_dir, DRY_RUN="print", WANDB_API_KEY="secret-key-123",
+                       HF_TOKEN="hf_secret")  # fmt: skip
+    out = run_launcher(env).stdout
+    for expected in (
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        r"actor_rollout_ref.actor.checkpoint.save_contents=\[model\]",
+        "trainer.max_actor_ckpt_to_keep=2",
+        r"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE=\'offline\'",
+        rf"+ray_kwargs.ray_init.runtime_env.env_vars.HF_HOME=\'{tmp_path}/hf_cache\'",
+        rf"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR=\'{tmp_path}/wandb\'",
+        rf"+ray_kwargs.ray_init.runtime_env.env_vars.TMPDIR=\'{tmp_path}/tmp\'",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH=",
+    ):  # fmt: skip
+        assert expected.replace("\\\\", "\\") in out, expected
+    assert "secret-key-123" not in out and "hf_secret" not in out and "WANDB_API_KEY=\\'" not in out
+    env.update(ATTN_IMPL="flash_attention_2", SAVE_CONTENTS="[model,optimizer,extra]", MAX_CKPT_TO_KEEP="5")
+    out = run_launcher(env).stdout
+    assert "attn_implementation=flash_attention_2" in out and "use_remove_padding=True" in out
+    assert r"save_contents=\[model\,optimizer\,extra\]" in out and "max_actor_ckpt_to_keep=5" in out
 
 
 def test_print_only_budget_scaling_and_masking(tmp_path, data_dir):
@@ -106,12 +169,17 @@ def test_conda_activation_only_when_configured(tmp_path, data_dir):
 
 def test_dry_run_composes_and_validates_with_verl(tmp_path, data_dir):
     pytest.importorskip("verl")
-    env = launcher_env(tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=32, DRY_RUN=1)
+    env = launcher_env(tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=32, DRY_RUN=1,
+                       WANDB_API_KEY="secret-key-123")  # fmt: skip
     result = run_launcher(env, "trainer.total_epochs=2")
     assert result.returncode == 0, result.stderr[-3000:]
     config = result.stdout
-    for expected in ("adv_estimator: grpo", "train_batch_size: 32", "total_epochs: 2", "loss_mode: vanilla"):
+    for expected in ("adv_estimator: grpo", "train_batch_size: 32", "total_epochs: 2", "loss_mode: vanilla",
+                     "attn_implementation: sdpa", "max_actor_ckpt_to_keep: 2", f"HF_HOME: {tmp_path}/hf_cache",
+                     "WANDB_MODE: offline"):  # fmt: skip
         assert expected in config, expected
+    assert "save_contents:\n      - model\n      load_contents" in config
+    assert "secret-key-123" not in config + result.stderr
     assert "composed and validated by VERL" in result.stderr
 
 
@@ -159,3 +227,37 @@ def test_sweep_script_rejects_bad_k(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "K=48 must divide 1024" in result.stderr
+
+
+def test_budget_cli_is_what_the_launcher_reads():
+    from grpo_mse.training import budget, sweep
+
+    assert Path(sweep.LAUNCHER).is_file()
+    result = subprocess.run([sys.executable, "-m", "grpo_mse.training.budget", "16", "512"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.split() == [
+        "TRAIN_BATCH_SIZE=32", "PPO_MINI_BATCH_SIZE=8", "TOTAL_EPOCHS=4"]  # fmt: skip
+    assert budget.main(["3", "1024"]) == 2 and budget.main(["8", "100"]) == 2 and budget.main(["8"]) == 2
+    with pytest.raises(ValueError, match="at least 2"):
+        budget.budget_settings(1)
+
+
+def test_sweep_refuses_unknown_dry_run_value():
+    script = ROOT / "Policy_Optimization" / "sweep_group_size.py"
+    result = subprocess.run([sys.executable, str(script), "--K_list", "8"], env={**os.environ, "DRY_RUN": "maybe"},
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2 and "DRY_RUN=maybe: use 0, 1 or print" in result.stderr
+
+
+def test_trl_command_shares_the_settings(tmp_path, data_dir):
+    env = launcher_env(tmp_path, TRAINER="trl", MODEL=ROOT / "assets" / "tiny_policy", DATA_DIR=data_dir,
+                       GROUP_SIZE=8, BUDGET=256, SEED=2, LR="1e-4", DRY_RUN="print")  # fmt: skip
+    result = run_launcher(env, "--max_steps", "3")
+    assert result.returncode == 0, result.stderr
+    for expected in ("-m grpo_mse.training.trl_train", "--group_size 8 --budget 256 --seed 2 --lr 1e-4",
+                     f"--train_file {data_dir}/train.parquet", f"--reward_path {ROOT}/Policy_Optimization/reward.py",
+                     "--experiment_name grpo_tiny_policy_K8_seed2", "--max_steps 3",
+                     "train_batch_size=32 ppo_mini_batch_size=8 total_epochs=4"):  # fmt: skip
+        assert expected in result.stdout, expected
+    result = run_launcher(env, "--group_size", "4")
+    assert result.returncode == 2 and "contradicts GROUP_SIZE/BUDGET" in result.stderr

@@ -1,17 +1,21 @@
 """Answer-checking rules of training and gradient evaluation: arithmetic (last integer), GSM8K ("####"), MATH (boxed).
 
 ``score(data_source, solution, ground_truth)`` picks the rule from the data source and returns
-1.0 or 0.0; anything that cannot be parsed scores 0.0. MATH answers are compared with
-math-verify when it is installed (exact normalised string match otherwise). math-verify's
-timeouts use ``signal.alarm``, which only works in the main thread; VERL calls reward functions
-from executor threads, so there the timeouts are disabled and the inputs are length-capped.
+1.0 or 0.0; anything that cannot be parsed scores 0.0. Arithmetic and GSM8K answers are checked
+in process (regular expressions and exact fractions). MATH answers are compared with math-verify
+when it is installed (exact normalised string match otherwise), in a worker process with a
+wall-clock limit (grpo_mse.rewards.worker_pool): sympy can hold the GIL for ever on an answer
+such as ``9^{9^{9^{9}}}``, which no thread-side timeout interrupts. An answer that overruns
+``GRPO_REWARD_TIMEOUT`` seconds (default 5) scores 0.0.
 """
 
 from __future__ import annotations
 
+import os
 import re
-import threading
 from fractions import Fraction
+
+from grpo_mse.rewards.worker_pool import shared_pool
 
 INTEGER = re.compile(r"-?\d+")
 
@@ -49,13 +53,16 @@ def last_integer_reward(text: str, gold) -> float:
 
 GSM8K_ANSWER = re.compile(r"####\s*\$?\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 BOXED_COMMANDS = ("\\boxed", "\\fbox")
-MAX_ANSWER_CHARS = 1000  # longer boxed answers are not sent to sympy (no timeout in threads)
-MATH_VERIFY_TIMEOUT = 5  # seconds, main thread only
+MAX_ANSWER_CHARS = 1000  # longer boxed answers score 0 without being parsed
+MATH_VERIFY_TIMEOUT = 5.0  # seconds per MATH answer (GRPO_REWARD_TIMEOUT overrides)
+MAX_NUMBER_CHARS = 4000  # longer numbers score 0 (exact comparison of huge literals is pointless)
 
 
 def _number(text: str) -> Fraction | None:
     """``text`` as an exact number (commas, a leading ``$`` and a trailing ``.`` allowed), or None."""
     cleaned = str(text).strip().replace(",", "").lstrip("$").rstrip(".").strip()
+    if len(cleaned) > MAX_NUMBER_CHARS:
+        return None
     try:
         return Fraction(cleaned)
     except (ValueError, ZeroDivisionError):
@@ -117,22 +124,37 @@ def normalise_latex(answer: str) -> str:
     return text.rstrip(".")
 
 
-def math_equal(predicted: str, gold: str) -> bool:
-    """math-verify equivalence of two LaTeX answers; works from any thread, never raises."""
+def math_verify_equal(predicted: str, gold: str) -> bool:
+    """math-verify equivalence of two LaTeX answers, in this process (main thread: math-verify's own timeouts)."""
     try:
         from math_verify import parse, verify
     except ImportError:
         return normalise_latex(predicted) == normalise_latex(gold)
-    in_main = threading.current_thread() is threading.main_thread()
-    limit = MATH_VERIFY_TIMEOUT if in_main else None
     try:
-        gold_parsed = parse(f"\\boxed{{{gold}}}", parsing_timeout=limit)
-        pred_parsed = parse(f"\\boxed{{{predicted}}}", parsing_timeout=limit)
+        gold_parsed = parse(f"\\boxed{{{gold}}}")
+        pred_parsed = parse(f"\\boxed{{{predicted}}}")
         if not gold_parsed or not pred_parsed:
             return normalise_latex(predicted) == normalise_latex(gold)
-        return bool(verify(gold_parsed, pred_parsed, timeout_seconds=limit))
+        return bool(verify(gold_parsed, pred_parsed))
     except Exception:  # math-verify and sympy may raise almost anything on odd inputs
         return False
+
+
+def reward_timeout() -> float:
+    """Seconds allowed per MATH answer: ``GRPO_REWARD_TIMEOUT`` if set to a positive number, else the default."""
+    try:
+        value = float(os.environ.get("GRPO_REWARD_TIMEOUT", MATH_VERIFY_TIMEOUT))
+    except ValueError:
+        return MATH_VERIFY_TIMEOUT
+    return value if value > 0 else MATH_VERIFY_TIMEOUT
+
+
+def math_equal(predicted: str, gold: str, timeout: float | None = None) -> bool:
+    """math-verify equivalence in a worker process; False after ``timeout`` seconds. Any thread, never raises."""
+    if normalise_latex(predicted) == normalise_latex(gold):
+        return True
+    limit = reward_timeout() if timeout is None else timeout
+    return bool(shared_pool(("math_verify", __name__)).call(math_verify_equal, (predicted, gold), limit, default=False))
 
 
 def math_reward(solution: str, gold) -> float:

@@ -1,9 +1,7 @@
 """Group-size sweep at a fixed sampling budget: one ``grpo_train.sh`` run per (K, seed).
 
-At budget N sequences per step, K samples per prompt means N/K prompts per step
-(``train_batch_size``), N/(4K) prompts per mini-batch and N/(8K) epochs, so every K takes
-the same number of steps. Runs are named ``{run_tag}_K{K}_seed{seed}``, which is how
-grpo_mse.training.logs finds K and the seed again.
+Batch sizes come from grpo_mse.training.budget (the launcher's own numbers). Runs are named
+``{run_tag}_K{K}_seed{seed}``, which is how grpo_mse.training.logs finds K and the seed again.
 """
 
 from __future__ import annotations
@@ -11,24 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from grpo_mse.training.budget import budget_settings
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(REPO_ROOT, "Policy_Optimization", "grpo_train.sh")
-
-
-def budget_settings(k: int, budget: int = 1024) -> dict:
-    """VERL batch settings for group size ``k`` at ``budget`` sequences per step (ValueError if K does not fit)."""
-    if k < 2:
-        raise ValueError(f"K={k}: GRPO needs at least 2 samples per prompt")
-    if budget % 8:
-        raise ValueError(f"budget {budget} must be a multiple of 8")
-    for what, total in (
-        ("train_batch_size", budget),
-        ("ppo_mini_batch_size", budget // 4),
-        ("total_epochs", budget // 8),
-    ):
-        if total % k:
-            raise ValueError(f"K={k} must divide {total} ({what} = {total}/K)")
-    return {"train_batch_size": budget // k, "ppo_mini_batch_size": budget // 4 // k, "total_epochs": budget // 8 // k}
 
 
 def plan(k_list: list[int], seeds: list[int], run_tag: str = "grpo", budget: int = 1024) -> list[dict]:

@@ -1,0 +1,176 @@
+"""Run a function in a worker process with a wall-clock limit; a worker that overruns is killed and replaced.
+
+``WorkerPool.call(fn, args, timeout, default)`` returns ``fn(*args)`` computed in one of a few
+long-lived worker processes, or ``default`` when the call overruns ``timeout`` seconds, raises,
+or the worker dies. Workers are fresh interpreters (``python -m grpo_mse.rewards.worker_pool``)
+talking over pipes: safe to use from threads, and they never re-run the caller's ``__main__``.
+Each call has a worker to itself, so killing one overrunning worker never disturbs the calls in
+the others, and its replacement starts in the background. ``fn`` must be importable (a
+module-level function). A worker exits when its parent closes the pipe.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+
+MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
+STARTUP_TIMEOUT = 60.0  # seconds for a new worker to import its modules and report ready
+MEMORY_LIMIT = 4 << 30  # bytes of address space per worker (Linux), so a runaway sympy integer cannot swap the host
+
+
+def _serve(preload: tuple[str, ...]) -> None:
+    """Worker loop on inherited stdin/stdout: import ``preload``, say ready, answer ``(fn, args)`` until EOF."""
+    from multiprocessing.connection import Connection
+
+    out = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # anything the checked code prints goes to stderr, not into the reply stream
+    inbox = Connection(os.dup(0), writable=False)
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    except (ImportError, ValueError, OSError):
+        pass
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    out.send("ready")
+    while True:
+        try:
+            fn, args = inbox.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            out.send((True, fn(*args)))
+        except BaseException as exc:  # noqa: BLE001 - report anything to the caller, keep serving
+            out.send((False, f"{type(exc).__name__}: {exc}"[:500]))
+
+
+class _Worker:
+    """One worker: a fresh interpreter (``python -m grpo_mse.rewards.worker_pool``; never re-imports ``__main__``)."""
+
+    def __init__(self, preload: tuple[str, ...]):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", __name__, *preload],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a terminal reaches the parent only
+        )
+        self.conn_in = Connection(os.dup(self.process.stdout.fileno()), writable=False)
+        self.conn_out = Connection(os.dup(self.process.stdin.fileno()), readable=False)
+        self.process.stdout.close()
+        self.process.stdin.close()
+        if not self.conn_in.poll(STARTUP_TIMEOUT) or self.conn_in.recv() != "ready":
+            self.kill()
+            raise TimeoutError("reward worker did not start")
+
+    def run(self, fn, args, timeout: float):
+        """``(ok, value)`` of ``fn(*args)``; raises TimeoutError after ``timeout`` s, EOFError if the worker died."""
+        self.conn_out.send((fn, args))
+        if not self.conn_in.poll(timeout):
+            raise TimeoutError
+        return self.conn_in.recv()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=5)
+        self.conn_in.close()
+        self.conn_out.close()
+
+
+class WorkerPool:
+    """Up to ``max_workers`` workers, started on demand and replaced after a timeout or a crash."""
+
+    def __init__(self, max_workers: int = MAX_WORKERS, preload: tuple[str, ...] = ()):
+        self.max_workers, self.preload = max_workers, tuple(preload)
+        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self._lock = threading.Lock()
+        self._started = 0
+        self.timeouts = 0
+
+    def _acquire(self, wait: float) -> tuple[_Worker | None, bool]:
+        """An idle worker, else a new one (``fresh``), else the first freed within ``wait`` s, else None."""
+        try:
+            return self._idle.get_nowait(), False
+        except queue.Empty:
+            pass
+        with self._lock:
+            start = self._started < self.max_workers
+            self._started += start
+        if start:
+            try:
+                return _Worker(self.preload), True
+            except (TimeoutError, OSError, EOFError):
+                with self._lock:
+                    self._started -= 1
+                return None, False
+        try:
+            return self._idle.get(timeout=max(wait, 0.0)), False
+        except queue.Empty:
+            return None, False
+
+    def _retire(self, worker: _Worker) -> None:
+        """Kill ``worker`` and start its replacement in the background, so the next call finds one ready."""
+        worker.kill()
+        with self._lock:
+            self._started -= 1
+        threading.Thread(target=self._prestart, daemon=True).start()
+
+    def _prestart(self) -> None:
+        with self._lock:
+            start = self._started < self.max_workers
+            self._started += start
+        if start:
+            try:
+                self._idle.put(_Worker(self.preload))
+            except (TimeoutError, OSError, EOFError):
+                with self._lock:
+                    self._started -= 1
+
+    def call(self, fn, args=(), timeout: float = 5.0, default=None):
+        """``fn(*args)`` in a worker, or ``default`` after ``timeout`` s (waiting for a busy pool included; a new
+        worker's start-up, at most STARTUP_TIMEOUT, is not), on an error or a crash."""
+        start = time.monotonic()
+        worker, fresh = self._acquire(timeout)
+        if worker is None:
+            return default
+        used = 0.0 if fresh else time.monotonic() - start  # a new worker's start-up is not the answer's time
+        try:
+            ok, value = worker.run(fn, args, max(timeout - used, 0.01))
+        except TimeoutError:
+            self.timeouts += 1
+            self._retire(worker)
+            return default
+        except (EOFError, OSError, BrokenPipeError):
+            self._retire(worker)
+            return default
+        self._idle.put(worker)
+        return value if ok else default
+
+
+_POOLS: dict[tuple, WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(preload: tuple[str, ...] = ()) -> WorkerPool:
+    """The process-wide pool for ``preload`` (created on first use; ``GRPO_REWARD_WORKERS`` sets its size)."""
+    key = tuple(preload)
+    with _POOLS_LOCK:
+        if key not in _POOLS:
+            size = int(os.environ.get("GRPO_REWARD_WORKERS", MAX_WORKERS))
+            _POOLS[key] = WorkerPool(max(1, size), key)
+        return _POOLS[key]
+
+
+if __name__ == "__main__":
+    _serve(tuple(sys.argv[1:]))

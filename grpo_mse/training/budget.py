@@ -1,0 +1,47 @@
+"""Fixed sampling budget: the batch sizes of one GRPO run at N sequences per step and group size K.
+
+At budget N, K samples per prompt means N/K prompts per step (VERL ``data.train_batch_size``),
+N/(4K) prompts per mini-batch (``ppo_mini_batch_size``, four updates per step) and N/(8K)
+epochs (``trainer.total_epochs``), so every K runs the same number of steps. The VERL launcher
+and the TRL backend both take their numbers from :func:`budget_settings`; the launcher calls
+
+  python -m grpo_mse.training.budget K N      # prints TRAIN_BATCH_SIZE=.. PPO_MINI_BATCH_SIZE=.. TOTAL_EPOCHS=..
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def budget_settings(k: int, budget: int = 1024, k_name: str = "K") -> dict:
+    """Batch settings for group size ``k`` at ``budget`` sequences per step (ValueError if K does not fit)."""
+    if k < 2:
+        raise ValueError(f"{k_name}={k}: GRPO needs at least 2 samples per prompt")
+    if budget < 8 or budget % 8:
+        raise ValueError(f"BUDGET={budget} must be a positive multiple of 8")
+    for what, total in (
+        ("train_batch_size", budget),
+        ("ppo_mini_batch_size", budget // 4),
+        ("total_epochs", budget // 8),
+    ):
+        if total % k:
+            raise ValueError(f"{k_name}={k} must divide {total} ({what} = {total}/K); choose a K that divides it")
+    return {"train_batch_size": budget // k, "ppo_mini_batch_size": budget // 4 // k, "total_epochs": budget // 8 // k}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the settings as shell assignments for ``grpo_train.sh``; one line and exit 2 on a bad K."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        k, budget = (int(a) for a in args)
+        settings = budget_settings(k, budget, k_name="GROUP_SIZE")
+    except ValueError as exc:
+        message = exc if len(args) == 2 else "usage: python -m grpo_mse.training.budget K BUDGET"
+        print(f"grpo_train.sh: error: {message}", file=sys.stderr)
+        return 2
+    print(" ".join(f"{name.upper()}={value}" for name, value in settings.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

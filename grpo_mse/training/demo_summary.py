@@ -1,0 +1,74 @@
+"""Start and end held-out accuracy of a group-size sweep, per K and pooled, with 95% intervals over seeds.
+
+  python -m grpo_mse.training.demo_summary results/training_demo/training_runs.csv [--out summary.md]
+
+Per run: the accuracy at its first and last logged step and the change (paired by run). Intervals are
+Student-t intervals of the mean over seeds (grpo_mse.tables.outputs.mean_t_interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from grpo_mse.figures.training import pick_metric
+from grpo_mse.tables.outputs import mean_t_interval
+
+
+def run_table(frame, metric: str):
+    """One row per (K, seed): accuracy at the first and at the last step."""
+    sub = frame[frame["metric"] == metric].sort_values("step")
+    grouped = sub.groupby(["K", "seed"])["value"]
+    runs = grouped.first().rename("start").to_frame().join(grouped.last().rename("end"))
+    runs["change"] = runs["end"] - runs["start"]
+    return runs.reset_index()
+
+
+def summary(frame, metric: str | None = None) -> str:
+    """Markdown: start, end and change (mean ± 95% CI over seeds) per K and over all runs; best K by end accuracy."""
+    metric = pick_metric(frame, metric)
+    runs = run_table(frame, metric)
+    lines = [f"Metric: `{metric}` (held-out, greedy)", "",
+             "| K | runs | start | end | change |", "|---:|---:|---:|---:|---:|"]  # fmt: skip
+
+    def cell(values):
+        mean, half = mean_t_interval(values)
+        return f"{mean:.3f} ± {half:.3f}"
+
+    def row(label, group):
+        return f"| {label} | {len(group)} | {cell(group['start'])} | {cell(group['end'])} | {cell(group['change'])} |"
+
+    best = None
+    for k, group in runs.groupby("K"):
+        lines.append(row(k, group))
+        mean, half = mean_t_interval(group["end"])
+        if best is None or mean > best[1]:
+            best = (int(k), mean, half)
+    lines.append(row("all", runs))
+    if best is not None:
+        lines += ["", f"Best K by end accuracy: K = {best[0]} ({best[1]:.3f} ± {best[2]:.3f})."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    import pandas as pd
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("csv", help="CSV written by Policy_Optimization/collect_runs.py")
+    p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
+    p.add_argument("--out", default=None, help="also write the markdown here")
+    args = p.parse_args(argv)
+    try:
+        text = summary(pd.read_csv(args.csv), args.metric)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"demo_summary: error: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

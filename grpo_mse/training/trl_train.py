@@ -1,0 +1,214 @@
+"""CPU GRPO training with TRL (what ``TRAINER=trl bash Policy_Optimization/grpo_train.sh`` runs).
+
+  python -m grpo_mse.training.trl_train --model assets/tiny_policy --train_file d/train.parquet \\
+      --val_file d/test.parquet --group_size 8 --budget 256 --max_steps 20
+
+Settings mirror the VERL launcher (see grpo_mse.training.trl_backend for the mapping). Prints
+VERL-style metric lines, logs to wandb when ``--loggers`` names it (``WANDB_MODE=offline`` works
+with no network) and saves the final model in ``--output_dir`` unless ``--save_model 0``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared CPU
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from grpo_mse.training import trl_backend as backend  # noqa: E402
+from grpo_mse.training.budget import budget_settings  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="hub id or local folder of the policy")
+    p.add_argument("--train_file", required=True, help="VERL parquet (Policy_Optimization/prepare_data.py)")
+    p.add_argument("--val_file", required=True, help="VERL parquet for held-out accuracy")
+    p.add_argument("--group_size", type=int, default=32, help="K samples per prompt (default: 32)")
+    p.add_argument("--budget", type=int, default=1024, help="sequences per step (default: 1024)")
+    p.add_argument("--seed", type=int, default=0, help="default: 0")
+    p.add_argument("--lr", type=float, default=1e-6, help="default: 1e-6")
+    p.add_argument("--max_steps", type=int, default=0, help="stop after this many steps (default 0: the epochs)")
+    p.add_argument("--max_prompt_length", type=int, default=512, help="longer prompts are dropped (default: 512)")
+    p.add_argument("--max_response_length", type=int, default=512, help="default: 512")
+    p.add_argument("--test_freq", type=int, default=5, help="validate every N steps (default: 5)")
+    p.add_argument("--norm_adv_by_std", type=int, choices=(0, 1), default=1,
+                   help="1: GRPO's std-normalised advantage (default); 0: unnormalised (Dr.GRPO)")  # fmt: skip
+    p.add_argument("--reward_path", required=True, help="file with the reward function")
+    p.add_argument("--reward_name", default="compute_score", help="default: compute_score")
+    p.add_argument("--project_name", default="demystifying_grpo", help="wandb project (default: demystifying_grpo)")
+    p.add_argument("--experiment_name", default="grpo_trl", help="wandb run name (default: grpo_trl)")
+    p.add_argument("--loggers", default="[console,wandb]", help="subset of [console,wandb] (default: both)")
+    p.add_argument("--output_dir", required=True, help="final model folder")
+    p.add_argument("--save_model", type=int, choices=(0, 1), default=1, help="1: save the final model (default)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's choice)")
+    p.add_argument("--dry_run", action="store_true", help="check the settings and data, build the config, exit")
+    args = p.parse_args(argv)
+    for name in ("max_steps", "threads"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name} must be >= 0")
+    for name in ("max_prompt_length", "max_response_length", "test_freq"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    if not args.lr > 0:
+        p.error("--lr must be positive")
+    try:
+        budget_settings(args.group_size, args.budget)
+    except ValueError as exc:
+        p.error(str(exc))
+    args.loggers = {x.strip() for x in args.loggers.strip("[]").split(",") if x.strip()}
+    if args.loggers - {"console", "wandb"}:
+        p.error(f"--loggers: unknown {sorted(args.loggers - {'console', 'wandb'})}; use console and/or wandb")
+    return args
+
+
+class RunLogger:
+    """Console lines and the wandb run, one record per VERL step."""
+
+    def __init__(self, args, config: dict):
+        self.console, self.run = "console" in args.loggers, None
+        if "wandb" in args.loggers and os.environ.get("WANDB_MODE", "online") != "disabled":
+            import wandb
+
+            self.run = wandb.init(project=args.project_name, name=args.experiment_name, config=config,
+                                  dir=os.environ.get("WANDB_DIR") or None)  # fmt: skip
+
+    def log(self, step: int, metrics: dict) -> None:
+        if self.console:
+            print(backend.console_line(step, metrics), flush=True)
+        if self.run is not None:
+            self.run.log(metrics, step=step)
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+
+
+def make_callback(logger: RunLogger, evaluate, test_freq: int):
+    """A TrainerCallback: validation before training, every ``test_freq`` steps and at the end; VERL-step logs."""
+    from transformers import TrainerCallback
+
+    class VerlStyleLog(TrainerCallback):
+        def __init__(self):
+            self.pending = {}
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            logger.log(0, evaluate(model))
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            step, at_end = -(-state.global_step // backend.UPDATES_PER_STEP), state.global_step >= state.max_steps
+            if at_end or (state.global_step % backend.UPDATES_PER_STEP == 0 and step % test_freq == 0):
+                self.pending = {**self.pending, **evaluate(model)}
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            step = -(-state.global_step // backend.UPDATES_PER_STEP)
+            metrics = {**backend.verl_metrics(logs or {}), **self.pending}
+            if "critic/score/mean" in metrics or self.pending:
+                logger.log(step, metrics)
+                self.pending = {}
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.pending:
+                logger.log(-(-state.global_step // backend.UPDATES_PER_STEP), self.pending)
+                self.pending = {}
+
+    return VerlStyleLog()
+
+
+def quiet_progress():
+    """transformers' progress bar without its raw log printing (our VERL-style lines replace it)."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class QuietProgress(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            pass
+
+    return QuietProgress()
+
+
+def run(args) -> dict:
+    """Train one run; returns ``{"val_start", "val_end", "seconds"}`` (first validation metric)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers.trainer_callback import ProgressCallback
+    from trl import GRPOTrainer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    set_seed(args.seed)
+    compute_score = backend.load_reward(args.reward_path, args.reward_name)
+    train_rows, val_rows = backend.verl_rows(args.train_file), backend.verl_rows(args.val_file)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_rows = backend.drop_long_prompts(train_rows, tokenizer, args.max_prompt_length)
+    val_rows = backend.drop_long_prompts(val_rows, tokenizer, args.max_prompt_length)
+    if not train_rows or not val_rows:
+        raise ValueError(f"no prompt fits --max_prompt_length {args.max_prompt_length}")
+    config = backend.grpo_config(args, len(train_rows))
+    settings = budget_settings(args.group_size, args.budget)
+    steps = config.max_steps // backend.UPDATES_PER_STEP
+    print(f"[trl] K={args.group_size} budget={args.budget} prompts/step={settings['train_batch_size']} steps={steps} "
+          f"train={len(train_rows)} val={len(val_rows)} lr={args.lr} seed={args.seed}", flush=True)  # fmt: skip
+    if args.dry_run:
+        print("[dry run] TRL GRPOConfig built and data read; nothing was trained", file=sys.stderr)
+        return {}
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    run_config = {"trainer": "trl", "budget": args.budget, "lr": args.lr, "steps": steps,
+                  "actor_rollout_ref": {"rollout": {"n": args.group_size}}, "data": {"seed": args.seed, **settings},
+                  "algorithm": {"norm_adv_by_std_in_grpo": bool(args.norm_adv_by_std)}}  # fmt: skip
+    logger = RunLogger(args, run_config)
+    history = []
+
+    def evaluate(m):
+        result = backend.greedy_accuracy(m, tokenizer, val_rows, compute_score, args.max_response_length)
+        history.append(result)
+        return result
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[backend.trl_reward(compute_score)],
+        args=config,
+        train_dataset=Dataset.from_list(train_rows),
+        processing_class=tokenizer,
+        callbacks=[make_callback(logger, evaluate, args.test_freq)],
+    )
+    trainer.remove_callback(ProgressCallback)  # its on_log prints every raw TRL log dict
+    trainer.add_callback(quiet_progress())
+    start = time.time()
+    try:
+        trainer.train()
+    finally:
+        logger.finish()
+    seconds = time.time() - start
+    if args.save_model:
+        trainer.save_model(args.output_dir)
+        tokenizer.save_pretrained(args.output_dir)
+        print(f"[trl] final model -> {args.output_dir}", flush=True)
+    key = next(iter(history[0]))
+    print(f"[trl] {key}: {history[0][key]:.4f} -> {history[-1][key]:.4f} in {seconds:.0f} s", flush=True)
+    return {"val_start": history[0][key], "val_end": history[-1][key], "seconds": seconds}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    for path in (args.train_file, args.val_file, args.reward_path):
+        if not os.path.isfile(path):
+            print(f"trl_train: error: {path} not found", file=sys.stderr)
+            return 2
+    try:
+        run(args)
+    except ValueError as exc:
+        print(f"trl_train: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
