@@ -20,6 +20,21 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def check_model_path(name: str) -> bool:
+    """True when ``name`` is a local model folder; ModelError when it names a local path that is not one.
+
+    A name is local when it exists or starts with ``.``, ``/`` or ``~``, or has more than one ``/``
+    (a hub id is ``org/name``); cheap, so scripts call it before reading data."""
+    path = os.path.expanduser(name)
+    local = os.path.exists(path) or name.startswith((".", "/", "~")) or name.rstrip("/").count("/") > 1
+    if local and not os.path.isdir(path):
+        raise ModelError(f"model folder not found: {name}" if not os.path.exists(path)
+                         else f"--model {name} is a file; give the model's folder")
+    if local and not os.path.isfile(os.path.join(path, "config.json")):
+        raise ModelError(f"{name} is not a model folder (no config.json)")
+    return local
+
+
 def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: str = "main",
                 trust_remote_code: bool = False):
     """(model in eval mode on ``device``, tokenizer with a pad token) for ``name``."""
@@ -28,9 +43,7 @@ def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: s
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     target = resolve_device(device)
-    local = os.path.exists(name) or name.startswith((".", "/", "~"))
-    if local and not os.path.isdir(os.path.expanduser(name)):
-        raise ModelError(f"model folder not found: {name}")
+    local = check_model_path(name)
     kwargs = {"trust_remote_code": trust_remote_code}
     if not local:
         kwargs["revision"] = revision
@@ -39,7 +52,8 @@ def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: s
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype], **kwargs)
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelError(f"cannot load model {name!r}: {first}") from None
+        where = "" if local else f" (no local folder {name!r} either)"
+        raise ModelError(f"cannot load model {name!r}{where}: {first}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(target).eval()

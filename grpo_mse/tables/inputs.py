@@ -60,6 +60,9 @@ def _read_file(path: str) -> list[dict]:
         if not isinstance(data, list):
             raise DataError(f"{path}: expected a JSON list of rows")
         return data
+    if not path.endswith(".jsonl"):
+        suffix = os.path.splitext(path)[1] or "(no suffix)"
+        raise DataError(f"{path}: unsupported table format {suffix}; use .jsonl, .json or .parquet")
     return read_jsonl(path)
 
 
