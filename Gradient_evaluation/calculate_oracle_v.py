@@ -8,31 +8,42 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import sys
 import time
 
 from grpo_mse import cli
 from grpo_mse import distributed as dist
-from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag
+from grpo_mse.policy.loading import check_model_path, eos_token_ids, load_policy, model_basename_tag
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
 from grpo_mse.rewards.rules import last_integer_reward
 from grpo_mse.tables.inputs import has_unique_ids, load_rows, prompt_ids, row_keys
-from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, timestamp, wilson_interval, write_atomic
+from grpo_mse.tables.outputs import (
+    append_jsonl,
+    read_complete_jsonl,
+    timestamp,
+    to_json,
+    wilson_interval,
+    write_atomic,
+    write_json,
+)
+from grpo_mse.tables.resume import choose, claim, fingerprint, lock
+from grpo_mse.tables.validate import check_integer_answers, check_prompt_lengths, check_prompts, model_positions
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     cli.add_model_flags(p, model=None, device="cuda", dtype="fp16")
     p.add_argument("--dataset", required=True, help="local .jsonl/.parquet/folder, or a hub dataset id")
-    p.add_argument("--split", default="train")
+    p.add_argument("--split", default="train", help="split of a dataset folder or hub dataset")
     p.add_argument("--n_oracle", type=int, default=1000, help="samples per prompt")
     p.add_argument("--batch_size", type=int, default=32, help="sequences per generation batch")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top_p", type=float, default=0.95)
-    p.add_argument("--max_new_tokens", type=int, default=32)
-    p.add_argument("--out_dir", default="oracle_v_results")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
+    p.add_argument("--top_p", type=float, default=0.95, help="nucleus mass (0 < top_p <= 1)")
+    p.add_argument("--max_new_tokens", type=int, default=32, help="tokens per continuation (>= 1)")
+    p.add_argument("--out_dir", default="oracle_v_results", help="output folder")
     p.add_argument("--limit", type=int, default=None, help="only the first N rows")
     cli.add_backend_flags(p)
     p.add_argument("--resume", action="store_true", help="append to the latest matching file, skipping done ids")
@@ -40,17 +51,58 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.require(args.n_oracle >= 1, f"--n_oracle must be >= 1 (got {args.n_oracle})")
     cli.require(args.batch_size >= 1, f"--batch_size must be >= 1 (got {args.batch_size})")
     cli.require(0 < args.top_p <= 1 and args.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+    cli.check_range("--max_new_tokens", args.max_new_tokens, minimum=1)
+    if args.limit is not None:
+        cli.check_range("--limit", args.limit, minimum=1)
+    cli.check_backend(args.backend, args.device, args.vllm_gpu_util)
+    cli.writable_dir(args.out_dir, "--out_dir")
+    check_model_path(args.model)
     return args
 
 
-def output_path(args) -> str:
-    """The latest matching file when resuming, else a new timestamped one."""
-    stem = f"oracle_v_n{args.n_oracle}_{model_basename_tag(args.model)}_"
-    if args.resume:
-        existing = sorted(glob.glob(os.path.join(glob.escape(args.out_dir), stem + "*.jsonl")))
-        if existing:
-            return existing[-1]
-    return os.path.join(args.out_dir, f"{stem}{timestamp()}.jsonl")
+# Settings that change the numbers: --resume continues a file only when all of them are equal.
+RESULT_SETTINGS = ("model", "revision", "dataset", "split", "n_oracle", "seed", "temperature", "top_p",
+                   "max_new_tokens", "dtype", "backend")
+
+
+def settings(args) -> dict:
+    """The run's RESULT_SETTINGS, with the dataset as its content fingerprint (or hub id)."""
+    return {**{key: getattr(args, key) for key in RESULT_SETTINGS}, "dataset": fingerprint(args.dataset)}
+
+
+def settings_path(path: str) -> str:
+    return path[: -len(".jsonl")] + ".settings.json"
+
+
+def read_settings(path: str) -> dict | None:
+    """The saved settings of an oracle file, or None when missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            saved = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def resumable(args, current: dict) -> str | None:
+    """The newest file in --out_dir with equal settings, None when there is none (a one-line refusal
+    naming what differs when the newest file's settings differ)."""
+    candidates = [(path, read_settings(settings_path(path)))
+                  for path in sorted(glob.glob(os.path.join(glob.escape(args.out_dir), "oracle_v_n*.jsonl")),
+                                     key=os.path.getmtime)]
+    chosen = choose(candidates, current, RESULT_SETTINGS)
+    if chosen is None:
+        print(f"note: nothing to resume in {args.out_dir}; starting a new file", file=sys.stderr)
+    return chosen
+
+
+def new_output(args, current: dict) -> str:
+    """A new timestamped file (``_2``, ... when the name is taken), created here beside its settings."""
+    os.makedirs(args.out_dir, exist_ok=True)
+    stem = claim(os.path.join(args.out_dir, f"oracle_v_n{args.n_oracle}_{model_basename_tag(args.model)}_"
+                                            f"{timestamp()}"), ".jsonl")
+    write_json(stem + ".settings.json", current)
+    return stem + ".jsonl"
 
 
 def sampled_texts(args, model, tokenizer, ids, keys, todo, eos, vllm=None):
@@ -83,12 +135,18 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     rank, world, device = dist.init_from_env(args.device)
     rows = load_rows(args.dataset, args.split)[: args.limit]
+    check_prompts(rows, args.dataset)
+    check_integer_answers(rows, args.dataset)
     keys = row_keys(rows)
+    current = settings(args)
+    path = resumable(args, current) if args.resume and rank == 0 else None
     model, tokenizer = load_policy(args.model, device, args.dtype, args.revision, args.trust_remote_code)
     ids = [prompt_ids(tokenizer, row["prompt"]) for row in rows]
+    check_prompt_lengths([len(i) for i in ids], args.max_new_tokens, model_positions(model), args.dataset)
     eos = eos_token_ids(model, tokenizer)
-    path = dist.broadcast_text(output_path(args))
+    path = dist.broadcast_text((path or new_output(args, current)) if rank == 0 else "")
     shard_path = path if world == 1 else f"{path}.rank{rank}"
+    run_lock = lock(shard_path)  # noqa: F841 - held until the process ends: one writer per file
     key_field = "id" if has_unique_ids(rows) else "row_index"
     done_keys = {rec.get(key_field) for p in {path, shard_path} for rec in read_complete_jsonl(p)}
     todo = [i for i in dist.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
@@ -124,18 +182,16 @@ def main(argv=None) -> None:
 
 def merge_shards(path: str, world: int, keys: list[int], key_field: str) -> None:
     """Fold the ranks' files into ``path`` in table order, atomically, and remove the shard files."""
-    import json
-
     records = read_complete_jsonl(path)
     for rank in range(world):
         records += read_complete_jsonl(f"{path}.rank{rank}")
     position = {key: i for i, key in enumerate(keys)}
     records.sort(key=lambda r: position.get(r.get(key_field), len(keys)))
-    write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    write_atomic(path, "".join(to_json(r) + "\n" for r in records))
     for rank in range(world):
         if os.path.exists(f"{path}.rank{rank}"):
             os.remove(f"{path}.rank{rank}")
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, resume_hint="rerun the same command with --resume to continue")

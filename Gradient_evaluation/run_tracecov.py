@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 
 from grpo_mse import cli
@@ -17,13 +16,21 @@ from grpo_mse import distributed as dist
 from grpo_mse.gradients import job
 from grpo_mse.gradients.engine import ENGINES
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
-from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
-from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys
-from grpo_mse.tables.outputs import append_jsonl, timestamp, write_csv, write_json
+from grpo_mse.policy.loading import check_model_path, eos_token_ids, load_policy, model_tag
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection
+from grpo_mse.tables.outputs import append_jsonl, write_csv, write_json
+from grpo_mse.tables.resume import fingerprint, lock
+from grpo_mse.tables.validate import (
+    check_integer_answers,
+    check_oracle_values,
+    check_prompt_lengths,
+    check_prompts,
+    model_positions,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     cli.add_model_flags(p, model="Qwen/Qwen2.5-0.5B-Instruct", device="cuda", dtype="bf16")
     p.add_argument("--oracle_table", required=True, help=".jsonl/.parquet with prompt, ground_truth, V_oracle")
     p.add_argument("--seed", type=int, default=0)
@@ -60,6 +67,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
     cli.require(args.T >= 1, f"--T must be >= 1 (got {args.T})")
     cli.require(args.groups_per_pass >= 0, f"--groups_per_pass must be >= 0 (got {args.groups_per_pass})")
+    for flag, minimum in (("gen_bs", 1), ("c1_batch", 1), ("max_new_tokens", 1), ("subsample_prompts", 1)):
+        if getattr(args, flag) is not None:
+            cli.check_range(f"--{flag}", getattr(args, flag), minimum=minimum)
+    args.K_list, args.estimators = cli.unique(args.K_list, "--K_list"), cli.unique(args.estimators, "--estimators")
+    cli.check_backend(args.backend, args.device, args.vllm_gpu_util)
+    cli.writable_dir(args.save_json, "--save_json")
+    if not args.skip_plot:
+        cli.writable_dir(args.plot_path, "--plot_path")
+    check_model_path(args.model)
     cli.require(args.skip_plot or args.plot_path, "--plot_path is required unless --skip_plot")
     cli.require(0 < args.top_p <= 1 and args.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
     return args
@@ -69,13 +85,13 @@ def select_rows(args) -> tuple[list[dict], list[int]]:
     """The T rows used (after the optional seeded subsample) and their random-stream keys."""
     rows = load_rows(args.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
     keys = row_keys(rows)
-    order = list(range(len(rows)))
-    if args.subsample_prompts:
-        order = random.Random(args.seed).sample(order, min(args.subsample_prompts, len(order)))
+    order = selection(len(rows), args.T, args.seed, args.subsample_prompts)
     if args.T > len(order):
         print(f"note: --T {args.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
-    order = order[: args.T]
-    return [rows[i] for i in order], [keys[i] for i in order]
+    chosen = [rows[i] for i in order]
+    for check in (check_prompts, check_integer_answers, check_oracle_values):
+        check(chosen, args.oracle_table)
+    return chosen, [keys[i] for i in order]
 
 
 def main(argv=None) -> None:
@@ -83,17 +99,21 @@ def main(argv=None) -> None:
     rank, world, device = dist.init_from_env(args.device)
     rows, keys = select_rows(args)
     model, tokenizer = load_policy(args.model, device, args.dtype, args.revision, args.trust_remote_code)
-    for row in rows:  # fail on unformattable prompts or bad values before any file is written
-        prompt_ids(tokenizer, row["prompt"])
-        cli.require(isinstance(row["V_oracle"], (int, float)), f"V_oracle must be a number (got {row['V_oracle']!r})")
-    config = {**vars(args), "device": device, "world_size": world}
-    tag = model_tag(args.model)
-    base = job.find_resumable(args.save_json, tag, config) if args.resume else None
-    base = dist.broadcast_text(base or os.path.join(args.save_json, f"tracecov_{tag}_{timestamp()}"))
+    lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
+    check_prompt_lengths(lengths, args.max_new_tokens, model_positions(model), args.oracle_table)
+    config = {**vars(args), "device": device, "world_size": world,
+              "oracle_table_fingerprint": fingerprint(args.oracle_table)}
+    base = job.find_resumable(args.save_json, config) if args.resume and rank == 0 else None
+    if rank == 0 and base is None:
+        if args.resume:
+            print(f"note: no unfinished run in {args.save_json}; starting a new one", file=sys.stderr)
+        os.makedirs(args.save_json, exist_ok=True)
+        base = job.new_base(args.save_json, model_tag(args.model))
+    base = dist.broadcast_text(base)
     progress = f"{base}.progress.rank{rank}.jsonl"
-    os.makedirs(args.save_json, exist_ok=True)
+    run_lock = lock(progress)  # noqa: F841 - held until the process ends: one writer per progress file
     done, batches = job.load_progress(base)
-    if not os.path.exists(progress):
+    if os.path.getsize(progress) == 0:
         append_jsonl(progress, {"config": config})
     sampler = job.Sampler(model, tokenizer, eos_token_ids(model, tokenizer), args.temperature, args.top_p,
                           args.max_new_tokens, args.gen_bs, args.seed, include_eos=not args.drop_eos,
@@ -158,4 +178,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, resume_hint="rerun the same command with --resume to continue")

@@ -16,12 +16,13 @@ from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
 from grpo_mse.rewards.rules import last_integer_reward
 from grpo_mse.tables.inputs import prompt_ids
-from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl
+from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, timestamp
+from grpo_mse.tables.resume import choose, claim
 
 # Flags that change the numbers: a resumed run must agree on all of them.
-RESULT_FLAGS = ("model", "oracle_table", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
-                "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch",
-                "no_advisor", "backend")
+RESULT_FLAGS = ("model", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list",
+                "temperature", "top_p", "max_new_tokens", "subsample_prompts", "drop_eos", "estimators",
+                "shared_samples", "c1_batch", "no_advisor", "backend")
 NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
         "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
         "ci95 = 1.96 sd / sqrt(T) across prompts.")
@@ -141,19 +142,27 @@ def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k
         append_jsonl(progress, batches[(k, batch_id)])
 
 
-def find_resumable(save_dir: str, tag: str, config: dict) -> str | None:
-    """Base path of the latest unfinished run of ``tag`` in ``save_dir`` whose result flags match."""
-    candidates = sorted(glob.glob(os.path.join(glob.escape(save_dir), f"tracecov_{tag}_*.progress*.jsonl")))
-    for path in reversed(candidates):
+def find_resumable(save_dir: str, config: dict) -> str | None:
+    """Base path of the newest unfinished run in ``save_dir`` whose result flags all equal ``config``'s.
+
+    None when there is no unfinished run; a UsageError naming the flags that differ when none matches."""
+    candidates = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(save_dir), "tracecov_*.progress.rank0.jsonl")),
+                       key=os.path.getmtime):
         with open(path, encoding="utf-8") as handle:
             try:
-                header = json.loads(handle.readline())
-            except ValueError:
-                continue
-        saved = header.get("config", {})
-        if all(saved.get(f) == config.get(f) for f in RESULT_FLAGS):
-            return path.split(".progress")[0]
-    return None
+                saved = json.loads(handle.readline()).get("config")
+            except (ValueError, AttributeError):
+                saved = None
+        candidates.append((path.split(".progress")[0], saved))
+    return choose(candidates, config, RESULT_FLAGS)
+
+
+def new_base(save_dir: str, tag: str) -> str:
+    """A fresh run base ``tracecov_{tag}_{timestamp}`` (``_2``, ... if taken), claimed by creating its rank-0 log."""
+    def taken(stem: str) -> bool:
+        return bool(glob.glob(glob.escape(stem) + "[._]*"))
+    return claim(os.path.join(save_dir, f"tracecov_{tag}_{timestamp()}"), ".progress.rank0.jsonl", taken)
 
 
 def detailed(records: list[dict], k: int, names) -> dict:

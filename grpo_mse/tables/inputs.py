@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 import numpy as np
 
@@ -134,6 +135,18 @@ def has_unique_ids(rows: list[dict]) -> bool:
 def row_keys(rows: list[dict]) -> list[int]:
     """Random-stream key of each row: its integer ``id`` when all ids are distinct, else its position."""
     return [row["id"] for row in rows] if has_unique_ids(rows) else list(range(len(rows)))
+
+
+def selection(count: int, t: int, seed: int, subsample: int | None = None) -> list[int]:
+    """Row positions used by a run, as the original: an optional seeded subsample, then, when ``t`` is
+    below the rows left, a shuffle with the run seed and the first ``t``."""
+    order = list(range(count))
+    if subsample:
+        order = random.Random(seed).sample(order, min(subsample, count))
+    if t < len(order):
+        random.Random(seed).shuffle(order)
+        order = order[:t]
+    return order
 
 
 def prompt_text(tokenizer, prompt) -> str:

@@ -10,11 +10,11 @@ from grpo_mse.cli import UsageError
 from grpo_mse.tables.inputs import looks_local
 
 
-def fingerprint(source: str) -> str | None:
-    """sha256 of a local file (of every file, by relative path, for a folder); None for a hub id."""
+def fingerprint(source: str) -> str:
+    """``sha256:<hex>`` of a local file (of every file, by relative path, for a folder); ``hub:<id>`` otherwise."""
     path = os.path.expanduser(source)
     if not looks_local(source) or not os.path.exists(path):
-        return None
+        return f"hub:{source}"
     files = [path] if os.path.isfile(path) else sorted(
         os.path.join(folder, name) for folder, _, names in os.walk(path) for name in names)
     digest = hashlib.sha256()
@@ -24,7 +24,7 @@ def fingerprint(source: str) -> str | None:
         with open(name, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
-    return digest.hexdigest()
+    return f"sha256:{digest.hexdigest()}"
 
 
 def differences(saved: dict, current: dict, keys) -> list[str]:
@@ -46,7 +46,7 @@ def choose(candidates: list[tuple[str, dict | None]], current: dict, keys, flag:
     path, saved = candidates[-1]
     if saved is None:
         raise UsageError(f"cannot {flag} {path}: it records no settings to check; run without {flag}")
-    raise UsageError(f"cannot {flag} {path}: {'; '.join(differences(saved, current, keys))} differ; "
+    raise UsageError(f"cannot {flag} {path}: settings differ: {'; '.join(differences(saved, current, keys))}; "
                      f"run without {flag} for a new run")
 
 
