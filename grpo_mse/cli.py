@@ -64,7 +64,7 @@ def _typed(parse, kind: str, **bounds):
         try:
             check_range("value", value, **bounds)
         except UsageError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
+            raise argparse.ArgumentTypeError(str(error).removeprefix("value ")) from None
         return value
     convert.__name__ = kind
     return convert
