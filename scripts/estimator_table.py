@@ -11,34 +11,23 @@ their exact values. The run must use the theory's prompts with --max_new_tokens 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 
 from grpo_mse import cli
 from grpo_mse.analysis import estimator_table as table
+from grpo_mse.tables.inputs import read_json_object
 from grpo_mse.tables.outputs import write_atomic, write_csv, write_json
 
 
-def load_json(path: str, fields: tuple[str, ...], what: str) -> dict:
-    """A JSON file that must hold ``fields``; one-line errors otherwise."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        data = json.load(handle)
-    missing = [f for f in fields if f not in data]
-    cli.require(not missing, f"{path}: not a {what} (no {', '.join(missing)})")
-    return data
-
-
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--theory", required=True, help="theory JSON of scripts/exact_theory.py")
     p.add_argument("--tracecov", required=True, help="main JSON of run_tracecov.py (its *_per_prompt.csv beside it)")
-    p.add_argument("--out_dir", default="results/estimators")
+    p.add_argument("--out_dir", default="results/estimators", help="output folder")
     args = p.parse_args(argv)
-    theory = load_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory JSON")
-    run = load_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main JSON")
+    cli.writable_dir(args.out_dir, "--out_dir")
+    theory = read_json_object(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory JSON")
+    run = read_json_object(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main JSON")
     csv_path = table.per_prompt_path(args.tracecov)
     if not os.path.isfile(csv_path):
         raise FileNotFoundError(f"per-prompt table not found: {csv_path}")
