@@ -13,7 +13,7 @@ from grpo_mse.analysis import estimator_table as table
 from grpo_mse.analysis import one_token, theory
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
 from grpo_mse.gradients.estimators import ALL, UNBIASED
-from grpo_mse.tables.inputs import load_rows
+from grpo_mse.tables.inputs import DataError, load_rows
 
 ORACLE_FIELDS = {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correct_count", "V_ci95_low", "V_ci95_high"}
 
@@ -143,5 +143,5 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
                        "--name", "overlay"])
     assert (tmp_path / "overlay.png").exists() and (tmp_path / "overlay.pdf").exists()
     assert "the exact curves assume other settings: max_new_tokens=32 (theory: 1)" in capsys.readouterr().err
-    with pytest.raises(cli.UsageError, match="not a theory JSON"):
+    with pytest.raises(DataError, match="not a theory JSON"):
         make_figures.main(["--tracecov", str(run_path), "--theory", str(run_path), "--out_dir", str(tmp_path)])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(REPO_ROOT, "Policy_Optimization", "grpo_train.sh")
 
 
