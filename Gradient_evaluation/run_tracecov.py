@@ -34,7 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.add_model_flags(p, model="Qwen/Qwen2.5-0.5B-Instruct", device="cuda", dtype="bf16")
     p.add_argument("--oracle_table", required=True, help=".jsonl/.parquet with prompt, ground_truth, V_oracle")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--T", type=int, default=500, help="prompts used (all rows if the table is shorter)")
+    p.add_argument("--T", type=int, default=500,
+                   help="prompts used: the first T of a shuffle seeded with --seed (all, in order, if no more rows)")
     p.add_argument("--M", type=int, default=16, help="independent groups per prompt (>= 2)")
     p.add_argument("--K_list", type=int, nargs="+", default=[4, 8, 16, 32, 64], help="group sizes (>= 2)")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -45,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="randomly subsample this many rows of the table (seeded) before taking T")
     p.add_argument("--save_json", required=True, help="output DIRECTORY for the JSON/CSV results")
     p.add_argument("--plot_path", default=None, help="output directory of the PNG (required unless --skip_plot)")
-    p.add_argument("--skip_plot", action="store_true")
+    p.add_argument("--skip_plot", action="store_true", help="write no PNG")
     p.add_argument("--engine", default="fast", choices=ENGINES,
                    help="fast: at most two vector-Jacobian products per group, several groups per batched "
                         "backward call; reference: one backward pass per estimator (original)")

@@ -36,7 +36,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_argument(self, *args, **kwargs):
         action = super().add_argument(*args, **kwargs)
-        if action.option_strings and not action.help and action.default not in (None, False, argparse.SUPPRESS):
+        if action.option_strings and not action.help and not any(
+                action.default is unset for unset in (None, False, argparse.SUPPRESS)):
             action.help = "default: %(default)s"  # flags without help text still show their default
         return action
 
