@@ -24,7 +24,7 @@ from grpo_mse.figures.tracecov import (
     save,
     theory_overlay,
 )
-from grpo_mse.tables.inputs import read_json_object
+from grpo_mse.tables.outputs import read_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -53,21 +53,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_curves(path: str, curves: str, what: str) -> dict:
     """A JSON with ``K_list`` and one list per estimator in ``curves``, each as long as K_list."""
-    loaded = read_json_object(path, ("K_list", curves), what)
+    loaded = read_json(path, ("K_list", curves), what)
     ks, values = loaded["K_list"], loaded[curves]
     ok = isinstance(ks, list) and isinstance(values, dict) and all(
         isinstance(v, list) and len(v) == len(ks) for v in values.values())
-    cli.require(ok, f"{path}: {what} is incomplete ({curves} does not give one value per K)")
+    cli.require(ok, f"{path}: {what} JSON is incomplete ({curves} does not give one value per K)")
     return loaded
 
 
 def load_result(path: str) -> dict:
-    return load_curves(path, "conditional_on_x", "run_tracecov.py main JSON")
+    """A main JSON of run_tracecov.py (K_list and the mean trace per estimator)."""
+    return load_curves(path, "conditional_on_x", "run_tracecov.py main")
 
 
 def load_theory(path: str) -> dict:
     """A theory JSON of scripts/exact_theory.py (K_list and mean exact trace_cov per estimator)."""
-    return load_curves(path, "trace_cov", "theory JSON")
+    return load_curves(path, "trace_cov", "theory")
 
 
 def check_one_token(result: dict, theory: dict, label: str) -> None:

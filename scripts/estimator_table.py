@@ -15,8 +15,7 @@ import os
 
 from grpo_mse import cli
 from grpo_mse.analysis import estimator_table as table
-from grpo_mse.tables.inputs import read_json_object
-from grpo_mse.tables.outputs import write_atomic, write_csv, write_json
+from grpo_mse.tables.outputs import read_json, write_atomic, write_csv, write_json
 
 
 def main(argv=None) -> None:
@@ -26,8 +25,8 @@ def main(argv=None) -> None:
     p.add_argument("--out_dir", default="results/estimators", help="output folder")
     args = p.parse_args(argv)
     cli.writable_dir(args.out_dir, "--out_dir")
-    theory = read_json_object(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory JSON")
-    run = read_json_object(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main JSON")
+    theory = read_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory")
+    run = read_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main")
     csv_path = table.per_prompt_path(args.tracecov)
     if not os.path.isfile(csv_path):
         raise FileNotFoundError(f"per-prompt table not found: {csv_path}")

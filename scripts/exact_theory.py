@@ -23,7 +23,7 @@ import sys
 from grpo_mse import cli
 from grpo_mse.analysis import one_token as ot
 from grpo_mse.analysis.theory import gradient_gram
-from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
+from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import check_model_path, load_policy, model_basename_tag
 from grpo_mse.tables.inputs import load_rows, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
@@ -44,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=cli.number(above=0), default=1.0, help="sampling temperature")
     p.add_argument("--K_list", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32],
                    help="group sizes of the exact curves (>= 2)")
-    p.add_argument("--estimators", nargs="+", default=ot.DEFAULT_ESTIMATORS, choices=ALL_ESTIMATORS)
+    p.add_argument("--estimators", nargs="+", default=ot.DEFAULT_ESTIMATORS, choices=est.ALL)
     p.add_argument("--max_jacobian_gb", type=cli.number(above=0), default=4.0,
                    help="refuse models whose logit Jacobian (vocab x parameters, fp32) is larger")
     p.add_argument("--out_dir", default="results/theory", help="output folder")
@@ -97,7 +97,7 @@ def main(argv=None) -> None:
     print(f"{len(rows)} prompts, mean V = {summary['mean_V']:.3f}; exact c1={c['c1']:.4g} c2={c['c2']:.4g} "
           f"c3={c['c3']:.4g} K*={c['K_star']:.3g}")
     for i, k in enumerate(args.K_list):
-        print(f"K={k:3d}  " + "  ".join(f"{n}={summary['mse'][n][i]:.4g}" for n in args.estimators))
+        print(f"K={k:3d}  " + "  ".join(f"{est.get(n).label}={summary['mse'][n][i]:.4g}" for n in args.estimators))
     print(f"oracle table: {oracle_path}\ntheory: {theory_path}")
 
 

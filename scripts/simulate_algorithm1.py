@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import tempfile
 import time
 
 import torch
 
 from grpo_mse import cli
 from grpo_mse.analysis import simulation as sim
+from grpo_mse.gradients.estimators import UNBIASED
 from grpo_mse.policy.loading import check_model_path
 from grpo_mse.tables.outputs import write_csv, write_json
 
@@ -39,7 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=cli.integer(minimum=0), nargs="+", default=list(defaults.seeds),
                         help="SGD seeds")
     parser.add_argument("--estimators", nargs="+", default=list(defaults.estimators),
-                        choices=["naive", "grpo", "oracleV"], help="gradient estimators compared")
+                        choices=UNBIASED, help="gradient estimators compared")
     parser.add_argument("--steps", type=cli.integer(minimum=1), default=defaults.steps, help="SGD steps")
     parser.add_argument("--lr", type=cli.number(above=0), default=defaults.lr, help="learning rate")
     parser.add_argument("--oracle", choices=["mc", "running"], default=defaults.oracle,
@@ -120,41 +120,18 @@ def build_note(summary: dict, args) -> str:
     return " ".join(parts)
 
 
-def save_figure(fig, stem: str) -> list[str]:
-    """Save ``fig`` as stem.png and stem.pdf, each written to a temporary file and renamed."""
-    paths = []
-    for suffix in ("png", "pdf"):
-        path = f"{stem}.{suffix}"
-        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=f".{suffix}")
-        os.close(handle)
-        try:
-            fig.savefig(temporary, format=suffix, dpi=150, bbox_inches="tight")
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-        paths.append(path)
-    return paths
-
-
 def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     """Final held-out reward against K (log2 axis), one line per estimator with its 95% band; K* dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from grpo_mse.figures.tracecov import COLORS, LABELS
+    from grpo_mse.figures.tracecov import plt, save, style
 
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
     for name, by_k in summary["final_reward"].items():
         ks = [int(k) for k in by_k]
         mean = [by_k[str(k)]["mean"] for k in ks]
         half = [sim.half_width(by_k[str(k)]) for k in ks]
-        ax.plot(ks, mean, marker="o", color=COLORS.get(name), label=LABELS.get(name, name))
+        ax.plot(ks, mean, marker="o", **style(name))
         ax.fill_between(ks, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
-                        color=COLORS.get(name), alpha=0.15)
+                        color=style(name)["color"], alpha=0.15)
     ax.axhline(summary["initial_reward"], color="gray", linestyle=":", label="starting policy")
     advisor = summary["advisor"]
     if advisor and advisor.get("K_star"):
@@ -168,9 +145,7 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    paths = save_figure(fig, stem)
-    plt.close(fig)
-    return paths
+    return save(fig, stem, formats=("png", "pdf"))
 
 
 def run(args) -> dict:

@@ -1,34 +1,26 @@
 """scripts/exact_theory.py (exact oracle table + theory JSON), make_figures --theory and the estimator table."""
 
-import importlib.util
 import json
 import os
 
 import numpy as np
 import pytest
-from conftest import BUILTIN_POLICY, ROOT
+from conftest import BUILTIN_POLICY, ROOT, load_script
 
 from grpo_mse import cli
 from grpo_mse.analysis import estimator_table as table
 from grpo_mse.analysis import one_token, theory
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
 from grpo_mse.gradients.estimators import ALL, UNBIASED
-from grpo_mse.tables.inputs import DataError, load_rows
+from grpo_mse.tables.inputs import load_rows
 
 ORACLE_FIELDS = {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correct_count", "V_ci95_low", "V_ci95_high"}
-
-
-def _script(name: str, folder: str = "scripts"):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, folder, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def exact_outputs(tmp_path_factory, builtin_policy):
     out = tmp_path_factory.mktemp("theory")
-    _script("exact_theory").main(["--model", BUILTIN_POLICY, "--dataset", os.path.join(ROOT, "data",
+    load_script("scripts/exact_theory.py").main(["--model", BUILTIN_POLICY, "--dataset", os.path.join(ROOT, "data",
                                   "arithmetic_zero_shot.jsonl"), "--T", "2", "--reachable_only",
                                   "--K_list", "2", "4", "--out_dir", str(out)])
     [oracle] = out.glob("oracle_exact_*.jsonl")
@@ -64,7 +56,7 @@ def test_theory_json_is_consistent(exact_outputs):
 
 
 def test_exact_theory_errors(tmp_path, builtin_policy):
-    script = _script("exact_theory")
+    script = load_script("scripts/exact_theory.py")
     with pytest.raises(cli.UsageError, match="--T must be >= 1"):
         script.main(["--dataset", "x.jsonl", "--T", "0"])
     table_path = tmp_path / "rows.jsonl"
@@ -138,10 +130,10 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
     draw_mse_panel(ax, run, theory=overlay)
     assert sum(line.get_linestyle() == "--" for line in ax.get_lines()) == 2
     plt.close(fig)
-    make_figures = _script("make_figures", "plots")
+    make_figures = load_script("plots/make_figures.py")
     make_figures.main(["--tracecov", str(run_path), "--theory", str(theory_path), "--out_dir", str(tmp_path),
                        "--name", "overlay"])
     assert (tmp_path / "overlay.png").exists() and (tmp_path / "overlay.pdf").exists()
     assert "the exact curves assume other settings: max_new_tokens=32 (theory: 1)" in capsys.readouterr().err
-    with pytest.raises(DataError, match="not a theory JSON"):
+    with pytest.raises(cli.UsageError, match="not a theory JSON"):
         make_figures.main(["--tracecov", str(run_path), "--theory", str(run_path), "--out_dir", str(tmp_path)])

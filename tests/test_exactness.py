@@ -3,7 +3,6 @@ prompt's continuation space is the vocabulary, so every estimator's exact trace 
 (grpo_mse.analysis.theory). The real pipeline (run_tracecov.py -> tracecov_job.evaluate_prompt -> engine) must
 agree with it within its Monte Carlo interval, and the estimators' mean gradients must match E[X]."""
 
-import importlib.util
 import json
 import math
 import os
@@ -11,6 +10,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import BUILTIN_POLICY, load_script
 
 from grpo_mse.analysis import theory
 from grpo_mse.analysis.one_token import token_texts
@@ -21,9 +21,7 @@ from grpo_mse.gradients.job import Sampler
 from grpo_mse.rewards.rules import last_integer, last_integer_reward
 from grpo_mse.tables.inputs import prompt_ids
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-POLICY = os.path.join(ROOT, "assets", "tiny_policy")
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(POLICY, "model.safetensors")),
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),
                                 reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")
 
 K_LIST = (2, 4)
@@ -75,7 +73,7 @@ def case():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small kernels: one thread is as fast, and much faster on a busy machine
     try:
-        yield _build_case(*load_policy(POLICY, "cpu", "fp32"))
+        yield _build_case(*load_policy(BUILTIN_POLICY, "cpu", "fp32"))
     finally:
         torch.set_num_threads(threads)
 
@@ -86,17 +84,14 @@ def test_enumeration_is_consistent(case):
     assert abs(moments["mean_score_sq"]) < 1e-12 * np.trace(enum.Q)
     assert float(enum.g @ enum.g) == pytest.approx(moments["g_sq"], rel=1e-4)
     for k in K_LIST:
-        for name in theory.CLOSED_FORMS:
+        for name in est.CLOSED_FORMS:
             assert case["exact"][k][name]["mse"] == pytest.approx(theory.exact_mse(enum.p, enum.G, enum.Q, k, name),
                                                                   rel=1e-8)
 
 
 def _run_tracecov(table, out_dir):
-    spec = importlib.util.spec_from_file_location("run_tracecov", os.path.join(ROOT, "Gradient_evaluation",
-                                                                                 "run_tracecov.py"))
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    script.main(["--model", POLICY, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32",
+    script = load_script("Gradient_evaluation/run_tracecov.py")
+    script.main(["--model", BUILTIN_POLICY, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32",
                  "--seed", "0", "--T", str(COPIES), "--M", str(GROUPS), "--K_list", *map(str, K_LIST),
                  "--temperature", "1.0", "--top_p", "1.0", "--max_new_tokens", "1", "--gen_bs", "64",
                  "--estimators", *est.ALL, "--no_advisor", "--save_json", out_dir, "--skip_plot"])

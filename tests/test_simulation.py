@@ -32,7 +32,8 @@ def step_deltas(model, estimator: str, K: int, steps: int, baseline) -> np.ndarr
     """[steps, P] parameter changes (theta_after - theta_0) / lr of independent steps from the same theta_0."""
     params = list(model.parameters())
     start = torch.nn.utils.parameters_to_vector(params).detach().clone()
-    sampler = sim.Sampler(eos_ids=(22,), pad_id=0, temperature=1.0, top_p=1.0, max_new_tokens=1, batch_size=64)
+    sampler = sim.SimulationSampler(eos_ids=(22,), pad_id=0, temperature=1.0, top_p=1.0, max_new_tokens=1,
+                                    batch_size=64)
     pool, deltas = one_token_pool(), []
     for step in range(steps):
         sim.sgd_step(model, pool, [0], K=K, estimator=estimator, lr=LR, sampler=sampler, key=(7, step),
@@ -93,7 +94,7 @@ def test_batched_logprobs_equal_shared_prompt_logprobs(random_lm):
     """One padded pass over prompts of different lengths gives the per-group log-probabilities and gradients."""
     from grpo_mse.policy.logprobs import shared_prompt_logprobs
 
-    sampler = sim.Sampler(eos_ids=(22,), pad_id=0)
+    sampler = sim.SimulationSampler(eos_ids=(22,), pad_id=0)
     prompts = [[1, 5, 7], [4, 2, 9, 9, 3]]
     groups = [[[3, 22], [8, 8, 8]], [[5], [6, 7, 22]]]
     params = list(random_lm.parameters())
@@ -110,7 +111,7 @@ def test_batched_logprobs_equal_shared_prompt_logprobs(random_lm):
 def test_draw_groups_same_in_both_paths(random_lm, monkeypatch):
     """Per-prompt (shared prompt cache) and all-rows-together sampling give the same continuations."""
     pool = sim.PromptPool([[1, 5, 7], [4, 2, 9, 9, 3]], lambda index, continuations: [0.0] * len(continuations))
-    sampler = sim.Sampler(eos_ids=(22,), pad_id=0, max_new_tokens=4)
+    sampler = sim.SimulationSampler(eos_ids=(22,), pad_id=0, max_new_tokens=4)
     together = sim.draw_groups(random_lm, pool, [1, 0], 3, sampler, (5, 6))
     monkeypatch.setattr(sim, "SHARED_PREFILL_MIN", 2)
     assert sim.draw_groups(random_lm, pool, [1, 0], 3, sampler, (5, 6)) == together

@@ -50,6 +50,10 @@ def test_exact_equals_brute_force(seed, rewards, K, name):
     assert exact["trace_cov"] == pytest.approx(trace_cov, rel=1e-10, abs=1e-13)
     np.testing.assert_allclose(exact["mean_coef"], mean_coef, rtol=1e-10, atol=1e-13)
     assert theory.exact_mse(p, G, Q, K, name) == pytest.approx(mse, rel=1e-10, abs=1e-13)
+    closed_form = est.REGISTRY[name].closed_form
+    if closed_form is not None:  # the registry's formula itself, not via exact_mse
+        assert closed_form(theory.exact_moments(p, G, Q), K) == pytest.approx(mse, rel=1e-10, abs=1e-13)
+    assert (exact["bias2"] > 1e-9) == est.REGISTRY[name].biased  # the registry's bias flag is the truth
     if name in est.UNBIASED:
         assert exact["bias2"] == pytest.approx(0.0, abs=1e-12)
         np.testing.assert_allclose(mean_coef @ scores, (p * G) @ scores, atol=1e-12)
@@ -76,7 +80,7 @@ def test_hoeffding_quantities_by_brute_force(seed, rewards):
     assert moments["mean_score_sq"] == pytest.approx(0.0, abs=1e-12)
     for k in (2, 3, 8):
         gap = theory.exact_mse(p, G, Q, k, "grpo") - theory.exact_mse(p, G, Q, k, "oracleV")
-        assert gap == pytest.approx(theory.grpo_gap(moments, k), rel=1e-10)
+        assert gap == pytest.approx(2 * moments["var_zeta2"] / (k * (k - 1)), rel=1e-10)  # the U-statistic gap
 
 
 @pytest.mark.parametrize("K", [2, 3, 4, 7, 16])
@@ -94,13 +98,20 @@ def test_drgrpo_mean_is_shrunk_gradient(K):
 def test_closed_forms_equal_conditioning_for_large_K():
     p, G, Q, _ = _case(5)
     for k in (5, 16, 64):
-        for name in theory.CLOSED_FORMS:
+        for name in est.CLOSED_FORMS:
             assert theory.exact_mse(p, G, Q, k, name) == pytest.approx(
                 theory.exact_estimator(p, G, Q, k, name)["mse"], rel=1e-9)
-    curves = theory.exact_curves(p, G, Q, [2, 4, 8, 64])
-    assert set(curves) == set(est.ALL)
+    curves = {n: np.array([theory.exact_mse(p, G, Q, k, n) for k in (2, 4, 8, 64)]) for n in ("grpo", "oracleV")}
     assert np.all(np.diff(curves["grpo"]) < 0) and np.all(curves["oracleV"] <= curves["grpo"] + 1e-15)
     assert curves["grpo"][-1] / curves["oracleV"][-1] == pytest.approx(1.0, abs=0.05)
+
+
+def test_closed_form_mse_refuses_what_it_cannot_give():
+    moments = theory.exact_moments(*_case(5)[:3])
+    with pytest.raises(ValueError, match="no closed form for 'grpo_std'"):
+        theory.closed_form_mse(moments, 4, "grpo_std")
+    with pytest.raises(ValueError, match="K must be >= 2"):
+        theory.closed_form_mse(moments, 1, "grpo")
 
 
 def test_degenerate_rewards_give_zero_gradient():
@@ -139,7 +150,7 @@ def test_scaling_constants():
     assert c["c2"] == pytest.approx(sigma.mean()) and c["c3"] == pytest.approx(2 * var2.mean())
     assert c["K_star"] == pytest.approx(math.sqrt(c["c3"] / c["c1"]))
     ks = np.linspace(0.5 * c["K_star"], 2 * c["K_star"], 2001)
-    bound = theory.budget_bound(c["c1"], c["c2"], c["c3"], ks, 1024)
+    bound = c["c1"] * ks + c["c2"] + c["c3"] / ks  # N x the budgeted error bound
     assert ks[np.argmin(bound)] == pytest.approx(c["K_star"], rel=1e-2)
     same = theory.scaling_constants(np.ones((3, 3)), [1, 1, 1], [1, 1, 1])
     assert same["c1"] == pytest.approx(0.0, abs=1e-15) and same["K_star"] == float("inf")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grpo_mse.figures.training import default_steps, mean_ci, pick_metric, plot_figure5, table2
+from grpo_mse.figures.training import default_steps, pick_metric, plot_figure5, table2
+from grpo_mse.tables.outputs import mean_t_interval
 from grpo_mse.training.logs import COLUMNS, collect, parse_console, parse_value, run_identity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def test_collect_runs_script_and_figures(run_logs, tmp_path):
     table = table2(frame)
     lines = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [line.split("|")[1].strip() for line in lines] == ["4", "16", "32", "128"]
-    mean, half = mean_ci([accuracy(32, s, 20) * 100 for s in (0, 1, 2)])
+    mean, half = mean_t_interval([accuracy(32, s, 20) * 100 for s in (0, 1, 2)])
     assert f"**{mean:.2f} ± {half:.2f}**" in table  # K = 32 is best, in bold
 
 

@@ -98,7 +98,7 @@ def markdown(rows: list[dict], check: dict | None) -> str:
     lines = ["| K | estimator | tr Cov exact | tr Cov MC ± 95% | z | bias² exact | bias² MC ± 95% | z "
              "| MSE exact | MSE MC ± 95% | z |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [str(r["K"]), r["estimator"]]
+        cells = [str(r["K"]), est.get(r["estimator"]).label]
         for q in MC_FIELDS:
             cells += [_fmt(r[f"exact_{q}"]), f"{_fmt(r[f'mc_{q}'])} ± {_fmt(r[f'mc_{q}_ci95'])}", _fmt(r[f"z_{q}"])]
         lines.append("| " + " | ".join(cells) + " |")

@@ -37,7 +37,7 @@ SHARED_PROMPT_MIN_K = 4  # group size from which per-group log-probabilities (pr
 
 
 @dataclass(frozen=True)
-class Sampler:
+class SimulationSampler:
     """How continuations are drawn: softmax(logits / temperature), nucleus top_p, at most max_new_tokens."""
 
     eos_ids: tuple[int, ...]
@@ -65,7 +65,7 @@ class PromptPool:
         return len(self.ids)
 
 
-def draw_groups(model, pool: PromptPool, indices: list[int], count: int, sampler: Sampler,
+def draw_groups(model, pool: PromptPool, indices: list[int], count: int, sampler: SimulationSampler,
                 key: tuple[int, ...]) -> list[list[list[int]]]:
     """count continuations of each prompt pool.ids[i]; row j of slot b uses stream (*key, b) sample j.
 
@@ -91,7 +91,7 @@ def group_rewards(pool: PromptPool, indices: list[int], groups: list[list[list[i
 class MonteCarloValue:
     """Noisy oracle: V(x) ~ mean reward of n_v fresh samples at the current policy (independent of the K)."""
 
-    def __init__(self, n_v: int, sampler: Sampler):
+    def __init__(self, n_v: int, sampler: SimulationSampler):
         self.n_v, self.sampler = n_v, sampler
 
     def __call__(self, model, pool: PromptPool, indices: list[int], key: tuple[int, ...]) -> torch.Tensor:
@@ -120,7 +120,8 @@ class RunningValue:
         self.global_value = (1 - self.alpha) * self.global_value + self.alpha * float(rewards.mean())
 
 
-def batch_logprobs(model, prompts: list[list[int]], groups: list[list[list[int]]], sampler: Sampler) -> torch.Tensor:
+def batch_logprobs(model, prompts: list[list[int]], groups: list[list[list[int]]],
+                   sampler: SimulationSampler) -> torch.Tensor:
     """[B, K] lp_bk = sum_t log pi(y_bk,t | x_b, y_bk,<t) with gradients, all groups in one forward pass.
 
     Rows are [left-padded prompt | right-padded continuation], so every continuation starts at the same
@@ -143,7 +144,8 @@ def batch_logprobs(model, prompts: list[list[int]], groups: list[list[list[int]]
     return (token_lp * real).sum(-1).view(len(prompts), -1)
 
 
-def group_logprobs(model, prompts: list[list[int]], groups: list[list[list[int]]], sampler: Sampler) -> torch.Tensor:
+def group_logprobs(model, prompts: list[list[int]], groups: list[list[list[int]]],
+                   sampler: SimulationSampler) -> torch.Tensor:
     """[B, K] lp_bk: one pass over all rows for small groups, else one shared-prompt pass per group (faster on CPU)."""
     if len(groups[0]) < SHARED_PROMPT_MIN_K:
         return batch_logprobs(model, prompts, groups, sampler)
@@ -153,7 +155,7 @@ def group_logprobs(model, prompts: list[list[int]], groups: list[list[list[int]]
 
 
 def ascend(model, prompts: list[list[int]], groups: list[list[list[int]]], w: torch.Tensor, lr: float,
-           sampler: Sampler) -> None:
+           sampler: SimulationSampler) -> None:
     """theta <- theta + lr (1/B) sum_b sum_k w_bk grad lp_bk (groups whose weights are all 0 are left out)."""
     model.zero_grad(set_to_none=True)
     active = [b for b in range(len(prompts)) if bool(w[b].abs().sum() > 0)]
@@ -167,21 +169,21 @@ def ascend(model, prompts: list[list[int]], groups: list[list[list[int]]], w: to
     model.zero_grad(set_to_none=True)
 
 
-def sgd_step(model, pool: PromptPool, indices: list[int], *, K: int, estimator: str, lr: float, sampler: Sampler,
-             key: tuple[int, ...], baseline=None) -> torch.Tensor:
+def sgd_step(model, pool: PromptPool, indices: list[int], *, K: int, estimator: str, lr: float,
+             sampler: SimulationSampler, key: tuple[int, ...], baseline=None) -> torch.Tensor:
     """One step of Algorithm 1 on prompts ``indices``: draw K continuations each, theta += lr g_hat; returns G [B, K].
 
     g_hat = (1/B) sum_b sum_k w_bk grad lp_bk; for "oracleV", V comes from ``baseline(model, pool, indices, key)``.
     """
     groups = draw_groups(model, pool, indices, K, sampler, (STREAM_TRAIN, *key))
     rewards = group_rewards(pool, indices, groups)
-    values = baseline(model, pool, indices, key) if estimator == "oracleV" else None
+    values = baseline(model, pool, indices, key) if est.get(estimator).needs_value else None
     ascend(model, [pool.ids[i] for i in indices], groups, est.weights(estimator, rewards, values), lr, sampler)
     return rewards
 
 
 @torch.no_grad()
-def expected_reward(model, pool: PromptPool, n_samples: int, sampler: Sampler, seed: int = 0) -> float:
+def expected_reward(model, pool: PromptPool, n_samples: int, sampler: SimulationSampler, seed: int = 0) -> float:
     """Monte Carlo E_x E_y G = mean over prompts and n_samples fixed-stream samples of the reward."""
     indices = list(range(len(pool)))
     groups = draw_groups(model, pool, indices, n_samples, sampler, (STREAM_EVAL, seed))
@@ -225,7 +227,7 @@ class SimulationConfig:
         return self.budget // K
 
 
-def make_baseline(config: SimulationConfig, sampler: Sampler):
+def make_baseline(config: SimulationConfig, sampler: SimulationSampler):
     """The V stand-in of the oracle estimator: MonteCarloValue(n_v) or RunningValue()."""
     if config.oracle == "mc":
         return MonteCarloValue(config.n_v, sampler)
@@ -240,8 +242,8 @@ def eval_steps(config: SimulationConfig) -> set[int]:
     return {s for s in range(every, config.steps + 1, every)} | {config.steps}
 
 
-def train_run(model, train: PromptPool, heldout: PromptPool, sampler: Sampler, config: SimulationConfig, *, K: int,
-              seed: int, estimator: str, progress=None) -> list[dict]:
+def train_run(model, train: PromptPool, heldout: PromptPool, sampler: SimulationSampler, config: SimulationConfig, *,
+              K: int, seed: int, estimator: str, progress=None) -> list[dict]:
     """One SGD run from the model's current parameters; records at the evaluation steps (not step 0)."""
     baseline, batch, records = make_baseline(config, sampler), config.batch(K), []
     checkpoints = eval_steps(config)
@@ -266,8 +268,9 @@ def load_task(config: SimulationConfig) -> tuple:
     model, tokenizer = load_policy(config.model, "cpu", "fp32")
     train = text_pool(tokenizer, make_rows(config.train_prompts, seed=config.train_seed, style=config.style))
     heldout = text_pool(tokenizer, make_rows(config.heldout_prompts, seed=config.heldout_seed, style=config.style))
-    sampler = Sampler(eos_ids=tuple(eos_token_ids(model, tokenizer)), pad_id=tokenizer.pad_token_id,
-                      temperature=config.temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens)
+    sampler = SimulationSampler(eos_ids=tuple(eos_token_ids(model, tokenizer)), pad_id=tokenizer.pad_token_id,
+                                temperature=config.temperature, top_p=config.top_p,
+                                max_new_tokens=config.max_new_tokens)
     return model, train, heldout, sampler
 
 

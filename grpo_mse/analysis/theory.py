@@ -22,8 +22,6 @@ import torch
 
 from grpo_mse.gradients import estimators as est
 
-CLOSED_FORMS = ("naive", "grpo", "oracleV", "drgrpo")
-
 
 def _arrays(p, G, Q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(p, G, Q) as float64 arrays of shapes [n], [n], [n, n], validated."""
@@ -67,24 +65,13 @@ def exact_moments(p, G, Q) -> dict[str, float]:
 
 
 def closed_form_mse(moments: dict[str, float], K: int, name: str) -> float:
-    """naive: (E||Gs||^2 - ||g||^2)/K; oracleV: sigma_O^2/K; grpo: U-statistic; drgrpo: ((K-1)/K) grpo."""
+    """Exact MSE of estimator ``name`` at group size K from ``exact_moments`` (the registry entry's closed form)."""
     if K < 2:
         raise ValueError("K must be >= 2")
-    if name == "naive":
-        return (moments["vanilla_m2"] - moments["g_sq"]) / K
-    if name == "oracleV":
-        return moments["sigma_o2"] / K
-    grpo = (4.0 * (K - 2) * moments["zeta1"] + 2.0 * moments["zeta_h"]) / (K * (K - 1))
-    if name == "grpo":
-        return grpo
-    if name == "drgrpo":  # ((K-1)/K)^2 tr Cov_GRPO + ||g / K||^2
-        return ((K - 1) / K) ** 2 * grpo + moments["g_sq"] / K**2
-    raise ValueError(f"no closed form for {name!r}; choose from {', '.join(CLOSED_FORMS)}")
-
-
-def grpo_gap(moments: dict[str, float], K: int) -> float:
-    """MSE_GRPO - MSE_oracle = 2 tr Var(zeta_2) / (K (K - 1))."""
-    return 2.0 * moments["var_zeta2"] / (K * (K - 1))
+    closed_form = est.get(name).closed_form
+    if closed_form is None:
+        raise ValueError(f"no closed form for {name!r}; choose from {', '.join(est.CLOSED_FORMS)}")
+    return closed_form(moments, K)
 
 
 def binomial_pmf(K: int, value: float) -> np.ndarray:
@@ -138,19 +125,9 @@ def exact_estimator(p, G, Q, K: int, name: str) -> dict:
 
 def exact_mse(p, G, Q, K: int, name: str) -> float:
     """Exact MSE E||X - g||^2 of estimator ``name`` (closed form when there is one, else conditioning on C)."""
-    if name in CLOSED_FORMS:
+    if est.get(name).closed_form is not None:
         return closed_form_mse(exact_moments(p, G, Q), K, name)
     return exact_estimator(p, G, Q, K, name)["mse"]
-
-
-def exact_curves(p, G, Q, K_list, names=est.ALL) -> dict[str, np.ndarray]:
-    """{name: [MSE at each K in K_list]}."""
-    moments = exact_moments(p, G, Q)
-    curves = {}
-    for name in names:
-        curves[name] = np.array([closed_form_mse(moments, k, name) if name in CLOSED_FORMS
-                                 else exact_estimator(p, G, Q, k, name)["mse"] for k in K_list])
-    return curves
 
 
 def gradient_gram(vectors) -> np.ndarray:
@@ -170,12 +147,6 @@ def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, fl
     c3 = 2.0 * float(w @ np.asarray(var_zeta2, dtype=np.float64))
     k_star = math.sqrt(c3 / c1) if c1 > 0 else float("inf")
     return {"c1": c1, "c2": c2, "c3": c3, "K_star": k_star}
-
-
-def budget_bound(c1: float, c2: float, c3: float, K, N: float):
-    """Error at a fixed budget of N = B K sequences: c1 K / N + c2 / N + c3 / (N K)."""
-    K = np.asarray(K, dtype=np.float64)
-    return (c1 * K + c2 + c3 / K) / N
 
 
 @dataclass

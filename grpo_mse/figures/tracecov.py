@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 
 import matplotlib
@@ -9,27 +10,31 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-LABELS = {"naive": "vanilla", "grpo": "GRPO", "oracleV": "oracle baseline",
-          "grpo_std": "GRPO (std-normalised)", "drgrpo": "Dr.GRPO"}
-COLORS = {"naive": "tab:blue", "grpo": "tab:orange", "oracleV": "tab:green",
-          "grpo_std": "tab:red", "drgrpo": "tab:purple"}
+from grpo_mse.gradients import estimators as est  # noqa: E402
+from grpo_mse.tables.outputs import write_atomic  # noqa: E402
+
 PAPER_NAMES = {"vanilla": "naive", "grpo": "grpo", "oracle": "oracleV"}
+
+
+def style(name: str) -> dict:
+    """matplotlib ``color`` and ``label`` of estimator ``name`` from the registry (the name itself if unknown)."""
+    entry = est.REGISTRY.get(name)
+    return {"color": entry.color, "label": entry.label} if entry else {"color": None, "label": name}
 
 
 def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None) -> None:
     """MSE (mean trace over prompts) against K with 95% error bars, log2 K axis, log y axis."""
     ks = result["K_list"]
     for name, means in result["conditional_on_x"].items():
-        ax.errorbar(ks, means, yerr=result.get("ci95", {}).get(name), marker="o", capsize=3,
-                    color=COLORS.get(name), label=LABELS.get(name, name))
+        ax.errorbar(ks, means, yerr=result.get("ci95", {}).get(name), marker="o", capsize=3, **style(name))
         if theory and name in theory:
-            ax.plot(theory["K"], theory[name], linestyle="--", color=COLORS.get(name), alpha=0.7,
-                    label=f"{LABELS.get(name, name)} (exact)")
+            ax.plot(theory["K"], theory[name], linestyle="--", alpha=0.7, color=style(name)["color"],
+                    label=f"{style(name)['label']} (exact)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
-    unbiased_only = set(result["conditional_on_x"]) <= {"naive", "grpo", "oracleV"}
+    unbiased_only = set(result["conditional_on_x"]) <= set(est.UNBIASED)
     ax.set_ylabel("MSE = tr Cov (mean over prompts)" if unbiased_only
                   else "tr Cov, mean over prompts (= MSE if unbiased)")
     ax.set_title(title)
@@ -71,11 +76,13 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
 
 
 def save(fig, path_without_suffix: str, formats=("png",)) -> list[str]:
-    os.makedirs(os.path.dirname(os.path.abspath(path_without_suffix)), exist_ok=True)
+    """Write ``fig`` (150 dpi, tight box) as path.SUFFIX for each format, each atomically; close it; the paths."""
     paths = []
     for suffix in formats:
         path = f"{path_without_suffix}.{suffix}"
-        fig.savefig(path, dpi=150, bbox_inches="tight")
+        image = io.BytesIO()
+        fig.savefig(image, format=suffix, dpi=150, bbox_inches="tight")
+        write_atomic(path, image.getvalue())
         paths.append(path)
     plt.close(fig)
     return paths

@@ -9,28 +9,12 @@ intervals are 95% Student-t intervals of the mean over seeds (none for a single 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 
-# Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (normal beyond).
-T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.306, 2.2622, 2.2281, 2.201, 2.1788, 2.1604,
-        2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.093, 2.086, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
-        2.0518, 2.0484, 2.0452, 2.0423)  # fmt: skip
+from grpo_mse.tables.outputs import mean_t_interval
+
 ACCURACY_METRIC = re.compile(r"^val-core/.*/(acc|reward)/mean@\d+$")
-
-
-def mean_ci(values) -> tuple[float, float]:
-    """Mean and 95% half-width (t interval; 0 for one value) of ``values``."""
-    xs = [float(v) for v in values]
-    n = len(xs)
-    if n == 0:
-        return math.nan, math.nan
-    mean = sum(xs) / n
-    if n == 1:
-        return mean, 0.0
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    return mean, (T975[n - 2] if n - 1 <= len(T975) else 1.96) * sd / math.sqrt(n)
 
 
 def pick_metric(frame, metric: str | None = None) -> str:
@@ -59,7 +43,7 @@ def default_steps(frame, n_steps: int = 4) -> list[int]:
 def accuracy_by_k(frame, metric: str, step: int):
     """Rows ``(K, mean, half_width, n_seeds)`` of ``metric`` at ``step``."""
     sub = frame[(frame["metric"] == metric) & (frame["step"] == step)]
-    return [(int(k), *mean_ci(group["value"]), len(group)) for k, group in sorted(sub.groupby("K"))]
+    return [(int(k), *mean_t_interval(group["value"]), len(group)) for k, group in sorted(sub.groupby("K"))]
 
 
 def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, title: str | None = None) -> list[str]:
@@ -107,7 +91,7 @@ def table2(frame, metric: str | None = None, percent: bool = True) -> str:
     rows = []
     for k, group in sorted(sub.groupby("K")):
         per_seed = group.groupby("seed")["value"]
-        final, best = mean_ci(per_seed.last() * scale), mean_ci(per_seed.max() * scale)
+        final, best = mean_t_interval(per_seed.last() * scale), mean_t_interval(per_seed.max() * scale)
         rows.append((int(k), group["seed"].nunique(), final, best))
     top = max(rows, key=lambda r: r[2][0])[0] if rows else None
     lines = [

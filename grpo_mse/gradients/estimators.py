@@ -1,17 +1,20 @@
-"""Policy-gradient estimators of grad E[G] as per-sample weights on the scores grad log pi(y_k|x).
+"""Policy-gradient estimators of grad E[G] as per-sample weights on the scores grad log pi(y_k|x), and their registry.
 
-Every estimator of a group of K samples is ``sum_k w_k * grad lp_k``: the functions below return
-the weights ``w`` (shape ``[..., K]``) from the rewards ``G`` (and the oracle value ``V``).
-Unbiased: vanilla, grpo (= leave-one-out), oracle. Biased: grpo_std (VERL/TRL default), drgrpo.
+Every estimator of a group of K samples is ``sum_k w_k * grad lp_k``: the weight functions below return
+``w`` (shape ``[..., K]``) from the rewards ``G`` (and the oracle value ``V``). ``REGISTRY`` holds one
+``Estimator`` per JSON key (weights, bias, exact closed-form MSE, label, colour, matching trainer setting);
+every other module reads these facts from it. Torch is imported lazily, so figures can read labels without it.
 """
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-UNBIASED = ("naive", "grpo", "oracleV")
-BIASED = ("grpo_std", "drgrpo")
-ALL = UNBIASED + BIASED
+if TYPE_CHECKING:
+    import torch
+
 STD_EPS = 1e-6  # the epsilon VERL adds to the group standard deviation
 
 
@@ -31,6 +34,8 @@ def grpo_weights(rewards: torch.Tensor) -> torch.Tensor:
 
 def oracle_weights(rewards: torch.Tensor, value: torch.Tensor | float) -> torch.Tensor:
     """Oracle baseline: w_k = (G_k - V(x)) / K."""
+    import torch
+
     value = torch.as_tensor(value, dtype=rewards.dtype, device=rewards.device)
     if value.dim() == rewards.dim() - 1 and value.dim() > 0:
         value = value.unsqueeze(-1)
@@ -49,18 +54,73 @@ def drgrpo_weights(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean(-1, keepdim=True)) / rewards.shape[-1]
 
 
+# Exact MSEs from the moments of ``analysis.theory.exact_moments`` (E[s] = 0, K >= 2).
+
+def vanilla_exact_mse(m: dict[str, float], K: int) -> float:
+    """MSE_vanilla = (E||G s||^2 - ||g||^2) / K."""
+    return (m["vanilla_m2"] - m["g_sq"]) / K
+
+
+def grpo_exact_mse(m: dict[str, float], K: int) -> float:
+    """MSE_GRPO = [4 (K - 2) zeta1 + 2 zeta_h] / (K (K - 1)) (U-statistic of order 2)."""
+    return (4.0 * (K - 2) * m["zeta1"] + 2.0 * m["zeta_h"]) / (K * (K - 1))
+
+
+def oracle_exact_mse(m: dict[str, float], K: int) -> float:
+    """MSE_oracle = sigma_O^2 / K."""
+    return m["sigma_o2"] / K
+
+
+def drgrpo_exact_mse(m: dict[str, float], K: int) -> float:
+    """MSE_DrGRPO = ((K - 1) / K)^2 MSE_GRPO + ||g||^2 / K^2 (tr Cov shrunk, plus the bias ||g / K||^2)."""
+    return ((K - 1) / K) ** 2 * grpo_exact_mse(m, K) + m["g_sq"] / K**2
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One registry entry: X = sum_k w_k grad lp_k with w = ``weights(G)`` or ``weights(G, V)``."""
+
+    name: str  # the key in result JSON/CSV files and on --estimators
+    label: str  # display name in figures, tables and printouts
+    color: str  # matplotlib colour in every figure
+    weights: Callable  # rewards [..., K] (and V when needs_value) -> weights [..., K]
+    biased: bool  # E X != grad E[G]
+    needs_value: bool  # the weights use the oracle value V(x)
+    closed_form: Callable[[dict, int], float] | None  # (exact moments, K) -> exact MSE; None: by conditioning only
+    trainer: str  # the VERL / TRL setting whose advantage gives the same gradient
+
+
+REGISTRY: dict[str, Estimator] = {e.name: e for e in (
+    Estimator("naive", "vanilla", "tab:blue", vanilla_weights, biased=False, needs_value=False,
+              closed_form=vanilla_exact_mse, trainer="none (no baseline)"),
+    Estimator("grpo", "GRPO", "tab:orange", grpo_weights, biased=False, needs_value=False, closed_form=grpo_exact_mse,
+              trainer="VERL adv_estimator=rloo (exactly); = K/(K-1) x VERL grpo with norm_adv_by_std_in_grpo=False"),
+    Estimator("oracleV", "oracle baseline", "tab:green", oracle_weights, biased=False, needs_value=True,
+              closed_form=oracle_exact_mse, trainer="none (needs the true V(x); a learned critic approximates it)"),
+    Estimator("grpo_std", "GRPO (std-normalised)", "tab:red", grpo_std_weights, biased=True, needs_value=False,
+              closed_form=None, trainer="VERL adv_estimator=grpo (default), TRL scale_rewards=\"group\" (default)"),
+    Estimator("drgrpo", "Dr.GRPO", "tab:purple", drgrpo_weights, biased=True, needs_value=False,
+              closed_form=drgrpo_exact_mse,
+              trainer="VERL grpo with norm_adv_by_std_in_grpo=False, TRL scale_rewards=\"none\""),
+)}
+ALL = tuple(REGISTRY)
+UNBIASED = tuple(name for name, e in REGISTRY.items() if not e.biased)
+BIASED = tuple(name for name, e in REGISTRY.items() if e.biased)
+CLOSED_FORMS = tuple(name for name, e in REGISTRY.items() if e.closed_form is not None)
+
+
+def get(name: str) -> Estimator:
+    """The registry entry called ``name``; ValueError naming the choices otherwise."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown estimator {name!r}; choose from {', '.join(ALL)}")
+    return REGISTRY[name]
+
+
 def weights(name: str, rewards: torch.Tensor, value=None) -> torch.Tensor:
-    """Weights of the estimator called ``name`` (one of ``ALL``)."""
-    if name == "naive":
-        return vanilla_weights(rewards)
-    if name == "grpo":
-        return grpo_weights(rewards)
-    if name == "oracleV":
-        if value is None:
-            raise ValueError("the oracleV estimator needs V_oracle")
-        return oracle_weights(rewards, value)
-    if name == "grpo_std":
-        return grpo_std_weights(rewards)
-    if name == "drgrpo":
-        return drgrpo_weights(rewards)
-    raise ValueError(f"unknown estimator {name!r}; choose from {', '.join(ALL)}")
+    """Weights of the estimator called ``name`` (one of ``ALL``); ``value`` is V(x), used by oracleV only."""
+    entry = get(name)
+    if not entry.needs_value:
+        return entry.weights(rewards)
+    if value is None:
+        raise ValueError(f"the {name} estimator needs V_oracle")
+    return entry.weights(rewards, value)

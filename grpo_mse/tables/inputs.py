@@ -126,22 +126,6 @@ def validate_rows(rows: list[dict], required, source: str) -> None:
                 raise DataError(f"{source}: row {index} has no {field!r} field")
 
 
-def read_json_object(path: str, fields, what: str) -> dict:
-    """The JSON object at ``path``; a DataError naming the problem when it is missing, not JSON (e.g. cut
-    short), not an object, or lacks any of ``fields``."""
-    if not os.path.isfile(path):
-        raise DataError(f"{what} not found: {path}")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataError(f"{path}: not valid JSON ({getattr(error, 'msg', error)}); is it complete?") from None
-    missing = [f for f in fields if not isinstance(data, dict) or f not in data]
-    if missing:
-        raise DataError(f"{path}: not a {what} (no {', '.join(missing)})")
-    return data
-
-
 def has_unique_ids(rows: list[dict]) -> bool:
     """True when every row has an integer ``id`` and no two rows share one."""
     ids = [row.get("id") for row in rows]

@@ -1,4 +1,4 @@
-"""Result files: atomic JSON/CSV writes, append-only progress logs for resuming, CIs across prompts."""
+"""Result files: atomic JSON/CSV writes, append-only progress logs for resuming, CIs across prompts and seeds."""
 
 from __future__ import annotations
 
@@ -12,14 +12,18 @@ import tempfile
 import time
 
 Z95 = 1.959963984540054
+# Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (normal beyond).
+T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.306, 2.2622, 2.2281, 2.201, 2.1788, 2.1604,
+        2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.093, 2.086, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
+        2.0518, 2.0484, 2.0452, 2.0423)  # fmt: skip
 
 
 def timestamp() -> str:
     return time.strftime("%Y%m%d_%H%M%S")
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to a temporary file in the same folder, then rename it over ``path``."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8 text or bytes) to a temporary file in the same folder, then rename it over ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=os.path.basename(path))
@@ -27,7 +31,7 @@ def write_atomic(path: str, text: str) -> None:
     os.umask(umask)
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
+        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else os.fdopen(handle, "w", encoding="utf-8")) as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
@@ -52,6 +56,23 @@ def finite(data):
 def to_json(data, **kwargs) -> str:
     """Strict JSON text of ``data`` (non-finite floats as null)."""
     return json.dumps(finite(data), ensure_ascii=False, allow_nan=False, **kwargs)
+
+
+def read_json(path: str, keys: tuple[str, ...], what: str) -> dict:
+    """The JSON object at ``path``; FileNotFoundError if missing, UsageError when it is cut short (not JSON),
+    not an object, or lacks any of ``keys``."""
+    from grpo_mse.cli import UsageError, require
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} JSON not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: not valid JSON ({getattr(error, 'msg', error)}); is it complete?") from None
+    missing = [key for key in keys if not isinstance(loaded, dict) or key not in loaded]
+    require(not missing, f"{path}: not a {what} JSON (no {', '.join(missing)})")
+    return loaded
 
 
 def write_json(path: str, data) -> None:
@@ -108,6 +129,19 @@ def mean_ci(values: list[float]) -> dict:
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
     half = Z95 * sd / math.sqrt(n) if n > 1 else float("nan")
     return {"mean": mean, "sd": sd, "ci95": half, "n": n}
+
+
+def mean_t_interval(values) -> tuple[float, float]:
+    """(mean, 95% Student-t half-width t_{0.975, n-1} sd / sqrt(n)) of a few values (half-width 0 for one value)."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(xs) / n
+    if n == 1:
+        return mean, 0.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    return mean, (T975[n - 2] if n - 1 <= len(T975) else 1.96) * sd / math.sqrt(n)
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
