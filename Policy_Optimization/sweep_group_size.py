@@ -18,13 +18,13 @@ from grpo_mse import cli
 from grpo_mse.training.sweep import LAUNCHER, launch, plan
 
 DRY_RUN_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False,
-                  "1": True, "true": True, "yes": True, "on": True}
+                  "1": True, "true": True, "yes": True, "on": True, "print": True}
 
 
 def env_dry_run() -> bool:
-    """DRY_RUN from the environment (0/1, true/false, yes/no, on/off); anything else is a UsageError."""
+    """DRY_RUN from the environment (0/1, true/false, yes/no, on/off, print); anything else is a UsageError."""
     text = os.environ.get("DRY_RUN", "0").strip().lower()
-    cli.require(text in DRY_RUN_VALUES, f"DRY_RUN={os.environ['DRY_RUN']!r}: use 1 (dry run) or 0")
+    cli.require(text in DRY_RUN_VALUES, f"DRY_RUN={os.environ['DRY_RUN']!r}: use 1 or print (dry run) or 0")
     return DRY_RUN_VALUES[text]
 
 
