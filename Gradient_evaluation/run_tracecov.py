@@ -73,11 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
             cli.check_range(f"--{flag}", getattr(args, flag), minimum=minimum)
     args.K_list, args.estimators = cli.unique(args.K_list, "--K_list"), cli.unique(args.estimators, "--estimators")
     cli.check_backend(args.backend, args.device, args.vllm_gpu_util)
+    cli.require(args.skip_plot or args.plot_path, "--plot_path is required unless --skip_plot")
     cli.writable_dir(args.save_json, "--save_json")
     if not args.skip_plot:
         cli.writable_dir(args.plot_path, "--plot_path")
     check_model_path(args.model)
-    cli.require(args.skip_plot or args.plot_path, "--plot_path is required unless --skip_plot")
     cli.require(0 < args.top_p <= 1 and args.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
     return args
 

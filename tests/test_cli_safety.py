@@ -155,6 +155,7 @@ CASES = [
     Case("--save_json is a file", tracecov(out="{tmp}/f"), "is a file, not a folder", setup=(table(), ("f", "x"))),
     Case("--plot_path is a file", tracecov(plot=("--plot_path", "{tmp}/f")), "is a file, not a folder",
          setup=(table(), ("f", "x"))),
+    Case("no --plot_path", tracecov(plot=()), "--plot_path is required unless --skip_plot", setup=(table(),)),
     Case("oracle --out_dir under a file", oracle(out="{tmp}/f/o"), "is a file, not a folder",
          setup=(table(), ("f", "x"))),
     Case("--device tpu", tracecov("--device", "tpu"), "unknown device 'tpu'", setup=(table(),)),
