@@ -46,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out_dir", default="oracle_v_results", help="output folder")
     p.add_argument("--limit", type=int, default=None, help="only the first N rows")
     cli.add_backend_flags(p)
-    p.add_argument("--resume", action="store_true", help="append to the latest matching file, skipping done ids")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest file in --out_dir with equal settings (docs/safety.md), skipping done ids")
     args = p.parse_args(argv)
     cli.require(args.n_oracle >= 1, f"--n_oracle must be >= 1 (got {args.n_oracle})")
     cli.require(args.batch_size >= 1, f"--batch_size must be >= 1 (got {args.batch_size})")

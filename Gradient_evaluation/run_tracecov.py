@@ -62,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--c1_batch", type=int, default=16,
                    help="prompts per batch for c1 (between-prompt variance) and per unit of torchrun sharding")
     cli.add_backend_flags(p)
-    p.add_argument("--resume", action="store_true", help="continue the latest unfinished matching run")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the newest unfinished run in --save_json with the same settings (docs/safety.md)")
     args = p.parse_args(argv)
     cli.require(args.M >= 2, f"--M must be >= 2 (got {args.M})")
     cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
