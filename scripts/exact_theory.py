@@ -27,6 +27,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import check_model_path, load_policy, model_basename_tag
 from grpo_mse.tables.inputs import load_rows, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
+from grpo_mse.tables.resume import claim
 from grpo_mse.tables.validate import check_integer_answers, check_prompts
 
 BUILTIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tiny_policy")
@@ -88,9 +89,11 @@ def main(argv=None) -> None:
     config = {**vars(args), "n_rows_used": len(rows), "matching_run_flags": {
         "max_new_tokens": 1, "top_p": 1.0, "temperature": args.temperature}}
     summary = ot.theory_summary(prompts, gradient_gram(gradients), args.K_list, args.estimators, config)
-    stem = f"{model_basename_tag(args.model)}_{timestamp()}"
-    oracle_path = os.path.join(args.out_dir, f"oracle_exact_{stem}.jsonl")
-    theory_path = os.path.join(args.out_dir, f"theory_{stem}.json")
+    os.makedirs(args.out_dir, exist_ok=True)
+    theory_stem = claim(os.path.join(args.out_dir, f"theory_{model_basename_tag(args.model)}_{timestamp()}"), ".json")
+    theory_path = theory_stem + ".json"  # claimed: a run started in the same second gets its own name
+    oracle_path = os.path.join(args.out_dir, "oracle_exact_" + os.path.basename(theory_stem).removeprefix("theory_")
+                               + ".jsonl")
     write_atomic(oracle_path, "".join(oracle_lines))
     write_json(theory_path, summary)
     c = summary["scaling_constants"]
