@@ -435,3 +435,11 @@ def test_collector_skips_a_torn_line_and_merges_one_run_logged_twice(tmp_path):
     with pytest.warns(UserWarning, match="skipping unreadable line 2"):
         frame = collect([str(tmp_path)])
     assert frame[["K", "seed", "step", "value"]].values.tolist() == [[8, 1, 1, 0.5]]
+
+
+def test_the_runner_matches_a_plain_process(outcomes):
+    """A forked case gives the same exit status and output as ``python script.py ...``."""
+    plain = subprocess.run([sys.executable, os.path.join(ROOT, "Policy_Optimization/sweep_group_size.py"), "--budget",
+                            "0"], capture_output=True, text=True, timeout=60)
+    forked = outcomes[0]["sweep --budget 0"][0]
+    assert (plain.returncode, plain.stdout, plain.stderr) == (forked["returncode"], forked["stdout"], forked["stderr"])
