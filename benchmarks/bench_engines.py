@@ -25,8 +25,8 @@ from grpo_mse import cli
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.job import Sampler
-from grpo_mse.policy.loading import check_model_path, eos_token_ids, load_policy
-from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.policy.loading import eos_token_ids, load_policy
+from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 
@@ -104,7 +104,7 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
                 synchronize(device)
                 best = min(best, time.perf_counter() - start)
             times["sampling"] += best
-            rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
+            rewards = torch.tensor([row_reward(row, t) for t in texts])
             if args.random_rewards:  # a random model never answers right: draw 0/1 rewards instead
                 rewards = torch.bernoulli(torch.full((args.M * k,), 0.5), generator=torch.Generator().manual_seed(k))
             groups = [continuations[g * k:(g + 1) * k] for g in range(args.M)]
@@ -170,7 +170,7 @@ def main(argv=None) -> None:
     if args.out:
         cli.writable_file(args.out, "--out")
     if not args.qwen_shapes:
-        check_model_path(args.model)
+        cli.check_model_path(args.model)
     torch.manual_seed(0)
     if args.qwen_shapes:
         _, tokenizer = load_policy(os.path.join(ROOT, "assets", "tiny_policy"), "cpu", "fp32")

@@ -8,12 +8,14 @@ import os
 import re
 import sys
 
-from tqdm.auto import tqdm
-
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
-class UsageError(ValueError):
+class InputError(ValueError):
+    """Input that cannot work (a flag, a data file, a model); the message is one line."""
+
+
+class UsageError(InputError):
     """A flag value that cannot work; the message is one line."""
 
 
@@ -81,11 +83,33 @@ def number(minimum=None, maximum=None, above=None):
     return _typed(float, "a number", minimum=minimum, maximum=maximum, above=above)
 
 
+def check_device(device: str) -> None:
+    """UsageError unless ``device`` is cpu, mps, cuda or cuda:N."""
+    require(bool(DEVICE.match(device)), f"unknown device {device!r} (use cpu, cuda, cuda:N or mps)")
+
+
 def device_name(text: str) -> str:
     """argparse ``type``: cpu, mps, cuda or cuda:N."""
-    if not DEVICE.match(text):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r} (use cpu, cuda, cuda:N or mps)")
+    try:
+        check_device(text)
+    except UsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return text
+
+
+def check_model_path(name: str) -> bool:
+    """True when ``name`` is a local model folder; UsageError when it names a local path that is not one.
+
+    A name is local when it exists or starts with ``.``, ``/`` or ``~``, or has more than one ``/``
+    (a hub id is ``org/name``); cheap (no torch), so commands call it before reading data."""
+    path = os.path.expanduser(name)
+    local = os.path.exists(path) or name.startswith((".", "/", "~")) or name.rstrip("/").count("/") > 1
+    if local and not os.path.isdir(path):
+        raise UsageError(f"model folder not found: {name}" if not os.path.exists(path)
+                         else f"--model {name} is a file; give the model's folder")
+    require(not local or os.path.isfile(os.path.join(path, "config.json")),
+            f"{name} is not a model folder (no config.json)")
+    return local
 
 
 def unique(values: list, flag: str) -> list:
@@ -116,6 +140,8 @@ def writable_file(path: str, flag: str) -> None:
 
 def progress(items=None, **kwargs):
     """A tqdm bar on stderr (quiet when not a terminal only if the caller disables it)."""
+    from tqdm.auto import tqdm
+
     return tqdm(items, dynamic_ncols=True, **kwargs)
 
 
@@ -129,13 +155,6 @@ def add_model_flags(parser, model: str | None, device: str, dtype: str,
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
 
 
-def add_backend_flags(parser) -> None:
-    """--backend hf|vllm and vLLM's memory share (vLLM shares the GPU with the HF model)."""
-    parser.add_argument("--backend", default="hf", choices=["hf", "vllm"],
-                        help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
-    parser.add_argument("--vllm_gpu_util", type=float, default=0.4, help="vLLM gpu_memory_utilization")
-
-
 def check_backend(backend: str, device: str, gpu_util: float) -> None:
     """Refuse vLLM without CUDA, a memory share outside (0, 1], and vLLM under torchrun (one GPU per rank)."""
     if backend != "vllm":
@@ -147,14 +166,15 @@ def check_backend(backend: str, device: str, gpu_util: float) -> None:
             "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf")
 
 
-def make_vllm(args, device: str):
-    """A VLLMSampler when --backend vllm, else None."""
-    if args.backend != "vllm":
+def make_vllm(config, device: str):
+    """A VLLMSampler when ``config.backend`` is vllm, else None (``config``: a ModelConfig)."""
+    if config.backend != "vllm":
         return None
-    check_backend(args.backend, device, args.vllm_gpu_util)
+    check_backend(config.backend, device, config.vllm_gpu_util)
     from grpo_mse.policy.vllm_sampler import VLLMSampler
 
-    return VLLMSampler(args.model, args.dtype, args.seed, args.vllm_gpu_util, args.trust_remote_code, args.revision)
+    return VLLMSampler(config.model, config.dtype, config.seed, config.vllm_gpu_util, config.trust_remote_code,
+                       config.revision)
 
 
 def _one_line(error: BaseException) -> str:
@@ -170,16 +190,12 @@ def run(main, resume_hint: str | None = None) -> None:
     ``resume_hint`` is added to the Ctrl-C line (how to continue the interrupted work). A returned
     integer is the exit status.
     """
-    from grpo_mse.policy.loading import ModelError
-    from grpo_mse.tables.inputs import DataError
-
     try:
         status = main()
     except KeyboardInterrupt:
         print("error: interrupted" + (f"; {resume_hint}" if resume_hint else ""), file=sys.stderr)
         sys.exit(130)
-    except (UsageError, DataError, ModelError, FileNotFoundError, PermissionError, IsADirectoryError,
-            NotADirectoryError) as error:
+    except (InputError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as error:
         print(f"error: {_one_line(error)}", file=sys.stderr)
         sys.exit(2)
     except MemoryError as error:

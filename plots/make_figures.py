@@ -15,15 +15,6 @@ import os
 import sys
 
 from grpo_mse import cli
-from grpo_mse.figures.tracecov import (
-    PAPER_NAMES,
-    draw_mse_panel,
-    draw_ratio_panel,
-    plot_advisor,
-    plt,
-    save,
-    theory_overlay,
-)
 from grpo_mse.tables.outputs import read_json
 
 
@@ -82,6 +73,8 @@ def check_one_token(result: dict, theory: dict, label: str) -> None:
 
 def paper_results(path: str) -> list[tuple[str, dict]]:
     """Published Figure-4 values as run-like dicts, one per model."""
+    from grpo_mse.figures.tracecov import PAPER_NAMES
+
     table: dict[str, dict] = {}
     with open(path, encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
@@ -101,6 +94,8 @@ def paper_results(path: str) -> list[tuple[str, dict]]:
 
 def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
     """One MSE panel per run and a final ratio panel; PNG and PDF."""
+    from grpo_mse.figures.tracecov import draw_mse_panel, draw_ratio_panel, plt, save
+
     fig, axes = plt.subplots(1, len(runs) + 1, figsize=(4.6 * (len(runs) + 1), 4.0), squeeze=False)
     for ax, (label, result) in zip(axes[0], runs):
         draw_mse_panel(ax, result, title=label, theory=result.get("theory"))
@@ -111,6 +106,8 @@ def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    from grpo_mse.figures.tracecov import plot_advisor, theory_overlay  # matplotlib loads after the flags are checked
+
     runs = []
     for index, path in enumerate(args.tracecov):
         result = load_result(path)

@@ -24,11 +24,11 @@ from grpo_mse import cli
 from grpo_mse.analysis import one_token as ot
 from grpo_mse.analysis.theory import gradient_gram
 from grpo_mse.gradients import estimators as est
-from grpo_mse.policy.loading import check_model_path, load_policy, model_basename_tag
+from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.tables.inputs import load_rows, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
 from grpo_mse.tables.resume import claim
-from grpo_mse.tables.validate import check_integer_answers, check_prompts
+from grpo_mse.tables.validate import check_answers, check_prompts
 
 BUILTIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tiny_policy")
 
@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
     args.K_list, args.estimators = cli.unique(args.K_list, "--K_list"), cli.unique(args.estimators, "--estimators")
     cli.writable_dir(args.out_dir, "--out_dir")
-    check_model_path(args.model)
+    cli.check_model_path(args.model)
     return args
 
 
@@ -69,7 +69,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     rows = load_rows(args.dataset, args.split)
     check_prompts(rows, args.dataset)
-    check_integer_answers(rows, args.dataset)
+    check_answers(rows, args.dataset)
     model, tokenizer = load_policy(args.model, args.device, args.dtype, args.revision, args.trust_remote_code)
     size = ot.jacobian_bytes(model) / 2**30
     cli.require(size <= args.max_jacobian_gb, f"the logit Jacobian needs {size:.3g} GiB > --max_jacobian_gb "

@@ -14,11 +14,11 @@ import torch
 from grpo_mse import cli
 from grpo_mse.gradients.job import Sampler
 from grpo_mse.gradients.statistics import dot64
-from grpo_mse.policy.loading import check_model_path, eos_token_ids, load_policy
-from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.policy.loading import eos_token_ids, load_policy
+from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
-from grpo_mse.tables.validate import check_integer_answers, check_oracle_values, check_prompts
+from grpo_mse.tables.validate import check_answers, check_oracle_values, check_prompts
 
 
 def score_norms(sampler: Sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -30,7 +30,7 @@ def score_norms(sampler: Sampler, row: dict, key: int, n: int) -> tuple[np.ndarr
     for tokens in continuations:
         grads = torch.autograd.grad(logprob([tokens])[0], params)
         norms.append(dot64(grads, grads))
-    rewards = [last_integer_reward(t, row["ground_truth"]) for t in texts]
+    rewards = [row_reward(row, t) for t in texts]
     return np.array(rewards), np.array(norms)
 
 
@@ -43,9 +43,9 @@ def main(argv=None) -> None:
     p.add_argument("--out", required=True, help="output JSON file (replaced if it exists)")
     args = p.parse_args(argv)
     cli.writable_file(args.out, "--out")
-    check_model_path(args.model)
+    cli.check_model_path(args.model)
     table = load_rows(args.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
-    for check in (check_prompts, check_integer_answers, check_oracle_values):
+    for check in (check_prompts, check_answers, check_oracle_values):
         check(table, args.oracle_table)
     rows = [r for r in table if 0.05 < r["V_oracle"] < 0.95][: args.prompts]
     cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")

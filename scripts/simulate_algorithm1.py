@@ -24,7 +24,6 @@ import torch
 from grpo_mse import cli
 from grpo_mse.analysis import simulation as sim
 from grpo_mse.gradients.estimators import UNBIASED
-from grpo_mse.policy.loading import check_model_path
 from grpo_mse.tables.outputs import write_csv, write_json
 
 
@@ -73,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     bad = [k for k in args.K_list if args.budget % k]
     cli.require(not bad, f"every K must divide --budget {args.budget} (not {' '.join(map(str, bad))})")
     cli.writable_dir(args.out_dir, "--out_dir")
-    check_model_path(args.model)
+    cli.check_model_path(args.model)
     return args
 
 

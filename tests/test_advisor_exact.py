@@ -13,7 +13,6 @@ Exact targets, prompts held fixed (grpo_mse.analysis.theory / one_token):
 
 import math
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -53,17 +52,19 @@ def _choose_rows(model, tokenizer, texts):
 
 def _run_advisor(model, tokenizer, rows, progress):
     """run_tracecov's advisor path: run_batch over c1 batches of PROMPTS consecutive rows per K, then advise."""
+    from grpo_mse.gradients.config import TracecovConfig
     from grpo_mse.gradients.job import Sampler, prompt_batches, run_batch
     from grpo_mse.policy.loading import eos_token_ids
 
     sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
                       max_new_tokens=1, gen_bs=256, seed=0)
-    args = SimpleNamespace(M=M, estimators=["grpo", "oracleV"], engine="fast", shared_samples=False)
+    config = TracecovConfig(oracle_table="rows", save_json="unused", skip_plot=True, M=M,
+                            estimators=["grpo", "oracleV"], engine="fast")
     keys = [row["id"] for row in rows]
     done, batches = {}, {}
     for k in K_LIST:
         for batch_id, indices in enumerate(prompt_batches(len(rows), PROMPTS)):
-            run_batch(sampler, rows, keys, batch_id, indices, k, args, done, batches, progress, with_advisor=True)
+            run_batch(sampler, rows, keys, batch_id, indices, k, config, done, batches, progress)
     records = {k: [r for (rk, _), r in done.items() if rk == k] for k in K_LIST}
     batch_records = {k: [b for (bk, _), b in batches.items() if bk == k] for k in K_LIST}
     return records, batch_records

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 from conftest import BUILTIN_POLICY, ROOT
 
-from grpo_mse.gradients import job
+from grpo_mse.gradients.estimators import UNBIASED
 
 ROW = {"id": 0, "prompt": "Solve the arithmetic problem.\n2 + 3 =", "ground_truth": 5, "V_oracle": 0.5}
 TABLE = "{tmp}/t.jsonl"
@@ -68,7 +68,7 @@ def tracecov_header(**changes) -> str:
     """The progress-log header of an unfinished run_tracecov run with tracecov()'s settings."""
     config = {"model": BUILTIN_POLICY, "revision": "main", "dtype": "fp32", "seed": 0, "T": 2, "M": 2, "K_list": [2],
               "temperature": 1.0, "top_p": 0.95, "max_new_tokens": 32, "subsample_prompts": None, "drop_eos": False,
-              "estimators": job.DEFAULT_ESTIMATORS, "shared_samples": False, "c1_batch": 16, "no_advisor": False,
+              "estimators": list(UNBIASED), "shared_samples": False, "c1_batch": 16, "no_advisor": False,
               "backend": "hf", "oracle_table_fingerprint": "sha256:" + hashlib.sha256(rows_text().encode()).hexdigest()}
     return json.dumps({"config": {**config, **changes}}) + "\n"
 
@@ -128,10 +128,14 @@ CASES = [
          setup=(table(), (ORACLE_FILE, json.dumps({**ROW, "V_oracle": 0.5}) + "\n{oops\n"),
                 (ORACLE_FILE.replace(".jsonl", ".settings.json"), oracle_settings()))),
     # never a silent wrong number
-    Case("ground truth abc", tracecov(), "ground_truth 'abc', not an integer", setup=(table({"ground_truth": "abc"}),)),
-    Case("ground truth #### 72", oracle(), "ground_truth '#### 72', not an integer",
+    Case("ground truth abc", tracecov(), "ground_truth 'abc', which the arithmetic reward rule",
+         setup=(table({"ground_truth": "abc"}),)),
+    Case("ground truth #### 72", oracle(), "ground_truth '#### 72', which the arithmetic",
          setup=(table({"ground_truth": "#### 72"}),)),
-    Case("ground truth 1,234", tracecov(), "ground_truth '1,234'", setup=(table({"ground_truth": "1,234"}),)),
+    Case("GSM8K ground truth abc", tracecov(), "the gsm8k reward rule (data_source 'openai/gsm8k') can never match",
+         setup=(table({"ground_truth": "abc", "data_source": "openai/gsm8k"}),)),
+    Case("MATH ground truth empty", oracle(), "the math reward rule", setup=(table({"ground_truth": "",
+                                                                                  "data_source": "math"}),)),
     Case("V_oracle 100", tracecov(), "V_oracle 100; it must be a probability", setup=(table({"V_oracle": 100}),)),
     Case("V_oracle -1", tracecov(), "V_oracle -1", setup=(table({"V_oracle": -1}),)),
     Case("V_oracle NaN", tracecov(), "V_oracle nan", setup=(table({"V_oracle": float("nan")}),)),

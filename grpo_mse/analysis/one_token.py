@@ -27,7 +27,11 @@ def token_texts(tokenizer, vocab_size: int) -> list[str]:
 
 
 def token_rewards(texts: list[str], gold) -> np.ndarray:
-    """G_y = 1[last integer of text(y) == gold] for every token y."""
+    """G_y = 1[last integer of text(y) == gold] for every token y.
+
+    The exact tools enumerate the built-in arithmetic data, which has no data_source: its rule is
+    rewards.DEFAULT_SOURCE's, the last integer, taken here directly because only the gold is at hand.
+    """
     return np.array([last_integer_reward(text, gold) for text in texts], dtype=np.float64)
 
 

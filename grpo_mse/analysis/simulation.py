@@ -296,15 +296,13 @@ def run_simulation(config: SimulationConfig, task: tuple | None = None, progress
 
 
 def text_pool(tokenizer, rows: list[dict]) -> PromptPool:
-    """Pool of chat-formatted prompts with reward 1 iff the last integer of the decoded text is the gold answer."""
-    from grpo_mse.rewards.rules import last_integer_reward
+    """Pool of chat-formatted prompts with the 0/1 reward of the decoded text under each row's rule (row_reward)."""
+    from grpo_mse.rewards.rules import row_reward
     from grpo_mse.tables.inputs import prompt_ids
-
-    golds = [row["ground_truth"] for row in rows]
 
     def reward(index: int, continuations: list[list[int]]) -> list[float]:
         texts = tokenizer.batch_decode(continuations, skip_special_tokens=True)
-        return [last_integer_reward(text, golds[index]) for text in texts]
+        return [row_reward(rows[index], text) for text in texts]
 
     return PromptPool([prompt_ids(tokenizer, row["prompt"]) for row in rows], reward)
 

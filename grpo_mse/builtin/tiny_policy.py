@@ -19,7 +19,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.rewards.rules import last_integer_reward
+from grpo_mse.rewards.rules import row_reward
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -298,7 +298,7 @@ def estimate_v(
             n_total += len(decoded)
             for i, row in enumerate(chunk):
                 samples = decoded[i * n_samples : (i + 1) * n_samples]
-                values.append(sum(last_integer_reward(t, row["ground_truth"]) for t in samples) / n_samples)
+                values.append(sum(row_reward(row, t) for t in samples) / n_samples)
     finally:
         tokenizer.padding_side = side
     return values, n_eos / max(1, n_total)

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.config import ENGINES
 from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
-
-ENGINES = ("fast", "reference")
 
 
 def affine_coefficients(weights: torch.Tensor, rewards: torch.Tensor) -> tuple[float, float]:

@@ -5,24 +5,32 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
 
+from grpo_mse import cli
+from grpo_mse import distributed as dist
 from grpo_mse.analysis.advisor import BetweenPromptBatch
 from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
-from grpo_mse.rewards.rules import last_integer_reward
-from grpo_mse.tables.inputs import prompt_ids
-from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, timestamp
-from grpo_mse.tables.resume import choose, claim
+from grpo_mse.rewards.rules import row_reward
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection
+from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, timestamp, write_csv, write_json
+from grpo_mse.tables.resume import choose, claim, fingerprint, lock
+from grpo_mse.tables.validate import (
+    check_answers,
+    check_oracle_values,
+    check_prompt_lengths,
+    check_prompts,
+    model_positions,
+)
 
-# Flags that change the numbers: a resumed run must agree on all of them.
-RESULT_FLAGS = ("model", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list",
-                "temperature", "top_p", "max_new_tokens", "subsample_prompts", "drop_eos", "estimators",
-                "shared_samples", "c1_batch", "no_advisor", "backend")
 NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
         "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
         "ci95 = 1.96 sd / sqrt(T) across prompts.")
@@ -79,7 +87,7 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     """
     stream = (0, key) if shared_samples else (k, key)
     ids, continuations, texts = sampler.draw(row, stream, m * k)
-    rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts])
+    rewards = torch.tensor([row_reward(row, t) for t in texts])
     groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
     params = [p for p in sampler.model.parameters() if p.requires_grad]
     stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k),
@@ -116,25 +124,25 @@ def prompt_batches(count: int, size: int) -> list[list[int]]:
     return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
 
 
-def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k: int, args, done: dict,
-              batches: dict, progress: str, with_advisor: bool, on_prompt=None) -> None:
+def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k: int, config: TracecovConfig,
+              done: dict, batches: dict, progress: str, on_prompt=None) -> None:
     """Evaluate one batch of prompts at group size K, appending new records to ``progress``.
 
-    Finished prompts are skipped, except that a batch whose c1 record is missing is evaluated
-    whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
+    Finished prompts are skipped, except that a batch whose c1 record is missing (advisor on) is
+    evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
     """
-    need_c1 = with_advisor and len(indices) >= 2 and (k, batch_id) not in batches
+    need_c1 = config.with_advisor and len(indices) >= 2 and (k, batch_id) not in batches
     c1 = BetweenPromptBatch([p for p in sampler.model.parameters() if p.requires_grad]) if need_c1 else None
     for index in indices:
         if c1 is not None or (k, index) not in done:
-            record, stats = evaluate_prompt(sampler, rows[index], keys[index], index, k, args.M,
-                                            args.estimators, args.engine, args.shared_samples,
-                                            getattr(args, "groups_per_pass", 0))
+            record, stats = evaluate_prompt(sampler, rows[index], keys[index], index, k, config.M,
+                                            config.estimators, config.engine, config.shared_samples,
+                                            config.groups_per_pass)
             if (k, index) not in done:
                 append_jsonl(progress, record)
                 done[(k, index)] = record
             if c1 is not None:
-                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], args.M)
+                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], config.M)
         if on_prompt:
             on_prompt()
     if c1 is not None:
@@ -143,9 +151,9 @@ def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k
 
 
 def find_resumable(save_dir: str, config: dict) -> str | None:
-    """Base path of the newest unfinished run in ``save_dir`` whose result flags all equal ``config``'s.
-
-    None when there is no unfinished run; a UsageError naming the flags that differ when none matches."""
+    """Base path of the newest unfinished run in ``save_dir`` whose saved config equals ``config`` on every one
+    of TracecovConfig.RESULT_FIELDS; None when there is no unfinished run, a UsageError naming the fields that
+    differ when none matches."""
     candidates = []
     for path in sorted(glob.glob(os.path.join(glob.escape(save_dir), "tracecov_*.progress.rank0.jsonl")),
                        key=os.path.getmtime):
@@ -155,7 +163,7 @@ def find_resumable(save_dir: str, config: dict) -> str | None:
             except (ValueError, AttributeError):
                 saved = None
         candidates.append((path.split(".progress")[0], saved))
-    return choose(candidates, config, RESULT_FLAGS)
+    return choose(candidates, config, TracecovConfig.RESULT_FIELDS)
 
 
 def new_base(save_dir: str, tag: str) -> str:
@@ -210,4 +218,119 @@ def tidy_rows(records: list[dict], names) -> list[dict]:
 
 
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
-DEFAULT_ESTIMATORS = list(est.UNBIASED)
+
+
+def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
+    """The T rows used (after the optional seeded subsample) and their random-stream keys."""
+    rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
+    keys = row_keys(rows)
+    order = selection(len(rows), config.T, config.seed, config.subsample_prompts)
+    if config.T > len(order):
+        print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
+    chosen = [rows[i] for i in order]
+    for check in (check_prompts, check_answers, check_oracle_values):
+        check(chosen, config.oracle_table)
+    return chosen, [keys[i] for i in order]
+
+
+def run_tracecov(config: TracecovConfig) -> dict | None:
+    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result", "plot"} (paths and summary).
+
+    Per K: every prompt batch of this rank (torchrun shards batches), progress appended as prompts
+    finish, then the per-K file; at the end the main JSON (with the advisor), the tidy CSV, the plot.
+    """
+    rank, world, device = dist.init_from_env(config.device)
+    rows, keys = select_rows(config)
+    model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+    lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
+    check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
+    saved_config = {**config.record(), "device": device, "world_size": world,
+                    "oracle_table_fingerprint": fingerprint(config.oracle_table)}
+    base = find_resumable(config.save_json, saved_config) if config.resume and rank == 0 else None
+    if rank == 0 and base is None:
+        if config.resume:
+            print(f"note: no unfinished run in {config.save_json}; starting a new one", file=sys.stderr)
+        os.makedirs(config.save_json, exist_ok=True)
+        base = new_base(config.save_json, model_tag(config.model))
+    base = dist.broadcast_text(base)
+    progress = f"{base}.progress.rank{rank}.jsonl"
+    run_lock = lock(progress)  # one writer per progress log, held until the run ends
+    done, batches = load_progress(base)
+    if os.path.getsize(progress) == 0:
+        append_jsonl(progress, {"config": saved_config})
+    if done:
+        print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
+    sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), config.temperature, config.top_p,
+                      config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
+                      shared_prompt=config.engine == "fast", vllm=cli.make_vllm(config, device))
+    records_by_k, batches_by_k = _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, world)
+    outcome = _write_outputs(config, base, records_by_k, batches_by_k, saved_config) if rank == 0 else None
+    dist.barrier()
+    if rank == 0:
+        for path in progress_paths(base):
+            os.remove(path)
+    run_lock.close()
+    dist.finish()
+    return outcome
+
+
+def _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, world):
+    """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
+    all_batches = prompt_batches(len(rows), config.c1_batch)
+    mine = dist.shard(list(range(len(all_batches))), rank, world)
+    records_by_k, batches_by_k = {}, {}
+    for k in cli.progress(config.K_list, desc="K", disable=rank > 0):
+        bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
+                           disable=rank > 0)
+
+        def show_running_means(k=k, bar=bar):
+            finished = [r for (rk, _), r in done.items() if rk == k]
+            bar.update(1)
+            if finished:
+                bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
+                                 for n in config.estimators})
+        for b in mine:
+            run_batch(sampler, rows, keys, b, all_batches[b], k, config, done, batches, progress, show_running_means)
+        bar.close()
+        dist.barrier()
+        latest_done, latest_batches = load_progress(base)
+        done.update(latest_done)
+        batches.update(latest_batches)
+        records_by_k[k] = [r for (rk, _), r in done.items() if rk == k]
+        batches_by_k[k] = [r for (rk, _), r in batches.items() if rk == k]
+        if rank == 0:
+            write_json(f"{base}_K{k}_detailed.json", detailed(records_by_k[k], k, config.estimators))
+    return records_by_k, batches_by_k
+
+
+def _write_outputs(config, base, records_by_k, batches_by_k, saved_config) -> dict:
+    """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
+    result = summary(records_by_k, config.K_list, config.estimators, saved_config)
+    if config.with_advisor:
+        from grpo_mse.analysis.advisor import advise
+
+        result["group_size_advisor"] = advise(records_by_k, batches_by_k, seed=config.seed)
+    write_json(f"{base}.json", result)
+    all_records = [r for k in config.K_list for r in records_by_k[k]]
+    write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
+    png = None
+    if not config.skip_plot:
+        from grpo_mse.figures.tracecov import plot_run
+
+        png = plot_run(result, os.path.join(config.plot_path, os.path.basename(base) + ".png"))
+    return {"base": base, "result": result, "plot": png}
+
+
+def summary_lines(result: dict) -> list[str]:
+    """What run_tracecov.py prints: each K's traces with 95% half-widths, then the advisor's K*."""
+    names, lines = list(result["conditional_on_x"]), []
+    for i, k in enumerate(result["K_list"]):
+        lines.append(f"K={k:4d}  " + "  ".join(f"{n}={result['conditional_on_x'][n][i]:.4g}"
+                                              f"±{result['ci95'][n][i]:.2g}" for n in names))
+    advice = result.get("group_size_advisor")
+    if advice:
+        pooled, ci = advice["pooled"], advice["ci95"]
+        star = f"{pooled['K_star']:.3g}" if pooled["K_star"] else "undefined (c1 or c3 <= 0)"
+        lines.append(f"group-size advisor: c1={pooled['c1']:.3g} c2={pooled['c2']:.3g} c3={pooled['c3']:.3g} "
+                     f"K*=sqrt(c3/c1)={star} (95% CI {ci['K_star']})")
+    return lines

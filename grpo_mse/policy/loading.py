@@ -6,10 +6,12 @@ import os
 
 import torch
 
+from grpo_mse.cli import InputError, check_model_path
+
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-class ModelError(ValueError):
+class ModelError(InputError):
     """The model cannot be loaded or used as asked; the message is one line."""
 
 
@@ -20,21 +22,6 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def check_model_path(name: str) -> bool:
-    """True when ``name`` is a local model folder; ModelError when it names a local path that is not one.
-
-    A name is local when it exists or starts with ``.``, ``/`` or ``~``, or has more than one ``/``
-    (a hub id is ``org/name``); cheap, so scripts call it before reading data."""
-    path = os.path.expanduser(name)
-    local = os.path.exists(path) or name.startswith((".", "/", "~")) or name.rstrip("/").count("/") > 1
-    if local and not os.path.isdir(path):
-        raise ModelError(f"model folder not found: {name}" if not os.path.exists(path)
-                         else f"--model {name} is a file; give the model's folder")
-    if local and not os.path.isfile(os.path.join(path, "config.json")):
-        raise ModelError(f"{name} is not a model folder (no config.json)")
-    return local
-
-
 def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: str = "main",
                 trust_remote_code: bool = False):
     """(model in eval mode on ``device``, tokenizer with a pad token) for ``name``."""
@@ -43,7 +30,7 @@ def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: s
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     target = resolve_device(device)
-    local = check_model_path(name)
+    local = check_model_path(name)  # a UsageError (one line) for a missing local folder
     kwargs = {"trust_remote_code": trust_remote_code}
     if not local:
         kwargs["revision"] = revision

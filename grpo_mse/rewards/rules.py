@@ -1,4 +1,4 @@
-"""Answer-checking rules for training rewards: arithmetic (last integer), GSM8K ("####"), MATH (boxed).
+"""Answer-checking rules of training and gradient evaluation: arithmetic (last integer), GSM8K ("####"), MATH (boxed).
 
 ``score(data_source, solution, ground_truth)`` picks the rule from the data source and returns
 1.0 or 0.0; anything that cannot be parsed scores 0.0. MATH answers are compared with
@@ -165,3 +165,11 @@ def score(data_source: str, solution: str, ground_truth) -> float:
         return float(RULES[rule_for(data_source, ground_truth)](solution or "", ground_truth))
     except Exception:
         return 0.0
+
+
+DEFAULT_SOURCE = "arithmetic"  # rows without a data_source (the built-in data, the original's tables): last integer
+
+
+def row_reward(row: dict, solution: str) -> float:
+    """0/1 reward of ``solution`` for a table row: ``score`` under its ``data_source`` (else DEFAULT_SOURCE)."""
+    return score(row.get("data_source") or DEFAULT_SOURCE, solution, row["ground_truth"])

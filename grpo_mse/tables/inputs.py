@@ -6,10 +6,10 @@ import json
 import os
 import random
 
-import numpy as np
+from grpo_mse.cli import InputError
 
 
-class DataError(ValueError):
+class DataError(InputError):
     """Bad input data; the message is one line that names the problem."""
 
 
@@ -18,6 +18,8 @@ LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 def _plain(value):
     """Convert numpy/pyarrow containers and scalars from parquet into plain Python objects."""
+    import numpy as np
+
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()]
     if isinstance(value, (list, tuple)):
@@ -112,8 +114,23 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         except Exception as error:  # network/hub errors are many types
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise DataError(f"cannot load dataset {source!r} (split {split!r}): {first}") from None
+    rows = [lift_verl_fields(row) for row in rows]
     validate_rows(rows, required, source)
     return rows
+
+
+def lift_verl_fields(row: dict) -> dict:
+    """A VERL row (``reward_model.ground_truth``, ``extra_info.id``) with ``ground_truth`` and ``id`` on top.
+
+    Fields already on top win; other rows are returned unchanged (same object).
+    """
+    reward_model, extra = row.get("reward_model"), row.get("extra_info")
+    lifted = {}
+    if "ground_truth" not in row and isinstance(reward_model, dict) and "ground_truth" in reward_model:
+        lifted["ground_truth"] = reward_model["ground_truth"]
+    if "id" not in row and isinstance(extra, dict) and "id" in extra:
+        lifted["id"] = extra["id"]
+    return {**row, **lifted} if lifted else row
 
 
 def validate_rows(rows: list[dict], required, source: str) -> None:

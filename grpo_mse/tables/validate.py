@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import math
-import re
 
 from grpo_mse.tables.inputs import DataError
-
-INTEGER_TEXT = re.compile(r"^\s*-?\d+\s*$")
 
 
 def _empty_prompt(prompt) -> bool:
@@ -27,24 +24,29 @@ def check_prompts(rows: list[dict], source: str) -> None:
             raise DataError(f"{source}: row {index} has an empty prompt")
 
 
-def is_integer_answer(gold) -> bool:
-    """True for an int, an integral float or a string of digits: what the last-integer rule can match."""
-    if isinstance(gold, bool):
-        return False
-    if isinstance(gold, int):
-        return True
-    if isinstance(gold, float):
-        return math.isfinite(gold) and gold.is_integer()
-    return isinstance(gold, str) and bool(INTEGER_TEXT.match(gold))
+def correct_solution(rule: str, gold) -> str:
+    """A solution the reward ``rule`` should score 1 against ``gold`` (the answer written as the rule expects)."""
+    from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, parse_gold
+
+    if rule == "arithmetic":
+        value = parse_gold(gold)
+        return str(gold) if value is None else str(value)
+    if rule == "gsm8k":
+        return f"#### {extract_gsm8k(str(gold)) or str(gold).strip()}"
+    return f"\\boxed{{{last_boxed(str(gold)) or str(gold).strip()}}}"
 
 
-def check_integer_answers(rows: list[dict], source: str) -> None:
-    """DataError for a ground truth the last-integer reward rule can never match (it would score 0 always)."""
+def check_answers(rows: list[dict], source: str) -> None:
+    """DataError for a ground truth that the row's reward rule (from its data_source, by default the
+    last-integer rule) can never match: every sample would score 0."""
+    from grpo_mse.rewards.rules import DEFAULT_SOURCE, row_reward, rule_for
+
     for index, row in enumerate(rows):
-        gold = row["ground_truth"]
-        if not is_integer_answer(gold):
-            raise DataError(f"{source}: row {index} has ground_truth {gold!r}, not an integer; the last-integer "
-                            f"reward rule would score every sample 0")
+        data_source, gold = row.get("data_source") or DEFAULT_SOURCE, row["ground_truth"]
+        rule = rule_for(data_source, gold)
+        if row_reward(row, correct_solution(rule, gold)) != 1.0:
+            raise DataError(f"{source}: row {index} has ground_truth {gold!r}, which the {rule} reward rule "
+                            f"(data_source {data_source!r}) can never match; every sample would score 0")
 
 
 def check_oracle_values(rows: list[dict], source: str) -> None:

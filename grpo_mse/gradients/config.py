@@ -1,0 +1,183 @@
+"""Typed run configurations of the two gradient-evaluation scripts, and the argparse flags made from them.
+
+Each field is one command-line flag of the same name; its ``metadata`` holds the flag's help, type,
+nargs and choices, so the flags, defaults and choices have a single definition. A bool field is a
+``store_true`` switch; a field without default is a required flag. ``__post_init__`` rejects values
+that cannot work with a one-line ``UsageError``. Importing this module is cheap (no torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from grpo_mse import cli
+from grpo_mse.cli import require
+from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
+from grpo_mse.gradients.estimators import UNBIASED
+
+ENGINES = ("fast", "reference")
+DTYPES = ("fp16", "bf16", "fp32")
+BACKENDS = ("hf", "vllm")
+
+
+def option(default=dataclasses.MISSING, *, help: str | None = None, **flag):  # noqa: A002 - argparse's name
+    """A config field that is also a flag: ``flag`` holds argparse's type/nargs/choices; lists are copied."""
+    metadata = {"help": help, **flag}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """The policy and the sampling backend, shared by both scripts."""
+
+    model: str = option(help="hub id or local folder")
+    revision: str = option("main", help="model revision (branch, tag or commit)")
+    device: str = option("cuda", help="torch device; under torchrun each rank takes cuda:LOCAL_RANK")
+    dtype: str = option("fp16", choices=DTYPES, help="model weights' dtype")
+    trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
+    backend: str = option("hf", choices=BACKENDS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
+    vllm_gpu_util: float = option(0.4, type=float, help="vLLM gpu_memory_utilization")
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            choices = spec.metadata.get("choices")
+            value = getattr(self, spec.name)
+            values = value if isinstance(value, list) else [value]
+            require(choices is None or all(v in choices for v in values),
+                    f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})")
+        cli.check_device(self.device)
+        cli.check_backend(self.backend, self.device, self.vllm_gpu_util)
+        cli.check_model_path(self.model)
+
+    def record(self) -> dict:
+        """Every field by name (the ``config`` saved with the results)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per field, in field order."""
+        for spec in dataclasses.fields(cls):
+            meta = {k: v for k, v in spec.metadata.items() if v is not None}
+            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                parser.add_argument(f"--{spec.name}", required=True, **meta)
+            elif spec.default is False:
+                parser.add_argument(f"--{spec.name}", action="store_true", **meta)
+            else:
+                default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
+                parser.add_argument(f"--{spec.name}", default=default, **meta)
+
+    @classmethod
+    def from_argv(cls, argv=None, description: str | None = None):
+        """Parse ``argv`` (sys.argv when None) into a validated config; bad values raise UsageError."""
+        parser = cli.ArgumentParser(description=description)
+        cls.add_flags(parser)
+        namespace = parser.parse_args(argv)
+        return cls(**{spec.name: getattr(namespace, spec.name) for spec in dataclasses.fields(cls)})
+
+
+@dataclass(kw_only=True)
+class OracleConfig(ModelConfig):
+    """calculate_oracle_v.py: Monte Carlo V(x) = P(reward = 1 | x) per prompt from n_oracle samples."""
+
+    dataset: str = option(help="local .jsonl/.parquet/folder, or a hub dataset id")
+    split: str = option("train", help="dataset split")
+    n_oracle: int = option(1000, type=int, help="samples per prompt")
+    batch_size: int = option(32, type=int, help="sequences per generation batch")
+    seed: int = option(0, type=int, help="random seed (sample j of row i uses stream (seed, key_i, j))")
+    temperature: float = option(1.0, type=float, help="sampling temperature")
+    top_p: float = option(0.95, type=float, help="nucleus sampling mass")
+    max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
+    out_dir: str = option("oracle_v_results", help="output folder of the JSONL table")
+    limit: int | None = option(None, type=int, help="only the first N rows")
+    resume: bool = option(False, help="continue the newest file in --out_dir with equal settings (docs/safety.md), "
+                                      "skipping done ids")
+
+    # Fields that change the numbers: --resume continues a file only when all of them are equal (the dataset
+    # as its content fingerprint, saved beside the output in ``*.settings.json``).
+    RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
+        "model", "revision", "dataset", "split", "n_oracle", "seed", "temperature", "top_p", "max_new_tokens",
+        "dtype", "backend")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.n_oracle >= 1, f"--n_oracle must be >= 1 (got {self.n_oracle})")
+        require(self.batch_size >= 1, f"--batch_size must be >= 1 (got {self.batch_size})")
+        require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+        cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
+        if self.limit is not None:
+            cli.check_range("--limit", self.limit, minimum=1)
+        cli.writable_dir(self.out_dir, "--out_dir")
+
+
+@dataclass(kw_only=True)
+class TracecovConfig(ModelConfig):
+    """run_tracecov.py: trace of covariance of each estimator per prompt, averaged over T prompts, per K."""
+
+    # Fields that change the numbers: a resumed run must agree on all of them.
+    # (the table as its content fingerprint ``oracle_table_fingerprint``, saved in the progress log's header)
+    RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
+        "model", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
+        "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch", "no_advisor",
+        "backend")
+
+    model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
+    dtype: str = option("bf16", choices=DTYPES, help="model weights' dtype")
+    oracle_table: str = option(help=".jsonl/.parquet with prompt, ground_truth, V_oracle (or VERL rows + V_oracle)")
+    seed: int = option(0, type=int, help="random seed (sample j of prompt key at K uses stream (seed, K, key, j))")
+    T: int = option(500, type=int, help="prompts used: the first T of a shuffle seeded with --seed (all, in order, "
+                                        "if no more rows)")
+    M: int = option(16, type=int, help="independent groups per prompt (>= 2)")
+    K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", help="group sizes (>= 2)")
+    temperature: float = option(1.0, type=float, help="sampling temperature")
+    top_p: float = option(0.95, type=float, help="nucleus sampling mass")
+    max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
+    gen_bs: int = option(64, type=int, help="max sequences per generation batch")
+    subsample_prompts: int | None = option(None, type=int,
+                                           help="randomly subsample this many rows of the table (seeded) before "
+                                                "taking T")
+    save_json: str = option(help="output DIRECTORY for the JSON/CSV results")
+    plot_path: str | None = option(None, help="output directory of the PNG (required unless --skip_plot)")
+    skip_plot: bool = option(False, help="write no PNG")
+    engine: str = option("fast", choices=ENGINES,
+                         help="fast: at most two vector-Jacobian products per group, several groups per batched "
+                              "backward call; reference: one backward pass per estimator (original)")
+    groups_per_pass: int = option(0, type=int,
+                                  help="fast engine: groups per forward pass and batched backward call (0 = auto: "
+                                       "up to 32 sequences, at most 8 groups, within 2 GiB of gradients)")
+    estimators: list[str] = option(list(UNBIASED), nargs="+", choices=ALL_ESTIMATORS,
+                                   help="estimators whose traces are computed")
+    drop_eos: bool = option(False, help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
+    shared_samples: bool = option(False, help="draw M*max(K) continuations once per prompt and form every K's "
+                                              "groups from them")
+    no_advisor: bool = option(False, help="skip the group-size advisor (c1, c2, c3, K*)")
+    c1_batch: int = option(16, type=int, help="prompts per batch for c1 (between-prompt variance) and per unit of "
+                                              "torchrun sharding")
+    resume: bool = option(False, help="continue the newest unfinished run in --save_json with equal settings "
+                                      "(docs/safety.md)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.M >= 2, f"--M must be >= 2 (got {self.M})")
+        require(all(k >= 2 for k in self.K_list), f"every K in --K_list must be >= 2 (got {self.K_list})")
+        require(self.T >= 1, f"--T must be >= 1 (got {self.T})")
+        require(self.groups_per_pass >= 0, f"--groups_per_pass must be >= 0 (got {self.groups_per_pass})")
+        require(self.c1_batch >= 1, f"--c1_batch must be >= 1 (got {self.c1_batch})")
+        require(self.skip_plot or bool(self.plot_path), "--plot_path is required unless --skip_plot")
+        require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+        for flag, minimum in (("gen_bs", 1), ("max_new_tokens", 1), ("subsample_prompts", 1)):
+            if getattr(self, flag) is not None:
+                cli.check_range(f"--{flag}", getattr(self, flag), minimum=minimum)
+        self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
+        cli.writable_dir(self.save_json, "--save_json")
+        if not self.skip_plot:
+            cli.writable_dir(self.plot_path, "--plot_path")
+
+    @property
+    def with_advisor(self) -> bool:
+        """The group-size advisor runs unless switched off; it needs the grpo and oracleV traces."""
+        return not self.no_advisor and {"grpo", "oracleV"} <= set(self.estimators)
