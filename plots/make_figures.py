@@ -63,10 +63,16 @@ def load_theory(path: str) -> dict:
 
 
 def check_one_token(result: dict, theory: dict, label: str) -> None:
-    """Warn when a run was not sampled as the exact theory assumes (one token, top_p 1, same temperature)."""
+    """Warn when a run was not sampled as the exact theory assumes (one token, same temperature, top_p, score)."""
     config, want = result.get("config", {}), theory.get("config", {}).get("matching_run_flags", {})
-    differ = [f"{flag}={config.get(flag)} (theory: {value})" for flag, value in want.items()
-              if flag in config and float(config[flag]) != float(value)]
+    def differs(flag, value):
+        got = config.get(flag, "model" if flag == "score_distribution" else None)
+        if got is None:
+            return False
+        return float(got) != float(value) if isinstance(value, (int, float)) else str(got) != str(value)
+
+    differ = [f"{flag}={config.get(flag, 'model')} (theory: {value})" for flag, value in want.items()
+              if differs(flag, value)]
     if differ:
         print(f"warning: {label}: the exact curves assume other settings: {', '.join(differ)}", file=sys.stderr)
 

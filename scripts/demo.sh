@@ -3,7 +3,7 @@
 # Usage: bash scripts/demo.sh
 # Settings (environment): DEMO_OUT (output folder, results/demo; emptied first, only if a demo made it),
 # DEMO_MODEL (hub id or folder; default assets/tiny_policy, built when missing), DEMO_INSTALL (1: pip install -r requirements.txt first),
-# DEMO_T (prompts, 48), DEMO_N_ORACLE (samples per prompt for V, 256), DEMO_M (groups, 8), DEMO_K_LIST ("2 4 8 16").
+# DEMO_T (prompts, 192), DEMO_N_ORACLE (samples per prompt for V, 256), DEMO_M (groups, 8), DEMO_K_LIST ("2 4 8 16").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_guard.sh
@@ -14,7 +14,7 @@ case "${1:-}" in
 esac
 OUT=${DEMO_OUT:-results/demo}
 MODEL=${DEMO_MODEL:-assets/tiny_policy}
-T=${DEMO_T:-48}
+T=${DEMO_T:-192}
 N_ORACLE=${DEMO_N_ORACLE:-256}
 M=${DEMO_M:-8}
 K_LIST=${DEMO_K_LIST:-2 4 8 16}

@@ -1,6 +1,7 @@
-"""Exact oracle table and exact MSE curves for ONE generated token (top_p 1), by enumerating the vocabulary.
+"""Exact oracle table and exact MSE curves for ONE generated token, by enumerating the vocabulary.
 
-For the first T prompts of a table, the continuation y is a single token drawn from softmax(logits / T_temp);
+For the first T prompts of a table, the continuation y is a single token drawn from softmax(logits / T_temp)
+(renormalised on the top_p nucleus);
 the reward is the last-integer rule on its decoded text. Enumerating all tokens gives, exactly:
 
   OUT_DIR/oracle_exact_{model}_{ts}.jsonl  calculate_oracle_v.py's format with the exact V_oracle (n_oracle null),
@@ -9,7 +10,9 @@ the reward is the last-integer rule on its decoded text. Enumerating all tokens 
                                            tr Cov (trace_cov) and bias^2 at each K; c1, c2, c3, K* of the prompt
                                            set; per-prompt moments and curves; the Gram matrix of the gradients
 
-Compare with: run_tracecov.py --oracle_table <the jsonl> --max_new_tokens 1 --top_p 1 --temperature <same>.
+Compare with: run_tracecov.py --oracle_table <the jsonl> --max_new_tokens 1 and the same --temperature, --top_p and
+--score_distribution (at top_p < 1 the sampled law is the renormalised nucleus; with the model's score the closed
+forms and c2, c3 assume E s = 0 and do not apply, only the per-estimator curves do).
 With the built-in tokenizer a token holds at most one digit, so only gold answers 0..9 are reachable in one
 token; --reachable_only skips the other rows (their V is 0 and every gradient is exactly 0).
 """
@@ -25,7 +28,7 @@ from grpo_mse.analysis import one_token as ot
 from grpo_mse.analysis.theory import gradient_gram
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import load_policy, model_basename_tag
-from grpo_mse.tables.inputs import load_rows, prompt_ids
+from grpo_mse.tables.inputs import load_rows, oracle_settings, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
 from grpo_mse.tables.resume import claim
 from grpo_mse.tables.validate import check_answers, check_prompts
@@ -43,6 +46,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reachable_only", action="store_true",
                    help="skip rows whose ground truth no single token can produce")
     p.add_argument("--temperature", type=cli.number(above=0), default=1.0, help="sampling temperature")
+    p.add_argument("--top_p", type=cli.number(above=0, maximum=1), default=1.0,
+                   help="nucleus of the sampled law (1: the whole vocabulary)")
+    p.add_argument("--score_distribution", default="model", choices=("model", "sampling"),
+                   help="score of log pi_T (untruncated) or of the sampled law q (run_tracecov.py's flag)")
     p.add_argument("--K_list", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32],
                    help="group sizes of the exact curves (>= 2)")
     p.add_argument("--estimators", nargs="+", default=ot.DEFAULT_ESTIMATORS, choices=est.ALL)
@@ -82,12 +89,14 @@ def main(argv=None) -> None:
         prompt_ids(tokenizer, row["prompt"])
     prompts, gradients, oracle_lines = [], [], []
     for row in cli.progress(rows, desc="prompts"):
-        enum = ot.enumerate_row(model, tokenizer, row, texts, args.temperature)
+        enum = ot.enumerate_row(model, tokenizer, row, texts, args.temperature, args.top_p, args.score_distribution)
         prompts.append(ot.prompt_summary(row, enum, args.K_list, args.estimators))
         gradients.append(enum.g)
-        oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1]["V"])) + "\n")
+        settings = {**oracle_settings(args, None), "max_new_tokens": 1}
+        oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1]["V"], settings)) + "\n")
     config = {**vars(args), "n_rows_used": len(rows), "matching_run_flags": {
-        "max_new_tokens": 1, "top_p": 1.0, "temperature": args.temperature}}
+        "max_new_tokens": 1, "top_p": args.top_p, "temperature": args.temperature,
+        "score_distribution": args.score_distribution}}
     summary = ot.theory_summary(prompts, gradient_gram(gradients), args.K_list, args.estimators, config)
     os.makedirs(args.out_dir, exist_ok=True)
     theory_stem = claim(os.path.join(args.out_dir, f"theory_{model_basename_tag(args.model)}_{timestamp()}"), ".json")
@@ -98,7 +107,8 @@ def main(argv=None) -> None:
     write_json(theory_path, summary)
     c = summary["scaling_constants"]
     print(f"{len(rows)} prompts, mean V = {summary['mean_V']:.3f}; exact c1={c['c1']:.4g} c2={c['c2']:.4g} "
-          f"c3={c['c3']:.4g} K*={c['K_star']:.3g}")
+          f"c3={c['c3']:.4g}; K* = 1+sqrt(c3/c1) = {c['K_star_exact']:.3g} "
+          f"(paper's sqrt(c3/c1) = {c['K_star_paper']:.3g})")
     for i, k in enumerate(args.K_list):
         print(f"K={k:3d}  " + "  ".join(f"{est.get(n).label}={summary['mse'][n][i]:.4g}" for n in args.estimators))
     print(f"oracle table: {oracle_path}\ntheory: {theory_path}")

@@ -64,6 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=cli.integer(minimum=1), default=1,
                         help="torch.set_num_threads (1 is fastest here)")
     parser.add_argument("--out_dir", default="results/simulation", help="output folder")
+    parser.add_argument("--records_csv", default=None,
+                        help="summarise this earlier algorithm1.csv (same settings) instead of running the SGD sweep "
+                             "again: the runs do not depend on the advisor, only the summary does")
     parser.add_argument("--advisor_json", nargs="*", default=None,
                         help="tracecov results JSON with group_size_advisor (K* measured at the starting policy)")
     args = parser.parse_args(argv)
@@ -104,14 +107,15 @@ def build_note(summary: dict, args) -> str:
     """One paragraph: what was run, the agreement statement and its caveats."""
     parts = [f"Algorithm 1 (plain SGD, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences per step, "
              f"seeds {args.seeds}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
-             f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds; {summary['learning']}.",
+             f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds (Student t); {summary['learning']}.",
              oracle_note(args),
              summary["agreement"]["statement"] + "."]
     if summary["learning"].startswith("no measurable learning"):
         parts.append("No run improved on the starting policy, so the best K is the group size whose gradient noise "
                       "hurt least, not the one that learned most.")
     if summary["advisor"]:
-        parts.append("K* minimises the Theorem-7 bound on the GRPO gradient error at the starting policy "
+        parts.append("K* = 1 + sqrt(c3/c1) minimises the exact GRPO gradient error c1 K/N + c2/N + c3/(N(K-1)) at the "
+                     "starting policy "
                      "(sampling settings of the advisor run may differ); the best K after training also depends "
                      "on lr, the number of steps and the policy's drift, so agreement is a check, not a proof.")
     else:
@@ -134,7 +138,8 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     ax.axhline(summary["initial_reward"], color="gray", linestyle=":", label="starting policy")
     advisor = summary["advisor"]
     if advisor and advisor.get("K_star"):
-        ax.axvline(advisor["K_star"], color="tab:red", linestyle="--", label=f"advisor K* = {advisor['K_star']:.3g}")
+        ax.axvline(advisor["K_star"], color="tab:red", linestyle="--",
+                   label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}")
         if advisor.get("K_star_ci95"):
             ax.axvspan(*advisor["K_star_ci95"], color="tab:red", alpha=0.08, label="K* 95% interval")
     ax.set_xscale("log", base=2)
@@ -163,13 +168,26 @@ def run(args) -> dict:
     return {"records": records, "wall_s": time.perf_counter() - start}
 
 
+def read_records(path: str) -> dict:
+    """{"records", "wall_s"} from an algorithm1.csv (wall_s of its summary JSON next to it, if any)."""
+    import csv
+    import json
+
+    with open(path, encoding="utf-8") as handle:
+        records = [{"K": int(r["K"]), "seed": int(r["seed"]), "estimator": r["estimator"], "step": int(r["step"]),
+                    "heldout_reward": float(r["heldout_reward"])} for r in csv.DictReader(handle)]
+    summary = os.path.join(os.path.dirname(path), "algorithm1_summary.json")
+    wall = json.load(open(summary, encoding="utf-8")).get("wall_s") if os.path.exists(summary) else None
+    return {"records": records, "wall_s": wall if wall is not None else float("nan")}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     path = advisor_path(args.advisor_json)
     if args.advisor_json and path is None:
         print(f"advisor JSON not found: {' '.join(args.advisor_json)}; K* not compared")
     advisor = sim.read_advisor(path) if path else None
-    outcome = run(args)
+    outcome = read_records(args.records_csv) if args.records_csv else run(args)
     summary = sim.summarize(outcome["records"], args.K_list, advisor)
     summary["note"] = build_note(summary, args)
     summary["config"] = {**vars(args), "advisor_json": path}

@@ -155,7 +155,8 @@ def test_bootstrap_intervals_contain_c2_c3(case):
 
 def test_bootstrap_intervals_contain_c1_and_k_star(case):
     """c1 and K*: the fixed-prompt exact values lie in advise()'s bootstrap 95% intervals."""
-    exact = {"c1": case["c1_target"], "K_star": math.sqrt(case["exact"]["c3"] / case["c1_target"])}
+    ratio = math.sqrt(case["exact"]["c3"] / case["c1_target"])
+    exact = {"c1": case["c1_target"], "K_star_paper": ratio, "K_star_exact": 1 + ratio}
     for name, target in exact.items():
         low, high = case["advice"]["ci95"][name]
         assert low <= target <= high, f"{name}: exact {target:.4g} outside [{low:.4g}, {high:.4g}]"

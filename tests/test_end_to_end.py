@@ -70,7 +70,8 @@ def test_tracecov_outputs_have_every_documented_field(tracecov_run):
     for key in ("conditional_on_x", "ci95", "sd"):
         assert set(result[key]) == {"naive", "grpo", "oracleV"} and all(len(v) == 2 for v in result[key].values())
     assert result["n_prompts"] == [6, 6] and result["config"]["M"] == 3 and "note" in result
-    assert set(result["group_size_advisor"]["pooled"]) == {"c1", "c2", "c3", "K_star"}
+    assert set(result["group_size_advisor"]["pooled"]) == {"c1", "c2", "c3", "K_star_paper", "K_star_exact", "K_best"}
+    assert set(result["paired"]["ratio"]) == {"naive/oracleV", "grpo/oracleV"}
     base = main_json[:-5]
     for k in (2, 4):
         detail = json.load(open(f"{base}_K{k}_detailed.json"))

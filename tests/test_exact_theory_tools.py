@@ -51,8 +51,10 @@ def test_theory_json_is_consistent(exact_outputs):
     c = result["scaling_constants"]
     expect = theory.scaling_constants(result["g_gram"], [p["sigma_o2"] for p in result["per_prompt"]],
                                       [p["var_zeta2"] for p in result["per_prompt"]])
-    assert c == pytest.approx(expect) and c["c1"] > 0 and c["K_star"] == pytest.approx(np.sqrt(c["c3"] / c["c1"]))
-    assert result["config"]["matching_run_flags"] == {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0}
+    assert c == pytest.approx(expect) and c["c1"] > 0
+    assert c["K_star_paper"] == pytest.approx(np.sqrt(c["c3"] / c["c1"]))
+    assert result["config"]["matching_run_flags"] == {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0,
+                                                      "score_distribution": "model"}
 
 
 def test_exact_theory_errors(tmp_path, builtin_policy):
@@ -105,12 +107,15 @@ def test_estimator_table_rows_and_markdown():
     drgrpo = next(r for r in rows if r["K"] == 4 and r["estimator"] == "drgrpo")
     assert drgrpo["exact_bias2"] == pytest.approx(0.5) and drgrpo["z_bias2"] == 0.0
     run = {"config": {"c1_batch": 2}, "group_size_advisor": {
-        "pooled": {"c1": 5.0, "c2": 200.0, "c3": 40.0, "K_star": 2.8}, "per_K": {},
-        "ci95": {"c1": [2.0, 3.0], "c2": [150.0, 250.0], "c3": [10.0, 30.0], "K_star": [3.5, 4.5]}}}
+        "pooled": {"c1": 5.0, "c2": 200.0, "c3": 40.0, "K_star_paper": 2.8, "K_star_exact": 3.8}, "per_K": {},
+        "ci95": {"c1": [2.0, 3.0], "c2": [150.0, 250.0], "c3": [10.0, 30.0], "K_star_paper": [3.5, 4.5],
+                 "K_star_exact": [3.5, 4.5]}}}
     check = table.advisor_check(result, run)
     assert check["exact"]["c1_fixed_prompts"] == pytest.approx(2.5)  # g = (2, 0), (0, 1): 2 x 1.25 / (2 - 1)
-    assert check["exact"]["K_star_fixed_prompts"] == pytest.approx(4.0)  # sqrt(c3 / 2.5), c3 = 2 x mean(10, 30)
-    assert check["exact_inside_ci95"] == {"c1": True, "c2": True, "c3": False, "K_star": True}
+    assert check["exact"]["K_star_paper_fixed_prompts"] == pytest.approx(4.0)  # sqrt(c3 / 2.5), c3 = 2 x mean(10, 30)
+    assert check["exact"]["K_star_exact_fixed_prompts"] == pytest.approx(5.0)  # 1 + sqrt(c3 / 2.5)
+    assert check["exact_inside_ci95"] == {"c1": True, "c2": True, "c3": False, "K_star_paper": True,
+                                          "K_star_exact": False}
     text = table.markdown(rows, check)
     assert text.count("\n| 2 | ") == len(ALL) and "| c3 | 40 | 40 | 40 | [10, 30] |" in text
 

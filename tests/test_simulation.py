@@ -162,13 +162,15 @@ def test_script_end_to_end(tiny_model_dir, tmp_path):
     simulate_algorithm1 = load_script("scripts/simulate_algorithm1.py")
 
     advisor = tmp_path / "tracecov_test.json"
-    advisor.write_text(json.dumps({"group_size_advisor": {"pooled": {"c1": 1.0, "c2": 2.0, "c3": 9.0, "K_star": 3.0},
-                                                          "ci95": {"K_star": [2.0, 4.5]}}}))
+    pooled = {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0}
+    advisor.write_text(json.dumps({"group_size_advisor": {"pooled": pooled, "ci95": {"K_star_exact": [2.0, 4.5]}}}))
     out = tmp_path / "out"
-    summary = simulate_algorithm1.main([
-        "--model", tiny_model_dir, "--budget", "8", "--K_list", "2", "4", "--seeds", "0", "1", "--steps", "2",
-        "--eval_every", "1", "--lr", "0.5", "--n_v", "2", "--train_prompts", "8", "--heldout_prompts", "3",
-        "--heldout_samples", "2", "--max_new_tokens", "3", "--out_dir", str(out), "--advisor_json", str(advisor)])
+    flags = ["--model", tiny_model_dir, "--budget", "8", "--K_list", "2", "4", "--seeds", "0", "1", "--steps", "2",
+             "--eval_every", "1", "--lr", "0.5", "--n_v", "2", "--train_prompts", "8", "--heldout_prompts", "3",
+             "--heldout_samples", "2", "--max_new_tokens", "3", "--out_dir", str(out), "--advisor_json", str(advisor)]
+    summary = simulate_algorithm1.main(flags)
+    again = simulate_algorithm1.main(flags + ["--records_csv", str(out / "algorithm1.csv")])  # summary only
+    assert again["final_reward"] == summary["final_reward"] and again["wall_s"] == summary["wall_s"]
     with open(out / "algorithm1.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert list(rows[0]) == ["K", "seed", "estimator", "step", "heldout_reward"]
@@ -179,7 +181,8 @@ def test_script_end_to_end(tiny_model_dir, tmp_path):
     assert saved["final_reward"] == summary["final_reward"]
     assert set(saved["final_reward"]) == {"naive", "grpo", "oracleV"}
     assert set(saved["final_reward"]["grpo"]["2"]) == {"mean", "sd", "ci95", "n"}
-    assert saved["final_reward"]["grpo"]["2"]["n"] == 2
+    cell = saved["final_reward"]["grpo"]["2"]
+    assert cell["n"] == 2 and cell["ci95"] == pytest.approx(12.706 * cell["sd"] / 2 ** 0.5)  # Student t, 1 df
     assert set(saved["best_K"].values()) <= {2, 4}
     assert saved["advisor"]["K_star"] == 3.0
     assert saved["agreement"]["verdict"] in {"agrees", "consistent within noise", "disagrees"}

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from grpo_mse.analysis.advisor import k_star, paper_k_star
 from grpo_mse.analysis.one_token import batch_c1_target
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import Z95, mean_ci
@@ -80,10 +81,12 @@ def advisor_check(theory: dict, run: dict) -> dict | None:
     exact = dict(theory["scaling_constants"])
     target = batch_c1_target(theory["g_gram"], int(run.get("config", {}).get("c1_batch", 16)))
     exact["c1_fixed_prompts"] = target
-    exact["K_star_fixed_prompts"] = math.sqrt(exact["c3"] / target) if target > 0 and exact["c3"] > 0 else None
-    targets = {"c1": target, "c2": exact["c2"], "c3": exact["c3"], "K_star": exact["K_star_fixed_prompts"]}
+    exact["K_star_paper_fixed_prompts"] = float(paper_k_star(target, exact["c3"]))
+    exact["K_star_exact_fixed_prompts"] = float(k_star(target, exact["c3"]))
+    targets = {"c1": target, "c2": exact["c2"], "c3": exact["c3"], "K_star_paper": exact["K_star_paper_fixed_prompts"],
+               "K_star_exact": exact["K_star_exact_fixed_prompts"]}
     ci = advice["ci95"]
-    inside = {n: bool(ci[n][0] <= v <= ci[n][1]) for n, v in targets.items() if ci.get(n) and v is not None}
+    inside = {n: bool(ci[n][0] <= v <= ci[n][1]) for n, v in targets.items() if ci.get(n) and not math.isnan(v)}
     return {"exact": exact, "estimated": advice["pooled"], "ci95": ci, "exact_inside_ci95": inside,
             "per_K": advice["per_K"]}
 
@@ -109,7 +112,8 @@ def markdown(rows: list[dict], check: dict | None) -> str:
         lines += ["", "| constant | exact (these prompts) | exact, fixed-prompt target of the estimator "
                   "| advisor estimate | bootstrap 95% interval |", "|---|---|---|---|---|"]
         for name, fixed in (("c1", e["c1_fixed_prompts"]), ("c2", e["c2"]), ("c3", e["c3"]),
-                            ("K_star", e["K_star_fixed_prompts"])):
+                            ("K_star_paper", e["K_star_paper_fixed_prompts"]),
+                            ("K_star_exact", e["K_star_exact_fixed_prompts"])):
             interval = ci.get(name)
             lines.append(f"| {name} | {_fmt(e[name])} | {_fmt(fixed)} | {_fmt(p[name])} | "
                          + (f"[{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "-") + " |")

@@ -18,7 +18,7 @@ from grpo_mse.tables.inputs import prompt_ids
 
 # Estimator MSE, tr Cov and bias^2 are means over prompts of these per-prompt quantities.
 QUANTITIES = ("mse", "trace_cov", "bias2")
-MOMENTS = ("V", "g_sq", "vanilla_m2", "sigma_o2", "var_zeta2")
+MOMENTS = ("V", "g_sq", "vanilla_m2", "sigma_o2", "var_zeta2", "mean_score_sq")
 
 
 def token_texts(tokenizer, vocab_size: int) -> list[str]:
@@ -46,17 +46,19 @@ def jacobian_bytes(model) -> int:
     return 4 * int(model.config.vocab_size) * params
 
 
-def enumerate_row(model, tokenizer, row: dict, texts: list[str], temperature: float) -> theory.OneTokenEnumeration:
-    """p, G, Q, g of the row's one-token continuation space at ``temperature``."""
+def enumerate_row(model, tokenizer, row: dict, texts: list[str], temperature: float, top_p: float = 1.0,
+                  score_distribution: str = "model") -> theory.OneTokenEnumeration:
+    """p, G, Q, g of the row's one-token continuation space at ``temperature`` / ``top_p`` (theory)."""
     rewards = token_rewards(texts, row["ground_truth"])
     return theory.one_token_enumeration(model, prompt_ids(tokenizer, row["prompt"]), lambda y: rewards[y],
-                                        temperature)
+                                        temperature, top_p, score_distribution)
 
 
-def oracle_record(row: dict, value: float) -> dict:
+def oracle_record(row: dict, value: float, settings: dict | None = None) -> dict:
     """A calculate_oracle_v.py line with the exact V: n_oracle/correct_count null, interval [V, V]."""
     return {**row, "V_oracle": value, "n_oracle": None, "correct_count": None,
-            "V_ci95_low": value, "V_ci95_high": value, "V_method": "exact one-token enumeration"}
+            "V_ci95_low": value, "V_ci95_high": value, "V_method": "exact one-token enumeration",
+            **({"oracle_settings": settings} if settings else {})}
 
 
 def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> dict:
@@ -73,8 +75,32 @@ def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> dict:
 def prompt_summary(row: dict, enum: theory.OneTokenEnumeration, k_list, names) -> dict:
     """One prompt's id, gold, exact moments (V, ||g||^2, E||Gs||^2, sigma_O^2, tr Var zeta_2) and curves."""
     moments = enum.moments()
-    return {"id": row.get("id"), "ground_truth": row["ground_truth"],
-            **{m: float(moments[m]) for m in MOMENTS}, **prompt_curves(enum, k_list, names)}
+    out = {"id": row.get("id"), "ground_truth": row["ground_truth"],
+           **{m: float(moments[m]) for m in MOMENTS}, **prompt_curves(enum, k_list, names)}
+    if "grpo_std" in names and 0.0 < moments["V"] < 1.0:
+        out["grpo_std_own_target"] = own_target_curves(enum, k_list)
+    return out
+
+
+def own_target_curves(enum: theory.OneTokenEnumeration, k_list) -> dict:
+    """Std-GRPO against its own target g / sqrt(V (1 - V)): {"bias2": [...], "mse": [...]} per K (exact)."""
+    value = float(enum.p @ enum.G)
+    target = enum.p * enum.G / np.sqrt(value * (1.0 - value))
+    out = {"bias2": [], "mse": []}
+    for k in k_list:
+        exact = enum.estimator(k, "grpo_std")
+        bias2 = theory.quad(exact["mean_coef"] - target, enum.Q)
+        out["bias2"].append(bias2)
+        out["mse"].append(float(exact["trace_cov"]) + bias2)
+    return out
+
+
+def mean_own_target(prompts: list[dict]) -> dict | None:
+    """Mean over the prompts with 0 < V < 1 of ``own_target_curves`` (None without grpo_std)."""
+    own = [p["grpo_std_own_target"] for p in prompts if "grpo_std_own_target" in p]
+    if not own:
+        return None
+    return {q: np.mean([o[q] for o in own], axis=0).tolist() for q in ("bias2", "mse")} | {"n_prompts": len(own)}
 
 
 def mean_curves(prompts: list[dict], names) -> dict:
@@ -111,6 +137,7 @@ def theory_summary(prompts: list[dict], g_gram, k_list, names, config: dict) -> 
         "K_list": list(k_list),
         **mean_curves(prompts, names),
         "scaling_constants": constants(prompts, g_gram),
+        "grpo_std_own_target": mean_own_target(prompts),
         "g_gram": np.asarray(g_gram, dtype=np.float64).tolist(),
         "n_prompts": len(prompts),
         "mean_V": float(np.mean([p["V"] for p in prompts])),

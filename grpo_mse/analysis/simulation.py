@@ -319,14 +319,14 @@ def final_records(records: list[dict]) -> list[dict]:
 
 
 def final_table(records: list[dict]) -> dict[str, dict[str, dict]]:
-    """{estimator: {K: mean_ci of the final held-out reward over seeds}}."""
-    from grpo_mse.tables.outputs import mean_ci
+    """{estimator: {K: mean and Student-t 95% half-width of the final held-out reward over seeds}}."""
+    from grpo_mse.tables.outputs import mean_t_ci
 
     values: dict[str, dict[int, list[float]]] = {}
     for record in final_records(records):
         values.setdefault(record["estimator"], {}).setdefault(record["K"], []).append(record["heldout_reward"])
     def stats(rewards: list[float]) -> dict:
-        return {key: (None if value != value else value) for key, value in mean_ci(rewards).items()}  # NaN -> null
+        return {key: (None if value != value else value) for key, value in mean_t_ci(rewards).items()}  # NaN -> null
 
     return {name: {str(K): stats(by_k[K]) for K in sorted(by_k)} for name, by_k in values.items()}
 
@@ -373,7 +373,9 @@ def read_advisor(path: str) -> dict:
         raise ValueError(f"{path}: no group_size_advisor entry")
     advice = result["group_size_advisor"]
     config = result.get("config", {})
-    return {"path": path, "K_star": advice["pooled"].get("K_star"), "K_star_ci95": advice.get("ci95", {}).get("K_star"),
+    pooled, ci = advice["pooled"], advice.get("ci95", {})
+    return {"path": path, "K_star": pooled.get("K_star_exact"), "K_star_ci95": ci.get("K_star_exact"),
+            "K_star_paper": pooled.get("K_star_paper"), "K_best": pooled.get("K_best"),
             **{c: advice["pooled"].get(c) for c in ("c1", "c2", "c3")},
             "config": {k: config.get(k) for k in ("model", "temperature", "top_p", "max_new_tokens", "T", "M")}}
 

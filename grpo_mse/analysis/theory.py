@@ -137,7 +137,10 @@ def gradient_gram(vectors) -> np.ndarray:
 
 
 def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, float]:
-    """c1 = E_X||g(X) - E_X g||^2, c2 = E_X sigma_O^2, c3 = 2 E_X tr Var zeta_2, K* = sqrt(c3 / c1)."""
+    """c1 = E_X||g(X) - E_X g||^2, c2 = E_X sigma_O^2, c3 = 2 E_X tr Var zeta_2; K* exact (1 + sqrt(c3/c1))
+    and the paper's sqrt(c3/c1) (``advisor.k_star`` / ``advisor.paper_k_star``)."""
+    from grpo_mse.analysis.advisor import k_star, paper_k_star
+
     gram = np.asarray(g_gram, dtype=np.float64)
     count = gram.shape[0]
     w = np.full(count, 1.0 / count) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -145,8 +148,8 @@ def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, fl
     c1 = float(w @ np.diag(gram) - w @ gram @ w)
     c2 = float(w @ np.asarray(sigma_o2, dtype=np.float64))
     c3 = 2.0 * float(w @ np.asarray(var_zeta2, dtype=np.float64))
-    k_star = math.sqrt(c3 / c1) if c1 > 0 else float("inf")
-    return {"c1": c1, "c2": c2, "c3": c3, "K_star": k_star}
+    return {"c1": c1, "c2": c2, "c3": c3, "K_star_exact": float(k_star(c1, c3)),
+            "K_star_paper": float(paper_k_star(c1, c3)) if c1 > 0 else float("inf")}
 
 
 @dataclass
@@ -178,8 +181,8 @@ def _jacobian_rows(z: torch.Tensor, params: list[torch.Tensor], rows: range, ret
 
 
 def _logit_jacobian(model, prompt_ids: list[int], params: list[torch.Tensor], temperature: float,
-                    chunk: int = 32) -> tuple[np.ndarray, torch.Tensor]:
-    """(softmax(z), J) with z = last-position logits / T and J [n, P] = dz / dtheta in fp32."""
+                    chunk: int = 32) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    """(softmax(z), J, logits) with z = last-position logits / T and J [n, P] = dz / dtheta in fp32."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(prompt_ids)], device=device)
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1).logits[0, -1]
@@ -187,7 +190,7 @@ def _logit_jacobian(model, prompt_ids: list[int], params: list[torch.Tensor], te
     n = z.shape[0]
     blocks = [_jacobian_rows(z, params, range(start, min(start + chunk, n)), retain=start + chunk < n)
               for start in range(0, n, chunk)]
-    return torch.softmax(z.detach().double(), dim=-1).cpu().numpy(), torch.cat(blocks)
+    return torch.softmax(z.detach().double(), dim=-1).cpu().numpy(), torch.cat(blocks), logits.detach()
 
 
 def _centred_gram_and_combination(jacobian: torch.Tensor, p: np.ndarray, coef: np.ndarray,
@@ -207,18 +210,26 @@ def _centred_gram_and_combination(jacobian: torch.Tensor, p: np.ndarray, coef: n
     return gram.numpy(), combo.numpy()
 
 
-def one_token_enumeration(model, prompt_ids: list[int], reward_fn, temperature: float = 1.0) -> OneTokenEnumeration:
-    """Exact p, G, Q and g for a single generated token (top_p = 1) over all trainable parameters.
+def one_token_enumeration(model, prompt_ids: list[int], reward_fn, temperature: float = 1.0, top_p: float = 1.0,
+                          score_distribution: str = "model") -> OneTokenEnumeration:
+    """Exact sampling law p, G, Q and g for a single generated token over all trainable parameters.
 
-    s(y) = J^T (e_y - p) with J = d(logits / T) / dtheta (rows by batched backward passes), hence
-    Q = A (J J^T) A^T with A = I - 1 p^T (so sum_y p_y s_y = 0 to float64 precision) and
-    g = sum_y p_y G_y s(y) = J^T (p * (G - V)).
+    p = q, the tempered softmax pi_T renormalised on the sampler's top_p nucleus (0 outside; q = pi_T at top_p 1).
+    s(y) = J^T (e_y - r) with J = d(logits / T) / dtheta (rows by batched backward passes) and r = pi_T for the
+    model's score (``model``) or r = q for the score of the sampled law (``sampling``), hence
+    Q = A (J J^T) A^T with A = I - 1 r^T and g = sum_y q_y G_y s(y) = J^T (q * G - V r). E_q[s] = 0 unless
+    ``model`` at top_p < 1, where only ``exact_estimator`` (not the closed forms) applies.
     """
+    from grpo_mse.policy.sampling import nucleus_mask
+
     params = [q for q in model.parameters() if q.requires_grad]
     with torch.enable_grad():
-        p, jacobian = _logit_jacobian(model, prompt_ids, params, temperature)
-    G = np.array([float(reward_fn(token)) for token in range(p.shape[0])], dtype=np.float64)
-    score_gram, g = _centred_gram_and_combination(jacobian, p, p * (G - float(p @ G)))
+        pi, jacobian, logits = _logit_jacobian(model, prompt_ids, params, temperature)
+    q = pi * nucleus_mask(logits, temperature, top_p).cpu().numpy()
+    q = q / q.sum()
+    centre = pi if score_distribution == "model" else q
+    G = np.array([float(reward_fn(token)) for token in range(q.shape[0])], dtype=np.float64)
+    score_gram, g = _centred_gram_and_combination(jacobian, centre, q * G - float(q @ G) * centre)
     del jacobian
-    centring = np.eye(p.shape[0]) - np.outer(np.ones_like(p), p)  # re-centre: p^T Q = 0 in float64
-    return OneTokenEnumeration(p=p, G=G, Q=centring @ score_gram @ centring.T, g=g)
+    centring = np.eye(q.shape[0]) - np.outer(np.ones_like(q), centre)  # re-centre: r^T Q = 0 in float64
+    return OneTokenEnumeration(p=q, G=G, Q=centring @ score_gram @ centring.T, g=g)

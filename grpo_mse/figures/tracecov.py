@@ -53,6 +53,14 @@ def theory_overlay(theory_json: dict, names) -> dict:
     return curves
 
 
+def ratio_band(result: dict, name: str = "grpo/oracleV") -> tuple[list[float], list[float]] | None:
+    """(lower, upper) of the paired bootstrap 95% interval of a ratio per K, from the run's ``paired`` entry."""
+    series = result.get("paired", {}).get("ratio", {}).get(name)
+    if not series or any(s["ci95"] is None for s in series):
+        return None
+    return [s["ci95"][0] for s in series], [s["ci95"][1] for s in series]
+
+
 def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
     """MSE_GRPO / MSE_oracle against K for each run (the U-statistic gap, -> 1 as K grows)."""
     for label, result in results:
@@ -60,6 +68,10 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
         if "grpo" in values and "oracleV" in values:
             ratios = [g / o if o else float("nan") for g, o in zip(values["grpo"], values["oracleV"])]
             line = ax.plot(result["K_list"], ratios, marker="o", label=label)[0]
+            band = ratio_band(result)
+            if band:
+                ax.fill_between(result["K_list"], *band, color=line.get_color(), alpha=0.15,
+                                label=f"{label}: paired 95% interval")
             theory = result.get("theory") or {}
             if "grpo" in theory and "oracleV" in theory:
                 ax.plot(theory["K"], [g / o if o else float("nan") for g, o in zip(theory["grpo"], theory["oracleV"])],
@@ -96,28 +108,39 @@ def plot_run(result: dict, png_path: str) -> str:
 
 
 def plot_advisor(result: dict, budget: float, out_stem: str) -> list[str]:
-    """Predicted bound c1 K/N + c2/N + c3/(N K) against K at budget N, with K* and its interval."""
+    """Exact error c1 K/N + c2/N + c3/(N (K-1)) against K at budget N (the paper's c1 K/N + c2/N + c3/(N K)
+    dotted), with the exact K* and its joint-bootstrap interval, the paper's sqrt(c3/c1) and the best allowed K."""
     import numpy as np
 
-    from grpo_mse.analysis.advisor import error_bound
+    from grpo_mse.analysis.advisor import allowed_group_sizes, best_allowed_k, exact_error, paper_bound
 
     advice = result["group_size_advisor"]
     pooled, ci = advice["pooled"], advice["ci95"]
-    ks = np.logspace(0, np.log2(max(budget, 4)), 200, base=2)
+    c1, c2, c3 = pooled["c1"], pooled["c2"], pooled["c3"]
+    ks = np.logspace(np.log2(1.5), np.log2(max(budget, 4)), 300, base=2)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    c1 = max(pooled["c1"], 0.0)
-    ax.plot(ks, error_bound(c1, pooled["c2"], max(pooled["c3"], 0.0), ks, budget), color="tab:blue",
-            label=f"c1 K/N + c2/N + c3/(N K), N={budget:g}")
-    if pooled["K_star"]:
-        ax.axvline(pooled["K_star"], color="tab:red", linestyle="--", label=f"K* = {pooled['K_star']:.3g}")
-        if ci.get("K_star"):
-            ax.axvspan(*ci["K_star"], color="tab:red", alpha=0.12, label="95% bootstrap interval")
+    ax.plot(ks, exact_error(c1, c2, c3, ks, budget), color="tab:blue", label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), "
+            f"N={budget:g}")
+    ax.plot(ks, paper_bound(c1, c2, c3, ks, budget), color="tab:blue", linestyle=":", label="paper: ... + c3/(N K)")
+    star = pooled.get("K_star_exact")
+    if star and np.isfinite(star):
+        ax.axvline(star, color="tab:red", linestyle="--", label=f"exact K* = 1 + sqrt(c3/c1) = {star:.3g}")
+        if ci.get("K_star_exact"):
+            low, high = ci["K_star_exact"]
+            ax.axvspan(low, min(high, ks[-1]), color="tab:red", alpha=0.12, label="95% joint bootstrap interval")
+    if pooled.get("K_star_paper"):
+        ax.axvline(pooled["K_star_paper"], color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = "
+                   f"{pooled['K_star_paper']:.3g}")
+    allowed = allowed_group_sizes(int(budget))
+    best = float(best_allowed_k(c1, c3, allowed)[0])
+    if np.isfinite(best):
+        ax.plot([best], [float(exact_error(c1, c2, c3, best, budget))], marker="*", markersize=12, color="tab:red",
+                linestyle="none", label=f"best power of two: K = {best:g}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("group size K")
-    ax.set_ylabel("error bound")
-    ax.set_title(f"group-size advisor: c1={pooled['c1']:.3g}, c2={pooled['c2']:.3g}, c3={pooled['c3']:.3g}",
-                 fontsize=9)
+    ax.set_ylabel("error per step at budget N")
+    ax.set_title(f"group-size advisor: c1={c1:.3g}, c2={c2:.3g}, c3={c3:.3g}", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     return save(fig, out_stem, formats=("png", "pdf"))

@@ -123,7 +123,7 @@ class TracecovConfig(ModelConfig):
     RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
         "model", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
         "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch", "no_advisor",
-        "backend")
+        "backend", "score_distribution")
 
     model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
     dtype: str = option("bf16", choices=DTYPES, help="model weights' dtype")
@@ -157,11 +157,21 @@ class TracecovConfig(ModelConfig):
     no_advisor: bool = option(False, help="skip the group-size advisor (c1, c2, c3, K*)")
     c1_batch: int = option(16, type=int, help="prompts per batch for c1 (between-prompt variance) and per unit of "
                                               "torchrun sharding")
+    score_distribution: str = option("model", choices=("model", "sampling"),
+                                     help="score of log pi_T, untruncated (the original's), or of the distribution "
+                                          "sampled (temperature and renormalised top_p nucleus)")
+    budget: int = option(1024, type=int, help="advisor: sequences per step N (the best allowed K divides it)")
+    allowed_K: list[int] | None = option(None, type=int, nargs="+",
+                                         help="advisor: group sizes to choose from (default: the powers of two "
+                                              "dividing --budget)")
     resume: bool = option(False, help="continue the newest unfinished run in --save_json with equal settings "
                                       "(docs/safety.md)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(self.budget >= 2, f"--budget must be >= 2 (got {self.budget})")
+        require(self.allowed_K is None or all(k >= 2 for k in self.allowed_K),
+                f"every K in --allowed_K must be >= 2 (got {self.allowed_K})")
         require(self.M >= 2, f"--M must be >= 2 (got {self.M})")
         require(all(k >= 2 for k in self.K_list), f"every K in --K_list must be >= 2 (got {self.K_list})")
         require(self.T >= 1, f"--T must be >= 1 (got {self.T})")

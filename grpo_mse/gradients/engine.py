@@ -41,6 +41,13 @@ class PromptStats:
     traces: dict[str, float]
     accumulators: dict[str, object]
     bias2: dict[str, float]  # biased estimators only: unbiased estimate of ||E x_e - g||^2
+    mean_score_sq: float = float("nan")  # unbiased ||E s||^2 from the group-mean scores s_g = (1/K) sum_k s_k
+    score_trace: float = float("nan")  # tr Cov(s_g)
+    bias2_own: dict[str, float] | None = None  # grpo_std: ||E x - g / sqrt(V (1 - V))||^2 (unbiased)
+
+
+SCORE = "score"  # accumulator of s_g = (1/K) sum_k grad lp_k (weights 1/K)
+OWN = "grpo_std-own"  # x_std - x_oracle / sqrt(V (1 - V)): its mean estimates the bias against std-GRPO's own target
 
 
 def bias_label(name: str) -> str:
@@ -193,20 +200,23 @@ def add_pass(stats: dict[str, SumTrace], labels: list[str], plans, owner: list[l
 
 def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list[int]]],
                   rewards: torch.Tensor, value: float | None, names=est.UNBIASED,
-                  engine: str = "fast", per_pass: int = 0) -> PromptStats:
+                  engine: str = "fast", per_pass: int = 0, measure_score: bool = False) -> PromptStats:
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
     The fast engine runs ``per_pass`` groups (0: auto; fewer when over ``PASS_TOKEN_BUDGET`` or
     ``PASS_ROW_TOKEN_BUDGET``, see ``pass_slices``) through one forward pass over their distinct continuations and one
     batched backward call that returns a and s of every group in it (only those some estimator uses);
     with one group per pass (large models) a and s come from two plain backward passes.
+    ``measure_score``: also accumulate the group-mean score s_g (||E s||^2, tr Cov s_g; costs the s vector of
+    groups that no estimator needs, e.g. all rewards 0).
     """
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     biased = [name for name in names if name in est.BIASED]
-    labels = list(names) + [bias_label(name) for name in biased]
+    own = "grpo_std" in names and value is not None and 0.0 < float(value) < 1.0
+    labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score + [OWN] * own
     stats = {label: (WelfordTrace if engine == "reference" else SumTrace)(params) for label in labels}
 
     def group_weights(group_rewards):
@@ -214,6 +224,11 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
         if biased:
             oracle = est.oracle_weights(group_rewards, value)
             weights.update({bias_label(name): weights[name] - oracle for name in biased})
+        if own:
+            scale = (float(value) * (1.0 - float(value))) ** -0.5
+            weights[OWN] = weights["grpo_std"] - scale * est.oracle_weights(group_rewards, value)
+        if measure_score:
+            weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
         return weights
 
     if engine == "reference":
@@ -238,4 +253,8 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
             add_pass(stats, labels, plans, owner, rows)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
-    return PromptStats(traces, stats, bias2)
+    out = PromptStats(traces, stats, bias2,
+                      bias2_own={"grpo_std": bias_squared(stats[OWN], len(groups))} if own else None)
+    if measure_score:
+        out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], len(groups)), stats[SCORE].trace()
+    return out

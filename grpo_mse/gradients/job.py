@@ -20,7 +20,7 @@ from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
 from grpo_mse.rewards.rules import row_reward
-from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
 from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, timestamp, write_csv, write_json
 from grpo_mse.tables.resume import choose, claim, fingerprint, lock
 from grpo_mse.tables.validate import (
@@ -51,6 +51,7 @@ class Sampler:
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
     vllm: object = None  # a grpo_mse.policy.vllm_sampler.VLLMSampler to sample with instead of the HF model
+    score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
@@ -74,7 +75,8 @@ class Sampler:
         def logprobs(continuations):
             return function(self.model, ids, continuations, eos_ids=self.eos_ids,
                             pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
-                            temperature=self.temperature)
+                            temperature=self.temperature,
+                            top_p=self.top_p if self.score_distribution == "sampling" else 1.0)
         return logprobs
 
 
@@ -90,8 +92,9 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     rewards = torch.tensor([row_reward(row, t) for t in texts])
     groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
     params = [p for p in sampler.model.parameters() if p.requires_grad]
-    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k),
-                          float(row["V_oracle"]), names, engine, per_pass)
+    value = float(row["V_oracle"])
+    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value, names, engine,
+                          per_pass, measure_score=0.0 < value < 1.0)
     record = {
         "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
         "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
@@ -100,7 +103,21 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
         record["bias2"] = stats.bias2
         record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in names}
+    record.update(score_fields(stats, row))
     return record, stats
+
+
+def score_fields(stats: PromptStats, row: dict) -> dict:
+    """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
+    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
+    its own target g / sqrt(V (1 - V))."""
+    value, n_oracle = float(row["V_oracle"]), row.get("n_oracle")
+    noise = value * (1 - value) / (n_oracle - 1) if isinstance(n_oracle, int) and n_oracle > 1 else 0.0
+    fields = {"mean_score_sq": stats.mean_score_sq, "oracle_noise": noise * stats.score_trace if noise else 0.0}
+    if stats.bias2_own:
+        fields["bias2_own"] = stats.bias2_own
+        fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
+    return fields
 
 
 def progress_paths(base: str) -> list[str]:
@@ -142,7 +159,7 @@ def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k
                 append_jsonl(progress, record)
                 done[(k, index)] = record
             if c1 is not None:
-                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], config.M)
+                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], config.M, index)
         if on_prompt:
             on_prompt()
     if c1 is not None:
@@ -246,6 +263,9 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
     check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
     saved_config = {**config.record(), "device": device, "world_size": world,
                     "oracle_table_fingerprint": fingerprint(config.oracle_table)}
+    mismatch = settings_mismatch(rows, saved_config)
+    if mismatch and rank == 0:
+        print(f"warning: {mismatch}", file=sys.stderr)
     base = find_resumable(config.save_json, saved_config) if config.resume and rank == 0 else None
     if rank == 0 and base is None:
         if config.resume:
@@ -262,7 +282,8 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
         print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
     sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), config.temperature, config.top_p,
                       config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
-                      shared_prompt=config.engine == "fast", vllm=cli.make_vllm(config, device))
+                      shared_prompt=config.engine == "fast", vllm=cli.make_vllm(config, device),
+                      score_distribution=config.score_distribution)
     records_by_k, batches_by_k = _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, world)
     outcome = _write_outputs(config, base, records_by_k, batches_by_k, saved_config) if rank == 0 else None
     dist.barrier()
@@ -305,11 +326,12 @@ def _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, wor
 
 def _write_outputs(config, base, records_by_k, batches_by_k, saved_config) -> dict:
     """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
-    result = summary(records_by_k, config.K_list, config.estimators, saved_config)
-    if config.with_advisor:
-        from grpo_mse.analysis.advisor import advise
+    from grpo_mse.analysis import paired
 
-        result["group_size_advisor"] = advise(records_by_k, batches_by_k, seed=config.seed)
+    result = summary(records_by_k, config.K_list, config.estimators, saved_config)
+    result.update(paired.run_statistics(records_by_k, batches_by_k, config.K_list, config.estimators, config.seed,
+                                        with_advisor=config.with_advisor, budget=config.budget,
+                                        allowed=config.allowed_K))
     write_json(f"{base}.json", result)
     all_records = [r for k in config.K_list for r in records_by_k[k]]
     write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
@@ -322,15 +344,15 @@ def _write_outputs(config, base, records_by_k, batches_by_k, saved_config) -> di
 
 
 def summary_lines(result: dict) -> list[str]:
-    """What run_tracecov.py prints: each K's traces with 95% half-widths, then the advisor's K*."""
+    """What run_tracecov.py prints: each K's traces with 95% half-widths, the paired ratios, the advisor."""
+    from grpo_mse.analysis import advisor, paired
+
     names, lines = list(result["conditional_on_x"]), []
     for i, k in enumerate(result["K_list"]):
-        lines.append(f"K={k:4d}  " + "  ".join(f"{n}={result['conditional_on_x'][n][i]:.4g}"
+        lines.append(f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={result['conditional_on_x'][n][i]:.4g}"
                                               f"±{result['ci95'][n][i]:.2g}" for n in names))
-    advice = result.get("group_size_advisor")
-    if advice:
-        pooled, ci = advice["pooled"], advice["ci95"]
-        star = f"{pooled['K_star']:.3g}" if pooled["K_star"] else "undefined (c1 or c3 <= 0)"
-        lines.append(f"group-size advisor: c1={pooled['c1']:.3g} c2={pooled['c2']:.3g} c3={pooled['c3']:.3g} "
-                     f"K*=sqrt(c3/c1)={star} (95% CI {ci['K_star']})")
+    if "paired" in result:
+        lines.append(paired.describe(result["paired"]))
+    if "group_size_advisor" in result:
+        lines.append(advisor.describe(result["group_size_advisor"]))
     return lines

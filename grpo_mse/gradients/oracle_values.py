@@ -19,7 +19,7 @@ from grpo_mse.gradients.config import OracleConfig
 from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
 from grpo_mse.rewards.rules import row_reward
-from grpo_mse.tables.inputs import has_unique_ids, load_rows, prompt_ids, row_keys
+from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys
 from grpo_mse.tables.outputs import (
     append_jsonl,
     read_complete_jsonl,
@@ -134,7 +134,8 @@ def run_oracle(config: OracleConfig) -> dict | None:
             extra = {"row_index": i} if key_field == "row_index" else {}
             append_jsonl(shard_path, {**rows[i], **extra, "V_oracle": correct[i] / config.n_oracle,
                                       "n_oracle": config.n_oracle, "correct_count": correct[i],
-                                      "V_ci95_low": low, "V_ci95_high": high})
+                                      "V_ci95_low": low, "V_ci95_high": high,
+                                      "oracle_settings": oracle_settings(config, config.n_oracle)})
             bar.update(1)
     bar.close()
     dist.barrier()

@@ -1,8 +1,26 @@
-"""Teacher-forced sequence log-probabilities lp_k = sum_t log pi(y_{k,t} | x, y_{k,<t}) with gradients."""
+"""Teacher-forced sequence log-probabilities lp_k = sum_t log pi(y_{k,t} | x, y_{k,<t}) with gradients.
+
+``top_p`` < 1 gives the log-probability of the distribution actually sampled (``--score_distribution sampling``):
+log q(y_t) = log pi_T(y_t) - log (mass of pi_T on the nucleus at step t), the nucleus chosen as the sampler does.
+"""
 
 from __future__ import annotations
 
 import torch
+
+from grpo_mse.policy.sampling import nucleus_mask
+
+FAR = -1e30  # log q of a token outside the nucleus (never sampled; finite so that masked positions give 0)
+
+
+def token_log_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """[..., V] log-softmax of logits / T, renormalised over the nucleus when top_p < 1 (outside: ``FAR``)."""
+    logp = torch.log_softmax(widen(logits) / temperature, dim=-1)
+    if top_p >= 1.0:
+        return logp
+    keep = nucleus_mask(logits, temperature, top_p)
+    log_mass = torch.logsumexp(logp.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
+    return torch.where(keep, logp - log_mass, torch.full_like(logp, FAR))
 
 
 def widen(logits: torch.Tensor) -> torch.Tensor:
@@ -24,8 +42,10 @@ def continuation_mask(continuations: list[list[int]], eos_ids: list[int], includ
 
 
 def sequence_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                      pad_id: int, include_eos: bool = True, temperature: float = 1.0) -> torch.Tensor:
-    """[K] log-probabilities of the continuations given one prompt (log-softmax of logits / T).
+                      pad_id: int, include_eos: bool = True, temperature: float = 1.0,
+                      top_p: float = 1.0) -> torch.Tensor:
+    """[K] log-probabilities of the continuations given one prompt (log-softmax of logits / T; nucleus-renormalised
+    when top_p < 1).
 
     The batch is [prompt + y_k] right-padded; only the logits that predict continuation tokens
     are materialised (``logits_to_keep``).
@@ -42,7 +62,7 @@ def sequence_logprobs(model, prompt: list[int], continuations: list[list[int]], 
         targets[row, : len(tokens)] = torch.tensor(tokens)
     logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                    logits_to_keep=width + 1).logits[:, :-1, :]
-    logp = torch.log_softmax(widen(logits) / temperature, dim=-1)
+    logp = token_log_probs(logits, temperature, top_p)
     token_logp = logp.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos).to(device)
     return (token_logp * mask).sum(-1)
@@ -54,13 +74,14 @@ PACKED_ATTENTION = ("sdpa", "eager")  # implementations that accept a custom 4D 
 
 
 def shared_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                           pad_id: int, include_eos: bool = True, temperature: float = 1.0) -> torch.Tensor:
+                           pad_id: int, include_eos: bool = True, temperature: float = 1.0,
+                           top_p: float = 1.0) -> torch.Tensor:
     """Same values as ``sequence_logprobs`` with the prompt run once and attended to by all continuations
     (gradients flow back through it): one packed sequence when the model allows it, else a repeated
     key/value cache."""
     function = packed_prompt_logprobs if packing_applies(model, prompt, continuations) else cached_prompt_logprobs
     return function(model, prompt, continuations, eos_ids=eos_ids, pad_id=pad_id, include_eos=include_eos,
-                    temperature=temperature)
+                    temperature=temperature, top_p=top_p)
 
 
 def packing_applies(model, prompt: list[int], continuations: list[list[int]]) -> bool:
@@ -75,7 +96,8 @@ def packing_applies(model, prompt: list[int], continuations: list[list[int]]) ->
 
 
 def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                           pad_id: int = 0, include_eos: bool = True, temperature: float = 1.0) -> torch.Tensor:
+                           pad_id: int = 0, include_eos: bool = True, temperature: float = 1.0,
+                           top_p: float = 1.0) -> torch.Tensor:
     """Same values as ``sequence_logprobs`` from ONE sequence [prompt | y_1[:-1] | y_2[:-1] | ...]:
     y_k's tokens sit at positions len(prompt) + t and attend to the prompt and to y_k's earlier tokens
     only (a block 4D mask); the prompt's last logits predict every y_k's first token."""
@@ -99,7 +121,7 @@ def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
         predictors += [len(prompt) - 1] * bool(tokens) + list(range(start, start + len(tokens) - 1))
         targets += tokens
         start += max(len(tokens) - 1, 0)
-    token_logp = torch.log_softmax(widen(logits[torch.tensor(predictors, device=device)]) / temperature, dim=-1)
+    token_logp = token_log_probs(logits[torch.tensor(predictors, device=device)], temperature, top_p)
     token_logp = token_logp.gather(-1, torch.tensor(targets, device=device).unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos)
     kept = mask[continuation_mask(continuations, [], include_eos=True).bool()].to(device)
@@ -110,7 +132,8 @@ def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
 
 
 def cached_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                           pad_id: int, include_eos: bool = True, temperature: float = 1.0) -> torch.Tensor:
+                           pad_id: int, include_eos: bool = True, temperature: float = 1.0,
+                           top_p: float = 1.0) -> torch.Tensor:
     """Same values as ``sequence_logprobs``: the prompt runs once (batch 1) and its key/value cache is
     repeated for the K continuations; gradients flow back through the shared prompt computation."""
     device = next(model.parameters()).device
@@ -130,6 +153,6 @@ def cached_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
         next_logits = model(input_ids=tokens[:, :-1], attention_mask=attention[:, :-1],
                             position_ids=positions[:, :-1], past_key_values=cache).logits
         logits = torch.cat([logits, next_logits], dim=1)
-    logp = torch.log_softmax(widen(logits) / temperature, dim=-1)
+    logp = token_log_probs(logits, temperature, top_p)
     token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return (token_logp * continuation_mask(continuations, eos_ids, include_eos).to(device)).sum(-1)

@@ -21,13 +21,26 @@ def row_generators(*key: int, count: int, start: int = 0) -> list[torch.Generato
     return [torch.Generator().manual_seed(stream_seed(*key, j)) for j in range(start, start + count)]
 
 
-def nucleus_sample(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """Inverse-CDF draw from softmax(logits / T) restricted to the smallest set of mass >= top_p."""
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+def sorted_nucleus(logits: torch.Tensor, temperature: float, top_p: float):
+    """(probabilities sorted descending with those outside the nucleus set to 0, their token order): the nucleus
+    is the smallest set of most likely tokens of softmax(logits / T) (float32) with mass >= top_p."""
+    probs = torch.softmax(logits.detach().float() / temperature, dim=-1)
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     if top_p < 1.0:
         mass_before = sorted_probs.cumsum(-1) - sorted_probs
         sorted_probs = sorted_probs * (mass_before < top_p)
+    return sorted_probs, order
+
+
+def nucleus_mask(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Boolean [..., V]: the tokens ``nucleus_sample`` can draw (same rule, same float32 probabilities)."""
+    sorted_probs, order = sorted_nucleus(logits, temperature, top_p)
+    return torch.zeros_like(sorted_probs, dtype=torch.bool).scatter_(-1, order, sorted_probs > 0)
+
+
+def nucleus_sample(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Inverse-CDF draw from softmax(logits / T) restricted to the smallest set of mass >= top_p."""
+    sorted_probs, order = sorted_nucleus(logits, temperature, top_p)
     cumulative = sorted_probs.cumsum(-1)
     targets = uniforms.to(cumulative.device).unsqueeze(-1) * cumulative[:, -1:]
     picks = torch.searchsorted(cumulative, targets, right=True).clamp_(max=cumulative.shape[-1] - 1)

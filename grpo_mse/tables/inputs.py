@@ -186,3 +186,29 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     """Token ids of the formatted prompt (special tokens only for plain strings; templates carry theirs)."""
     text = prompt_text(tokenizer, prompt)
     return tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
+
+
+SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens")
+
+
+def oracle_settings(args, n_oracle) -> dict:
+    """The sampling settings an oracle table was made with (stored on every row as ``oracle_settings``)."""
+    return {**{name: getattr(args, name, None) for name in SAMPLING_SETTINGS}, "n_oracle": n_oracle}
+
+
+def settings_mismatch(rows: list[dict], run: dict) -> str | None:
+    """One line naming the sampling settings where the oracle table's rows differ from the run's (None if all
+    agree; tables without ``oracle_settings`` are reported as such)."""
+    stored = [row.get("oracle_settings") for row in rows]
+    if not any(stored):
+        return "oracle table records no sampling settings: V_oracle may come from another model or sampler"
+
+    def same(name, value, wanted):
+        if name == "model":
+            return os.path.normpath(str(value)) == os.path.normpath(str(wanted))
+        return value == wanted or (isinstance(value, (int, float)) and isinstance(wanted, (int, float))
+                                   and float(value) == float(wanted))
+
+    differ = sorted({f"{name}={settings.get(name)!r} (run: {run.get(name)!r})" for settings in stored if settings
+                     for name in SAMPLING_SETTINGS if name in run and not same(name, settings.get(name), run[name])})
+    return f"oracle table sampled with other settings: {', '.join(differ)}" if differ else None

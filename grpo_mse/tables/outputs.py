@@ -133,6 +133,11 @@ def mean_ci(values: list[float]) -> dict:
     return {"mean": mean, "sd": sd, "ci95": half, "n": n}
 
 
+def t975(df: int) -> float:
+    """97.5% quantile of Student's t with ``df`` degrees of freedom (table to 30, then z + (z^3 + z) / (4 df))."""
+    return T975[df - 1] if df <= len(T975) else Z95 + (Z95 ** 3 + Z95) / (4 * df)
+
+
 def mean_t_interval(values) -> tuple[float, float]:
     """(mean, 95% Student-t half-width t_{0.975, n-1} sd / sqrt(n)) of a few values (half-width 0 for one value)."""
     xs = [float(v) for v in values]
@@ -143,7 +148,15 @@ def mean_t_interval(values) -> tuple[float, float]:
     if n == 1:
         return mean, 0.0
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    return mean, (T975[n - 2] if n - 1 <= len(T975) else 1.96) * sd / math.sqrt(n)
+    return mean, t975(n - 1) * sd / math.sqrt(n)
+
+
+def mean_t_ci(values: list[float]) -> dict:
+    """``mean_ci`` with the Student-t half-width t_{0.975, n-1} sd / sqrt(n) (for a few seeds)."""
+    out = mean_ci(values)
+    if out["n"] > 1:
+        out["ci95"] = t975(out["n"] - 1) * out["sd"] / math.sqrt(out["n"])
+    return out
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
