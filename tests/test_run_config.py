@@ -18,7 +18,8 @@ TRACECOV_DEFAULTS = {  # the original run_tracecov.py's flags and defaults (SPEC
     "temperature": 1.0, "top_p": 0.95, "max_new_tokens": 32, "gen_bs": 64, "subsample_prompts": None,
     "save_json": "out", "plot_path": None, "skip_plot": True, "engine": "fast", "groups_per_pass": 0,
     "estimators": ["naive", "grpo", "oracleV"], "drop_eos": False, "shared_samples": False, "no_advisor": False,
-    "c1_batch": 16, "backend": "hf", "vllm_gpu_util": 0.4, "resume": False}
+    "c1_batch": 16, "backend": "hf", "vllm_gpu_util": 0.4, "resume": False,
+    "score_distribution": "model", "budget": 1024, "allowed_K": None}
 ORACLE_DEFAULTS = {  # the original calculate_oracle_v.py's (SPEC section 2 and later additions)
     "model": "m", "revision": "main", "device": "cuda", "dtype": "fp16", "trust_remote_code": False,
     "dataset": "d.jsonl", "split": "train", "n_oracle": 1000, "batch_size": 32, "seed": 0, "temperature": 1.0,
@@ -42,7 +43,8 @@ def test_every_flag_is_parsed_into_its_field():
             "--top_p", "0.9", "--max_new_tokens", "4", "--gen_bs", "8", "--subsample_prompts", "9", "--save_json", "s",
             "--plot_path", "p", "--engine", "reference", "--groups_per_pass", "2", "--estimators", "grpo", "drgrpo",
             "--drop_eos", "--shared_samples", "--no_advisor", "--c1_batch", "4", "--backend", "vllm",
-            "--vllm_gpu_util", "0.5", "--resume"]
+            "--vllm_gpu_util", "0.5", "--resume", "--score_distribution", "sampling", "--budget", "256",
+            "--allowed_K", "2", "8"]
     config = TracecovConfig.from_argv(argv)
     assert config.record() == {
         "model": "x/y", "revision": "r", "device": "cuda:1", "dtype": "fp32", "trust_remote_code": True,
@@ -50,7 +52,8 @@ def test_every_flag_is_parsed_into_its_field():
         "max_new_tokens": 4, "gen_bs": 8, "subsample_prompts": 9, "save_json": "s", "plot_path": "p",
         "skip_plot": False, "engine": "reference", "groups_per_pass": 2, "estimators": ["grpo", "drgrpo"],
         "drop_eos": True, "shared_samples": True, "no_advisor": True, "c1_batch": 4, "backend": "vllm",
-        "vllm_gpu_util": 0.5, "resume": True}
+        "vllm_gpu_util": 0.5, "resume": True, "score_distribution": "sampling", "budget": 256,
+        "allowed_K": [2, 8]}
     assert not config.with_advisor
 
 
