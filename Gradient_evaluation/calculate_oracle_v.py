@@ -30,4 +30,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, resume_hint="rerun the same command with --resume to continue")

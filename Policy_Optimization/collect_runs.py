@@ -9,28 +9,36 @@ Columns: K, seed, step, metric, value. Then draw Figure 5 and Table 2 with
 from __future__ import annotations
 
 import argparse
-import os
+import re
 
+from grpo_mse import cli
+from grpo_mse.tables.outputs import write_atomic
 from grpo_mse.training.logs import DEFAULT_METRICS, collect
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("paths", nargs="+", help="log files or folders (searched recursively)")
-    p.add_argument("--out", default="results/training_runs.csv")
+    p.add_argument("--out", default="results/training_runs.csv", help="output CSV (replaced)")
     p.add_argument("--metrics", default=DEFAULT_METRICS, help="regex of metric names to keep ('.' keeps all)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        re.compile(args.metrics)
+    except re.error as error:
+        p.error(f"argument --metrics: not a regular expression ({error})")
+    cli.writable_file(args.out, "--out")
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     frame = collect(args.paths, args.metrics)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    frame.to_csv(args.out, index=False)
+    cli.require(not frame.empty, f"no training metrics found under {' '.join(args.paths)} (nothing written)")
+    write_atomic(args.out, frame.to_csv(index=False))
     runs = frame[["K", "seed"]].drop_duplicates()
     print(f"{len(frame)} rows from {len(runs)} runs (K: {sorted(runs['K'].unique().tolist())}) -> {args.out}")
     return frame
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

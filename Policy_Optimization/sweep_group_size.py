@@ -13,30 +13,41 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
+import re
 
+from grpo_mse import cli
 from grpo_mse.training.sweep import LAUNCHER, launch, plan
 
-DRY_RUN_VALUES = {"": False, "0": False, "false": False, "no": False, "1": True, "true": True, "yes": True,
-                  "print": True}  # fmt: skip
+DRY_RUN_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False,
+                  "1": True, "true": True, "yes": True, "on": True, "print": True}
+
+
+def env_dry_run() -> bool:
+    """DRY_RUN from the environment (0/1, true/false, yes/no, on/off, print); anything else is a UsageError."""
+    text = os.environ.get("DRY_RUN", "0").strip().lower()
+    cli.require(text in DRY_RUN_VALUES, f"DRY_RUN={os.environ['DRY_RUN']!r}: use 1 or print (dry run) or 0")
+    return DRY_RUN_VALUES[text]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--K_list", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--budget", type=int, default=1024, help="sequences per step")
+    p = cli.ArgumentParser(description=__doc__)
+    p.add_argument("--K_list", type=cli.integer(minimum=2), nargs="+", default=[4, 8, 16, 32, 64, 128],
+                   help="group sizes")
+    p.add_argument("--seeds", type=cli.integer(minimum=0), nargs="+", default=[0, 1, 2, 3, 4], help="training seeds")
+    p.add_argument("--budget", type=cli.integer(minimum=8), default=1024, help="sequences per step")
     p.add_argument("--run_tag", default=os.environ.get("RUN_TAG", "grpo"), help="runs are named TAG_K{K}_seed{S}")
-    p.add_argument("--dry_run", action="store_true", help="default: the DRY_RUN environment variable (0, 1, print)")
+    p.add_argument("--dry_run", action="store_true", help="print every run, have VERL validate the first "
+                   "(also DRY_RUN=1 in the environment)")
     p.add_argument("--validate_all", action="store_true", help="dry run: have VERL validate every run")
     p.add_argument("--keep_going", action="store_true", help="continue after a failed run")
-    p.add_argument("--launcher", default=LAUNCHER)
+    p.add_argument("--launcher", default=LAUNCHER, help="script run once per (K, seed)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     args = p.parse_args(argv)
-    dry_env = os.environ.get("DRY_RUN", "0")
-    if dry_env not in DRY_RUN_VALUES:
-        p.error(f"DRY_RUN={dry_env}: use 0, 1 or print")
-    args.dry_run = args.dry_run or DRY_RUN_VALUES[dry_env]
+    args.dry_run = args.dry_run or env_dry_run()
+    args.K_list, args.seeds = cli.unique(args.K_list, "--K_list"), cli.unique(args.seeds, "--seeds")
+    cli.require(bool(re.fullmatch(r"[A-Za-z0-9_.-]+", args.run_tag)),
+                f"--run_tag {args.run_tag!r}: use letters, digits, '_', '.' or '-'")
+    cli.require(os.path.isfile(args.launcher), f"launcher not found: {args.launcher}")
     return args
 
 
@@ -45,8 +56,7 @@ def main(argv=None) -> int:
     try:
         runs = plan(args.K_list, args.seeds, args.run_tag, args.budget)
     except ValueError as exc:
-        print(f"sweep_group_size.py: error: {exc}", file=sys.stderr)
-        return 2
+        raise cli.UsageError(str(exc)) from None
     results = launch(runs, args.overrides, args.budget, args.dry_run, args.validate_all, args.keep_going, args.launcher)
     failed = [run["name"] for run, code in results if code != 0]
     print(
@@ -56,4 +66,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

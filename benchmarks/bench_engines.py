@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import time
 
 import torch
 
+from grpo_mse import cli
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.job import Sampler
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
+from grpo_mse.tables.outputs import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -145,23 +146,31 @@ def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, dev
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=os.path.join(ROOT, "assets", "tiny_policy"))
+    p = cli.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default=os.path.join(ROOT, "assets", "tiny_policy"), help="local model folder or hub id")
     p.add_argument("--qwen_shapes", action="store_true", help="random model with Qwen2.5-0.5B's shapes")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"])
-    p.add_argument("--cases", nargs="+", default=["zero_shot", "few_shot"])
-    p.add_argument("--T", type=int, default=3, help="prompts per case")
-    p.add_argument("--M", type=int, default=8)
-    p.add_argument("--K_list", type=int, nargs="+", default=[2, 4, 8, 16])
-    p.add_argument("--max_new_tokens", type=int, default=32)
-    p.add_argument("--groups_per_pass", type=int, default=0, help="fast engine's groups per pass (0 = auto)")
-    p.add_argument("--repeats", type=int, default=3, help="time each engine this many times, keep the fastest")
+    p.add_argument("--device", default="cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
+    p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
+    p.add_argument("--cases", nargs="+", default=["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"],
+                   help="built-in prompt sets")
+    p.add_argument("--T", type=cli.integer(minimum=1), default=3, help="prompts per case")
+    p.add_argument("--M", type=cli.integer(minimum=2), default=8, help="groups per prompt")
+    p.add_argument("--K_list", type=cli.integer(minimum=2), nargs="+", default=[2, 4, 8, 16], help="group sizes")
+    p.add_argument("--max_new_tokens", type=cli.integer(minimum=1), default=32, help="tokens per continuation")
+    p.add_argument("--groups_per_pass", type=cli.integer(minimum=0), default=0,
+                   help="fast engine's groups per pass (0 = auto)")
+    p.add_argument("--repeats", type=cli.integer(minimum=1), default=3,
+                   help="time each engine this many times, keep the fastest")
     p.add_argument("--float64_check", action=argparse.BooleanOptionalAction, default=None,
                    help="also run the reference engine on a float64 copy of the model and report each engine's "
                         "largest relative trace error against it (default: on, except with --qwen_shapes)")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
+    args.K_list, args.cases = cli.unique(args.K_list, "--K_list"), cli.unique(args.cases, "--cases")
+    if args.out:
+        cli.writable_file(args.out, "--out")
+    if not args.qwen_shapes:
+        cli.check_model_path(args.model)
     torch.manual_seed(0)
     if args.qwen_shapes:
         _, tokenizer = load_policy(os.path.join(ROOT, "assets", "tiny_policy"), "cpu", "fp32")
@@ -202,10 +211,8 @@ def main(argv=None) -> None:
             print(f"[{case}]   K={k:<3d} mean continuation length {t['mean_length']:.1f}  "
                   f"reference {t['reference']:.2f}s  fast {t['fast']:.2f}s  x{t['reference'] / t['fast']:.2f}")
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump({"device": args.device, "dtype": args.dtype, "cases": report}, handle, indent=2)
+        write_json(args.out, {"device": args.device, "dtype": args.dtype, "cases": report})
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

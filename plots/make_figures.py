@@ -19,35 +19,47 @@ from grpo_mse.tables.outputs import read_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--tracecov", nargs="*", default=[], help="main JSON files written by run_tracecov.py")
     p.add_argument("--labels", nargs="*", default=None, help="panel titles, one per --tracecov file")
     p.add_argument("--advisor", default=None, help="main JSON with group_size_advisor: draw the bound and K*")
-    p.add_argument("--budget", type=float, default=1024, help="sequences per step N for --advisor")
+    p.add_argument("--budget", type=cli.number(above=0), default=1024, help="sequences per step N for --advisor")
     p.add_argument("--theory", default=None,
                    help="theory JSON of scripts/exact_theory.py: dashed exact curves on the --tracecov panels")
     p.add_argument("--paper", default=None, help="paper_figure4.csv: add the published Figure 4 panels")
     p.add_argument("--training_csv", default=None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
     p.add_argument("--metric", default=None, help="metric of --training_csv to plot (default: first val accuracy)")
-    p.add_argument("--steps", type=int, nargs="*", default=None, help="training steps drawn in Figure 5")
-    p.add_argument("--out_dir", default="results/figures")
+    p.add_argument("--steps", type=cli.integer(minimum=0), nargs="*", default=None,
+                   help="training steps drawn in Figure 5")
+    p.add_argument("--out_dir", default="results/figures", help="output folder")
     p.add_argument("--name", default="figure4", help="file stem of the Figure-4 outputs")
     args = p.parse_args(argv)
     cli.require(bool(args.tracecov or args.paper or args.training_csv or args.advisor),
                 "give --tracecov files, --paper, --advisor and/or --training_csv")
     cli.require(args.theory is None or bool(args.tracecov), "--theory needs --tracecov runs to overlay")
     cli.require(args.labels is None or len(args.labels) == len(args.tracecov), "--labels needs one label per file")
+    cli.writable_dir(args.out_dir, "--out_dir")
     return args
+
+
+def load_curves(path: str, curves: str, what: str) -> dict:
+    """A JSON with ``K_list`` and one list per estimator in ``curves``, each as long as K_list."""
+    loaded = read_json(path, ("K_list", curves), what)
+    ks, values = loaded["K_list"], loaded[curves]
+    ok = isinstance(ks, list) and isinstance(values, dict) and all(
+        isinstance(v, list) and len(v) == len(ks) for v in values.values())
+    cli.require(ok, f"{path}: {what} JSON is incomplete ({curves} does not give one value per K)")
+    return loaded
 
 
 def load_result(path: str) -> dict:
     """A main JSON of run_tracecov.py (K_list and the mean trace per estimator)."""
-    return read_json(path, ("K_list", "conditional_on_x"), "run_tracecov.py main")
+    return load_curves(path, "conditional_on_x", "run_tracecov.py main")
 
 
 def load_theory(path: str) -> dict:
     """A theory JSON of scripts/exact_theory.py (K_list and mean exact trace_cov per estimator)."""
-    return read_json(path, ("K_list", "trace_cov"), "theory")
+    return load_curves(path, "trace_cov", "theory")
 
 
 def check_one_token(result: dict, theory: dict, label: str) -> None:
@@ -113,19 +125,22 @@ def main(argv=None) -> None:
         runs.append((label, result))
     if args.paper:
         runs += paper_results(args.paper)
+    advisor = load_result(args.advisor) if args.advisor else None  # every input is read before any figure
+    cli.require(advisor is None or "group_size_advisor" in advisor,
+                f"{args.advisor}: no group_size_advisor (run without --no_advisor)")
+    if args.training_csv:
+        from grpo_mse.figures.training import main_training, read_training
+
+        training = read_training(args.training_csv, args.metric)
     if runs:
         for path in figure4(runs, os.path.join(args.out_dir, args.name)):
             print(f"wrote {path}")
-    if args.advisor:
-        result = load_result(args.advisor)
-        cli.require("group_size_advisor" in result, f"{args.advisor}: no group_size_advisor (run without --no_advisor)")
-        for path in plot_advisor(result, args.budget, os.path.join(args.out_dir, "group_size_advisor")):
+    if advisor:
+        for path in plot_advisor(advisor, args.budget, os.path.join(args.out_dir, "group_size_advisor")):
             print(f"wrote {path}")
     if args.training_csv:
-        from grpo_mse.figures.training import main_training
-
         main_training(argparse.Namespace(csv=args.training_csv, out_dir=args.out_dir, name="figure5_accuracy_vs_K",
-                                         metric=args.metric, steps=args.steps))
+                                         metric=args.metric, steps=args.steps), training)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
+from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.builtin.tiny_policy import DEFAULT_STEPS, build_and_save, estimate_v
 
@@ -31,22 +31,27 @@ def quantile_line(values) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out_dir", default="assets/tiny_policy")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--lr", type=float, default=None, help="AdamW peak learning rate")
-    parser.add_argument("--batch_size", type=int, default=None)
-    parser.add_argument("--n_train_rows", type=int, default=None)
+    parser = cli.ArgumentParser(description=__doc__)
+    parser.add_argument("--out_dir", default="assets/tiny_policy", help="output folder (files inside replaced)")
+    parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument("--steps", type=cli.integer(minimum=1), default=DEFAULT_STEPS, help="training steps")
+    parser.add_argument("--lr", type=cli.number(above=0), default=None,
+                        help="AdamW peak learning rate (default: built-in)")
+    parser.add_argument("--batch_size", type=cli.integer(minimum=1), default=None,
+                        help="training batch size (default: built-in)")
+    parser.add_argument("--n_train_rows", type=cli.integer(minimum=1), default=None,
+                        help="training rows (default: built-in)")
     parser.add_argument(
         "--threads",
-        type=int,
+        type=cli.integer(minimum=1),
         default=1,
         help="torch threads; the weights depend (slightly) on it, and 1 reproduces the shipped checkpoint bit for bit",
     )
-    parser.add_argument("--eval_prompts", type=int, default=50, help="0 skips the V summary")
-    parser.add_argument("--eval_samples", type=int, default=32)
+    parser.add_argument("--eval_prompts", type=cli.integer(minimum=0), default=50, help="0 skips the V summary")
+    parser.add_argument("--eval_samples", type=cli.integer(minimum=1), default=32,
+                        help="samples per prompt of the V summary")
     args = parser.parse_args(argv)
+    cli.writable_dir(args.out_dir, "--out_dir")
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -70,4 +75,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

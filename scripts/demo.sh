@@ -1,24 +1,44 @@
 #!/usr/bin/env bash
 # The built-in CPU demo: arithmetic data -> oracle V -> trace of covariance -> Figure 4, into results/demo/.
-# Usage: bash scripts/demo.sh            (DEMO_INSTALL=0 skips the pip install step)
+# Usage: bash scripts/demo.sh
+# Settings (environment): DEMO_OUT (output folder, results/demo; emptied first, only if a demo made it),
+# DEMO_MODEL (hub id or folder; default assets/tiny_policy, built when missing), DEMO_INSTALL (1: pip install -r requirements.txt first),
+# DEMO_T (prompts, 192), DEMO_N_ORACLE (samples per prompt for V, 256), DEMO_M (groups, 8), DEMO_K_LIST ("2 4 8 16").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-results/demo}
-MODEL=${MODEL:-assets/tiny_policy}
+source scripts/demo_guard.sh
+case "${1:-}" in
+  -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) fail "scripts/demo.sh takes no arguments (got '$1'); settings are DEMO_* environment variables, see --help" ;;
+esac
+OUT=${DEMO_OUT:-results/demo}
+MODEL=${DEMO_MODEL:-assets/tiny_policy}
+T=${DEMO_T:-192}
+N_ORACLE=${DEMO_N_ORACLE:-256}
+M=${DEMO_M:-8}
+K_LIST=${DEMO_K_LIST:-2 4 8 16}
+need_int DEMO_T "$T" 1
+need_int DEMO_N_ORACLE "$N_ORACLE" 1
+need_int DEMO_M "$M" 2
+for k in $K_LIST; do need_int DEMO_K_LIST "$k" 2; done
+[ -n "$K_LIST" ] || fail "DEMO_K_LIST is empty"
+[ "${DEMO_INSTALL:-1}" = "0" ] || [ "${DEMO_INSTALL:-1}" = "1" ] || fail "DEMO_INSTALL must be 0 or 1"
+check_output "$OUT"  # before any install or data step
 if [ "${DEMO_INSTALL:-1}" = "1" ]; then
   python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # the tiny model runs faster on one thread
 start=$(date +%s)
-[ -f "$MODEL/config.json" ] || python scripts/build_tiny_policy.py --out_dir "$MODEL"
+if [ -z "${DEMO_MODEL:-}" ] && [ ! -f "$MODEL/config.json" ]; then  # only the built-in policy is built here
+  python scripts/build_tiny_policy.py --out_dir "$MODEL"
+fi
 python scripts/make_arithmetic_data.py --out_dir data
-rm -rf "$OUT" && mkdir -p "$OUT"
+fresh_output "$OUT"
 python Gradient_evaluation/calculate_oracle_v.py --model "$MODEL" --dataset data/arithmetic_zero_shot.jsonl \
-  --device cpu --dtype fp32 --limit "${DEMO_T:-192}" --n_oracle "${DEMO_N_ORACLE:-256}" --batch_size 256 \
-  --out_dir "$OUT"
+  --device cpu --dtype fp32 --limit "$T" --n_oracle "$N_ORACLE" --batch_size 256 --out_dir "$OUT"
 python Gradient_evaluation/run_tracecov.py --model "$MODEL" --oracle_table "$OUT"/oracle_v_n*.jsonl \
-  --device cpu --dtype fp32 --T "${DEMO_T:-192}" --M "${DEMO_M:-8}" --K_list ${DEMO_K_LIST:-2 4 8 16} \
-  --gen_bs 256 --save_json "$OUT" --plot_path "$OUT"
+  --device cpu --dtype fp32 --T "$T" --M "$M" --K_list $K_LIST --gen_bs 256 --save_json "$OUT" --plot_path "$OUT"
 python plots/make_figures.py --tracecov "$OUT"/tracecov_*[0-9].json --labels "built-in policy (zero-shot)" \
   --out_dir "$OUT" --name figure4
 python plots/make_figures.py --advisor "$OUT"/tracecov_*[0-9].json --budget 64 --out_dir "$OUT"

@@ -11,7 +11,6 @@ their exact values. The run must use the theory's prompts with --max_new_tokens 
 
 from __future__ import annotations
 
-import argparse
 import os
 
 from grpo_mse import cli
@@ -20,11 +19,12 @@ from grpo_mse.tables.outputs import read_json, write_atomic, write_csv, write_js
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--theory", required=True, help="theory JSON of scripts/exact_theory.py")
     p.add_argument("--tracecov", required=True, help="main JSON of run_tracecov.py (its *_per_prompt.csv beside it)")
-    p.add_argument("--out_dir", default="results/estimators")
+    p.add_argument("--out_dir", default="results/estimators", help="output folder")
     args = p.parse_args(argv)
+    cli.writable_dir(args.out_dir, "--out_dir")
     theory = read_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory")
     run = read_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main")
     csv_path = table.per_prompt_path(args.tracecov)

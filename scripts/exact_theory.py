@@ -20,7 +20,6 @@ token; --reachable_only skips the other rows (their V is 0 and every gradient is
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -30,35 +29,39 @@ from grpo_mse.analysis.theory import gradient_gram
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.tables.inputs import load_rows, oracle_settings, prompt_ids
-from grpo_mse.tables.outputs import timestamp, write_atomic, write_json
+from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
+from grpo_mse.tables.resume import claim
+from grpo_mse.tables.validate import check_answers, check_prompts
 
 BUILTIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tiny_policy")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     cli.add_model_flags(p, model=BUILTIN, device="cpu", dtype="fp32",
                         model_help="hub id or local folder (default: the built-in policy)")
     p.add_argument("--dataset", required=True, help="local .jsonl/.parquet/folder with prompt and ground_truth")
-    p.add_argument("--split", default="train")
+    p.add_argument("--split", default="train", help="split of a dataset folder")
     p.add_argument("--T", type=int, default=16, help="number of prompts (the first T, after --reachable_only)")
     p.add_argument("--reachable_only", action="store_true",
                    help="skip rows whose ground truth no single token can produce")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top_p", type=float, default=1.0, help="nucleus of the sampled law (1: the whole vocabulary)")
+    p.add_argument("--temperature", type=cli.number(above=0), default=1.0, help="sampling temperature")
+    p.add_argument("--top_p", type=cli.number(above=0, maximum=1), default=1.0,
+                   help="nucleus of the sampled law (1: the whole vocabulary)")
     p.add_argument("--score_distribution", default="model", choices=("model", "sampling"),
                    help="score of log pi_T (untruncated) or of the sampled law q (run_tracecov.py's flag)")
     p.add_argument("--K_list", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32],
                    help="group sizes of the exact curves (>= 2)")
     p.add_argument("--estimators", nargs="+", default=ot.DEFAULT_ESTIMATORS, choices=est.ALL)
-    p.add_argument("--max_jacobian_gb", type=float, default=4.0,
+    p.add_argument("--max_jacobian_gb", type=cli.number(above=0), default=4.0,
                    help="refuse models whose logit Jacobian (vocab x parameters, fp32) is larger")
-    p.add_argument("--out_dir", default="results/theory")
+    p.add_argument("--out_dir", default="results/theory", help="output folder")
     args = p.parse_args(argv)
     cli.require(args.T >= 1, f"--T must be >= 1 (got {args.T})")
     cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
-    cli.require(args.temperature > 0, f"--temperature must be > 0 (got {args.temperature})")
-    cli.require(0 < args.top_p <= 1, f"--top_p must be in (0, 1] (got {args.top_p})")
+    args.K_list, args.estimators = cli.unique(args.K_list, "--K_list"), cli.unique(args.estimators, "--estimators")
+    cli.writable_dir(args.out_dir, "--out_dir")
+    cli.check_model_path(args.model)
     return args
 
 
@@ -72,6 +75,8 @@ def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool)
 def main(argv=None) -> None:
     args = parse_args(argv)
     rows = load_rows(args.dataset, args.split)
+    check_prompts(rows, args.dataset)
+    check_answers(rows, args.dataset)
     model, tokenizer = load_policy(args.model, args.device, args.dtype, args.revision, args.trust_remote_code)
     size = ot.jacobian_bytes(model) / 2**30
     cli.require(size <= args.max_jacobian_gb, f"the logit Jacobian needs {size:.3g} GiB > --max_jacobian_gb "
@@ -88,14 +93,16 @@ def main(argv=None) -> None:
         prompts.append(ot.prompt_summary(row, enum, args.K_list, args.estimators))
         gradients.append(enum.g)
         settings = {**oracle_settings(args, None), "max_new_tokens": 1}
-        oracle_lines.append(json.dumps(ot.oracle_record(row, prompts[-1]["V"], settings), ensure_ascii=False) + "\n")
+        oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1]["V"], settings)) + "\n")
     config = {**vars(args), "n_rows_used": len(rows), "matching_run_flags": {
         "max_new_tokens": 1, "top_p": args.top_p, "temperature": args.temperature,
         "score_distribution": args.score_distribution}}
     summary = ot.theory_summary(prompts, gradient_gram(gradients), args.K_list, args.estimators, config)
-    stem = f"{model_basename_tag(args.model)}_{timestamp()}"
-    oracle_path = os.path.join(args.out_dir, f"oracle_exact_{stem}.jsonl")
-    theory_path = os.path.join(args.out_dir, f"theory_{stem}.json")
+    os.makedirs(args.out_dir, exist_ok=True)
+    theory_stem = claim(os.path.join(args.out_dir, f"theory_{model_basename_tag(args.model)}_{timestamp()}"), ".json")
+    theory_path = theory_stem + ".json"  # claimed: a run started in the same second gets its own name
+    oracle_path = os.path.join(args.out_dir, "oracle_exact_" + os.path.basename(theory_stem).removeprefix("theory_")
+                               + ".jsonl")
     write_atomic(oracle_path, "".join(oracle_lines))
     write_json(theory_path, summary)
     c = summary["scaling_constants"]

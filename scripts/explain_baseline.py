@@ -8,17 +8,17 @@ and unlikely (large norms), the paper's Assumption 2 fails and the baseline adds
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
 
+from grpo_mse import cli
 from grpo_mse.gradients.job import Sampler
 from grpo_mse.gradients.statistics import dot64
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
+from grpo_mse.tables.validate import check_answers, check_oracle_values, check_prompts
 
 
 def score_norms(sampler: Sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,17 +35,22 @@ def score_norms(sampler: Sampler, row: dict, key: int, n: int) -> tuple[np.ndarr
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="assets/tiny_policy")
-    p.add_argument("--oracle_table", required=True)
-    p.add_argument("--prompts", type=int, default=12, help="prompts with 0 < V < 1 to measure")
-    p.add_argument("--n", type=int, default=128, help="samples per prompt")
-    p.add_argument("--out", default="results/demo/baseline_diagnostic.json")
+    p = cli.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default="assets/tiny_policy", help="local model folder or hub id (runs on CPU)")
+    p.add_argument("--oracle_table", required=True, help="oracle table of calculate_oracle_v.py")
+    p.add_argument("--prompts", type=cli.integer(minimum=1), default=12, help="prompts with 0.05 < V < 0.95 to measure")
+    p.add_argument("--n", type=cli.integer(minimum=1), default=128, help="samples per prompt")
+    p.add_argument("--out", required=True, help="output JSON file (replaced if it exists)")
     args = p.parse_args(argv)
+    cli.writable_file(args.out, "--out")
+    cli.check_model_path(args.model)
+    table = load_rows(args.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
+    for check in (check_prompts, check_answers, check_oracle_values):
+        check(table, args.oracle_table)
+    rows = [r for r in table if 0.05 < r["V_oracle"] < 0.95][: args.prompts]
+    cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
     model, tokenizer = load_policy(args.model, "cpu", "fp32")
     sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 32, 256, 0)
-    rows = [r for r in load_rows(args.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
-            if 0.05 < r["V_oracle"] < 0.95][: args.prompts]
     per_prompt = []
     for index, row in enumerate(rows):
         rewards, norms = score_norms(sampler, row, row.get("id", index), args.n)
@@ -68,4 +73,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -21,44 +21,62 @@ import time
 
 import torch
 
+from grpo_mse import cli
 from grpo_mse.analysis import simulation as sim
 from grpo_mse.gradients.estimators import UNBIASED
 from grpo_mse.tables.outputs import write_csv, write_json
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(description=__doc__)
     defaults = sim.SimulationConfig()
-    parser.add_argument("--model", default=defaults.model)
-    parser.add_argument("--budget", type=int, default=defaults.budget, help="N = B*K sequences per step")
-    parser.add_argument("--K_list", type=int, nargs="+", default=list(defaults.K_list))
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds))
+    parser.add_argument("--model", default=defaults.model, help="local model folder or hub id")
+    parser.add_argument("--budget", type=cli.integer(minimum=1), default=defaults.budget,
+                        help="N = B*K sequences per step")
+    parser.add_argument("--K_list", type=cli.integer(minimum=2), nargs="+", default=list(defaults.K_list),
+                        help="group sizes (each divides --budget)")
+    parser.add_argument("--seeds", type=cli.integer(minimum=0), nargs="+", default=list(defaults.seeds),
+                        help="SGD seeds")
     parser.add_argument("--estimators", nargs="+", default=list(defaults.estimators),
-                        choices=UNBIASED)
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
+                        choices=UNBIASED, help="gradient estimators compared")
+    parser.add_argument("--steps", type=cli.integer(minimum=1), default=defaults.steps, help="SGD steps")
+    parser.add_argument("--lr", type=cli.number(above=0), default=defaults.lr, help="learning rate")
     parser.add_argument("--oracle", choices=["mc", "running"], default=defaults.oracle,
                         help="V stand-in of oracleV: n_v fresh samples (mc) or a running per-prompt average")
-    parser.add_argument("--n_v", type=int, default=defaults.n_v, help="extra samples per prompt for V")
-    parser.add_argument("--eval_every", type=int, default=defaults.eval_every,
+    parser.add_argument("--n_v", type=cli.integer(minimum=1), default=defaults.n_v,
+                        help="extra samples per prompt for V")
+    parser.add_argument("--eval_every", type=cli.integer(minimum=0), default=defaults.eval_every,
                         help="held-out evaluation every n steps (0: at the end only)")
-    parser.add_argument("--train_prompts", type=int, default=defaults.train_prompts)
-    parser.add_argument("--train_seed", type=int, default=defaults.train_seed)
-    parser.add_argument("--heldout_prompts", type=int, default=defaults.heldout_prompts)
-    parser.add_argument("--heldout_seed", type=int, default=defaults.heldout_seed)
-    parser.add_argument("--heldout_samples", type=int, default=defaults.heldout_samples)
-    parser.add_argument("--style", choices=["zero_shot", "few_shot"], default=defaults.style)
-    parser.add_argument("--temperature", type=float, default=defaults.temperature)
-    parser.add_argument("--top_p", type=float, default=defaults.top_p)
-    parser.add_argument("--max_new_tokens", type=int, default=defaults.max_new_tokens)
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1 is fastest here)")
-    parser.add_argument("--out_dir", default="results/simulation")
+    parser.add_argument("--train_prompts", type=cli.integer(minimum=1), default=defaults.train_prompts,
+                        help="training prompts")
+    parser.add_argument("--train_seed", type=int, default=defaults.train_seed, help="seed of the training prompts")
+    parser.add_argument("--heldout_prompts", type=cli.integer(minimum=1), default=defaults.heldout_prompts,
+                        help="held-out prompts")
+    parser.add_argument("--heldout_seed", type=int, default=defaults.heldout_seed, help="seed of the held-out prompts")
+    parser.add_argument("--heldout_samples", type=cli.integer(minimum=1), default=defaults.heldout_samples,
+                        help="samples per held-out prompt")
+    parser.add_argument("--style", choices=["zero_shot", "few_shot"], default=defaults.style, help="prompt style")
+    parser.add_argument("--temperature", type=cli.number(above=0), default=defaults.temperature,
+                        help="sampling temperature")
+    parser.add_argument("--top_p", type=cli.number(above=0, maximum=1), default=defaults.top_p, help="nucleus mass")
+    parser.add_argument("--max_new_tokens", type=cli.integer(minimum=1), default=defaults.max_new_tokens,
+                        help="tokens per continuation")
+    parser.add_argument("--threads", type=cli.integer(minimum=1), default=1,
+                        help="torch.set_num_threads (1 is fastest here)")
+    parser.add_argument("--out_dir", default="results/simulation", help="output folder")
     parser.add_argument("--records_csv", default=None,
                         help="summarise this earlier algorithm1.csv (same settings) instead of running the SGD sweep "
                              "again: the runs do not depend on the advisor, only the summary does")
     parser.add_argument("--advisor_json", nargs="*", default=None,
                         help="tracecov results JSON with group_size_advisor (K* measured at the starting policy)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.K_list, args.seeds = cli.unique(args.K_list, "--K_list"), cli.unique(args.seeds, "--seeds")
+    args.estimators = cli.unique(args.estimators, "--estimators")
+    bad = [k for k in args.K_list if args.budget % k]
+    cli.require(not bad, f"every K must divide --budget {args.budget} (not {' '.join(map(str, bad))})")
+    cli.writable_dir(args.out_dir, "--out_dir")
+    cli.check_model_path(args.model)
+    return args
 
 
 def make_config(args) -> sim.SimulationConfig:
@@ -194,4 +212,4 @@ def print_summary(summary: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

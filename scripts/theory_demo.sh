@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
 # Exact theory against Monte Carlo on the built-in policy with ONE generated token (top_p 1), on CPU:
 #   exact oracle table + exact curves -> run_tracecov.py (all five estimators) -> overlay figure -> estimator table.
-# Outputs: results/theory/ (oracle_exact_*.jsonl, theory_*.json, tracecov_*, theory_vs_mc.png/.pdf) and
-# results/estimators/ (estimator_table.csv/.md, advisor_check.json). About 2 minutes on one thread.
-# Sizes: THEORY_T (prompts, 16), THEORY_M (groups per prompt, 64), THEORY_K_LIST (Monte Carlo K, "2 4 8 16").
+# Usage: bash scripts/theory_demo.sh     (about 2 minutes on one thread)
+# Settings (environment): THEORY_OUT (results/theory; emptied first, only if a demo made it),
+# THEORY_TABLE_OUT (estimator table folder, results/estimators), THEORY_MODEL (assets/tiny_policy),
+# THEORY_T (prompts, 16), THEORY_M (groups per prompt, 64), THEORY_K_LIST (Monte Carlo K, "2 4 8 16").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-results/theory}
-TABLE_OUT=${TABLE_OUT:-results/estimators}
-MODEL=${MODEL:-assets/tiny_policy}
+source scripts/demo_guard.sh
+case "${1:-}" in
+  -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) fail "scripts/theory_demo.sh takes no arguments (got '$1'); settings are THEORY_* environment variables, see --help" ;;
+esac
+OUT=${THEORY_OUT:-results/theory}
+TABLE_OUT=${THEORY_TABLE_OUT:-results/estimators}
+MODEL=${THEORY_MODEL:-assets/tiny_policy}
 T=${THEORY_T:-16}
+M=${THEORY_M:-64}
+K_LIST=${THEORY_K_LIST:-2 4 8 16}
+need_int THEORY_T "$T" 1
+need_int THEORY_M "$M" 2
+[ -n "$K_LIST" ] || fail "THEORY_K_LIST is empty"
+for k in $K_LIST; do need_int THEORY_K_LIST "$k" 2; done
+[ ! -e "$TABLE_OUT" ] || [ -d "$TABLE_OUT" ] || fail "$TABLE_OUT is a file, not a folder"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 start=$(date +%s)
-rm -rf "$OUT" && mkdir -p "$OUT"
+fresh_output "$OUT"
 # 1. exact: the first T zero-shot rows whose answer one token can produce (a single digit; others have V = 0)
 python scripts/exact_theory.py --model "$MODEL" --dataset data/arithmetic_zero_shot.jsonl --T "$T" --reachable_only \
   --temperature 1.0 --K_list 2 3 4 5 6 8 10 12 16 --out_dir "$OUT"
 # 2. Monte Carlo on the same prompts, one token, top_p 1, the exact V as oracle baseline; c1 in batches of 4 prompts
 python Gradient_evaluation/run_tracecov.py --model "$MODEL" --oracle_table "$OUT"/oracle_exact_*.jsonl \
-  --device cpu --dtype fp32 --T "$T" --M "${THEORY_M:-64}" --K_list ${THEORY_K_LIST:-2 4 8 16} \
+  --device cpu --dtype fp32 --T "$T" --M "$M" --K_list $K_LIST \
   --temperature 1.0 --top_p 1 --max_new_tokens 1 --gen_bs 256 --c1_batch 4 \
   --estimators naive grpo oracleV grpo_std drgrpo --save_json "$OUT" --skip_plot
 # 3. the figure: Monte Carlo points with 95% intervals, exact curves dashed

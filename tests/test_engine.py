@@ -193,3 +193,30 @@ def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
     reference = prompt_traces(logprob_fn, params, groups, rewards, 0.2, est.ALL, "reference").traces
     for n in est.ALL:
         assert fast[n] == pytest.approx(reference[n], rel=1e-5, abs=1e-12)
+
+
+@pytest.mark.parametrize("error, falls_back", [
+    (RuntimeError("Batching rule not implemented for aten::foo. We could not generate a fallback."), True),
+    (RuntimeError("vmap: It looks like you're calling .item() on a Tensor"), True),
+    (RuntimeError("CUDA error: device-side assert triggered"), False),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
+])
+def test_only_a_missing_vmap_rule_falls_back(random_lm, monkeypatch, error, falls_back):
+    """The plain-pass fallback is for the no-batching-rule error only; OOM names --groups_per_pass."""
+    import grpo_mse.gradients.engine as engine
+
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=5)
+    real_grad = torch.autograd.grad
+
+    def failing(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            raise error
+        return real_grad(*args, **kwargs)
+    monkeypatch.setattr(torch.autograd, "grad", failing)
+    output = logprob_fn(groups[0] + groups[1])
+    if falls_back:
+        assert engine.row_vjps(output, params, torch.eye(6)[:3], batched=True).stacked is None
+        return
+    with pytest.raises(type(error)) as raised:
+        engine.row_vjps(output, params, torch.eye(6)[:3], batched=True)
+    assert ("--groups_per_pass" in str(raised.value)) == isinstance(error, torch.OutOfMemoryError)

@@ -32,11 +32,13 @@ def test_defaults_and_saved_keys_are_the_original_flags():
     assert tracecov.record() == TRACECOV_DEFAULTS
     oracle = OracleConfig.from_argv(["--model", "m", "--dataset", "d.jsonl"])
     assert oracle.record() == ORACLE_DEFAULTS
-    assert set(TracecovConfig.RESULT_FIELDS) < set(TRACECOV_DEFAULTS)
+    # every result field is a flag, except the table's content fingerprint, which the run adds to its saved config
+    assert set(TracecovConfig.RESULT_FIELDS) - {"oracle_table_fingerprint"} < set(TRACECOV_DEFAULTS)
+    assert set(OracleConfig.RESULT_FIELDS) < set(ORACLE_DEFAULTS)
 
 
 def test_every_flag_is_parsed_into_its_field():
-    argv = ["--model", "x/y", "--revision", "r", "--device", "cpu", "--dtype", "fp32", "--trust_remote_code",
+    argv = ["--model", "x/y", "--revision", "r", "--device", "cuda:1", "--dtype", "fp32", "--trust_remote_code",
             "--oracle_table", "t", "--seed", "3", "--T", "7", "--M", "5", "--K_list", "2", "6", "--temperature", "0.5",
             "--top_p", "0.9", "--max_new_tokens", "4", "--gen_bs", "8", "--subsample_prompts", "9", "--save_json", "s",
             "--plot_path", "p", "--engine", "reference", "--groups_per_pass", "2", "--estimators", "grpo", "drgrpo",
@@ -45,7 +47,7 @@ def test_every_flag_is_parsed_into_its_field():
             "--allowed_K", "2", "8"]
     config = TracecovConfig.from_argv(argv)
     assert config.record() == {
-        "model": "x/y", "revision": "r", "device": "cpu", "dtype": "fp32", "trust_remote_code": True,
+        "model": "x/y", "revision": "r", "device": "cuda:1", "dtype": "fp32", "trust_remote_code": True,
         "oracle_table": "t", "seed": 3, "T": 7, "M": 5, "K_list": [2, 6], "temperature": 0.5, "top_p": 0.9,
         "max_new_tokens": 4, "gen_bs": 8, "subsample_prompts": 9, "save_json": "s", "plot_path": "p",
         "skip_plot": False, "engine": "reference", "groups_per_pass": 2, "estimators": ["grpo", "drgrpo"],

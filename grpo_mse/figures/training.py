@@ -106,12 +106,37 @@ def table2(frame, metric: str | None = None, percent: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main_training(args=None) -> dict:
-    """Figure 5 (PNG+PDF) and Table 2 (markdown) from a collected CSV; ``args`` as from ``parse_args``."""
+COLUMNS = ("K", "seed", "step", "metric", "value")
+
+
+def read_training(path: str, metric: str | None = None):
+    """The collected table at ``path``, checked: it exists, has the columns and rows, and holds ``metric``
+    (or a default accuracy metric). Problems are one-line DataErrors."""
     import pandas as pd
 
+    from grpo_mse.tables.inputs import DataError
+
+    if not os.path.isfile(path):
+        raise DataError(f"training CSV not found: {path}")
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not a readable CSV ({str(error).splitlines()[0]})") from None
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing or frame.empty:
+        raise DataError(f"{path}: " + (f"no {', '.join(missing)} column" if missing else "no rows")
+                        + " (expected the CSV of Policy_Optimization/collect_runs.py)")
+    try:
+        pick_metric(frame, metric)
+    except ValueError as error:
+        raise DataError(f"{path}: {error}") from None
+    return frame
+
+
+def main_training(args=None, frame=None) -> dict:
+    """Figure 5 (PNG+PDF) and Table 2 (markdown) from a collected CSV; ``args`` as from ``parse_args``."""
     args = parse_args(args) if args is None or isinstance(args, list) else args
-    frame = pd.read_csv(args.csv)
+    frame = read_training(args.csv, args.metric) if frame is None else frame
     figure = plot_figure5(frame, os.path.join(args.out_dir, args.name), args.metric, args.steps)
     table_path = os.path.join(args.out_dir, f"{args.name}_table.md")
     with open(table_path, "w", encoding="utf-8") as f:
@@ -122,14 +147,21 @@ def main_training(args=None) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Figure 5 and Table 2 from collected training runs")
+    from grpo_mse import cli
+
+    p = cli.ArgumentParser(description="Figure 5 and Table 2 from collected training runs")
     p.add_argument("--csv", required=True, help="CSV written by Policy_Optimization/collect_runs.py")
-    p.add_argument("--out_dir", default="results/figures")
-    p.add_argument("--name", default="figure5_accuracy_vs_K")
+    p.add_argument("--out_dir", default="results/figures", help="output folder")
+    p.add_argument("--name", default="figure5_accuracy_vs_K", help="file stem of the outputs")
     p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
-    p.add_argument("--steps", type=int, nargs="*", default=None, help="default: four steps incl. the last")
-    return p.parse_args(argv)
+    p.add_argument("--steps", type=cli.integer(minimum=0), nargs="*", default=None,
+                   help="default: four steps incl. the last")
+    args = p.parse_args(argv)
+    cli.writable_dir(args.out_dir, "--out_dir")
+    return args
 
 
 if __name__ == "__main__":
-    main_training()
+    from grpo_mse import cli
+
+    cli.run(main_training)

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from grpo_mse import cli
 from grpo_mse.cli import require
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import UNBIASED
@@ -49,6 +50,9 @@ class ModelConfig:
             values = value if isinstance(value, list) else [value]
             require(choices is None or all(v in choices for v in values),
                     f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})")
+        cli.check_device(self.device)
+        cli.check_backend(self.backend, self.device, self.vllm_gpu_util)
+        cli.check_model_path(self.model)
 
     def record(self) -> dict:
         """Every field by name (the ``config`` saved with the results)."""
@@ -70,8 +74,7 @@ class ModelConfig:
     @classmethod
     def from_argv(cls, argv=None, description: str | None = None):
         """Parse ``argv`` (sys.argv when None) into a validated config; bad values raise UsageError."""
-        parser = argparse.ArgumentParser(description=description,
-                                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parser = cli.ArgumentParser(description=description)
         cls.add_flags(parser)
         namespace = parser.parse_args(argv)
         return cls(**{spec.name: getattr(namespace, spec.name) for spec in dataclasses.fields(cls)})
@@ -91,13 +94,24 @@ class OracleConfig(ModelConfig):
     max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
     out_dir: str = option("oracle_v_results", help="output folder of the JSONL table")
     limit: int | None = option(None, type=int, help="only the first N rows")
-    resume: bool = option(False, help="append to the latest matching file, skipping done ids")
+    resume: bool = option(False, help="continue the newest file in --out_dir with equal settings (docs/safety.md), "
+                                      "skipping done ids")
+
+    # Fields that change the numbers: --resume continues a file only when all of them are equal (the dataset
+    # as its content fingerprint, saved beside the output in ``*.settings.json``).
+    RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
+        "model", "revision", "dataset", "split", "n_oracle", "seed", "temperature", "top_p", "max_new_tokens",
+        "dtype", "backend")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.n_oracle >= 1, f"--n_oracle must be >= 1 (got {self.n_oracle})")
         require(self.batch_size >= 1, f"--batch_size must be >= 1 (got {self.batch_size})")
         require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+        cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
+        if self.limit is not None:
+            cli.check_range("--limit", self.limit, minimum=1)
+        cli.writable_dir(self.out_dir, "--out_dir")
 
 
 @dataclass(kw_only=True)
@@ -105,16 +119,18 @@ class TracecovConfig(ModelConfig):
     """run_tracecov.py: trace of covariance of each estimator per prompt, averaged over T prompts, per K."""
 
     # Fields that change the numbers: a resumed run must agree on all of them.
+    # (the table as its content fingerprint ``oracle_table_fingerprint``, saved in the progress log's header)
     RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
-        "model", "oracle_table", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p", "max_new_tokens",
-        "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch", "no_advisor", "backend",
-        "score_distribution")
+        "model", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
+        "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch", "no_advisor",
+        "backend", "score_distribution")
 
     model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
     dtype: str = option("bf16", choices=DTYPES, help="model weights' dtype")
     oracle_table: str = option(help=".jsonl/.parquet with prompt, ground_truth, V_oracle (or VERL rows + V_oracle)")
     seed: int = option(0, type=int, help="random seed (sample j of prompt key at K uses stream (seed, K, key, j))")
-    T: int = option(500, type=int, help="prompts used (all rows if the table is shorter)")
+    T: int = option(500, type=int, help="prompts used: the first T of a shuffle seeded with --seed (all, in order, "
+                                        "if no more rows)")
     M: int = option(16, type=int, help="independent groups per prompt (>= 2)")
     K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", help="group sizes (>= 2)")
     temperature: float = option(1.0, type=float, help="sampling temperature")
@@ -148,7 +164,8 @@ class TracecovConfig(ModelConfig):
     allowed_K: list[int] | None = option(None, type=int, nargs="+",
                                          help="advisor: group sizes to choose from (default: the powers of two "
                                               "dividing --budget)")
-    resume: bool = option(False, help="continue the latest unfinished matching run")
+    resume: bool = option(False, help="continue the newest unfinished run in --save_json with equal settings "
+                                      "(docs/safety.md)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -162,6 +179,13 @@ class TracecovConfig(ModelConfig):
         require(self.c1_batch >= 1, f"--c1_batch must be >= 1 (got {self.c1_batch})")
         require(self.skip_plot or bool(self.plot_path), "--plot_path is required unless --skip_plot")
         require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+        for flag, minimum in (("gen_bs", 1), ("max_new_tokens", 1), ("subsample_prompts", 1)):
+            if getattr(self, flag) is not None:
+                cli.check_range(f"--{flag}", getattr(self, flag), minimum=minimum)
+        self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
+        cli.writable_dir(self.save_json, "--save_json")
+        if not self.skip_plot:
+            cli.writable_dir(self.plot_path, "--plot_path")
 
     @property
     def with_advisor(self) -> bool:

@@ -75,6 +75,12 @@ class RowGradients:
     stacked: list[torch.Tensor] | None = None
 
 
+def lacks_vmap_rule(error: RuntimeError) -> bool:
+    """True for PyTorch's "no batching rule" error of a vmapped backward (the one case with a plain fallback)."""
+    text = str(error).lower()
+    return "batching rule" in text or text.startswith("vmap:")
+
+
 def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch.Tensor,
              batched: bool) -> RowGradients:
     """Rows grad <cotangents[b], output>: one batched backward call (``is_grads_batched``, a vmap) when
@@ -87,8 +93,12 @@ def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch
         try:
             grads = torch.autograd.grad(output, params, grad_outputs=cotangents, is_grads_batched=True,
                                         allow_unused=True)
-        except RuntimeError:
-            pass
+        except RuntimeError as error:
+            if isinstance(error, torch.OutOfMemoryError):
+                raise torch.OutOfMemoryError(f"{str(error).splitlines()[0]} (batched backward of {count} rows; "
+                                             "lower --groups_per_pass, e.g. 1)") from error
+            if not lacks_vmap_rule(error):
+                raise
         else:
             stacked = [torch.zeros((count, *p.shape), dtype=p.dtype, device=p.device) if g is None else g
                        for g, p in zip(grads, params)]

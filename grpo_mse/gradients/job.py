@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import random
 import sys
 from dataclasses import dataclass
 
@@ -21,8 +20,16 @@ from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
 from grpo_mse.rewards.rules import row_reward
-from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, settings_mismatch
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
 from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, timestamp, write_csv, write_json
+from grpo_mse.tables.resume import choose, claim, fingerprint, lock
+from grpo_mse.tables.validate import (
+    check_answers,
+    check_oracle_values,
+    check_prompt_lengths,
+    check_prompts,
+    model_positions,
+)
 
 NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
         "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
@@ -160,20 +167,27 @@ def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k
         append_jsonl(progress, batches[(k, batch_id)])
 
 
-def find_resumable(save_dir: str, tag: str, config: dict) -> str | None:
-    """Base path of the latest unfinished run of ``tag`` in ``save_dir`` whose saved ``config`` agrees with
-    ``config`` on every one of TracecovConfig.RESULT_FIELDS."""
-    candidates = sorted(glob.glob(os.path.join(glob.escape(save_dir), f"tracecov_{tag}_*.progress*.jsonl")))
-    for path in reversed(candidates):
+def find_resumable(save_dir: str, config: dict) -> str | None:
+    """Base path of the newest unfinished run in ``save_dir`` whose saved config equals ``config`` on every one
+    of TracecovConfig.RESULT_FIELDS; None when there is no unfinished run, a UsageError naming the fields that
+    differ when none matches."""
+    candidates = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(save_dir), "tracecov_*.progress.rank0.jsonl")),
+                       key=os.path.getmtime):
         with open(path, encoding="utf-8") as handle:
             try:
-                header = json.loads(handle.readline())
-            except ValueError:
-                continue
-        saved = header.get("config", {})
-        if all(saved.get(f) == config.get(f) for f in TracecovConfig.RESULT_FIELDS):
-            return path.split(".progress")[0]
-    return None
+                saved = json.loads(handle.readline()).get("config")
+            except (ValueError, AttributeError):
+                saved = None
+        candidates.append((path.split(".progress")[0], saved))
+    return choose(candidates, config, TracecovConfig.RESULT_FIELDS)
+
+
+def new_base(save_dir: str, tag: str) -> str:
+    """A fresh run base ``tracecov_{tag}_{timestamp}`` (``_2``, ... if taken), claimed by creating its rank-0 log."""
+    def taken(stem: str) -> bool:
+        return bool(glob.glob(glob.escape(stem) + "[._]*"))
+    return claim(os.path.join(save_dir, f"tracecov_{tag}_{timestamp()}"), ".progress.rank0.jsonl", taken)
 
 
 def detailed(records: list[dict], k: int, names) -> dict:
@@ -227,13 +241,13 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
     """The T rows used (after the optional seeded subsample) and their random-stream keys."""
     rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
     keys = row_keys(rows)
-    order = list(range(len(rows)))
-    if config.subsample_prompts:
-        order = random.Random(config.seed).sample(order, min(config.subsample_prompts, len(order)))
+    order = selection(len(rows), config.T, config.seed, config.subsample_prompts)
     if config.T > len(order):
         print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
-    order = order[: config.T]
-    return [rows[i] for i in order], [keys[i] for i in order]
+    chosen = [rows[i] for i in order]
+    for check in (check_prompts, check_answers, check_oracle_values):
+        check(chosen, config.oracle_table)
+    return chosen, [keys[i] for i in order]
 
 
 def run_tracecov(config: TracecovConfig) -> dict | None:
@@ -245,20 +259,24 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
     rank, world, device = dist.init_from_env(config.device)
     rows, keys = select_rows(config)
     model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
-    for row in rows:  # fail on unformattable prompts or bad values before any file is written
-        prompt_ids(tokenizer, row["prompt"])
-        cli.require(isinstance(row["V_oracle"], (int, float)), f"V_oracle must be a number (got {row['V_oracle']!r})")
-    saved_config = {**config.record(), "device": device, "world_size": world}
+    lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
+    check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
+    saved_config = {**config.record(), "device": device, "world_size": world,
+                    "oracle_table_fingerprint": fingerprint(config.oracle_table)}
     mismatch = settings_mismatch(rows, saved_config)
     if mismatch and rank == 0:
         print(f"warning: {mismatch}", file=sys.stderr)
-    tag = model_tag(config.model)
-    base = find_resumable(config.save_json, tag, saved_config) if config.resume else None
-    base = dist.broadcast_text(base or os.path.join(config.save_json, f"tracecov_{tag}_{timestamp()}"))
+    base = find_resumable(config.save_json, saved_config) if config.resume and rank == 0 else None
+    if rank == 0 and base is None:
+        if config.resume:
+            print(f"note: no unfinished run in {config.save_json}; starting a new one", file=sys.stderr)
+        os.makedirs(config.save_json, exist_ok=True)
+        base = new_base(config.save_json, model_tag(config.model))
+    base = dist.broadcast_text(base)
     progress = f"{base}.progress.rank{rank}.jsonl"
-    os.makedirs(config.save_json, exist_ok=True)
+    run_lock = lock(progress)  # one writer per progress log, held until the run ends
     done, batches = load_progress(base)
-    if not os.path.exists(progress):
+    if os.path.getsize(progress) == 0:
         append_jsonl(progress, {"config": saved_config})
     if done:
         print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
@@ -272,6 +290,7 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
     if rank == 0:
         for path in progress_paths(base):
             os.remove(path)
+    run_lock.close()
     dist.finish()
     return outcome
 

@@ -1,7 +1,8 @@
 """The oracle-value run: Monte Carlo V(x) = P(reward = 1 | x) per prompt, appended to a JSONL table.
 
 Each line is the input row plus V_oracle, n_oracle, correct_count and a 95% Wilson interval,
-written as soon as a prompt's samples are scored; --resume continues the latest matching file.
+written as soon as a prompt's samples are scored. The run's settings are saved beside the table
+(``*.settings.json``); --resume continues the newest file whose settings are equal.
 """
 
 from __future__ import annotations
@@ -19,17 +20,57 @@ from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_t
 from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys
-from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, timestamp, wilson_interval, write_atomic
+from grpo_mse.tables.outputs import (
+    append_jsonl,
+    read_complete_jsonl,
+    timestamp,
+    to_json,
+    wilson_interval,
+    write_atomic,
+    write_json,
+)
+from grpo_mse.tables.resume import choose, claim, fingerprint, lock
+from grpo_mse.tables.validate import check_answers, check_prompt_lengths, check_prompts, model_positions
 
 
-def output_path(config: OracleConfig) -> str:
-    """The latest matching file when resuming, else a new timestamped one."""
-    stem = f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model)}_"
-    if config.resume:
-        existing = sorted(glob.glob(os.path.join(glob.escape(config.out_dir), stem + "*.jsonl")))
-        if existing:
-            return existing[-1]
-    return os.path.join(config.out_dir, f"{stem}{timestamp()}.jsonl")
+def settings(config: OracleConfig) -> dict:
+    """The run's RESULT_FIELDS, with the dataset as its content fingerprint (or hub id)."""
+    return {**{name: getattr(config, name) for name in config.RESULT_FIELDS}, "dataset": fingerprint(config.dataset)}
+
+
+def settings_path(path: str) -> str:
+    return path[: -len(".jsonl")] + ".settings.json"
+
+
+def read_settings(path: str) -> dict | None:
+    """The saved settings of an oracle file, or None when missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            saved = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def resumable(config: OracleConfig, current: dict) -> str | None:
+    """The newest file in --out_dir with equal settings; None when there is none (a one-line refusal naming
+    what differs when the newest file's settings differ)."""
+    candidates = [(path, read_settings(settings_path(path)))
+                  for path in sorted(glob.glob(os.path.join(glob.escape(config.out_dir), "oracle_v_n*.jsonl")),
+                                     key=os.path.getmtime)]
+    chosen = choose(candidates, current, config.RESULT_FIELDS)
+    if chosen is None:
+        print(f"note: nothing to resume in {config.out_dir}; starting a new file", file=sys.stderr)
+    return chosen
+
+
+def new_output(config: OracleConfig, current: dict) -> str:
+    """A new timestamped file (``_2``, ... when the name is taken), created here beside its settings."""
+    os.makedirs(config.out_dir, exist_ok=True)
+    stem = claim(os.path.join(config.out_dir, f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model)}_"
+                                              f"{timestamp()}"), ".jsonl")
+    write_json(stem + ".settings.json", current)
+    return stem + ".jsonl"
 
 
 def sampled_texts(config: OracleConfig, model, tokenizer, ids, keys, todo, eos, vllm=None):
@@ -62,12 +103,18 @@ def run_oracle(config: OracleConfig) -> dict | None:
     """The whole run of calculate_oracle_v.py; on rank 0 returns {"path", "new", "total", "seconds"}."""
     rank, world, device = dist.init_from_env(config.device)
     rows = load_rows(config.dataset, config.split)[: config.limit]
+    check_prompts(rows, config.dataset)
+    check_answers(rows, config.dataset)
     keys = row_keys(rows)
+    current = settings(config)
+    path = resumable(config, current) if config.resume and rank == 0 else None
     model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
     ids = [prompt_ids(tokenizer, row["prompt"]) for row in rows]
+    check_prompt_lengths([len(i) for i in ids], config.max_new_tokens, model_positions(model), config.dataset)
     eos = eos_token_ids(model, tokenizer)
-    path = dist.broadcast_text(output_path(config))
+    path = dist.broadcast_text((path or new_output(config, current)) if rank == 0 else "")
     shard_path = path if world == 1 else f"{path}.rank{rank}"
+    run_lock = lock(shard_path)  # one writer per file, held until the run ends
     key_field = "id" if has_unique_ids(rows) else "row_index"
     done_keys = {rec.get(key_field) for p in {path, shard_path} for rec in read_complete_jsonl(p)}
     todo = [i for i in dist.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
@@ -95,6 +142,7 @@ def run_oracle(config: OracleConfig) -> dict | None:
     if rank == 0 and world > 1:
         merge_shards(path, world, keys, key_field)
     seconds = time.time() - start
+    run_lock.close()
     dist.finish()
     return {"path": path, "new": len(todo), "total": len(rows), "seconds": seconds} if rank == 0 else None
 
@@ -106,7 +154,7 @@ def merge_shards(path: str, world: int, keys: list[int], key_field: str) -> None
         records += read_complete_jsonl(f"{path}.rank{rank}")
     position = {key: i for i, key in enumerate(keys)}
     records.sort(key=lambda r: position.get(r.get(key_field), len(keys)))
-    write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    write_atomic(path, "".join(to_json(r) + "\n" for r in records))
     for rank in range(world):
         if os.path.exists(f"{path}.rank{rank}"):
             os.remove(f"{path}.rank{rank}")

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from grpo_mse.cli import InputError
+from grpo_mse.cli import InputError, check_model_path
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -30,9 +30,7 @@ def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: s
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     target = resolve_device(device)
-    local = os.path.exists(name) or name.startswith((".", "/", "~"))
-    if local and not os.path.isdir(os.path.expanduser(name)):
-        raise ModelError(f"model folder not found: {name}")
+    local = check_model_path(name)  # a UsageError (one line) for a missing local folder
     kwargs = {"trust_remote_code": trust_remote_code}
     if not local:
         kwargs["revision"] = revision
@@ -41,7 +39,8 @@ def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: s
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype], **kwargs)
     except (OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelError(f"cannot load model {name!r}: {first}") from None
+        where = "" if local else f" (no local folder {name!r} either)"
+        raise ModelError(f"cannot load model {name!r}{where}: {first}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(target).eval()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 from grpo_mse.cli import InputError
 
@@ -62,6 +63,9 @@ def _read_file(path: str) -> list[dict]:
         if not isinstance(data, list):
             raise DataError(f"{path}: expected a JSON list of rows")
         return data
+    if not path.endswith(".jsonl"):
+        suffix = os.path.splitext(path)[1] or "(no suffix)"
+        raise DataError(f"{path}: unsupported table format {suffix}; use .jsonl, .json or .parquet")
     return read_jsonl(path)
 
 
@@ -148,6 +152,18 @@ def has_unique_ids(rows: list[dict]) -> bool:
 def row_keys(rows: list[dict]) -> list[int]:
     """Random-stream key of each row: its integer ``id`` when all ids are distinct, else its position."""
     return [row["id"] for row in rows] if has_unique_ids(rows) else list(range(len(rows)))
+
+
+def selection(count: int, t: int, seed: int, subsample: int | None = None) -> list[int]:
+    """Row positions used by a run, as the original: an optional seeded subsample, then, when ``t`` is
+    below the rows left, a shuffle with the run seed and the first ``t``."""
+    order = list(range(count))
+    if subsample:
+        order = random.Random(seed).sample(order, min(subsample, count))
+    if t < len(order):
+        random.Random(seed).shuffle(order)
+        order = order[:t]
+    return order
 
 
 def prompt_text(tokenizer, prompt) -> str:

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 
@@ -41,21 +42,41 @@ def write_atomic(path: str, text: str | bytes) -> None:
         raise
 
 
+def finite(data):
+    """``data`` with every NaN or infinite float replaced by None (JSON ``null``, never a ``NaN`` literal)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(value) for value in data]
+    return data
+
+
+def to_json(data, **kwargs) -> str:
+    """Strict JSON text of ``data`` (non-finite floats as null)."""
+    return json.dumps(finite(data), ensure_ascii=False, allow_nan=False, **kwargs)
+
+
 def read_json(path: str, keys: tuple[str, ...], what: str) -> dict:
-    """The JSON object at ``path``; FileNotFoundError if missing, UsageError naming any of ``keys`` it lacks."""
-    from grpo_mse.cli import require
+    """The JSON object at ``path``; FileNotFoundError if missing, UsageError when it is cut short (not JSON),
+    not an object, or lacks any of ``keys``."""
+    from grpo_mse.cli import UsageError, require
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{what} JSON not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        loaded = json.load(handle)
-    missing = [key for key in keys if key not in loaded]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: not valid JSON ({getattr(error, 'msg', error)}); is it complete?") from None
+    missing = [key for key in keys if not isinstance(loaded, dict) or key not in loaded]
     require(not missing, f"{path}: not a {what} JSON (no {', '.join(missing)})")
     return loaded
 
 
 def write_json(path: str, data) -> None:
-    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(path, to_json(data, indent=2) + "\n")
 
 
 def write_csv(path: str, rows: list[dict], columns: list[str]) -> None:
@@ -73,24 +94,31 @@ def append_jsonl(path: str, record: dict) -> None:
     line is dropped by ``read_complete_jsonl`` and recomputed, identically, by a resumed run.
     """
     with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        out.write(to_json(record) + "\n")
 
 
 def read_complete_jsonl(path: str) -> list[dict]:
-    """Records of an append-only log; a torn last line (crash mid-write) is dropped from the file."""
+    """Records of an append-only log. A torn last line (no newline: a crash mid-write) is cut from the
+    file with a note; any other unreadable line is a DataError naming it (nothing is changed)."""
+    from grpo_mse.tables.inputs import DataError
+
     if not os.path.exists(path):
         return []
     records, good_bytes = [], 0
     with open(path, "rb") as handle:
-        for raw in handle:
-            try:
-                if not raw.endswith(b"\n"):
-                    raise ValueError("torn line")
-                records.append(json.loads(raw))
-            except ValueError:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.endswith(b"\n"):
                 break
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}: line {number} is corrupt; remove or repair it before resuming")
+            records.append(record)
             good_bytes += len(raw)
     if good_bytes != os.path.getsize(path):
+        print(f"note: {path}: dropping an incomplete last line (interrupted write)", file=sys.stderr)
         with open(path, "r+b") as handle:
             handle.truncate(good_bytes)
     return records

@@ -11,7 +11,8 @@ import json
 import os
 
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.rewards.rules import extract_gsm8k, last_boxed
+from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, rule_for
+from grpo_mse.tables.inputs import DataError
 
 SOURCES = ("arithmetic", "gsm8k", "math")
 GSM8K_SOURCE = "openai/gsm8k"
@@ -48,17 +49,34 @@ def arithmetic_splits(n_train: int, n_test: int, seed: int = 0, style: str = "ze
 
 
 def read_records(path: str) -> list[dict]:
-    """Records of a local ``.jsonl``, ``.json`` (list) or ``.parquet`` file."""
+    """Records of a local ``.jsonl``, ``.json`` (list) or ``.parquet`` file; DataError when unreadable."""
     ext = os.path.splitext(path)[1].lower()
+    if not os.path.isfile(path):
+        raise DataError(f"file not found: {path}")
+    if ext not in (".parquet", ".json", ".jsonl"):
+        raise DataError(f"{path}: unsupported format {ext or '(no suffix)'}; use .jsonl, .json or .parquet")
     if ext == ".parquet":
         import pandas as pd
 
         return pd.read_parquet(path).to_dict("records")
     with open(path, encoding="utf-8") as f:
-        if ext == ".json":
-            data = json.load(f)
-            return data if isinstance(data, list) else data.get("data", [])
-        return [json.loads(line) for line in f if line.strip()]
+        try:
+            if ext == ".json":
+                data = json.load(f)
+                records = data if isinstance(data, list) else data.get("data", []) if isinstance(data, dict) else []
+            else:
+                records = [json.loads(line) for line in f if line.strip()]
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}: malformed JSON ({error.msg}, line {error.lineno})") from None
+    if not records or not all(isinstance(r, dict) for r in records):
+        raise DataError(f"{path}: no records (expected JSON objects)")
+    return records
+
+
+def _field(record: dict, name: str, split: str, index: int):
+    if name not in record:
+        raise DataError(f"{split} record {index}: no {name!r} field (have {', '.join(map(str, record))})")
+    return record[name]
 
 
 def _text(value) -> str | None:
@@ -73,10 +91,10 @@ def gsm8k_rows(records: list[dict], split: str, data_source: str = GSM8K_SOURCE)
     """GSM8K-format records (``question``, ``answer`` ending in ``#### N``) as VERL rows."""
     rows = []
     for i, rec in enumerate(records):
-        gold = extract_gsm8k(str(rec["answer"]))
+        gold = extract_gsm8k(str(_field(rec, "answer", split, i)))
         if gold is None:
-            raise ValueError(f"{split} record {i}: no '#### <number>' in the answer field")
-        content = f"{str(rec['question']).strip()} {GSM8K_INSTRUCTION}"
+            raise DataError(f"{split} record {i}: no '#### <number>' in the answer field")
+        content = f"{str(_field(rec, 'question', split, i)).strip()} {GSM8K_INSTRUCTION}"
         rows.append(verl_row(content, gold, data_source, split, i, answer=str(rec["answer"])))
     return rows
 
@@ -87,11 +105,19 @@ def math_rows(records: list[dict], split: str, data_source: str = MATH_SOURCE) -
     for i, rec in enumerate(records):
         gold = _text(rec.get("answer")) or last_boxed(_text(rec.get("solution")) or "")
         if not gold:
-            raise ValueError(f"{split} record {i}: no answer field and no \\boxed{{}} in the solution")
-        content = f"{str(rec['problem']).strip()} {MATH_INSTRUCTION}"
+            raise DataError(f"{split} record {i}: no answer field and no \\boxed{{}} in the solution")
+        content = f"{str(_field(rec, 'problem', split, i)).strip()} {MATH_INSTRUCTION}"
         extra = {k: _text(rec.get(k)) for k in ("level", "type", "subject") if _text(rec.get(k))}
         rows.append(verl_row(content, gold, data_source, split, i, **extra))
     return rows
+
+
+def check_data_source(source: str, data_source: str) -> None:
+    """DataError when ``data_source`` would select another reward rule than ``source``'s (the rule follows the name)."""
+    rule = rule_for(data_source)
+    if rule != source:
+        raise DataError(f"--data_source {data_source!r} would be scored with the {rule} rule, not {source}; "
+                        f"the reward rule follows the name, so include {source!r} in it")
 
 
 def file_splits(source: str, train_file: str, test_file: str, limit: int | None = None, data_source=None) -> dict:

@@ -91,10 +91,17 @@ def read_console_run(path: str) -> tuple[int | None, int, list]:
 
 
 def _history_jsonl(path: str) -> list:
+    """Records of a wandb history file; an unreadable (e.g. torn) line is skipped with a warning."""
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line) if line.strip() else {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                row = json.loads(line) if line.strip() else {}
+            except ValueError:
+                row = None
+            if not isinstance(row, dict):
+                warnings.warn(f"{path}: skipping unreadable line {number}", stacklevel=2)
+                continue
             step = row.get("_step")
             for key, raw in row.items():
                 value = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
@@ -183,19 +190,47 @@ def find_runs(paths: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+def merge_same_run(runs: dict, identity: tuple[int, int], path: str, records: dict) -> None:
+    """Add ``records`` {(step, metric): value} of ``path`` to ``runs[identity]``. Two sources of one run (its
+    console log and its wandb folder) agree where they overlap; a disagreement means two runs that cannot be
+    told apart, a DataError naming both."""
+    from grpo_mse.tables.inputs import DataError
+
+    if identity not in runs:
+        runs[identity] = (path, dict(records))
+        return
+    first, merged = runs[identity]
+    clash = [key for key, value in records.items() if key in merged and not math.isclose(merged[key], value,
+                                                                                         rel_tol=1e-6, abs_tol=1e-9)]
+    if clash:
+        k, seed = identity
+        raise DataError(f"{first} and {path} both look like K={k} seed={seed} but log different values "
+                        f"(e.g. {clash[0][1]} at step {clash[0][0]}); collect them separately or name the runs "
+                        f"..._K{k}_seed<N>")
+    merged.update(records)
+
+
 def collect(paths: list[str], metric_regex: str = DEFAULT_METRICS):
     """One DataFrame (COLUMNS) with the selected metrics of every run under ``paths``."""
     import pandas as pd
 
+    from grpo_mse.tables.inputs import DataError
+
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise DataError(f"not found: {', '.join(missing)}")
     wanted = re.compile(metric_regex)
-    rows = []
+    runs: dict[tuple[int, int], tuple[str, dict]] = {}
     for kind, path in find_runs(paths):
         k, seed, records = (read_console_run if kind == "console" else read_wandb_run)(path)
         if k is None:
             if records:
                 warnings.warn(f"skipping {path}: cannot tell its group size K", stacklevel=2)
             continue
-        rows.extend((k, seed, step, metric, value) for step, metric, value in records if wanted.search(metric))
+        kept = {(step, metric): value for step, metric, value in records if wanted.search(metric)}
+        if kept:
+            merge_same_run(runs, (k, seed), path, kept)
+    rows = [(k, seed, step, metric, value) for (k, seed), (_, records) in runs.items()
+            for (step, metric), value in records.items()]
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame = frame.drop_duplicates(subset=["K", "seed", "step", "metric"], keep="last")
     return frame.sort_values(["metric", "K", "seed", "step"]).reset_index(drop=True)

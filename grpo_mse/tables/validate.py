@@ -1,0 +1,74 @@
+"""Checks on table rows that would otherwise give silently wrong numbers (run before any model work)."""
+
+from __future__ import annotations
+
+import math
+
+from grpo_mse.tables.inputs import DataError
+
+
+def _empty_prompt(prompt) -> bool:
+    if isinstance(prompt, str):
+        return not prompt.strip()
+    if isinstance(prompt, dict):
+        prompt = [prompt]
+    if isinstance(prompt, list):
+        return not any(isinstance(m, dict) and str(m.get("content") or "").strip() for m in prompt)
+    return False  # other types are refused when the prompt is formatted
+
+
+def check_prompts(rows: list[dict], source: str) -> None:
+    """DataError for a row whose prompt is empty (an empty string or messages without content)."""
+    for index, row in enumerate(rows):
+        if _empty_prompt(row["prompt"]):
+            raise DataError(f"{source}: row {index} has an empty prompt")
+
+
+def correct_solution(rule: str, gold) -> str:
+    """A solution the reward ``rule`` should score 1 against ``gold`` (the answer written as the rule expects)."""
+    from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, parse_gold
+
+    if rule == "arithmetic":
+        value = parse_gold(gold)
+        return str(gold) if value is None else str(value)
+    if rule == "gsm8k":
+        return f"#### {extract_gsm8k(str(gold)) or str(gold).strip()}"
+    return f"\\boxed{{{last_boxed(str(gold)) or str(gold).strip()}}}"
+
+
+def check_answers(rows: list[dict], source: str) -> None:
+    """DataError for a ground truth that the row's reward rule (from its data_source, by default the
+    last-integer rule) can never match: every sample would score 0."""
+    from grpo_mse.rewards.rules import DEFAULT_SOURCE, row_reward, rule_for
+
+    for index, row in enumerate(rows):
+        data_source, gold = row.get("data_source") or DEFAULT_SOURCE, row["ground_truth"]
+        rule = rule_for(data_source, gold)
+        if row_reward(row, correct_solution(rule, gold)) != 1.0:
+            raise DataError(f"{source}: row {index} has ground_truth {gold!r}, which the {rule} reward rule "
+                            f"(data_source {data_source!r}) can never match; every sample would score 0")
+
+
+def check_oracle_values(rows: list[dict], source: str) -> None:
+    """DataError unless every V_oracle is a finite number in [0, 1]."""
+    for index, row in enumerate(rows):
+        value = row["V_oracle"]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not (ok and 0 <= value <= 1):
+            raise DataError(f"{source}: row {index} has V_oracle {value!r}; it must be a probability in [0, 1]")
+
+
+def check_prompt_lengths(lengths: list[int], max_new_tokens: int, positions: int | None, source: str) -> None:
+    """DataError when a prompt plus max_new_tokens exceeds the model's positions (``positions`` None: unknown)."""
+    if not positions:
+        return
+    for index, length in enumerate(lengths):
+        if length + max_new_tokens > positions:
+            raise DataError(f"{source}: row {index} has {length} prompt tokens + --max_new_tokens {max_new_tokens} "
+                            f"> the model's {positions} positions")
+
+
+def model_positions(model) -> int | None:
+    """The model's maximum sequence length from its config, or None when it does not say."""
+    config = getattr(model, "config", None)
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
