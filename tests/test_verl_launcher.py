@@ -246,7 +246,7 @@ def test_sweep_refuses_unknown_dry_run_value():
     script = ROOT / "Policy_Optimization" / "sweep_group_size.py"
     result = subprocess.run([sys.executable, str(script), "--K_list", "8"], env={**os.environ, "DRY_RUN": "maybe"},
                             capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert result.returncode == 2 and "DRY_RUN=maybe: use 0, 1 or print" in result.stderr
+    assert result.returncode == 2 and "DRY_RUN='maybe': use 1 or print" in result.stderr
 
 
 def test_trl_command_shares_the_settings(tmp_path, data_dir):
