@@ -18,16 +18,7 @@ import torch
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.builtin.tiny_policy import DEFAULT_STEPS, build_and_save, estimate_v
-
-
-def quantile_line(values) -> str:
-    """Quantiles, mean and the fraction of prompts with V in (0.05, 0.95)."""
-    v = torch.tensor(values, dtype=torch.float64)
-    qs = torch.quantile(v, torch.tensor([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0], dtype=torch.float64))
-    mid = ((v > 0.05) & (v < 0.95)).double().mean().item()
-    q_text = " ".join(f"{q:.2f}" for q in qs.tolist())
-    return f"mean {v.mean().item():.3f}  q[0,.1,.25,.5,.75,.9,1] {q_text}  frac V in (0.05,0.95) {mid:.2f}"
+from grpo_mse.builtin.tiny_policy import DEFAULT_STEPS, build_and_save, estimate_v, v_summary
 
 
 def main(argv=None) -> None:
@@ -70,7 +61,7 @@ def main(argv=None) -> None:
             values, eos_rate = estimate_v(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed)
             print(
                 f"V {style:9s} ({args.eval_prompts} prompts x {args.eval_samples} samples, "
-                f"{time.time() - start:.1f}s, EOS rate {eos_rate:.2f}): {quantile_line(values)}"
+                f"{time.time() - start:.1f}s, EOS rate {eos_rate:.2f}): {v_summary(values)}"
             )
 
 

@@ -115,10 +115,14 @@ def training_rows(n: int = 40000, seed: int = TRAIN_DATA_SEED) -> list[dict]:
 
 
 def encode_example(tokenizer, row: dict) -> tuple[list[int], int]:
-    """Token ids of chat prompt + ``"{answer}<|im_end|>"`` and the prompt length."""
+    """Token ids of chat prompt + ``"{target}<|im_end|>"`` and the prompt length.
+
+    The target is ``row["target"]`` when the row has one, else the ground-truth answer.
+    """
     prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    answer_ids = tokenizer(f"{row['ground_truth']}{IM_END}", add_special_tokens=False)["input_ids"]
+    target = row.get("target", row["ground_truth"])
+    answer_ids = tokenizer(f"{target}{IM_END}", add_special_tokens=False)["input_ids"]
     return prompt_ids + answer_ids, len(prompt_ids)
 
 
@@ -240,6 +244,13 @@ def build_and_save(
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     model = build_model(len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_id, seed=seed)
     train(model, tokenizer, rows, steps=steps, seed=seed, **train_kwargs)
+    save_policy(model, tokenizer, out_dir)
+    return model, tokenizer
+
+
+def save_policy(model, tokenizer, out_dir) -> None:
+    """Attach the sampling defaults (T=1, top-p 0.95, 32 new tokens) and save both in HF format to ``out_dir``."""
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     model.generation_config = GenerationConfig(
         do_sample=True,
         temperature=1.0,
@@ -254,7 +265,6 @@ def build_and_save(
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     model.save_pretrained(out, safe_serialization=True)
-    return model, tokenizer
 
 
 @torch.no_grad()
@@ -302,3 +312,12 @@ def estimate_v(
     finally:
         tokenizer.padding_side = side
     return values, n_eos / max(1, n_total)
+
+
+def v_summary(values) -> str:
+    """Mean, quantiles and the fraction of prompts with V in (0.05, 0.95), on one line."""
+    v = torch.tensor(values, dtype=torch.float64)
+    qs = torch.quantile(v, torch.tensor([0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0], dtype=torch.float64))
+    mid = ((v > 0.05) & (v < 0.95)).double().mean().item()
+    q_text = " ".join(f"{q:.2f}" for q in qs.tolist())
+    return f"mean {v.mean().item():.3f}  q[0,.1,.25,.5,.75,.9,1] {q_text}  frac V in (0.05,0.95) {mid:.2f}"

@@ -1,0 +1,68 @@
+"""Build the training-demo policy (assets/train_policy) from the built-in one and print V(x) and greedy accuracy.
+
+The shipped policy is fine-tuned briefly on zero-shot arithmetic in which a fixed share of the
+targets carries a spurious trailing digit ("42 7"); see grpo_mse/builtin/train_policy.py and
+docs/training.md. The summary uses the training demo's held-out prompts (make_rows(n, seed=0)) and
+its sampling (temperature 1, top-p 1, 16 new tokens).
+
+Example:
+    python scripts/build_train_policy.py --out_dir assets/train_policy --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
+
+import torch
+
+from grpo_mse.builtin import train_policy as trp
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.builtin.tiny_policy import estimate_v, v_summary
+from grpo_mse.rewards.rules import score
+from grpo_mse.training.trl_backend import greedy_accuracy
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out_dir", default="assets/train_policy")
+    parser.add_argument("--base_dir", default=trp.DEFAULT_BASE, help="policy to start from")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=trp.DEFAULT_STEPS)
+    parser.add_argument("--lr", type=float, default=trp.DEFAULT_LR, help="AdamW peak learning rate")
+    parser.add_argument("--fraction", type=float, default=trp.FLAW_FRACTION, help="share of flawed targets")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the weights depend slightly on it)")
+    parser.add_argument("--eval_prompts", type=int, default=100, help="0 skips the summary")
+    parser.add_argument("--eval_samples", type=int, default=16)
+    parser.add_argument("--max_new_tokens", type=int, default=16)
+    args = parser.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    start = time.time()
+    model, tokenizer = trp.build_and_save(
+        args.out_dir, base_dir=args.base_dir, seed=args.seed, steps=args.steps, lr=args.lr, fraction=args.fraction
+    )
+    print(f"built {args.out_dir} from {args.base_dir}: {time.time() - start:.1f}s")
+    for path in sorted(Path(args.out_dir).iterdir()):
+        print(f"  {path.name:28s} {path.stat().st_size / 1024:8.1f} KiB")
+    if args.eval_prompts <= 0:
+        return
+    rows = make_rows(args.eval_prompts, seed=0, style="zero_shot")
+    start = time.time()
+    values, eos_rate = estimate_v(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed,
+                                  max_new_tokens=args.max_new_tokens, top_p=1.0)  # fmt: skip
+    print(f"V zero_shot ({args.eval_prompts} held-out prompts x {args.eval_samples} samples, T=1, top-p 1, "
+          f"{time.time() - start:.1f}s, EOS rate {eos_rate:.2f}): {v_summary(values)}")  # fmt: skip
+    val = [{**r, "data_source": "arithmetic_zero_shot"} for r in rows]
+    acc = greedy_accuracy(model, tokenizer, val, lambda data_source, solution_str, ground_truth: score(
+        data_source, solution_str, ground_truth), args.max_new_tokens)  # fmt: skip
+    print(f"greedy accuracy on the same prompts: {next(iter(acc.values())):.3f}")
+
+
+if __name__ == "__main__":
+    main()
