@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Figure 5 and Table 2 from real GRPO runs on a laptop: the built-in policy, TRL on CPU.
+# Figure 5 and Table 2 from real GRPO runs on a laptop: the training-demo policy, TRL on CPU.
 #
 #   bash scripts/train_demo.sh            # data -> sweep K x seeds at a fixed budget -> collect -> figure + tables
 #
 # Every step uses the project's own tools: Policy_Optimization/prepare_data.py, sweep_group_size.py
 # (one TRAINER=trl grpo_train.sh run per K and seed), collect_runs.py, plots/make_figures.py, and
 # python -m grpo_mse.training.demo_summary. Settings (environment, DEMO_ prefix):
-#   DEMO_MODEL (assets/tiny_policy)  DEMO_K_LIST ("2 4 8 16 32")  DEMO_SEEDS ("0 1 2")  DEMO_BUDGET (256)
-#   DEMO_STEPS (30)  DEMO_LR (1e-4)  DEMO_N_TRAIN (4096)  DEMO_N_TEST (500)  DEMO_MAX_RESPONSE_LENGTH (16)
+#   DEMO_MODEL (assets/train_policy)  DEMO_K_LIST ("2 4 8 16 32")  DEMO_SEEDS ("0 1 2")  DEMO_BUDGET (256)
+#   DEMO_STEPS (20)  DEMO_LR (3e-5)  DEMO_N_TRAIN (4096)  DEMO_N_TEST (500)  DEMO_MAX_RESPONSE_LENGTH (16)
 #   DEMO_TEST_FREQ (5)  DEMO_JOBS (2: runs side by side, one thread each)
 #   DEMO_ADVISOR (1: then run_tracecov.py's group-size advisor on the same policy, held-out prompts and
 #   sampling settings: DEMO_ADVISOR_T (48) prompts, DEMO_ADVISOR_M (8) groups, oracle V from 256 samples)
@@ -26,11 +26,11 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO}"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${DEMO_PYTHON:-python}"
-MODEL="${DEMO_MODEL:-assets/tiny_policy}"
+MODEL="${DEMO_MODEL:-assets/train_policy}"
 K_LIST="${DEMO_K_LIST:-2 4 8 16 32}"
 SEEDS="${DEMO_SEEDS:-0 1 2}"
 BUDGET="${DEMO_BUDGET:-256}"
-STEPS="${DEMO_STEPS:-30}"
+STEPS="${DEMO_STEPS:-20}"
 LR="${DEMO_LR:-3e-5}"
 N_TRAIN="${DEMO_N_TRAIN:-4096}"
 N_TEST="${DEMO_N_TEST:-500}"
@@ -48,7 +48,7 @@ MARKER=".made_by_train_demo"
 for name in BUDGET STEPS N_TRAIN N_TEST MAX_RESPONSE_LENGTH TEST_FREQ JOBS ADVISOR_T ADVISOR_M; do
   [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || die "DEMO_${name}=${!name} must be a positive integer"
 done
-[[ -f "${MODEL}/config.json" ]] || die "DEMO_MODEL=${MODEL} is not a model folder (python scripts/build_tiny_policy.py?)"
+[[ -f "${MODEL}/config.json" ]] || die "DEMO_MODEL=${MODEL} is not a model folder (python scripts/build_train_policy.py?)"
 if [[ -e "${WORK}" && ! -f "${WORK}/${MARKER}" ]]; then
   die "DEMO_WORK=${WORK} exists and was not made by this script; choose another folder"
 fi
