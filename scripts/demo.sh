@@ -7,11 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_guard.sh
-case "${1:-}" in
-  -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  "") ;;
-  *) fail "scripts/demo.sh takes no arguments (got '$1'); settings are DEMO_* environment variables, see --help" ;;
-esac
+no_arguments "$0" 6 "$@"
 OUT=${DEMO_OUT:-results/demo}
 MODEL=${DEMO_MODEL:-assets/tiny_policy}
 T=${DEMO_T:-192}

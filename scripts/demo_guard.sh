@@ -24,3 +24,15 @@ fresh_output() {
   check_output "$1"
   rm -rf "$1" && mkdir -p "$1" && echo "made by a grpo_mse demo script; the demos may delete this folder" > "$1/$MARKER"
 }
+
+# no_arguments SCRIPT HELP_LAST_LINE [ARGS...]: print the header comment (lines 2..HELP_LAST_LINE) for -h/--help
+# and exit 0; refuse any other argument (settings are environment variables)
+no_arguments() {
+  local script=$1 last=$2
+  shift 2
+  case "${1:-}" in
+    -h|--help) sed -n "2,${last}p" "$script" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    "") ;;
+    *) fail "$script takes no arguments (got '$1'); its settings are environment variables, see --help" ;;
+  esac
+}

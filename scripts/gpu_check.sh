@@ -12,14 +12,11 @@
 # GPU_CHECK_PYTHON (python). The folder is replaced only if an earlier run of this script made it.
 set -uo pipefail
 
-die() { echo "gpu_check.sh: error: $*" >&2; exit 2; }
-case "${1:-}" in
-  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  "") ;;
-  *) die "unknown argument $1 (see --help)" ;;
-esac
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO}" || exit 2
+source scripts/demo_guard.sh
+die() { fail "gpu_check.sh: $*"; }
+no_arguments "$0" 14 "$@"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${GPU_CHECK_PYTHON:-python}"
 OUT="${GPU_CHECK_OUT:-outputs/gpu_check}"

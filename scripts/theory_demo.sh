@@ -8,11 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/demo_guard.sh
-case "${1:-}" in
-  -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  "") ;;
-  *) fail "scripts/theory_demo.sh takes no arguments (got '$1'); settings are THEORY_* environment variables, see --help" ;;
-esac
+no_arguments "$0" 7 "$@"
 OUT=${THEORY_OUT:-results/theory}
 TABLE_OUT=${THEORY_TABLE_OUT:-results/estimators}
 MODEL=${THEORY_MODEL:-assets/tiny_policy}
