@@ -15,15 +15,11 @@
 # DEMO_WORK is deleted and rebuilt only if an earlier run of this script made it (marker file).
 set -euo pipefail
 
-die() { echo "train_demo.sh: error: $*" >&2; exit 2; }
-case "${1:-}" in
-  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  "") ;;
-  *) die "unknown argument $1 (see --help)" ;;
-esac
-
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO}"
+source scripts/demo_guard.sh
+die() { fail "train_demo.sh: $*"; }
+no_arguments "$0" 14 "$@"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${DEMO_PYTHON:-python}"
 MODEL="${DEMO_MODEL:-assets/train_policy}"
