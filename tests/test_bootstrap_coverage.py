@@ -102,3 +102,29 @@ def test_joint_bootstrap_intervals_cover_at_95_percent():
     for name, value in coverage.items():
         assert abs(value - 0.95) <= tolerance, f"{name}: coverage {value:.3f} (truth {truth[name]:.4g})"
     assert np.mean(list(coverage.values())) == pytest.approx(0.95, abs=0.03)
+
+
+def test_interval_always_contains_its_estimate():
+    """A statistic whose replicates all fall on one side of the estimate (here: replicate = estimate + 1 + noise)
+    still gets an interval that contains the estimate; the plain BCa quantiles alone would exclude it."""
+    from grpo_mse.analysis import bootstrap as bs
+
+    weights = bs.prompt_weights(20, 400, seed=1)
+    n_boot = bs.n_boot_of(weights)
+    rng = np.random.default_rng(0)
+    draws = np.concatenate([[5.0], 6.0 + rng.random(n_boot), 5.0 + rng.random(20) * 1e-3])
+    low, high = bs.interval(draws, weights)
+    assert low <= 5.0 <= high
+    assert high > 6.5  # the upper end still comes from the replicates
+
+
+def test_advisor_flags_k_star_below_two():
+    from grpo_mse.analysis import advisor
+
+    def advice(k_star):
+        pooled = {"c1": 1.0, "c2": 1.0, "c3": 0.25, "K_star_exact": k_star, "K_star_paper": k_star - 1, "K_best": 2.0}
+        return {"pooled": pooled, "ci95": {}, "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
+                "allowed_K": [2, 4]}
+
+    assert "use the smallest allowed K" in advisor.describe(advice(1.5))
+    assert "use the smallest allowed K" not in advisor.describe(advice(3.0))

@@ -221,8 +221,11 @@ def describe(advice: dict) -> str:
                       + f"; slope in K {rounded(s['estimate'])} [{', '.join(rounded(v) for v in s['ci95'] or [])}]"
                       " (0 under the 1/(K(K-1)) law)")
     bad = advice["degenerate_replicates"]
+    k_star = pooled.get("K_star_exact")
+    small = " (below 2: use the smallest allowed K)" if k_star is not None and k_star < 2 else ""
     return (f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
             f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
             f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
-            f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}; paper's sqrt(c3/c1) = {item('K_star_paper')}; "
+            f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
+            f"paper's sqrt(c3/c1) = {item('K_star_paper')}; "
             f"best K in {advice['allowed_K']} = {item('K_best')}" + slope_line)

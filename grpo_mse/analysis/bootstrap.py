@@ -70,16 +70,19 @@ def bca_levels(estimate: float, boot: np.ndarray, jackknife: np.ndarray, level: 
 
 
 def interval(draws: np.ndarray, weights: np.ndarray, level: float = 0.95) -> list[float] | None:
-    """BCa interval from the bootstrap rows of ``draws`` (nan = undefined replicate, left out; inf allowed);
-    None when more than half the replicates are undefined."""
+    """BCa interval from the bootstrap rows of ``draws`` (nan = undefined replicate, left out; inf allowed),
+    widened if needed to contain the estimate (row 0); None when more than half the replicates are undefined."""
     n_boot = n_boot_of(weights)
     boot, jackknife = np.asarray(draws[1:1 + n_boot], dtype=np.float64), np.asarray(draws[1 + n_boot:])
     boot = boot[~np.isnan(boot)]
     if not len(boot) or len(boot) < 0.5 * n_boot:
         return None
-    low, high = bca_levels(float(draws[0]), boot, jackknife, level)
+    estimate = float(draws[0])
+    low, high = bca_levels(estimate, boot, jackknife, level)
     values = np.quantile(boot, [low, high], method="inverted_cdf")
-    return [float(values[0]), float(values[1])]
+    if np.isnan(estimate):
+        return [float(values[0]), float(values[1])]
+    return [min(float(values[0]), estimate), max(float(values[1]), estimate)]  # never excludes its own estimate
 
 
 def summarise(draws: np.ndarray, weights: np.ndarray) -> dict:
