@@ -8,11 +8,9 @@ Student-t intervals of the mean over seeds (grpo_mse.tables.outputs.mean_t_inter
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from grpo_mse.figures.training import pick_metric
-from grpo_mse.tables.outputs import mean_t_interval
+from grpo_mse import cli
+from grpo_mse.figures.training import pick_metric, read_training
+from grpo_mse.tables.outputs import mean_t_interval, write_atomic
 
 
 def run_table(frame, metric: str):
@@ -50,25 +48,17 @@ def summary(frame, metric: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    import pandas as pd
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None) -> None:
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("csv", help="CSV written by Policy_Optimization/collect_runs.py")
     p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
     p.add_argument("--out", default=None, help="also write the markdown here")
     args = p.parse_args(argv)
-    try:
-        text = summary(pd.read_csv(args.csv), args.metric)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"demo_summary: error: {exc}", file=sys.stderr)
-        return 2
+    text = summary(read_training(args.csv, args.metric), args.metric)
     print(text, end="")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text)
-    return 0
+        write_atomic(args.out, text)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

@@ -22,8 +22,9 @@ import importlib.util
 import math
 import os
 
+from grpo_mse.cli import InputError
+from grpo_mse.tables.inputs import load_rows
 from grpo_mse.training.budget import budget_settings
-from grpo_mse.training.data import read_records
 
 UPDATES_PER_STEP = 4  # VERL: ppo_mini_batch_size = train_batch_size / 4
 TRL_TO_VERL = {
@@ -39,29 +40,27 @@ TRL_TO_VERL = {
 
 
 def verl_rows(path: str) -> list[dict]:
-    """VERL parquet rows as plain Python (chat prompt, data_source, ground truth)."""
-    rows = []
-    for i, rec in enumerate(read_records(path)):
-        try:
-            prompt = [{"role": str(m["role"]), "content": str(m["content"])} for m in rec["prompt"]]
-            gold = str(rec["reward_model"]["ground_truth"])
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{path} row {i}: not a VERL row (prompt, reward_model.ground_truth): {exc}") from exc
-        rows.append({"prompt": prompt, "data_source": str(rec.get("data_source", "")), "ground_truth": gold})
-    if not rows:
-        raise ValueError(f"{path} has no rows")
-    return rows
+    """VERL parquet rows (read by the shared table loader) as TRL rows: chat prompt, data_source, ground truth."""
+    return [{"prompt": chat_messages(row["prompt"]), "data_source": str(row.get("data_source", "")),
+             "ground_truth": str(row["ground_truth"])} for row in load_rows(path)]
+
+
+def chat_messages(prompt) -> list[dict]:
+    """A message list with string roles and contents (a plain string becomes one user message)."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
 
 
 def load_reward(path: str, name: str = "compute_score"):
     """The reward function ``name`` of the file ``path`` (as VERL's custom_reward_function loads it)."""
     spec = importlib.util.spec_from_file_location("grpo_custom_reward", path)
     if spec is None or not os.path.isfile(path):
-        raise ValueError(f"reward file {path} not found")
+        raise InputError(f"reward file {path} not found")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not callable(getattr(module, name, None)):
-        raise ValueError(f"reward file {path} has no function {name}")
+        raise InputError(f"reward file {path} has no function {name}")
     return getattr(module, name)
 
 

@@ -19,43 +19,37 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+from grpo_mse import cli  # noqa: E402
 from grpo_mse.training import trl_backend as backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--model", required=True, help="hub id or local folder of the policy")
     p.add_argument("--train_file", required=True, help="VERL parquet (Policy_Optimization/prepare_data.py)")
     p.add_argument("--val_file", required=True, help="VERL parquet for held-out accuracy")
-    p.add_argument("--group_size", type=int, default=32, help="K samples per prompt (default: 32)")
-    p.add_argument("--budget", type=int, default=1024, help="sequences per step (default: 1024)")
-    p.add_argument("--seed", type=int, default=0, help="default: 0")
-    p.add_argument("--lr", type=float, default=1e-6, help="default: 1e-6")
-    p.add_argument("--max_steps", type=int, default=0, help="stop after this many steps (default 0: the epochs)")
-    p.add_argument("--max_prompt_length", type=int, default=512, help="longer prompts are dropped (default: 512)")
-    p.add_argument("--max_response_length", type=int, default=512, help="default: 512")
-    p.add_argument("--test_freq", type=int, default=5, help="validate every N steps (default: 5)")
+    p.add_argument("--group_size", type=cli.integer(minimum=2), default=32, help="K samples per prompt")
+    p.add_argument("--budget", type=cli.integer(minimum=2), default=1024, help="sequences per step")
+    p.add_argument("--seed", type=cli.integer(minimum=0), default=0, help="training seed")
+    p.add_argument("--lr", type=cli.number(above=0), default=1e-6, help="learning rate")
+    p.add_argument("--max_steps", type=cli.integer(minimum=0), default=0,
+                   help="stop after this many steps (0: the epochs)")
+    p.add_argument("--max_prompt_length", type=cli.integer(minimum=1), default=512, help="longer prompts are dropped")
+    p.add_argument("--max_response_length", type=cli.integer(minimum=1), default=512, help="tokens per response")
+    p.add_argument("--test_freq", type=cli.integer(minimum=1), default=5, help="validate every N steps")
     p.add_argument("--norm_adv_by_std", type=int, choices=(0, 1), default=1,
-                   help="1: GRPO's std-normalised advantage (default); 0: unnormalised (Dr.GRPO)")  # fmt: skip
+                   help="1: GRPO's std-normalised advantage; 0: unnormalised (Dr.GRPO)")
     p.add_argument("--reward_path", required=True, help="file with the reward function")
-    p.add_argument("--reward_name", default="compute_score", help="default: compute_score")
-    p.add_argument("--project_name", default="demystifying_grpo", help="wandb project (default: demystifying_grpo)")
-    p.add_argument("--experiment_name", default="grpo_trl", help="wandb run name (default: grpo_trl)")
-    p.add_argument("--loggers", default="[console,wandb]", help="subset of [console,wandb] (default: both)")
+    p.add_argument("--reward_name", default="compute_score", help="the reward function's name in that file")
+    p.add_argument("--project_name", default="demystifying_grpo", help="wandb project")
+    p.add_argument("--experiment_name", default="grpo_trl", help="wandb run name")
+    p.add_argument("--loggers", default="[console,wandb]", help="subset of [console,wandb]")
     p.add_argument("--output_dir", required=True, help="final model folder")
-    p.add_argument("--save_model", type=int, choices=(0, 1), default=1, help="1: save the final model (default)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's choice)")
+    p.add_argument("--save_model", type=int, choices=(0, 1), default=1, help="1: save the final model")
+    p.add_argument("--threads", type=cli.integer(minimum=0), default=0, help="torch threads (0: torch's choice)")
     p.add_argument("--dry_run", action="store_true", help="check the settings and data, build the config, exit")
     args = p.parse_args(argv)
-    for name in ("max_steps", "threads"):
-        if getattr(args, name) < 0:
-            p.error(f"--{name} must be >= 0")
-    for name in ("max_prompt_length", "max_response_length", "test_freq"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be >= 1")
-    if not args.lr > 0:
-        p.error("--lr must be positive")
     try:
         budget_settings(args.group_size, args.budget)
     except ValueError as exc:
@@ -63,6 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.loggers = {x.strip() for x in args.loggers.strip("[]").split(",") if x.strip()}
     if args.loggers - {"console", "wandb"}:
         p.error(f"--loggers: unknown {sorted(args.loggers - {'console', 'wandb'})}; use console and/or wandb")
+    for path in (args.train_file, args.val_file, args.reward_path):
+        if not os.path.isfile(path):
+            p.error(f"{path} not found")
     return args
 
 
@@ -149,7 +146,7 @@ def run(args) -> dict:
     train_rows = backend.drop_long_prompts(train_rows, tokenizer, args.max_prompt_length)
     val_rows = backend.drop_long_prompts(val_rows, tokenizer, args.max_prompt_length)
     if not train_rows or not val_rows:
-        raise ValueError(f"no prompt fits --max_prompt_length {args.max_prompt_length}")
+        raise cli.UsageError(f"no prompt fits --max_prompt_length {args.max_prompt_length}")
     config = backend.grpo_config(args, len(train_rows))
     settings = budget_settings(args.group_size, args.budget)
     steps = config.max_steps // backend.UPDATES_PER_STEP
@@ -196,19 +193,9 @@ def run(args) -> dict:
     return {"val_start": history[0][key], "val_end": history[-1][key], "seconds": seconds}
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    for path in (args.train_file, args.val_file, args.reward_path):
-        if not os.path.isfile(path):
-            print(f"trl_train: error: {path} not found", file=sys.stderr)
-            return 2
-    try:
-        run(args)
-    except ValueError as exc:
-        print(f"trl_train: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+def main(argv=None) -> None:
+    run(parse_args(argv))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)
