@@ -48,7 +48,8 @@ def read_jsonl(path: str) -> list[dict]:
     return rows
 
 
-def _read_file(path: str) -> list[dict]:
+def read_file(path: str) -> list[dict]:
+    """Rows of a local ``.jsonl``, ``.json`` (a list, or ``{"data": [...]}``) or ``.parquet`` file."""
     if path.endswith(".parquet"):
         import pandas as pd
 
@@ -60,6 +61,8 @@ def _read_file(path: str) -> list[dict]:
             except json.JSONDecodeError:
                 handle.seek(0)
                 return read_jsonl(path)
+        if isinstance(data, dict) and isinstance(data.get("data"), list):
+            data = data["data"]
         if not isinstance(data, list):
             raise DataError(f"{path}: expected a JSON list of rows")
         return data
@@ -73,7 +76,7 @@ def _read_folder(path: str, split: str) -> list[dict]:
     for suffix in LOCAL_SUFFIXES:
         candidate = os.path.join(path, split + suffix)
         if os.path.isfile(candidate):
-            return _read_file(candidate)
+            return read_file(candidate)
     try:
         import datasets
     except ImportError:  # pragma: no cover - datasets is in requirements
@@ -105,7 +108,7 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         path = os.path.expanduser(source)
         if not os.path.exists(path):
             raise DataError(f"file not found: {source}")
-        rows = _read_folder(path, split) if os.path.isdir(path) else _read_file(path)
+        rows = _read_folder(path, split) if os.path.isdir(path) else read_file(path)
     else:
         import datasets
 

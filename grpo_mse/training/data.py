@@ -7,12 +7,11 @@ A VERL row is ``{"data_source", "prompt": [{"role", "content"}], "ability",
 
 from __future__ import annotations
 
-import json
 import os
 
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, rule_for
-from grpo_mse.tables.inputs import DataError
+from grpo_mse.tables.inputs import DataError, read_file
 
 SOURCES = ("arithmetic", "gsm8k", "math")
 GSM8K_SOURCE = "openai/gsm8k"
@@ -49,25 +48,11 @@ def arithmetic_splits(n_train: int, n_test: int, seed: int = 0, style: str = "ze
 
 
 def read_records(path: str) -> list[dict]:
-    """Records of a local ``.jsonl``, ``.json`` (list) or ``.parquet`` file; DataError when unreadable."""
-    ext = os.path.splitext(path)[1].lower()
+    """Records of a local ``.jsonl``, ``.json`` or ``.parquet`` file (the shared table reader); DataError when
+    missing, unreadable or empty."""
     if not os.path.isfile(path):
         raise DataError(f"file not found: {path}")
-    if ext not in (".parquet", ".json", ".jsonl"):
-        raise DataError(f"{path}: unsupported format {ext or '(no suffix)'}; use .jsonl, .json or .parquet")
-    if ext == ".parquet":
-        import pandas as pd
-
-        return pd.read_parquet(path).to_dict("records")
-    with open(path, encoding="utf-8") as f:
-        try:
-            if ext == ".json":
-                data = json.load(f)
-                records = data if isinstance(data, list) else data.get("data", []) if isinstance(data, dict) else []
-            else:
-                records = [json.loads(line) for line in f if line.strip()]
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}: malformed JSON ({error.msg}, line {error.lineno})") from None
+    records = read_file(path)
     if not records or not all(isinstance(r, dict) for r in records):
         raise DataError(f"{path}: no records (expected JSON objects)")
     return records
