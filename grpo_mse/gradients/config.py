@@ -33,7 +33,7 @@ def option(default=dataclasses.MISSING, *, help: str | None = None, **flag):  # 
 
 @dataclass(kw_only=True)
 class ModelConfig:
-    """The policy and the sampling backend, shared by both scripts."""
+    """The policy, its sampling settings and the sampling backend, shared by both scripts."""
 
     model: str = option(help="hub id or local folder")
     revision: str = option("main", help="model revision (branch, tag or commit)")
@@ -42,6 +42,9 @@ class ModelConfig:
     trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
     backend: str = option("hf", choices=BACKENDS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
     vllm_gpu_util: float = option(0.4, type=float, help="vLLM gpu_memory_utilization")
+    temperature: float = option(1.0, type=float, help="sampling temperature")
+    top_p: float = option(0.95, type=float, help="nucleus sampling mass")
+    max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -53,6 +56,8 @@ class ModelConfig:
         cli.check_device(self.device)
         cli.check_backend(self.backend, self.device, self.vllm_gpu_util)
         cli.check_model_path(self.model)
+        require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+        cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
 
     def record(self) -> dict:
         """Every field by name (the ``config`` saved with the results)."""
@@ -89,9 +94,6 @@ class OracleConfig(ModelConfig):
     n_oracle: int = option(1000, type=int, help="samples per prompt")
     batch_size: int = option(32, type=int, help="sequences per generation batch")
     seed: int = option(0, type=int, help="random seed (sample j of row i uses stream (seed, key_i, j))")
-    temperature: float = option(1.0, type=float, help="sampling temperature")
-    top_p: float = option(0.95, type=float, help="nucleus sampling mass")
-    max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
     out_dir: str = option("oracle_v_results", help="output folder of the JSONL table")
     limit: int | None = option(None, type=int, help="only the first N rows")
     resume: bool = option(False, help="continue the newest file in --out_dir with equal settings (docs/safety.md), "
@@ -107,8 +109,6 @@ class OracleConfig(ModelConfig):
         super().__post_init__()
         require(self.n_oracle >= 1, f"--n_oracle must be >= 1 (got {self.n_oracle})")
         require(self.batch_size >= 1, f"--batch_size must be >= 1 (got {self.batch_size})")
-        require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
-        cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
         if self.limit is not None:
             cli.check_range("--limit", self.limit, minimum=1)
         cli.writable_dir(self.out_dir, "--out_dir")
@@ -133,9 +133,6 @@ class TracecovConfig(ModelConfig):
                                         "if no more rows)")
     M: int = option(16, type=int, help="independent groups per prompt (>= 2)")
     K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", help="group sizes (>= 2)")
-    temperature: float = option(1.0, type=float, help="sampling temperature")
-    top_p: float = option(0.95, type=float, help="nucleus sampling mass")
-    max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
     gen_bs: int = option(64, type=int, help="max sequences per generation batch")
     subsample_prompts: int | None = option(None, type=int,
                                            help="randomly subsample this many rows of the table (seeded) before "
@@ -148,7 +145,7 @@ class TracecovConfig(ModelConfig):
                               "backward call; reference: one backward pass per estimator (original)")
     groups_per_pass: int = option(0, type=int,
                                   help="fast engine: groups per forward pass and batched backward call (0 = auto: "
-                                       "up to 32 sequences, at most 8 groups, within 2 GiB of gradients)")
+                                       "up to 128 sequences, at most 64 groups, within 2 GiB of gradients)")
     estimators: list[str] = option(list(UNBIASED), nargs="+", choices=ALL_ESTIMATORS,
                                    help="estimators whose traces are computed")
     drop_eos: bool = option(False, help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
@@ -178,8 +175,7 @@ class TracecovConfig(ModelConfig):
         require(self.groups_per_pass >= 0, f"--groups_per_pass must be >= 0 (got {self.groups_per_pass})")
         require(self.c1_batch >= 1, f"--c1_batch must be >= 1 (got {self.c1_batch})")
         require(self.skip_plot or bool(self.plot_path), "--plot_path is required unless --skip_plot")
-        require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
-        for flag, minimum in (("gen_bs", 1), ("max_new_tokens", 1), ("subsample_prompts", 1)):
+        for flag, minimum in (("gen_bs", 1), ("subsample_prompts", 1)):
             if getattr(self, flag) is not None:
                 cli.check_range(f"--{flag}", getattr(self, flag), minimum=minimum)
         self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
