@@ -104,16 +104,9 @@ class WorkerPool:
             return self._idle.get_nowait(), False
         except queue.Empty:
             pass
-        with self._lock:
-            start = self._started < self.max_workers
-            self._started += start
-        if start:
-            try:
-                return _Worker(self.preload), True
-            except (TimeoutError, OSError, EOFError):
-                with self._lock:
-                    self._started -= 1
-                return None, False
+        if self._reserve():
+            worker = self._launch()
+            return worker, worker is not None
         try:
             return self._idle.get(timeout=max(wait, 0.0)), False
         except queue.Empty:
@@ -126,16 +119,27 @@ class WorkerPool:
             self._started -= 1
         threading.Thread(target=self._prestart, daemon=True).start()
 
-    def _prestart(self) -> None:
+    def _reserve(self) -> bool:
+        """Count one more worker if fewer than ``max_workers`` run; False when the pool is full."""
         with self._lock:
-            start = self._started < self.max_workers
-            self._started += start
-        if start:
-            try:
-                self._idle.put(_Worker(self.preload))
-            except (TimeoutError, OSError, EOFError):
-                with self._lock:
-                    self._started -= 1
+            if self._started >= self.max_workers:
+                return False
+            self._started += 1
+            return True
+
+    def _launch(self) -> _Worker | None:
+        """Start a reserved worker; None (and the reservation released) when it fails to start."""
+        try:
+            return _Worker(self.preload)
+        except (TimeoutError, OSError, EOFError):
+            with self._lock:
+                self._started -= 1
+            return None
+
+    def _prestart(self) -> None:
+        worker = self._launch() if self._reserve() else None
+        if worker is not None:
+            self._idle.put(worker)
 
     def call(self, fn, args=(), timeout: float = 5.0, default=None):
         """``fn(*args)`` in a worker, or ``default`` after ``timeout`` s (waiting for a busy pool included; a new
