@@ -50,7 +50,8 @@ def option(default=dataclasses.MISSING, *, help: str | None = None, **flag):  # 
 
 def _annotation(spec: dataclasses.Field) -> tuple[type | None, str | None, bool]:
     """(scalar type, nargs, is_tuple) read from a field's annotation (a string under postponed annotations)."""
-    text = spec.type if isinstance(spec.type, str) else getattr(spec.type, "__name__", str(spec.type))
+    text = spec.type if isinstance(spec.type, str) else str(spec.type)
+    text = spec.type.__name__ if type(spec.type) is type else text  # a plain class: "int", not "<class 'int'>"
     text = re.sub(r"\s*\|\s*None$|^Optional\[(.*)\]$", r"\1", text.strip())
     many = re.match(r"^(list|tuple)\[(\w+)(, \.\.\.)?\]$", text)
     if many:
@@ -195,6 +196,7 @@ def load_class(target: str):
         spec = importlib.util.spec_from_file_location(re.sub(r"\W", "_", where), where)
         require(spec is not None, f"cannot load {where}")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         try:
             spec.loader.exec_module(module)
         except FileNotFoundError:
