@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import importlib
 import importlib.util
+import os
 import re
 import sys
 from dataclasses import field
@@ -158,7 +159,7 @@ class Flags:
 
 def _shown(value) -> str:
     if isinstance(value, (list, tuple)):
-        return " ".join(map(str, value)) if value else "(none)"
+        return " ".join(map(str, value))
     return str(value)
 
 
@@ -173,18 +174,21 @@ def markdown(config_class) -> str:
             shown = "off" if default is False else "on"
         elif default is None:
             shown = "-"
+        elif isinstance(default, (list, tuple)) and not default:
+            shown = "none"
         else:
             shown = f"`{_shown(default)}`"
         text = meta.get("help") or ""
         if meta.get("choices"):
-            text += f" (one{' or more' if _annotation(spec)[1] or meta.get('nargs') else ''} of "
-            text += f"{', '.join(map(str, meta['choices']))})"
+            many = _annotation(spec)[1] or meta.get("nargs")
+            text += f"; {'any' if many else 'one'} of {', '.join(f'`{c}`' for c in meta['choices'])}"
         bounds = [f"{sign} {meta[k]}" for k, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="))
                   if meta.get(k) is not None]
         if bounds:
-            text += f" ({' and '.join(bounds)})"
+            text += f"; {' and '.join(bounds)}"
         names = ", ".join(f"`{name}`" for name in (f"--{spec.name}", *meta.get("aliases", ())))
-        lines.append(f"| {names} | {shown} | {text.replace('|', '&#124;')} |")
+        cell = text.replace("|", "\\|")  # a bar inside a table cell
+        lines.append(f"| {names} | {shown} | {cell} |")
     return "\n".join(lines) + "\n"
 
 
@@ -211,12 +215,52 @@ def load_class(target: str):
     return config_class
 
 
-def main(argv=None) -> None:
-    parser = cli.ArgumentParser(description="Print the markdown flag table of a config dataclass (as docs/ shows).")
-    parser.add_argument("--markdown", required=True, metavar="MODULE:CLASS",
-                        help="e.g. grpo_mse.gradients.config:TracecovConfig or plots/make_figures.py:FiguresConfig")
+def refresh(text: str) -> str:
+    """``text`` (markdown) with every generated block replaced by the current table of its class.
+
+    A block is ``<!-- flags: MODULE:CLASS -->``, the table, ``<!-- end flags -->`` (each on its own line).
+    """
+    return BLOCK.sub(lambda m: f"{m.group(1)}{markdown(load_class(m.group(2)))}{m.group(4)}", text)
+
+
+BLOCK = re.compile(r"^(<!-- flags: (\S+) -->\n)(.*?)^(<!-- end flags -->)$", re.S | re.M)
+
+
+def main(argv=None) -> int:
+    parser = cli.ArgumentParser(description="The markdown flag tables of config dataclasses, as docs/ shows them "
+                                            "(run from the repository root).")
+    parser.add_argument("--markdown", metavar="MODULE:CLASS",
+                        help="print one table, e.g. grpo_mse.gradients.config:TracecovConfig or "
+                             "plots/make_figures.py:FiguresConfig")
+    parser.add_argument("--update", nargs="+", metavar="DOC", help="rewrite the generated blocks of these files")
+    parser.add_argument("--check", nargs="+", metavar="DOC", help="exit 1 when a generated block is out of date")
     args = parser.parse_args(argv)
-    sys.stdout.write(markdown(load_class(args.markdown)))
+    require(bool(args.markdown or args.update or args.check), "give --markdown, --update or --check")
+    if args.markdown:
+        sys.stdout.write(markdown(load_class(args.markdown)))
+    stale = []
+    for path in (args.update or []) + (args.check or []):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        require(bool(BLOCK.search(text)), f"{path} has no <!-- flags: MODULE:CLASS --> block")
+        new = refresh(text)
+        if new != text and path in (args.update or []):
+            _write_text(path, new)
+            print(f"updated {path}")
+        elif new != text:
+            stale.append(path)
+    for path in stale:
+        print(f"{path}: flag tables differ from the code; run python -m grpo_mse.flags --update {path}",
+              file=sys.stderr)
+    return 1 if stale else 0
+
+
+def _write_text(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` (written beside it first, then renamed)."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
 
 
 if __name__ == "__main__":
