@@ -132,6 +132,16 @@ def test_check_fails_on_a_stale_table_and_update_repairs_it(tmp_path, monkeypatc
 def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert len(ENTRY_POINTS) >= 14
+
+    def fastest(command):
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            subprocess.run(command, cwd=ROOT, env=env, capture_output=True, check=True)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    startup = fastest([sys.executable, "-c", "pass"])  # the interpreter alone, under the machine's current load
     slow = {}
     for script in ENTRY_POINTS:
         traced = subprocess.run([sys.executable, "-X", "importtime", script, "--help"], cwd=ROOT, env=env,
@@ -140,11 +150,8 @@ def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
         heavy = [line for line in traced.stderr.splitlines()
                  if line.rsplit("|", 1)[-1].strip() in {"torch", "transformers", "matplotlib", "vllm"}]
         assert not heavy, f"{script} --help imports {heavy}"
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, script, "--help"], cwd=ROOT, env=env, capture_output=True, check=True)
-            times.append(time.perf_counter() - start)
-        slow[script] = min(times)
-    # 0.3 s is the target on an idle machine; the bound leaves room for a loaded CI runner.
-    assert max(slow.values()) < 1.0, {k: round(v, 2) for k, v in slow.items()}
+        slow[script] = fastest([sys.executable, script, "--help"])
+    # Target: under 0.3 s wall on an idle machine, where a bare `python -c pass` takes about 0.05 s. A loaded
+    # runner slows every start alike, so the bound scales with the interpreter's own start measured now.
+    slowdown = max(1.0, startup / 0.05)
+    assert max(slow.values()) < 0.3 * slowdown, (round(startup, 2), {k: round(v, 2) for k, v in slow.items()})
