@@ -7,39 +7,47 @@
   Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
 """
 
-from __future__ import annotations
-
 import argparse
 import csv
 import os
 import sys
+from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import read_json
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--tracecov", nargs="*", default=[], help="main JSON files written by run_tracecov.py")
-    p.add_argument("--labels", nargs="*", default=None, help="panel titles, one per --tracecov file")
-    p.add_argument("--advisor", default=None, help="main JSON with group_size_advisor: draw the bound and K*")
-    p.add_argument("--budget", type=cli.number(above=0), default=1024, help="sequences per step N for --advisor")
-    p.add_argument("--theory", default=None,
-                   help="theory JSON of scripts/exact_theory.py: dashed exact curves on the --tracecov panels")
-    p.add_argument("--paper", default=None, help="paper_figure4.csv: add the published Figure 4 panels")
-    p.add_argument("--training_csv", default=None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
-    p.add_argument("--metric", default=None, help="metric of --training_csv to plot (default: first val accuracy)")
-    p.add_argument("--steps", type=cli.integer(minimum=0), nargs="*", default=None,
-                   help="training steps drawn in Figure 5")
-    p.add_argument("--out_dir", default="results/figures", help="output folder")
-    p.add_argument("--name", default="figure4", help="file stem of the Figure-4 outputs")
-    args = p.parse_args(argv)
-    cli.require(bool(args.tracecov or args.paper or args.training_csv or args.advisor),
-                "give --tracecov files, --paper, --advisor and/or --training_csv")
-    cli.require(args.theory is None or bool(args.tracecov), "--theory needs --tracecov runs to overlay")
-    cli.require(args.labels is None or len(args.labels) == len(args.tracecov), "--labels needs one label per file")
-    cli.writable_dir(args.out_dir, "--out_dir")
-    return args
+@dataclass
+class FiguresConfig(Flags):
+    """Which saved results to draw and where the figures go."""
+
+    tracecov: list[str] = option([], nargs="*", help="main JSON files written by run_tracecov.py")
+    labels: list[str] | None = option(None, nargs="*", help="panel titles, one per --tracecov file")
+    advisor: str | None = option(None, help="main JSON with group_size_advisor: draw the bound and K*")
+    budget: float = option(1024, above=0, help="sequences per step N for --advisor")
+    theory: str | None = option(None, help="theory JSON of scripts/exact_theory.py: dashed exact curves on the "
+                                           "--tracecov panels")
+    paper: str | None = option(None, help="paper_figure4.csv: add the published Figure 4 panels")
+    training_csv: str | None = option(None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
+    metric: str | None = option(None, help="metric of --training_csv to plot (default: first val accuracy)")
+    steps: list[int] | None = option(None, nargs="*", minimum=0, help="training steps drawn in Figure 5")
+    out_dir: str = option("results/figures", help="output folder")
+    name: str = option("figure4", help="file stem of the Figure-4 outputs")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # bounds
+        cli.require(bool(self.tracecov or self.paper or self.training_csv or self.advisor),
+                    "give --tracecov files, --paper, --advisor and/or --training_csv")
+        cli.require(self.theory is None or bool(self.tracecov), "--theory needs --tracecov runs to overlay")
+        cli.require(self.labels is None or len(self.labels) == len(self.tracecov),
+                    "--labels needs one label per file")
+        cli.writable_dir(self.out_dir, "--out_dir")
+
+
+def parse_args(argv=None) -> FiguresConfig:
+    """The figures to draw, from the command line (flags are FiguresConfig's fields)."""
+    return FiguresConfig.from_argv(argv, description=__doc__)
 
 
 def load_curves(path: str, curves: str, what: str) -> dict:

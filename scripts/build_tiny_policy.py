@@ -14,11 +14,9 @@ from pathlib import Path
 # Numerics do not depend on it (they do depend on --threads: the default 1 reproduces assets/tiny_policy).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch
-
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.builtin.tiny_policy import DEFAULT_STEPS, build_and_save, estimate_v, v_summary
+from grpo_mse.builtin.defaults import TINY_STEPS as DEFAULT_STEPS
 
 
 def main(argv=None) -> None:
@@ -43,6 +41,10 @@ def main(argv=None) -> None:
                         help="samples per prompt of the V summary")
     args = parser.parse_args(argv)
     cli.writable_dir(args.out_dir, "--out_dir")
+    import torch  # after the flags are checked
+
+    from grpo_mse.builtin.tiny_policy import build_and_save, estimate_v, v_summary
+
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -18,28 +18,29 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
 
-import torch
-
-from grpo_mse.builtin import train_policy as trp
+from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.builtin.tiny_policy import estimate_v, v_summary
 from grpo_mse.rewards.rules import score
-from grpo_mse.training.trl_backend import greedy_accuracy
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out_dir", default="assets/train_policy")
-    parser.add_argument("--base_dir", default=trp.DEFAULT_BASE, help="policy to start from")
+    parser.add_argument("--base_dir", default=defaults.TRAIN_BASE, help="policy to start from")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=trp.DEFAULT_STEPS)
-    parser.add_argument("--lr", type=float, default=trp.DEFAULT_LR, help="AdamW peak learning rate")
-    parser.add_argument("--fraction", type=float, default=trp.FLAW_FRACTION, help="share of flawed targets")
+    parser.add_argument("--steps", type=int, default=defaults.TRAIN_STEPS)
+    parser.add_argument("--lr", type=float, default=defaults.TRAIN_LR, help="AdamW peak learning rate")
+    parser.add_argument("--fraction", type=float, default=defaults.FLAW_FRACTION, help="share of flawed targets")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the weights depend slightly on it)")
     parser.add_argument("--eval_prompts", type=int, default=100, help="0 skips the summary")
     parser.add_argument("--eval_samples", type=int, default=16)
     parser.add_argument("--max_new_tokens", type=int, default=16)
     args = parser.parse_args(argv)
+    import torch  # after the flags are parsed
+
+    from grpo_mse.builtin import train_policy as trp
+    from grpo_mse.builtin.tiny_policy import estimate_v, v_summary
+    from grpo_mse.training.trl_backend import greedy_accuracy
 
     if args.threads:
         torch.set_num_threads(args.threads)

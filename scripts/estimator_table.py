@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 from grpo_mse import cli
-from grpo_mse.analysis import estimator_table as table
 from grpo_mse.tables.outputs import read_json, write_atomic, write_csv, write_json
 
 
@@ -25,6 +24,8 @@ def main(argv=None) -> None:
     p.add_argument("--out_dir", default="results/estimators", help="output folder")
     args = p.parse_args(argv)
     cli.writable_dir(args.out_dir, "--out_dir")
+    from grpo_mse.analysis import estimator_table as table  # torch loads after the flags are checked
+
     theory = read_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory")
     run = read_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main")
     csv_path = table.per_prompt_path(args.tracecov)

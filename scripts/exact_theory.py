@@ -24,10 +24,7 @@ import os
 import sys
 
 from grpo_mse import cli
-from grpo_mse.analysis import one_token as ot
-from grpo_mse.analysis.theory import gradient_gram
 from grpo_mse.gradients import estimators as est
-from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.tables.inputs import load_rows, oracle_settings, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
 from grpo_mse.tables.resume import claim
@@ -52,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="score of log pi_T (untruncated) or of the sampled law q (run_tracecov.py's flag)")
     p.add_argument("--K_list", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32],
                    help="group sizes of the exact curves (>= 2)")
-    p.add_argument("--estimators", nargs="+", default=ot.DEFAULT_ESTIMATORS, choices=est.ALL)
+    p.add_argument("--estimators", nargs="+", default=list(est.ALL), choices=est.ALL)
     p.add_argument("--max_jacobian_gb", type=cli.number(above=0), default=4.0,
                    help="refuse models whose logit Jacobian (vocab x parameters, fp32) is larger")
     p.add_argument("--out_dir", default="results/theory", help="output folder")
@@ -67,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool) -> list[dict]:
     """The first ``count`` rows (only those with a one-token correct answer when ``reachable_only``)."""
+    from grpo_mse.analysis import one_token as ot
+
     chosen = [row for row in rows if not reachable_only or ot.reachable(texts, row["ground_truth"])][:count]
     cli.require(bool(chosen), "no row has a ground truth that a single token can produce")
     return chosen
@@ -74,6 +73,10 @@ def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool)
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    from grpo_mse.analysis import one_token as ot  # torch loads after the flags are checked
+    from grpo_mse.analysis.theory import gradient_gram
+    from grpo_mse.policy.loading import load_policy, model_basename_tag
+
     rows = load_rows(args.dataset, args.split)
     check_prompts(rows, args.dataset)
     check_answers(rows, args.dataset)

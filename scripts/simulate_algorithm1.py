@@ -12,78 +12,38 @@ Outputs (in --out_dir): algorithm1.csv (K, seed, estimator, step, heldout_reward
 algorithm1_summary.json, algorithm1.png and algorithm1.pdf.
 """
 
-from __future__ import annotations
-
-import argparse
 import glob
 import os
 import time
-
-import torch
+from dataclasses import asdict, dataclass
 
 from grpo_mse import cli
-from grpo_mse.analysis import simulation as sim
-from grpo_mse.gradients.estimators import UNBIASED
+from grpo_mse.analysis.simulation_config import SimulationConfig
+from grpo_mse.flags import option
 from grpo_mse.tables.outputs import write_csv, write_json
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = cli.ArgumentParser(description=__doc__)
-    defaults = sim.SimulationConfig()
-    parser.add_argument("--model", default=defaults.model, help="local model folder or hub id")
-    parser.add_argument("--budget", type=cli.integer(minimum=1), default=defaults.budget,
-                        help="N = B*K sequences per step")
-    parser.add_argument("--K_list", type=cli.integer(minimum=2), nargs="+", default=list(defaults.K_list),
-                        help="group sizes (each divides --budget)")
-    parser.add_argument("--seeds", type=cli.integer(minimum=0), nargs="+", default=list(defaults.seeds),
-                        help="SGD seeds")
-    parser.add_argument("--estimators", nargs="+", default=list(defaults.estimators),
-                        choices=UNBIASED, help="gradient estimators compared")
-    parser.add_argument("--steps", type=cli.integer(minimum=1), default=defaults.steps, help="SGD steps")
-    parser.add_argument("--lr", type=cli.number(above=0), default=defaults.lr, help="learning rate")
-    parser.add_argument("--oracle", choices=["mc", "running"], default=defaults.oracle,
-                        help="V stand-in of oracleV: n_v fresh samples (mc) or a running per-prompt average")
-    parser.add_argument("--n_v", type=cli.integer(minimum=1), default=defaults.n_v,
-                        help="extra samples per prompt for V")
-    parser.add_argument("--eval_every", type=cli.integer(minimum=0), default=defaults.eval_every,
-                        help="held-out evaluation every n steps (0: at the end only)")
-    parser.add_argument("--train_prompts", type=cli.integer(minimum=1), default=defaults.train_prompts,
-                        help="training prompts")
-    parser.add_argument("--train_seed", type=int, default=defaults.train_seed, help="seed of the training prompts")
-    parser.add_argument("--heldout_prompts", type=cli.integer(minimum=1), default=defaults.heldout_prompts,
-                        help="held-out prompts")
-    parser.add_argument("--heldout_seed", type=int, default=defaults.heldout_seed, help="seed of the held-out prompts")
-    parser.add_argument("--heldout_samples", type=cli.integer(minimum=1), default=defaults.heldout_samples,
-                        help="samples per held-out prompt")
-    parser.add_argument("--style", choices=["zero_shot", "few_shot"], default=defaults.style, help="prompt style")
-    parser.add_argument("--temperature", type=cli.number(above=0), default=defaults.temperature,
-                        help="sampling temperature")
-    parser.add_argument("--top_p", type=cli.number(above=0, maximum=1), default=defaults.top_p, help="nucleus mass")
-    parser.add_argument("--max_new_tokens", type=cli.integer(minimum=1), default=defaults.max_new_tokens,
-                        help="tokens per continuation")
-    parser.add_argument("--threads", type=cli.integer(minimum=1), default=1,
-                        help="torch.set_num_threads (1 is fastest here)")
-    parser.add_argument("--out_dir", default="results/simulation", help="output folder")
-    parser.add_argument("--records_csv", default=None,
-                        help="summarise this earlier algorithm1.csv (same settings) instead of running the SGD sweep "
-                             "again: the runs do not depend on the advisor, only the summary does")
-    parser.add_argument("--advisor_json", nargs="*", default=None,
-                        help="tracecov results JSON with group_size_advisor (K* measured at the starting policy)")
-    args = parser.parse_args(argv)
-    args.K_list, args.seeds = cli.unique(args.K_list, "--K_list"), cli.unique(args.seeds, "--seeds")
-    args.estimators = cli.unique(args.estimators, "--estimators")
-    bad = [k for k in args.K_list if args.budget % k]
-    cli.require(not bad, f"every K must divide --budget {args.budget} (not {' '.join(map(str, bad))})")
-    cli.writable_dir(args.out_dir, "--out_dir")
-    cli.check_model_path(args.model)
-    return args
+@dataclass
+class Args(SimulationConfig):
+    """The simulation's settings plus where the results go and what an earlier run or tracecov run supplies."""
+
+    threads: int = option(1, minimum=1, help="torch.set_num_threads (1 is fastest here)")
+    out_dir: str = option("results/simulation", help="output folder")
+    records_csv: str | None = option(None, help="summarise this earlier algorithm1.csv (same settings) instead of "
+                                                "running the SGD sweep again: the runs do not depend on the advisor, "
+                                                "only the summary does")
+    advisor_json: list[str] | None = option(None, nargs="*", help="tracecov results JSON with group_size_advisor "
+                                                                   "(K* measured at the starting policy)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cli.writable_dir(self.out_dir, "--out_dir")
+        cli.check_model_path(self.model)
 
 
-def make_config(args) -> sim.SimulationConfig:
-    """SimulationConfig from the command line (every field of it is a flag of the same name)."""
-    fields = sim.SimulationConfig.__dataclass_fields__
-    return sim.SimulationConfig(**{name: tuple(value) if isinstance(value, list) else value
-                                   for name, value in vars(args).items() if name in fields})
+def parse_args(argv=None) -> Args:
+    """The run's settings from the command line (flags are Args' fields)."""
+    return Args.from_argv(argv, description=__doc__)
 
 
 def advisor_path(patterns) -> str | None:
@@ -106,7 +66,7 @@ def oracle_note(args) -> str:
 def build_note(summary: dict, args) -> str:
     """One paragraph: what was run, the agreement statement and its caveats."""
     parts = [f"Algorithm 1 (plain SGD, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences per step, "
-             f"seeds {args.seeds}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
+             f"seeds {list(args.seeds)}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
              f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds (Student t); {summary['learning']}.",
              oracle_note(args),
              summary["agreement"]["statement"] + "."]
@@ -125,6 +85,7 @@ def build_note(summary: dict, args) -> str:
 
 def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     """Final held-out reward against K (log2 axis), one line per estimator with its 95% band; K* dashed."""
+    from grpo_mse.analysis import simulation as sim
     from grpo_mse.figures.tracecov import plt, save, style
 
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
@@ -154,10 +115,13 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
 
 def run(args) -> dict:
     """Run the sweep with a progress bar; return {"records", "wall_s"}."""
+    import torch
     from tqdm import tqdm
 
+    from grpo_mse.analysis import simulation as sim
+
     torch.set_num_threads(args.threads)
-    config = make_config(args)
+    config = args
     for K in config.K_list:
         config.batch(K)
     task = sim.load_task(config)
@@ -183,6 +147,8 @@ def read_records(path: str) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    from grpo_mse.analysis import simulation as sim  # torch loads after the flags are checked
+
     path = advisor_path(args.advisor_json)
     if args.advisor_json and path is None:
         print(f"advisor JSON not found: {' '.join(args.advisor_json)}; K* not compared")
@@ -190,7 +156,7 @@ def main(argv=None) -> dict:
     outcome = read_records(args.records_csv) if args.records_csv else run(args)
     summary = sim.summarize(outcome["records"], args.K_list, advisor)
     summary["note"] = build_note(summary, args)
-    summary["config"] = {**vars(args), "advisor_json": path}
+    summary["config"] = {**asdict(args), "advisor_json": path}
     summary["wall_s"] = round(outcome["wall_s"], 1)
     os.makedirs(args.out_dir, exist_ok=True)
     write_csv(os.path.join(args.out_dir, "algorithm1.csv"), outcome["records"], sim.RECORD_COLUMNS)
@@ -203,6 +169,8 @@ def main(argv=None) -> dict:
 
 def print_summary(summary: dict) -> None:
     """Final reward per estimator and K, best K and the K* statement."""
+    from grpo_mse.analysis import simulation as sim
+
     print(f"starting policy: held-out reward {summary['initial_reward']:.4f}; wall {summary['wall_s']} s")
     for name, by_k in summary["final_reward"].items():
         cells = "  ".join(f"K={k}: {s['mean']:.4f}+-{sim.half_width(s):.4f}" for k, s in by_k.items())

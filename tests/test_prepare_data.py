@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from grpo_mse.cli import UsageError
 from grpo_mse.rewards.rules import score
 from grpo_mse.training.data import arithmetic_splits, gsm8k_rows, math_rows
 
@@ -95,5 +98,44 @@ def test_bad_records_and_arguments(tmp_path):
         gsm8k_rows([{"question": "q", "answer": "no marker"}], "train")
     with pytest.raises(ValueError, match="boxed"):
         math_rows([{"problem": "p", "solution": "no box"}], "train")
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="needs --train_file and --test_file"):
         prepare_main()(["--source", "gsm8k", "--out_dir", str(tmp_path)])
+
+
+GSM_ROW = {"question": "1+1?", "answer": "#### 2"}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--train_file", "g.jsonl", "--test_file", "g.jsonl"], "read with --source gsm8k or --source math"),
+    (["--train_file", "g.jsonl"], "--train_file are read with --source"),
+    (["--limit", "3"], "--limit is for GSM8K/MATH files"),
+    (["--data_source", "openai/gsm8k"], "--data_source is for GSM8K/MATH files only"),
+    (["--source", "gsm8k", "--train_file", "g.jsonl", "--test_file", "g.jsonl", "--n_train", "10"],
+     "--n_train applies to --source arithmetic only"),
+    (["--source", "math", "--train_file", "g.jsonl", "--test_file", "g.jsonl", "--style", "few_shot", "--seed", "1"],
+     "--style, --seed apply to --source arithmetic only"),
+])  # fmt: skip
+def test_flags_of_the_other_source_are_refused_not_ignored(tmp_path, monkeypatch, flags, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.jsonl").write_text(json.dumps(GSM_ROW) + "\n")
+    with pytest.raises(UsageError, match=re.escape(message)):
+        prepare_main()(flags + ["--out_dir", "D"])
+    assert not (tmp_path / "D").exists()
+
+
+def test_other_data_in_out_dir_is_replaced_only_with_overwrite(tmp_path):
+    out = tmp_path / "D"
+    small = ["--out_dir", str(out), "--n_train", "8", "--n_test", "4"]
+    paths = prepare_main()(small)
+    before = {split: open(path, "rb").read() for split, path in paths.items()}
+    assert prepare_main()(small) == paths  # the same data again: accepted, files unchanged
+    assert {split: open(path, "rb").read() for split, path in paths.items()} == before
+    (tmp_path / "g.jsonl").write_text(json.dumps(GSM_ROW) + "\n")
+    gsm = ["--source", "gsm8k", "--train_file", str(tmp_path / "g.jsonl"), "--test_file", str(tmp_path / "g.jsonl"),
+           "--out_dir", str(out)]
+    with pytest.raises(UsageError, match="already hold other data; pass --overwrite"):
+        prepare_main()(gsm)
+    assert {split: open(path, "rb").read() for split, path in paths.items()} == before
+    prepare_main()(gsm + ["--overwrite"])
+    assert [len(pd.read_parquet(path)) for path in paths.values()] == [1, 1]
+    assert sorted(os.listdir(out)) == ["test.parquet", "train.parquet"]  # no temporary file left

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from grpo_mse.analysis.simulation_config import SimulationConfig
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.logprobs import continuation_mask, shared_prompt_logprobs
 from grpo_mse.policy.sampling import row_generators, sample_continuations, stream_seed
@@ -194,37 +195,6 @@ def step_prompts(pool_size: int, batch: int, seed: int, step: int) -> list[int]:
     """B distinct prompt indices of a step, drawn uniformly from the pool with stream (seed, step)."""
     rng = np.random.default_rng(stream_seed(STREAM_PROMPTS, seed, step))
     return rng.choice(pool_size, size=batch, replace=False).tolist()
-
-
-@dataclass
-class SimulationConfig:
-    """Settings of the sweep over K (at fixed budget N = B K), seeds and estimators, and of the arithmetic task."""
-
-    model: str = "assets/tiny_policy"
-    budget: int = 64
-    K_list: tuple[int, ...] = (2, 4, 8, 16, 32)
-    seeds: tuple[int, ...] = (0, 1, 2)
-    estimators: tuple[str, ...] = ("naive", "grpo", "oracleV")
-    steps: int = 30
-    lr: float = 1e-3
-    oracle: str = "mc"
-    n_v: int = 8
-    eval_every: int = 0
-    train_prompts: int = 256
-    train_seed: int = 1000
-    heldout_prompts: int = 64
-    heldout_seed: int = 2000
-    heldout_samples: int = 16
-    style: str = "zero_shot"
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 8
-
-    def batch(self, K: int) -> int:
-        """B = N / K (N must be a multiple of K)."""
-        if K < 2 or self.budget % K:
-            raise ValueError(f"K={K} must be >= 2 and divide the budget N={self.budget}")
-        return self.budget // K
 
 
 def make_baseline(config: SimulationConfig, sampler: SimulationSampler):

@@ -18,6 +18,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.rewards.rules import row_reward
 
@@ -41,7 +42,7 @@ CHAT_TEMPLATE = (
 
 TRAIN_DATA_SEED = 12345  # disjoint from the evaluation seeds (0, 1, ...)
 DEFAULT_VOCAB_SIZE = 384
-DEFAULT_STEPS = 2000
+DEFAULT_STEPS = defaults.TINY_STEPS
 
 
 def build_tokenizer(texts, vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrainedTokenizerFast:

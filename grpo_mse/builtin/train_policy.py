@@ -16,14 +16,15 @@ import random
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.builtin.tiny_policy import TRAIN_DATA_SEED, save_policy, train
 
-FLAW_FRACTION = 0.6  # above 1/2, so greedy decoding starts out flawed on most prompts
+FLAW_FRACTION = defaults.FLAW_FRACTION
 FLAW_SEPARATOR = " "
-DEFAULT_BASE = "assets/tiny_policy"
-DEFAULT_STEPS = 300
-DEFAULT_LR = 1e-3
+DEFAULT_BASE = defaults.TRAIN_BASE
+DEFAULT_STEPS = defaults.TRAIN_STEPS
+DEFAULT_LR = defaults.TRAIN_LR
 DEFAULT_ROWS = 20000
 
 

@@ -1,4 +1,4 @@
-"""Typed run configurations of the two gradient-evaluation scripts, and the argparse flags made from them.
+"""Typed run configurations of the two gradient-evaluation scripts; their flags are made by grpo_mse.flags.
 
 Each field is one command-line flag of the same name; its ``metadata`` holds the flag's help, type,
 nargs and choices, so the flags, defaults and choices have a single definition. A bool field is a
@@ -8,13 +8,12 @@ that cannot work with a one-line ``UsageError``. Importing this module is cheap 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from grpo_mse import cli
 from grpo_mse.cli import require
+from grpo_mse.flags import Flags, option  # noqa: F401 - option is also imported from here
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import UNBIASED
 
@@ -23,16 +22,8 @@ DTYPES = ("fp16", "bf16", "fp32")
 BACKENDS = ("hf", "vllm")
 
 
-def option(default=dataclasses.MISSING, *, help: str | None = None, **flag):  # noqa: A002 - argparse's name
-    """A config field that is also a flag: ``flag`` holds argparse's type/nargs/choices; lists are copied."""
-    metadata = {"help": help, **flag}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
 @dataclass(kw_only=True)
-class ModelConfig:
+class ModelConfig(Flags):
     """The policy, its sampling settings and the sampling backend, shared by both scripts."""
 
     model: str = option(help="hub id or local folder")
@@ -47,42 +38,12 @@ class ModelConfig:
     max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
 
     def __post_init__(self) -> None:
-        for spec in dataclasses.fields(self):
-            choices = spec.metadata.get("choices")
-            value = getattr(self, spec.name)
-            values = value if isinstance(value, list) else [value]
-            require(choices is None or all(v in choices for v in values),
-                    f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})")
+        super().__post_init__()  # choices
         cli.check_device(self.device)
         cli.check_backend(self.backend, self.device, self.vllm_gpu_util)
         cli.check_model_path(self.model)
         require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
         cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
-
-    def record(self) -> dict:
-        """Every field by name (the ``config`` saved with the results)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
-        """One flag per field, in field order."""
-        for spec in dataclasses.fields(cls):
-            meta = {k: v for k, v in spec.metadata.items() if v is not None}
-            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                parser.add_argument(f"--{spec.name}", required=True, **meta)
-            elif spec.default is False:
-                parser.add_argument(f"--{spec.name}", action="store_true", **meta)
-            else:
-                default = spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
-                parser.add_argument(f"--{spec.name}", default=default, **meta)
-
-    @classmethod
-    def from_argv(cls, argv=None, description: str | None = None):
-        """Parse ``argv`` (sys.argv when None) into a validated config; bad values raise UsageError."""
-        parser = cli.ArgumentParser(description=description)
-        cls.add_flags(parser)
-        namespace = parser.parse_args(argv)
-        return cls(**{spec.name: getattr(namespace, spec.name) for spec in dataclasses.fields(cls)})
 
 
 @dataclass(kw_only=True)

@@ -108,6 +108,9 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         path = os.path.expanduser(source)
         if not os.path.exists(path):
             raise DataError(f"file not found: {source}")
+        if not os.path.isdir(path) and split != "train":  # a file has no splits: refuse rather than ignore
+            raise DataError(f"{source} is one file, without splits; split {split!r} is for dataset folders and "
+                            f"hub ids (drop --split, or give the dataset's folder)")
         rows = _read_folder(path, split) if os.path.isdir(path) else read_file(path)
     else:
         import datasets

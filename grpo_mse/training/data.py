@@ -7,11 +7,18 @@ A VERL row is ``{"data_source", "prompt": [{"role", "content"}], "ability",
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from dataclasses import dataclass
+from typing import ClassVar
 
-from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse import cli
+from grpo_mse.builtin.arithmetic import STYLES, make_rows
+from grpo_mse.cli import require
+from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, rule_for
 from grpo_mse.tables.inputs import DataError, read_file
+from grpo_mse.tables.outputs import write_atomic
 
 SOURCES = ("arithmetic", "gsm8k", "math")
 GSM8K_SOURCE = "openai/gsm8k"
@@ -115,10 +122,79 @@ def file_splits(source: str, train_file: str, test_file: str, limit: int | None 
     }
 
 
-def write_parquet(rows: list[dict], path: str) -> str:
-    """Write VERL rows to ``path`` (parent folders created) and return it."""
+def parquet_bytes(rows: list[dict]) -> bytes:
+    """VERL rows as the bytes of a parquet file (equal rows give equal bytes)."""
+    import io
+
     import pandas as pd
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    pd.DataFrame(rows).to_parquet(path, index=False)
+    buffer = io.BytesIO()
+    pd.DataFrame(rows).to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def write_parquet(rows: list[dict], path: str) -> str:
+    """Write VERL rows to ``path`` (parent folders created, written atomically) and return it."""
+    write_atomic(path, parquet_bytes(rows))
     return path
+
+
+def write_splits(splits: dict, out_dir: str, overwrite: bool = False) -> dict:
+    """Write each split's rows to ``out_dir/{split}.parquet``; return {split: path}.
+
+    An existing file with other content is replaced only with ``overwrite`` (else UsageError, before
+    any file is written); a file with the same content is left as it is.
+    """
+    paths = {split: os.path.join(out_dir, f"{split}.parquet") for split in splits}
+    contents = {split: parquet_bytes(rows) for split, rows in splits.items()}
+    differing = [paths[s] for s in splits if os.path.isfile(paths[s]) and not _same(paths[s], contents[s])]
+    require(overwrite or not differing, f"{', '.join(differing)} already hold{'s' if len(differing) == 1 else ''} "
+                                        f"other data; pass --overwrite to replace, or choose another --out_dir")
+    for split, path in paths.items():
+        if not (os.path.isfile(path) and _same(path, contents[split])):
+            write_atomic(path, contents[split])
+    return paths
+
+
+def _same(path: str, content: bytes) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read() == content
+
+
+@dataclass(kw_only=True)
+class PrepareDataConfig(Flags):
+    """Policy_Optimization/prepare_data.py: which data to convert to VERL parquet files, and where."""
+
+    source: str = option("arithmetic", choices=SOURCES,
+                         help="arithmetic: the built-in data; gsm8k, math: convert --train_file and --test_file")
+    out_dir: str = option(help="writes train.parquet and test.parquet here")
+    style: str = option("zero_shot", choices=STYLES, help="arithmetic prompt style")
+    n_train: int = option(4096, minimum=1, help="arithmetic training problems")
+    n_test: int = option(500, minimum=1, help="arithmetic test problems")
+    seed: int = option(0, help="arithmetic test seed (train uses seed+1)")
+    train_file: str | None = option(None, help="GSM8K/MATH training file (.jsonl, .json or .parquet)")
+    test_file: str | None = option(None, help="GSM8K/MATH test file (.jsonl, .json or .parquet)")
+    limit: int | None = option(None, minimum=1, help="keep only the first N records per file")
+    data_source: str | None = option(None, help="override the data_source name (GSM8K/MATH)")
+    overwrite: bool = option(False, help="replace train.parquet/test.parquet in --out_dir when they hold other data")
+
+    ARITHMETIC_ONLY: ClassVar[tuple[str, ...]] = ("style", "n_train", "n_test", "seed")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # choices and bounds
+        files = [f"--{name}" for name in ("train_file", "test_file") if getattr(self, name)]
+        if self.source == "arithmetic":
+            require(not files, f"{' and '.join(files)} are read with --source gsm8k or --source math; the default "
+                               f"--source arithmetic writes the built-in data (add --source)")
+            require(self.limit is None, "--limit is for GSM8K/MATH files; --n_train and --n_test size the "
+                                        "arithmetic data")
+            require(not self.data_source, "--data_source is for GSM8K/MATH files only")
+        else:
+            require(len(files) == 2, f"--source {self.source} needs --train_file and --test_file")
+            defaults = {spec.name: spec.default for spec in dataclasses.fields(self)}
+            changed = [f"--{name}" for name in self.ARITHMETIC_ONLY if getattr(self, name) != defaults[name]]
+            require(not changed, f"{', '.join(changed)} appl{'ies' if len(changed) == 1 else 'y'} to --source "
+                                 f"arithmetic only; --limit keeps the first N records of each file")
+            if self.data_source:
+                check_data_source(self.source, self.data_source)
+        cli.writable_dir(self.out_dir, "--out_dir")

@@ -1,0 +1,53 @@
+"""Settings of the Algorithm-1 simulation (grpo_mse.analysis.simulation); every field is a flag of
+scripts/simulate_algorithm1.py. Importing this module is cheap (no torch), so ``--help`` is fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option
+from grpo_mse.gradients.estimators import UNBIASED
+
+
+@dataclass
+class SimulationConfig(Flags):
+    """Settings of the sweep over K (at fixed budget N = B K), seeds and estimators, and of the arithmetic task."""
+
+    model: str = option("assets/tiny_policy", help="local model folder or hub id")
+    budget: int = option(64, minimum=1, help="N = B*K sequences per step")
+    K_list: tuple[int, ...] = option((2, 4, 8, 16, 32), minimum=2, help="group sizes (each divides --budget)")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, help="SGD seeds")
+    estimators: tuple[str, ...] = option(("naive", "grpo", "oracleV"), choices=UNBIASED,
+                                         help="gradient estimators compared")
+    steps: int = option(30, minimum=1, help="SGD steps")
+    lr: float = option(1e-3, above=0, help="learning rate")
+    oracle: str = option("mc", choices=("mc", "running"),
+                         help="V stand-in of oracleV: n_v fresh samples (mc) or a running per-prompt average")
+    n_v: int = option(8, minimum=1, help="extra samples per prompt for V")
+    eval_every: int = option(0, minimum=0, help="held-out evaluation every n steps (0: at the end only)")
+    train_prompts: int = option(256, minimum=1, help="training prompts")
+    train_seed: int = option(1000, help="seed of the training prompts")
+    heldout_prompts: int = option(64, minimum=1, help="held-out prompts")
+    heldout_seed: int = option(2000, help="seed of the held-out prompts")
+    heldout_samples: int = option(16, minimum=1, help="samples per held-out prompt")
+    style: str = option("zero_shot", choices=("zero_shot", "few_shot"), help="prompt style")
+    temperature: float = option(1.0, above=0, help="sampling temperature")
+    top_p: float = option(1.0, above=0, maximum=1, help="nucleus mass")
+    max_new_tokens: int = option(8, minimum=1, help="tokens per continuation")
+
+    def __post_init__(self) -> None:
+        self.K_list, self.seeds = tuple(self.K_list), tuple(self.seeds)
+        self.estimators = tuple(self.estimators)
+        super().__post_init__()  # choices and bounds
+        self.K_list = tuple(cli.unique(list(self.K_list), "--K_list"))
+        self.seeds = tuple(cli.unique(list(self.seeds), "--seeds"))
+        self.estimators = tuple(cli.unique(list(self.estimators), "--estimators"))
+        bad = [k for k in self.K_list if self.budget % k]
+        cli.require(not bad, f"every K must divide --budget {self.budget} (not {' '.join(map(str, bad))})")
+
+    def batch(self, K: int) -> int:
+        """B = N / K (N must be a multiple of K)."""
+        if K < 2 or self.budget % K:
+            raise ValueError(f"K={K} must be >= 2 and divide the budget N={self.budget}")
+        return self.budget // K

@@ -1,0 +1,7 @@
+"""Default settings of the built-in policies' builders, importable without torch (for fast ``--help``)."""
+
+TINY_STEPS = 2000  # training steps of assets/tiny_policy
+TRAIN_BASE = "assets/tiny_policy"  # the policy that assets/train_policy starts from
+TRAIN_STEPS = 300
+TRAIN_LR = 1e-3
+FLAW_FRACTION = 0.6  # above 1/2, so greedy decoding starts out flawed on most prompts

@@ -1,0 +1,267 @@
+"""Typed configs as command lines: every field of a dataclass is one flag of the same name.
+
+A config is a dataclass deriving from ``Flags`` whose fields are declared with ``option``::
+
+    @dataclass(kw_only=True)
+    class Args(Flags):
+        model: str = option(help="hub id or local folder")                  # no default: a required flag
+        K_list: list[int] = option([4, 8], help="group sizes", minimum=2)   # list/tuple: nargs="+"
+        lr: float = option(1e-3, help="learning rate", above=0)             # bounds: checked twice (below)
+        resume: bool = option(False, help="continue the last run")          # bool: a switch (store_true)
+
+        def __post_init__(self):
+            super().__post_init__()                                         # choices and bounds
+            require(..., "one-line message")                                # cross-field checks
+
+``Args.from_argv(argv)`` parses, converts and validates; ``Args(...)`` from Python is validated the same
+way in ``__post_init__``. ``help`` is the flag's help; the other keywords of ``option`` are argparse's
+(``type``, ``nargs``, ``choices``, ``metavar``, ``aliases`` as extra option strings) plus the bounds
+``minimum``, ``maximum`` and ``above`` (strictly greater). The argparse ``type`` and ``nargs`` follow from
+the annotation when not given (``int``, ``float``, ``str``, ``X | None``, ``list[X]``, ``tuple[X, ...]``).
+
+``python -m grpo_mse.flags --markdown module:Class`` prints the flag table that docs/ shows
+(tests/test_flags.py checks that docs and code agree). This module imports only ``grpo_mse.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import field
+
+from grpo_mse import cli
+from grpo_mse.cli import require
+
+BOUNDS = ("minimum", "maximum", "above")
+SCALARS = {"int": int, "float": float, "str": str}
+
+
+def option(default=dataclasses.MISSING, *, help: str | None = None, **flag):  # noqa: A002 - argparse's name
+    """A config field that is also a flag (see the module docstring); list defaults are copied per instance."""
+    metadata = {"help": help, **flag}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _annotation(spec: dataclasses.Field) -> tuple[type | None, str | None, bool]:
+    """(scalar type, nargs, is_tuple) read from a field's annotation (a string under postponed annotations)."""
+    text = spec.type if isinstance(spec.type, str) else str(spec.type)
+    text = spec.type.__name__ if type(spec.type) is type else text  # a plain class: "int", not "<class 'int'>"
+    text = re.sub(r"\s*\|\s*None$|^Optional\[(.*)\]$", r"\1", text.strip())
+    many = re.match(r"^(list|tuple)\[(\w+)(, \.\.\.)?\]$", text)
+    if many:
+        return SCALARS.get(many.group(2)), "+", many.group(1) == "tuple"
+    return SCALARS.get(text), None, False
+
+
+def _default(spec: dataclasses.Field):
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return spec.default
+
+
+def _converter(kind: type | None, bounds: dict):
+    """argparse ``type`` of a bounded int or float field (cli.integer / cli.number give one-line errors)."""
+    if not bounds:
+        return kind
+    if kind is int:
+        require("above" not in bounds, "an int option takes minimum/maximum bounds")
+        return cli.integer(**bounds)
+    return cli.number(**bounds)
+
+
+def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
+    """Add one flag per field of the dataclass ``config_class`` to ``parser``, in field order."""
+    for spec in dataclasses.fields(config_class):
+        meta = {k: v for k, v in spec.metadata.items() if v is not None}
+        bounds = {k: meta.pop(k) for k in BOUNDS if k in meta}
+        names = [f"--{spec.name}", *meta.pop("aliases", ())]
+        default = _default(spec)
+        if default is dataclasses.MISSING:
+            kind, nargs, _ = _annotation(spec)
+            meta.setdefault("type", _converter(kind, bounds))
+            if nargs and "nargs" not in meta:
+                meta["nargs"] = nargs
+            parser.add_argument(*names, required=True, **{k: v for k, v in meta.items() if v is not None})
+        elif isinstance(default, bool):
+            action = "store_true" if default is False else argparse.BooleanOptionalAction
+            parser.add_argument(*names, action=action, default=default, **meta)
+        else:
+            kind, nargs, _ = _annotation(spec)
+            meta.setdefault("type", _converter(kind, bounds))
+            if nargs and "nargs" not in meta:
+                meta["nargs"] = nargs
+            shown = list(default) if isinstance(default, tuple) else default
+            parser.add_argument(*names, default=shown, **{k: v for k, v in meta.items() if v is not None})
+
+
+def parser_for(config_class, description: str | None = None) -> cli.ArgumentParser:
+    """A cli.ArgumentParser (one-line errors, defaults in --help) with ``config_class``'s flags."""
+    parser = cli.ArgumentParser(description=description)
+    add_flags(parser, config_class)
+    return parser
+
+
+def parse(config_class, argv=None, description: str | None = None):
+    """Parse ``argv`` (sys.argv when None) into a validated ``config_class``; bad values raise UsageError."""
+    namespace = parser_for(config_class, description).parse_args(argv)
+    values = {}
+    for spec in dataclasses.fields(config_class):
+        value = getattr(namespace, spec.name)
+        values[spec.name] = tuple(value) if isinstance(value, list) and _annotation(spec)[2] else value
+    return config_class(**values)
+
+
+def check_fields(config) -> None:
+    """UsageError when a field's value is outside its ``choices`` or bounds (each list item is checked)."""
+    for spec in dataclasses.fields(config):
+        value = getattr(config, spec.name)
+        if value is None or isinstance(value, bool):
+            continue
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        choices = spec.metadata.get("choices")
+        require(choices is None or all(v in choices for v in values),
+                f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})")
+        bounds = {k: spec.metadata[k] for k in BOUNDS if spec.metadata.get(k) is not None}
+        for item in values if bounds else ():
+            cli.check_range(f"--{spec.name}", item, **bounds)
+
+
+class Flags:
+    """Base of a dataclass config whose fields are flags: ``from_argv``, ``add_flags``, ``record``, checks.
+
+    ``__post_init__`` checks choices and bounds; a subclass that adds checks calls ``super().__post_init__()``.
+    """
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def record(self) -> dict:
+        """Every field by name (the ``config`` saved with results)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per field, in field order."""
+        add_flags(parser, cls)
+
+    @classmethod
+    def from_argv(cls, argv=None, description: str | None = None):
+        """Parse ``argv`` (sys.argv when None) into a validated config; bad values raise UsageError."""
+        return parse(cls, argv, description)
+
+
+def _shown(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value))
+    return str(value)
+
+
+def markdown(config_class) -> str:
+    """The flag table of ``config_class``: flag, default (or "required"), meaning (help, choices, bounds)."""
+    lines = ["| flag | default | meaning |", "|---|---|---|"]
+    for spec in dataclasses.fields(config_class):
+        meta, default = spec.metadata, _default(spec)
+        if default is dataclasses.MISSING:
+            shown = "required"
+        elif isinstance(default, bool):
+            shown = "off" if default is False else "on"
+        elif default is None:
+            shown = "-"
+        elif isinstance(default, (list, tuple)) and not default:
+            shown = "none"
+        else:
+            shown = f"`{_shown(default)}`"
+        text = meta.get("help") or ""
+        if meta.get("choices"):
+            many = _annotation(spec)[1] or meta.get("nargs")
+            text += f"; {'any' if many else 'one'} of {', '.join(f'`{c}`' for c in meta['choices'])}"
+        bounds = [f"{sign} {meta[k]}" for k, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="))
+                  if meta.get(k) is not None]
+        if bounds:
+            text += f"; {' and '.join(bounds)}"
+        names = ", ".join(f"`{name}`" for name in (f"--{spec.name}", *meta.get("aliases", ())))
+        cell = text.replace("|", "\\|")  # a bar inside a table cell
+        lines.append(f"| {names} | {shown} | {cell} |")
+    return "\n".join(lines) + "\n"
+
+
+def load_class(target: str):
+    """``package.module:Class`` or ``path/to/script.py:Class`` -> the class."""
+    where, sep, name = target.rpartition(":")
+    require(bool(sep and where and name), f"expected module:Class or script.py:Class, got {target!r}")
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(re.sub(r"\W", "_", where), where)
+        require(spec is not None, f"cannot load {where}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        try:
+            spec.loader.exec_module(module)
+        except FileNotFoundError:
+            raise cli.UsageError(f"file not found: {where}") from None
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as error:
+            raise cli.UsageError(f"no module {where!r} ({error})") from None
+    config_class = getattr(module, name, None)
+    require(dataclasses.is_dataclass(config_class), f"{where} has no dataclass {name!r}")
+    return config_class
+
+
+def refresh(text: str) -> str:
+    """``text`` (markdown) with every generated block replaced by the current table of its class.
+
+    A block is ``<!-- flags: MODULE:CLASS -->``, the table, ``<!-- end flags -->`` (each on its own line).
+    """
+    return BLOCK.sub(lambda m: f"{m.group(1)}{markdown(load_class(m.group(2)))}{m.group(4)}", text)
+
+
+BLOCK = re.compile(r"^(<!-- flags: (\S+) -->\n)(.*?)^(<!-- end flags -->)$", re.S | re.M)
+
+
+def main(argv=None) -> int:
+    parser = cli.ArgumentParser(description="The markdown flag tables of config dataclasses, as docs/ shows them "
+                                            "(run from the repository root).")
+    parser.add_argument("--markdown", metavar="MODULE:CLASS",
+                        help="print one table, e.g. grpo_mse.gradients.config:TracecovConfig or "
+                             "plots/make_figures.py:FiguresConfig")
+    parser.add_argument("--update", nargs="+", metavar="DOC", help="rewrite the generated blocks of these files")
+    parser.add_argument("--check", nargs="+", metavar="DOC", help="exit 1 when a generated block is out of date")
+    args = parser.parse_args(argv)
+    require(bool(args.markdown or args.update or args.check), "give --markdown, --update or --check")
+    if args.markdown:
+        sys.stdout.write(markdown(load_class(args.markdown)))
+    stale = []
+    for path in (args.update or []) + (args.check or []):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        require(bool(BLOCK.search(text)), f"{path} has no <!-- flags: MODULE:CLASS --> block")
+        new = refresh(text)
+        if new != text and path in (args.update or []):
+            _write_text(path, new)
+            print(f"updated {path}")
+        elif new != text:
+            stale.append(path)
+    for path in stale:
+        print(f"{path}: flag tables differ from the code; run python -m grpo_mse.flags --update {path}",
+              file=sys.stderr)
+    return 1 if stale else 0
+
+
+def _write_text(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` (written beside it first, then renamed)."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
+
+
+if __name__ == "__main__":
+    cli.run(main)
