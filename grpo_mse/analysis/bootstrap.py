@@ -40,18 +40,6 @@ def weighted_mean(weights: np.ndarray, values) -> np.ndarray:
         return np.where(mass > 0, weights[:, present] @ values[present] / np.where(mass > 0, mass, 1), np.nan)
 
 
-def weighted_median(weights: np.ndarray, values) -> np.ndarray:
-    """[R] lower weighted median: the smallest x_(j) whose cumulative weight reaches half the total."""
-    values = np.asarray(values, dtype=np.float64)
-    keep = np.isfinite(values)
-    order = np.argsort(values[keep])
-    ordered, cumulative = values[keep][order], np.cumsum(weights[:, keep][:, order], axis=1)
-    if not len(ordered):
-        return np.full(len(weights), np.nan)
-    index = (cumulative < 0.5 * cumulative[:, -1:]).sum(1)
-    return ordered[np.minimum(index, len(ordered) - 1)]
-
-
 def bca_levels(estimate: float, boot: np.ndarray, jackknife: np.ndarray, level: float) -> tuple[float, float]:
     """BCa percentile levels: Phi(z0 + (z0 + z) / (1 - a (z0 + z))) at z = Phi^-1(tail), Phi^-1(1 - tail);
     z0 = Phi^-1(share of replicates below the estimate), a = skewness of the jackknife values / 6."""
