@@ -98,7 +98,8 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
             if n == ORACLE:
                 continue
             with np.errstate(invalid="ignore", divide="ignore"):
-                out["ratio"][f"{n}/{ORACLE}"] = _series([a / b for a, b in zip(means[n], means[ORACLE])], weights)
+                out["ratio"][f"{n}/{ORACLE}"] = [bs.ratio_summary(weights, a, b)[0]
+                                                 for a, b in zip(columns[n], columns[ORACLE])]
                 if n in biased:
                     out.setdefault("trace_ratio", {})[f"{n}/{ORACLE}"] = _series(
                         [a / b for a, b in zip(traces[n], traces[ORACLE])], weights)
@@ -129,7 +130,8 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
             "note": "MSE against g(x)/sqrt(V(1-V)), the gradient of E[2 arcsin sqrt(V)]; prompts with V in (0, 1) only",
         }
     out["note"] = ("Joint prompt bootstrap (one resample of prompts per replicate, shared by every statistic and "
-                   "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval. ratio = ratio of "
+                   "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval, except ratio: studentized "
+                   "bootstrap on the log scale (BCa undercovers under heavy tails). ratio = ratio of "
                    "mean MSEs (tr Cov + bias^2) over prompts; trace_mean / trace_ratio = the same for tr Cov alone, "
                    "given for estimators whose MSE differs from it; ratio_by_V_band = ratio of mean MSEs over the "
                    "prompts with V_oracle in each band (last band includes 1); "
