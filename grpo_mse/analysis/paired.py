@@ -90,7 +90,7 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
         out["largest_prompt_share"][n] = [largest_share(c) for c in columns[n]]
     if biased:
         out["trace_mean"] = {n: _series(traces[n], weights) for n in biased}
-    values = [column(records_by_k[k], position, lambda r: r["V_oracle"]) for k in k_list]
+    values = [column(records_by_k[k], position, lambda r: r.get("V_oracle", np.nan)) for k in k_list]
     bands = [[(v >= low) & ((v < high) | (high == 1.0) & (v <= 1.0)) for low, high in V_BANDS] for v in values]
     out["ratio_by_V_band"]["n_prompts"] = [[int(b.sum()) for b in per_k] for per_k in bands]
     if ORACLE in names:
