@@ -3,7 +3,7 @@
   Figure 4: --tracecov RUN.json [RUN.json ...]  -> one MSE-vs-K panel per run + a GRPO/oracle ratio panel
             --paper CSV overlays the published values (paper_figure4.csv) as an extra panel set
             --theory THEORY.json overlays exact curves (scripts/exact_theory.py) on the --tracecov panels
-  Advisor:  --advisor RUN.json [--budget N]     -> predicted error bound against K with K* marked
+  Advisor:  --advisor RUN.json [--budget N]     -> predicted error against K with K* marked (N: the run's)
   Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
 """
 
@@ -25,7 +25,8 @@ class FiguresConfig(Flags):
     tracecov: list[str] = option([], nargs="*", help="main JSON files written by run_tracecov.py")
     labels: list[str] | None = option(None, nargs="*", help="panel titles, one per --tracecov file")
     advisor: str | None = option(None, help="main JSON with group_size_advisor: draw the bound and K*")
-    budget: float = option(1024, above=0, help="sequences per step N for --advisor")
+    budget: int | None = option(None, minimum=2, help="sequences per step N for --advisor (default: the run's own, "
+                                                     "saved in its JSON; a different N is named in the figure's title)")
     theory: str | None = option(None, help="theory JSON of scripts/exact_theory.py: dashed exact curves on the "
                                            "--tracecov panels")
     paper: str | None = option(None, help="paper_figure4.csv: add the published Figure 4 panels")
@@ -144,7 +145,7 @@ def main(argv=None) -> None:
         for path in figure4(runs, os.path.join(args.out_dir, args.name)):
             print(f"wrote {path}")
     if advisor:
-        for path in plot_advisor(advisor, args.budget, os.path.join(args.out_dir, "group_size_advisor")):
+        for path in plot_advisor(advisor, os.path.join(args.out_dir, "group_size_advisor"), args.budget):
             print(f"wrote {path}")
     if args.training_csv:
         main_training(argparse.Namespace(csv=args.training_csv, out_dir=args.out_dir, name="figure5_accuracy_vs_K",

@@ -37,7 +37,7 @@ python Gradient_evaluation/run_tracecov.py --model "$MODEL" --oracle_table "$OUT
   --device cpu --dtype fp32 --T "$T" --M "$M" --K_list $K_LIST --gen_bs 256 --save_json "$OUT" --plot_path "$OUT"
 python plots/make_figures.py --tracecov "$OUT"/tracecov_*[0-9].json --labels "built-in policy (zero-shot)" \
   --out_dir "$OUT" --name figure4
-python plots/make_figures.py --advisor "$OUT"/tracecov_*[0-9].json --budget 64 --out_dir "$OUT"
+python plots/make_figures.py --advisor "$OUT"/tracecov_*[0-9].json --out_dir "$OUT"
 python scripts/explain_baseline.py --oracle_table "$OUT"/oracle_v_n*.jsonl --prompts 10 --n 96 \
   --out "$OUT"/baseline_diagnostic.json
 echo "demo finished in $(( $(date +%s) - start )) s; outputs in $OUT/"

@@ -183,7 +183,7 @@ CASES = [
          ["plots/make_figures.py", "--tracecov", "{tmp}/r.json", "--advisor", "{tmp}/r.json", "--out_dir", "{tmp}"],
          "no group_size_advisor", setup=(("r.json", RUN_JSON),)),
     Case("make_figures --budget 0", ["plots/make_figures.py", "--advisor", "{tmp}/r.json", "--budget", "0"],
-         "argument --budget: must be > 0", setup=(("r.json", RUN_JSON),)),
+         "argument --budget: must be >= 2", setup=(("r.json", RUN_JSON),)),
     Case("make_figures empty training CSV", ["plots/make_figures.py", "--training_csv", "{tmp}/t.csv",
                                              "--out_dir", "{tmp}"], "not a readable CSV", setup=(("t.csv", ""),)),
     Case("make_figures --metric nope", ["plots/make_figures.py", "--training_csv", "{tmp}/t.csv", "--metric", "nope",

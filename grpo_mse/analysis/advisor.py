@@ -61,13 +61,121 @@ def allowed_group_sizes(budget: int, allowed=None) -> list[int]:
     return [2 ** j for j in range(1, int(math.log2(max(budget, 2))) + 1) if budget % 2 ** j == 0]
 
 
+def clipped(c) -> np.ndarray:
+    """max(c, 0): c1 (a variance) and c3 (2 E tr Var zeta_2) are >= 0, so a negative estimate means "about 0"."""
+    return np.maximum(np.asarray(c, dtype=np.float64), 0.0)
+
+
+TIE = 1e-12  # relative gap below which two allowed K are a tie
+
+
 def best_allowed_k(c1, c3, allowed) -> np.ndarray:
-    """argmin over K in ``allowed`` of c1 K + c3/(K - 1) (the exact error up to c2 and 1/N; vectorised)."""
+    """argmin over K in ``allowed`` of c1 K + c3/(K - 1) with c1, c3 clipped at 0 (the exact error up to c2 and
+    1/N; vectorised); nan where c1 or c3 is nan or where the smallest value is shared by several K (a tie, e.g.
+    c1 = c3 = 0 when every V is 0 or 1: no argmin of equal values)."""
     ks = np.asarray(allowed, dtype=np.float64)
-    c1, c3 = np.atleast_1d(np.asarray(c1, dtype=np.float64)), np.atleast_1d(np.asarray(c3, dtype=np.float64))
-    scores = c1[:, None] * ks[None, :] + c3[:, None] / (ks[None, :] - 1)
-    best = ks[np.argmin(np.where(np.isnan(scores), np.inf, scores), axis=1)]
-    return np.where(np.isnan(c1) | np.isnan(c3), np.nan, best)
+    c1, c3 = clipped(np.atleast_1d(c1)), clipped(np.atleast_1d(c3))
+    with np.errstate(invalid="ignore"):
+        scores = c1[:, None] * ks[None, :] + c3[:, None] / (ks[None, :] - 1)
+    scores = np.where(np.isnan(scores), np.inf, scores)
+    low = scores.min(1, keepdims=True)
+    ties = (scores <= low + TIE * np.abs(low)).sum(1)
+    best = ks[np.argmin(scores, axis=1)]
+    return np.where(np.isnan(c1) | np.isnan(c3) | (ties > 1), np.nan, best)
+
+
+def relative_errors(c1, c2, c3, allowed, budget: float) -> np.ndarray:
+    """[R, n_allowed] exact error at each allowed K (c1, c3 clipped at 0) over its smallest value; nan where
+    that smallest value is not positive (no relative error against 0 or a negative number)."""
+    errors = np.stack([exact_error(clipped(c1), np.asarray(c2, dtype=np.float64), clipped(c3), k, budget)
+                       for k in allowed], axis=-1)
+    low = errors.min(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(low > 0, errors / np.where(low > 0, low, 1.0), np.nan)
+
+
+def _span(ks: list[int], allowed: list[int]) -> str:
+    """"any K >= 4", "any K <= 8", "K in [4, 8, 16]" or "every allowed K" for the set ``ks`` of allowed K."""
+    if ks == allowed:
+        return "every allowed K"
+    if len(ks) == 1:
+        return f"only K = {ks[0]}"
+    start, stop = allowed.index(ks[0]), allowed.index(ks[-1])
+    if allowed[start:stop + 1] == ks and stop == len(allowed) - 1:
+        return f"any K >= {ks[0]}"
+    if allowed[start:stop + 1] == ks and start == 0:
+        return f"any K <= {ks[-1]}"
+    return f"K in {ks}"
+
+
+def recommendation(c1: float, c2: float, c3: float, ci_c1, ci_c3, allowed: list[int], budget: float,
+                   tolerance: float = 0.10) -> dict:
+    """What the data support about K, never more.
+
+    ``identified`` only when c1 > 0 and c3 > 0 and neither 95% interval reaches 0 (then K_best is the unique
+    argmin, or ``ties`` lists the allowed K sharing the minimum). Otherwise ``lean`` says which way the point
+    estimates point (larger K when c1 is about 0, smaller when c3 is), K_best is None, and ``near_best_K`` lists
+    the allowed K whose exact error (c1, c3 clipped at 0) is within ``tolerance`` of the smallest, e.g. "any K
+    >= 4 within 10%"; the relative errors need a positive smallest error (c2 or the clipped c1, c3 > 0)."""
+    values = [c1, c2, c3]
+    if any(v is None or not np.isfinite(v) for v in values):
+        return {"identified": False, "K_best": None, "ties": [], "near_best_K": [], "lean": "undefined",
+                "message": "best K not identified: c1, c2 or c3 is undefined"}
+    relative = relative_errors(c1, c2, c3, allowed, budget)
+    near = [k for k, r in zip(allowed, relative) if np.isfinite(r) and r <= 1 + tolerance]
+    scores = clipped(c1) * np.asarray(allowed, dtype=np.float64) + clipped(c3) / (np.asarray(allowed) - 1.0)
+    tied = [k for k, v in zip(allowed, scores) if v <= scores.min() + TIE * abs(scores.min())]
+    reaches_zero = {name: c <= 0 or ci is None or ci[0] <= 0 for name, c, ci in (("c1", c1, ci_c1), ("c3", c3, ci_c3))}
+    if c1 <= 0 and c3 <= 0:
+        lean = "none (c1 and c3 both <= 0: K does not change the error detectably)"
+    elif c1 <= 0:
+        lean = "larger K (c1 <= 0: the error falls with K)"
+    elif c3 <= 0:
+        lean = "smaller K (c3 <= 0: the error rises with K)"
+    elif reaches_zero["c1"] and reaches_zero["c3"]:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}, but both c1 and c3 may be 0"
+    elif reaches_zero["c1"]:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}, but c1 may be 0 (then larger K is better)"
+    elif reaches_zero["c3"]:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}, but c3 may be 0 (then smaller K is better)"
+    else:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}"
+    identified = not (reaches_zero["c1"] or reaches_zero["c3"])
+    best = tied[0] if identified and len(tied) == 1 else None
+    within = f"{_span(near, allowed)} within {tolerance:.0%} of the smallest error" if near else \
+        "no relative error (the smallest error is not positive)"
+    if best is not None:
+        message = f"best K = {best}; {within}"
+    elif identified:
+        message = f"tie: K in {tied} give the same error; {within}"
+    else:
+        message = f"best K not identified (an interval of c1 or c3 reaches 0); data lean to {lean}; {within}"
+    return {"identified": identified, "K_best": best, "ties": tied if len(tied) > 1 else [], "near_best_K": near,
+            "tolerance": tolerance, "lean": lean, "message": message}
+
+
+def json_value(value):
+    """+inf -> "inf", -inf -> "-inf" (a bound that is infinite), nan -> None ("undefined"), recursively."""
+    if isinstance(value, dict):
+        return {key: json_value(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return float(value)
+    return value
+
+
+def number(value) -> float:
+    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf, None -> nan."""
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        return float(value)
+    return float(value)
 
 
 class BetweenPromptBatch:
@@ -170,12 +278,15 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
     n_boot = bs.n_boot_of(weights)
     best = pooled["K_best"][1:1 + n_boot]
     frequency = {str(k): float(np.mean(best == k)) for k in allowed_k if np.any(best == k)}
+    if np.any(np.isnan(best)):
+        frequency["undefined"] = float(np.mean(np.isnan(best)))  # ties (e.g. c1 = c3 = 0) or undefined constants
     summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
-    errors = np.stack([exact_error(pooled["c1"], pooled["c2"], pooled["c3"], k, budget) for k in allowed_k], axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        relative = errors / errors.min(1, keepdims=True)
+    relative = relative_errors(pooled["c1"], pooled["c2"], pooled["c3"], allowed_k, budget)
     replicates = pooled["c1"][1:1 + n_boot], pooled["c3"][1:1 + n_boot]
-    return {
+    point = {name: summaries[name]["estimate"] for name in ("c1", "c2", "c3")}
+    advice = recommendation(*(math.nan if point[n] is None else point[n] for n in ("c1", "c2", "c3")),
+                            summaries["c1"]["ci95"], summaries["c3"]["ci95"], allowed_k, budget)
+    return json_value({
         "per_K": {str(k): {"c1": bs.summarise(c1[:, i], weights), "c2": bs.summarise(c2[:, i], weights),
                            "c3": bs.summarise(c3[:, i], weights),
                            "n_prompts": len(records_by_k[k]), "n_c1_batches": len(batches_by_k.get(k, []))}
@@ -186,6 +297,7 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
         "budget": budget, "allowed_K": allowed_k,
         "K_best_frequency": frequency,
         "relative_error_at_allowed_K": {str(k): bs.summarise(relative[:, i], weights) for i, k in enumerate(allowed_k)},
+        "recommendation": advice,
         "degenerate_replicates": {"n_boot": n_boot, "c1<=0": int(np.sum(replicates[0] <= 0)),
                                   "c3<=0": int(np.sum(replicates[1] <= 0)),
                                   "undefined": int(np.sum(np.isnan(replicates[0]) | np.isnan(replicates[1])))},
@@ -194,19 +306,23 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
                  "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
                  "within-batch pairs of prompts. 95% intervals: BCa, one joint prompt bootstrap (the same "
                  "resampled prompts for every constant); degenerate replicates (c1 or c3 <= 0) are counted "
-                 "(K*: inf or 1)."),
-    }
+                 "(K*: inf or 1). Numbers: \"inf\" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. "
+                 "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
+                 "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."),
+    })
 
 
 def rounded(value, digits: int = 3) -> str:
-    """``value`` to ``digits`` significant figures ('-' for None / nan)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """``value`` to ``digits`` significant figures ('-' for None / nan, 'inf' for +infinity or "inf")."""
+    value = number(value)
+    if math.isnan(value):
         return "-"
     return f"{value:.{digits}g}"
 
 
 def describe(advice: dict) -> str:
-    """Advisor printout: constants, paper and exact K*, best allowed K, each with its 95% interval, rounded."""
+    """Advisor printout: constants, paper and exact K*, best allowed K (only where identified), each with its 95%
+    interval, rounded; otherwise which way the data lean and which K are within 10% of the smallest error."""
     pooled, ci = advice["pooled"], advice["ci95"]
 
     def item(name):
@@ -221,11 +337,17 @@ def describe(advice: dict) -> str:
                       + f"; slope in K {rounded(s['estimate'])} [{', '.join(rounded(v) for v in s['ci95'] or [])}]"
                       " (0 under the 1/(K(K-1)) law)")
     bad = advice["degenerate_replicates"]
-    k_star = pooled.get("K_star_exact")
-    small = " (below 2: use the smallest allowed K)" if k_star is not None and k_star < 2 else ""
+    k_star = number(pooled.get("K_star_exact"))
+    small = " (below 2: use the smallest allowed K)" if k_star < 2 else ""
+    advice_line = advice.get("recommendation")
+    if advice_line is None or advice_line["K_best"] is not None:
+        best = f"best K in {advice['allowed_K']} = {item('K_best')}"
+        if advice_line is not None:
+            best += f" ({advice_line['message'].split('; ', 1)[-1]})"
+    else:
+        best = f"K in {advice['allowed_K']}: {advice_line['message']}"
     return (f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
             f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
             f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
             f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
-            f"paper's sqrt(c3/c1) = {item('K_star_paper')}; "
-            f"best K in {advice['allowed_K']} = {item('K_best')}" + slope_line)
+            f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line)

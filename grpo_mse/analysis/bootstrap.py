@@ -5,7 +5,9 @@ row 0 is the data itself (all ones), the last n rows leave one prompt out each (
 function of weighted per-prompt values, so the constants, ratios and K* of one replicate all come from the same
 prompts, and paired comparisons keep the correlation of estimators evaluated on the same samples.
 Intervals: bias-corrected and accelerated (BCa; Efron 1987) percentiles of the replicates, the acceleration from
-the jackknife rows; plain percentiles where BCa is undefined (e.g. infinite values).
+the jackknife rows; plain percentiles where BCa is undefined (e.g. infinite values). Ratios and means of
+per-prompt values use the studentized bootstrap instead (``ratio_summary``): BCa percentiles undercover when a few
+prompts carry much of the sum (docs/statistics.md: coverage table).
 """
 
 from __future__ import annotations
@@ -40,18 +42,6 @@ def weighted_mean(weights: np.ndarray, values) -> np.ndarray:
         return np.where(mass > 0, weights[:, present] @ values[present] / np.where(mass > 0, mass, 1), np.nan)
 
 
-def weighted_median(weights: np.ndarray, values) -> np.ndarray:
-    """[R] lower weighted median: the smallest x_(j) whose cumulative weight reaches half the total."""
-    values = np.asarray(values, dtype=np.float64)
-    keep = np.isfinite(values)
-    order = np.argsort(values[keep])
-    ordered, cumulative = values[keep][order], np.cumsum(weights[:, keep][:, order], axis=1)
-    if not len(ordered):
-        return np.full(len(weights), np.nan)
-    index = (cumulative < 0.5 * cumulative[:, -1:]).sum(1)
-    return ordered[np.minimum(index, len(ordered) - 1)]
-
-
 def bca_levels(estimate: float, boot: np.ndarray, jackknife: np.ndarray, level: float) -> tuple[float, float]:
     """BCa percentile levels: Phi(z0 + (z0 + z) / (1 - a (z0 + z))) at z = Phi^-1(tail), Phi^-1(1 - tail);
     z0 = Phi^-1(share of replicates below the estimate), a = skewness of the jackknife values / 6."""
@@ -83,6 +73,52 @@ def interval(draws: np.ndarray, weights: np.ndarray, level: float = 0.95) -> lis
     if np.isnan(estimate):
         return [float(values[0]), float(values[1])]
     return [min(float(values[0]), estimate), max(float(values[1]), estimate)]  # never excludes its own estimate
+
+
+def ratio_of_means(weights: np.ndarray, numerator, denominator=None) -> tuple[np.ndarray, np.ndarray]:
+    """[R] ratio R = sum w a / sum w b over the prompts where both are finite (b = 1: the mean of a) and [R] its
+    delta-method standard error sqrt(sum w (a - R b)^2 / (n (n - 1))) / mean_w b, n = sum w (each row's own)."""
+    a = np.asarray(numerator, dtype=np.float64)
+    b = np.ones_like(a) if denominator is None else np.asarray(denominator, dtype=np.float64)
+    keep = np.isfinite(a) & np.isfinite(b)
+    w, a, b = weights[:, keep], a[keep], b[keep]
+    n = w.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top, bottom = w @ a, w @ b
+        ratio = np.where(bottom != 0, top / np.where(bottom != 0, bottom, 1), np.nan)
+        spread = w @ (a * a) - 2 * ratio * (w @ (a * b)) + ratio ** 2 * (w @ (b * b))
+        se = np.sqrt(np.maximum(spread, 0) / (n * (n - 1))) / np.abs(bottom / n)
+    return ratio, np.where(n > 1, se, np.nan)
+
+
+def studentized_interval(estimates: np.ndarray, errors: np.ndarray, weights: np.ndarray, level: float = 0.95,
+                         log: bool = False) -> list[float] | None:
+    """Bootstrap-t interval [T - t_hi se, T - t_lo se] with t_r = (T_r - T) / se_r over the bootstrap rows
+    (T = row 0); on the log scale (se / T) when ``log`` and every value is positive (ratios of positive MSEs);
+    None when more than half the replicates are undefined."""
+    n_boot = n_boot_of(weights)
+    values, errors = np.asarray(estimates[:1 + n_boot], dtype=np.float64), np.asarray(errors[:1 + n_boot])
+    log = log and bool(np.all(values[np.isfinite(values)] > 0))
+    if log:
+        values, errors = np.log(values), errors / np.exp(values)
+    t = (values[1:] - values[0]) / errors[1:]
+    t = t[np.isfinite(t)]
+    if not (np.isfinite(values[0]) and np.isfinite(errors[0])) or len(t) < 0.5 * n_boot:
+        return None
+    tail = (1 - level) / 2
+    t_low, t_high = np.quantile(t, [tail, 1 - tail])
+    bounds = [values[0] - t_high * errors[0], values[0] - t_low * errors[0]]
+    return [float(np.exp(v)) if log else float(v) for v in bounds]
+
+
+def ratio_summary(weights: np.ndarray, numerator, denominator=None, log: bool = True) -> tuple[dict, np.ndarray]:
+    """(summary with a studentized interval, [R] replicate values) of a ratio of means (or a mean: no
+    denominator); log scale for positive ratios."""
+    ratio, se = ratio_of_means(weights, numerator, denominator)
+    estimate = float(ratio[0])
+    return ({"estimate": None if np.isnan(estimate) else estimate,
+             "ci95": studentized_interval(ratio, se, weights, log=log),
+             "n_undefined": int(np.isnan(ratio[1:1 + n_boot_of(weights)]).sum()), "interval": "studentized"}, ratio)
 
 
 def summarise(draws: np.ndarray, weights: np.ndarray) -> dict:

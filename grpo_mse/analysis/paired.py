@@ -3,7 +3,10 @@
 Every estimator is evaluated on the same samples of the same prompts, so ratios and differences of their
 mean MSEs are paired: a replicate resamples prompts once and recomputes every statistic from them.
 - ratio e/oracle = mean_x MSE_e(x) / mean_x MSE_oracle(x), difference e - oracle (MSE = tr Cov + bias^2);
-- heavy tails: the share of the largest prompt in the sum over prompts, and the median of per-prompt ratios;
+- heavy tails: the share of the largest prompt in the sum over prompts, and the ratio of mean MSEs within bands of
+  V(x) (a ratio of means per prompt group: consistent, unlike a median of ratios of noisy per-prompt traces);
+- vanilla's bias when the scored law is not the sampled one (model score at top_p < 1, or EOS dropped): its mean
+  exceeds the baselined estimators' by V E_q[s], so MSE = tr Cov + V^2 ||E_q s||^2 (``vanilla_bias2``);
 - ||E s||^2 per prompt (unbiased, from the group-mean scores): 0 when the score is that of the sampled law;
 - oracle noise: the bias Var(V_hat) tr Cov(s_bar) that the estimated V adds to the oracle's trace;
 - std-normalised GRPO against its own per-prompt target g / sqrt(V (1 - V)) (Appendix A).
@@ -17,11 +20,46 @@ from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis.advisor import advise, column, prompt_columns, rounded
 
 ORACLE = "oracleV"
+VANILLA = "naive"
+V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
+
+
+def whole_number(value) -> int | None:
+    """``value`` as an int when it is a whole number (256 or 256.0; not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    return int(value) if np.isfinite(value) and float(value).is_integer() else None
+
+
+def oracle_value_variance(value: float, n_oracle) -> float:
+    """Unbiased Var(V_hat) = V_hat (1 - V_hat) / (n_oracle - 1) of a Monte Carlo V from ``n_oracle`` rewards (any
+    whole number, also 256.0 as read from a table); 0 for an exact V (no whole n_oracle > 1)."""
+    n = whole_number(n_oracle)
+    return value * (1 - value) / (n - 1) if n is not None and n > 1 else 0.0
+
+
+def score_law_mismatch(score_distribution: str, top_p: float, include_eos: bool = True) -> bool:
+    """True when E_q[s] need not be 0: the score is grad log pi_T but the samples come from the top_p < 1 nucleus
+    (``score_distribution`` "model"), or the sampled EOS token is left out of the score."""
+    return (score_distribution == "model" and top_p < 1.0) or not include_eos
+
+
+def vanilla_bias2(value: float, mean_score_sq: float) -> float:
+    """Squared bias of vanilla against the baselined estimators' target: its mean exceeds the oracle's (with the
+    table's V) by exactly V E_q[s_g], so bias^2 = V^2 ||E_q s||^2, from the unbiased ``mean_score_sq`` (0 at V = 0)."""
+    return 0.0 if value == 0 else value ** 2 * mean_score_sq
 
 
 def mse_of(record: dict, name: str) -> float:
     """The prompt's MSE of ``name``: tr Cov plus bias^2 for a biased estimator."""
     return record.get("mse", record["tr_cov"])[name]
+
+
+def band_ratio(weights: np.ndarray, numerator: np.ndarray, denominator: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """[R] ratio of weighted means over the prompts in ``mask`` (nan where none is drawn or the mean is 0)."""
+    top, bottom = (bs.weighted_mean(weights, np.where(mask, x, np.nan)) for x in (numerator, denominator))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(bottom != 0, top / bottom, np.nan)
 
 
 def _series(values: list[np.ndarray], weights: np.ndarray) -> list[dict]:
@@ -40,20 +78,34 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
     share, ||E s||^2, oracle noise and std-GRPO against its own target, each with a joint 95% interval."""
     _, position = prompt_columns({k: records_by_k[k] for k in k_list})
     out = {"K_list": list(k_list), "n_boot": bs.n_boot_of(weights), "mean": {}, "ratio": {}, "difference": {},
-           "median_prompt_ratio": {}, "largest_prompt_share": {}}
+           "ratio_by_V_band": {"bands": [list(b) for b in V_BANDS], "n_prompts": [], "ratio": {}},
+           "largest_prompt_share": {}}
     columns = {n: [column(records_by_k[k], position, lambda r, n=n: mse_of(r, n)) for k in k_list] for n in names}
     means = {n: [bs.weighted_mean(weights, c) for c in columns[n]] for n in names}
+    biased = [n for n in names if any(n in r.get("bias2", {}) for k in k_list for r in records_by_k[k])]
+    traces = {n: [bs.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r["tr_cov"][n]))
+                  for k in k_list] for n in set(biased) | {ORACLE} & set(names)}
     for n in names:
         out["mean"][n] = _series(means[n], weights)
         out["largest_prompt_share"][n] = [largest_share(c) for c in columns[n]]
+    if biased:
+        out["trace_mean"] = {n: _series(traces[n], weights) for n in biased}
+    values = [column(records_by_k[k], position, lambda r: r.get("V_oracle", np.nan)) for k in k_list]
+    bands = [[(v >= low) & ((v < high) | (high == 1.0) & (v <= 1.0)) for low, high in V_BANDS] for v in values]
+    out["ratio_by_V_band"]["n_prompts"] = [[int(b.sum()) for b in per_k] for per_k in bands]
     if ORACLE in names:
         for n in names:
             if n == ORACLE:
                 continue
             with np.errstate(invalid="ignore", divide="ignore"):
-                out["ratio"][f"{n}/{ORACLE}"] = _series([a / b for a, b in zip(means[n], means[ORACLE])], weights)
-                out["median_prompt_ratio"][f"{n}/{ORACLE}"] = _series(
-                    [bs.weighted_median(weights, a / b) for a, b in zip(columns[n], columns[ORACLE])], weights)
+                out["ratio"][f"{n}/{ORACLE}"] = [bs.ratio_summary(weights, a, b)[0]
+                                                 for a, b in zip(columns[n], columns[ORACLE])]
+                if n in biased:
+                    out.setdefault("trace_ratio", {})[f"{n}/{ORACLE}"] = _series(
+                        [a / b for a, b in zip(traces[n], traces[ORACLE])], weights)
+                out["ratio_by_V_band"]["ratio"][f"{n}/{ORACLE}"] = [
+                    [bs.summarise(band_ratio(weights, a, b, mask), weights) for mask in per_k]
+                    for a, b, per_k in zip(columns[n], columns[ORACLE], bands)]
             out["difference"][f"{n}-{ORACLE}"] = _series([a - b for a, b in zip(means[n], means[ORACLE])], weights)
     optional = {"mean_score_sq": lambda r: r.get("mean_score_sq", np.nan),
                 "oracle_noise": lambda r: r.get("oracle_noise", np.nan)}
@@ -78,8 +130,11 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
             "note": "MSE against g(x)/sqrt(V(1-V)), the gradient of E[2 arcsin sqrt(V)]; prompts with V in (0, 1) only",
         }
     out["note"] = ("Joint prompt bootstrap (one resample of prompts per replicate, shared by every statistic and "
-                   "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval. ratio = ratio of "
-                   "mean MSEs over prompts; median_prompt_ratio = median over prompts of per-prompt ratios; "
+                   "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval, except ratio: studentized "
+                   "bootstrap on the log scale (BCa undercovers under heavy tails). ratio = ratio of "
+                   "mean MSEs (tr Cov + bias^2) over prompts; trace_mean / trace_ratio = the same for tr Cov alone, "
+                   "given for estimators whose MSE differs from it; ratio_by_V_band = ratio of mean MSEs over the "
+                   "prompts with V_oracle in each band (last band includes 1); "
                    "largest_prompt_share = max_x MSE(x) / sum_x MSE(x).")
     return out
 

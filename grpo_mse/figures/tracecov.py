@@ -107,40 +107,57 @@ def plot_run(result: dict, png_path: str) -> str:
     return save(fig, png_path[:-4] if png_path.endswith(".png") else png_path)[0]
 
 
-def plot_advisor(result: dict, budget: float, out_stem: str) -> list[str]:
+def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> list[str]:
     """Exact error c1 K/N + c2/N + c3/(N (K-1)) against K at budget N (the paper's c1 K/N + c2/N + c3/(N K)
-    dotted), with the exact K* and its joint-bootstrap interval, the paper's sqrt(c3/c1) and the best allowed K."""
+    dotted), with the exact K* and its joint-bootstrap interval, the paper's sqrt(c3/c1) and the best allowed K
+    (only where the advisor identified it). N and the allowed K are the run's (saved in the JSON); ``budget``
+    overrides N (the allowed K are then the powers of two dividing it) and the title says so."""
     import numpy as np
 
-    from grpo_mse.analysis.advisor import allowed_group_sizes, best_allowed_k, exact_error, paper_bound
+    from grpo_mse.analysis import advisor as adv
 
     advice = result["group_size_advisor"]
     pooled, ci = advice["pooled"], advice["ci95"]
-    c1, c2, c3 = pooled["c1"], pooled["c2"], pooled["c3"]
+    c1, c2, c3 = (adv.number(pooled[name]) for name in ("c1", "c2", "c3"))
+    saved = advice.get("budget", 1024)
+    overridden = budget is not None and budget != saved
+    budget = float(budget if budget is not None else saved)
+    allowed = advice.get("allowed_K") if not overridden else None
+    allowed = allowed or adv.allowed_group_sizes(int(budget))
     ks = np.logspace(np.log2(1.5), np.log2(max(budget, 4)), 300, base=2)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    ax.plot(ks, exact_error(c1, c2, c3, ks, budget), color="tab:blue", label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), "
-            f"N={budget:g}")
-    ax.plot(ks, paper_bound(c1, c2, c3, ks, budget), color="tab:blue", linestyle=":", label="paper: ... + c3/(N K)")
-    star = pooled.get("K_star_exact")
-    if star and np.isfinite(star):
+    ax.plot(ks, adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget), color="tab:blue",
+            label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), N={budget:g}")
+    ax.plot(ks, adv.paper_bound(adv.clipped(c1), c2, adv.clipped(c3), ks, budget), color="tab:blue", linestyle=":",
+            label="paper: ... + c3/(N K)")
+    star = adv.number(pooled.get("K_star_exact"))
+    if np.isfinite(star):
         ax.axvline(star, color="tab:red", linestyle="--", label=f"exact K* = 1 + sqrt(c3/c1) = {star:.3g}")
-        if ci.get("K_star_exact"):
-            low, high = ci["K_star_exact"]
-            ax.axvspan(low, min(high, ks[-1]), color="tab:red", alpha=0.12, label="95% joint bootstrap interval")
-    if pooled.get("K_star_paper"):
-        ax.axvline(pooled["K_star_paper"], color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = "
-                   f"{pooled['K_star_paper']:.3g}")
-    allowed = allowed_group_sizes(int(budget))
-    best = float(best_allowed_k(c1, c3, allowed)[0])
-    if np.isfinite(best):
-        ax.plot([best], [float(exact_error(c1, c2, c3, best, budget))], marker="*", markersize=12, color="tab:red",
-                linestyle="none", label=f"best power of two: K = {best:g}")
+    if ci.get("K_star_exact"):
+        low, high = (adv.number(v) for v in ci["K_star_exact"])
+        if np.isfinite(low):
+            ax.axvspan(low, min(high, ks[-1]), color="tab:red", alpha=0.12,
+                       label="K* 95% joint bootstrap interval" + (" (to inf)" if np.isinf(high) else ""))
+    paper = adv.number(pooled.get("K_star_paper"))
+    if np.isfinite(paper):
+        ax.axvline(paper, color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = {paper:.3g}")
+    saved_advice = advice.get("recommendation")
+    advice_now = adv.recommendation(c1, c2, c3, ci.get("c1"), ci.get("c3"), allowed, budget) if overridden or \
+        saved_advice is None else saved_advice
+    best = advice_now["K_best"]
+    if best is not None:
+        ax.plot([best], [float(adv.exact_error(c1, c2, c3, best, budget))], marker="*", markersize=12, color="tab:red",
+                linestyle="none", label=f"best allowed K = {best:g}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("group size K")
     ax.set_ylabel("error per step at budget N")
-    ax.set_title(f"group-size advisor: c1={c1:.3g}, c2={c2:.3g}, c3={c3:.3g}", fontsize=9)
+    title = f"group-size advisor: c1={c1:.3g}, c2={c2:.3g}, c3={c3:.3g}"
+    if overridden:
+        title += f"\nN = {budget:g} set by --budget (the run's advisor used N = {saved:g})"
+    if best is None:
+        title += "\nbest K not identified: " + advice_now["message"].split("; ")[-1]
+    ax.set_title(title, fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     return save(fig, out_stem, formats=("png", "pdf"))

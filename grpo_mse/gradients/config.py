@@ -130,6 +130,9 @@ class TracecovConfig(ModelConfig):
         require(self.budget >= 2, f"--budget must be >= 2 (got {self.budget})")
         require(self.allowed_K is None or all(k >= 2 for k in self.allowed_K),
                 f"every K in --allowed_K must be >= 2 (got {self.allowed_K})")
+        misfits = [k for k in self.allowed_K or [] if self.budget % k]
+        require(not misfits, f"every K in --allowed_K must divide --budget {self.budget} (B = N/K prompts per step; "
+                             f"not {' '.join(map(str, misfits))})")
         require(self.M >= 2, f"--M must be >= 2 (got {self.M})")
         require(all(k >= 2 for k in self.K_list), f"every K in --K_list must be >= 2 (got {self.K_list})")
         require(self.T >= 1, f"--T must be >= 1 (got {self.T})")

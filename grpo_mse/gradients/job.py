@@ -12,6 +12,7 @@ import torch
 
 from grpo_mse import cli
 from grpo_mse import distributed as dist
+from grpo_mse.analysis import paired
 from grpo_mse.analysis.advisor import BetweenPromptBatch
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.config import TracecovConfig
@@ -93,8 +94,12 @@ def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k:
     groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
     params = [p for p in sampler.model.parameters() if p.requires_grad]
     value = float(row["V_oracle"])
+    vanilla_biased = "naive" in names and paired.score_law_mismatch(sampler.score_distribution, sampler.top_p,
+                                                                     sampler.include_eos)
     stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value, names, engine,
-                          per_pass, measure_score=0.0 < value < 1.0)
+                          per_pass, measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0))
+    if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
+        stats.bias2 = {**stats.bias2, "naive": paired.vanilla_bias2(value, stats.mean_score_sq)}
     record = {
         "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
         "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
@@ -111,9 +116,10 @@ def score_fields(stats: PromptStats, row: dict) -> dict:
     """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
     with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
     its own target g / sqrt(V (1 - V))."""
-    value, n_oracle = float(row["V_oracle"]), row.get("n_oracle")
-    noise = value * (1 - value) / (n_oracle - 1) if isinstance(n_oracle, int) and n_oracle > 1 else 0.0
-    fields = {"mean_score_sq": stats.mean_score_sq, "oracle_noise": noise * stats.score_trace if noise else 0.0}
+    value = float(row["V_oracle"])
+    noise = paired.oracle_value_variance(value, row.get("n_oracle"))
+    fields = {"mean_score_sq": stats.mean_score_sq if 0.0 < value < 1.0 else float("nan"),
+              "oracle_noise": noise * stats.score_trace if noise else 0.0}
     if stats.bias2_own:
         fields["bias2_own"] = stats.bias2_own
         fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
@@ -221,7 +227,7 @@ def biased_summary(records_by_k: dict[int, list[dict]], k_list: list[int], names
     for n in names:
         mse = [mean_ci([r["mse"][n] for r in records_by_k[k]]) for k in k_list]
         out["mse"][n], out["mse_ci95"][n] = [s["mean"] for s in mse], [s["ci95"] for s in mse]
-        if n in est.BIASED:
+        if any(n in r["bias2"] for k in k_list for r in records_by_k[k] if "bias2" in r):
             out["bias2"][n] = [mean_ci([r["bias2"][n] for r in records_by_k[k]])["mean"] for k in k_list]
     return out
 
