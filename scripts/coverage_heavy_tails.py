@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_mse import cli
-from grpo_mse.analysis import paired, theory
 from grpo_mse.tables.outputs import write_json
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
@@ -38,6 +37,8 @@ def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
 
 def truth(types, sigma: float) -> dict[str, float]:
     """Exact c1, c3, K*_exact and MSE ratios of the population with lognormal(0, sigma) score scales."""
+    from grpo_mse.analysis import theory  # imports torch: after the flags are parsed
+
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     gradients = np.stack([(p * G) @ s for p, G, s in types])
     scale_sq, scale = np.exp(2 * sigma ** 2), np.exp(sigma ** 2 / 2)  # E[scale^2], E[scale]
@@ -69,6 +70,8 @@ def traces(rng, types, chosen, scales, k):
 
 def simulated_run(rng, types, n_prompts: int, sigma: float, n_boot: int) -> tuple[dict, float]:
     """One run's statistics and the largest prompt's share of the oracle's summed MSE at the first K."""
+    from grpo_mse.analysis import paired  # imports torch: after the flags are parsed
+
     chosen, scales = rng.integers(0, TYPES, n_prompts), np.exp(sigma * rng.normal(size=n_prompts))
     records, batches, share = {}, {}, None
     for k in K_LIST:
