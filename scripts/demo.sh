@@ -21,7 +21,7 @@ need_int DEMO_T "$T" 1
 need_int DEMO_N_ORACLE "$N_ORACLE" 1
 need_int DEMO_M "$M" 2
 for k in $K_LIST; do need_int DEMO_K_LIST "$k" 2; done
-[ -n "$K_LIST" ] || fail "DEMO_K_LIST is empty"
+[ -n "$(echo $K_LIST)" ] || fail "DEMO_K_LIST is empty"
 [ "${DEMO_INSTALL:-1}" = "0" ] || [ "${DEMO_INSTALL:-1}" = "1" ] || fail "DEMO_INSTALL must be 0 or 1"
 [ "${DEMO_OVERWRITE:-0}" = "0" ] || [ "${DEMO_OVERWRITE:-0}" = "1" ] || fail "DEMO_OVERWRITE must be 0 or 1"
 [ -z "${DEMO_MODEL:-}" ] || need_model DEMO_MODEL "$MODEL"

@@ -6,7 +6,7 @@ fail() { echo "error: $*" >&2; exit 2; }
 
 # need_int NAME VALUE MIN: VALUE must be an integer >= MIN
 need_int() {
-  [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] || fail "$1 must be an integer >= $3 (got '$2')"
+  [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] || fail "$1 must be an integer >= $3 (got $(printf '%q' "$2"))"
 }
 
 # check_output DIR [SETTING]: DIR must be missing, an empty folder, or a folder with this demos' marker; a folder

@@ -19,7 +19,7 @@ M=${THEORY_M:-64}
 K_LIST=${THEORY_K_LIST:-2 4 8 16}
 need_int THEORY_T "$T" 1
 need_int THEORY_M "$M" 2
-[ -n "$K_LIST" ] || fail "THEORY_K_LIST is empty"
+[ -n "$(echo $K_LIST)" ] || fail "THEORY_K_LIST is empty"
 for k in $K_LIST; do need_int THEORY_K_LIST "$k" 2; done
 [ "${DEMO_OVERWRITE:-0}" = "0" ] || [ "${DEMO_OVERWRITE:-0}" = "1" ] || fail "DEMO_OVERWRITE must be 0 or 1"
 need_model THEORY_MODEL "$MODEL"

@@ -28,6 +28,7 @@ COLUMNS = ["K", "seed", "step", "metric", "value"]
 DEFAULT_METRICS = r"^(val-core/|val-aux/.*/acc/|critic/score/mean$|critic/rewards/mean$)"
 STEP_LINE = re.compile(r"(?<![\w/@.-])step:(\d+) - (.*)$")  # not inside a name: "]step:1", " step:1"
 METRIC_NAME = re.compile(r"[^\s:]+")
+STEP_ANYWHERE = re.compile(r"(?<!global_)step:\d+ - ")  # more than one per line: two lines run together
 RUN_HEADERS = ("[grpo_train] TRAINER=", "[trl] K=")  # printed once at the start of a run
 WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # np.float64(0.5), tensor(0.5)
 NAME_K = re.compile(r"(?:^|[^A-Za-z0-9])K(\d+)(?![0-9])")
@@ -73,6 +74,10 @@ def parse_console(text: str, wanted: re.Pattern | str | None = None, source: str
                           "a log must hold one run: collect each run's own log")
     for number, line in enumerate(lines, start=1):
         found = STEP_LINE.search(line)
+        starts = len(STEP_ANYWHERE.findall(line))
+        if wanted is not None and starts and (not found or starts > 1):
+            raise _data_error(f"{source} line {number}: two metric lines run together (a torn or interleaved "
+                              "write?); a log must hold one run written by one process")
         if not found:
             continue
         if number == len(lines) and not text.endswith(("\n", "\r")):
@@ -107,6 +112,11 @@ def parse_console(text: str, wanted: re.Pattern | str | None = None, source: str
                                   "or fix the run")
             seen.add(name)
             records.append((step, name, value))
+        if wanted is not None and found.group(2).count("training/global_step:"):
+            logged = parse_value(found.group(2).split("training/global_step:")[1].split(" - ")[0])
+            if logged != step:
+                raise _data_error(f"{where}: training/global_step {logged} in the line of step {step} (a torn or "
+                                  "interleaved write?)")
     return records
 
 
