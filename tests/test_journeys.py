@@ -53,7 +53,7 @@ def test_sweep_collect_figures_table2(tmp_path, wandb_mode):
                MAX_RESPONSE_LENGTH="4", TEST_FREQ="1", WANDB_MODE=wandb_mode, SAVE_MODEL="0", PYTHON_BIN=sys.executable,
                OMP_NUM_THREADS="1", LOGGERS="[console,wandb]", RUN_TAG="journey")  # no DRY_RUN: a real sweep
     run([sys.executable, "Policy_Optimization/sweep_group_size.py", "--K_list", "2", "4", "--seeds", "0", "1",
-         "--budget", "16", "--", "--max_steps", "2", "--threads", "1"], env, ROOT)
+         "--budget", "32", "--", "--max_steps", "2", "--threads", "1"], env, ROOT)
     logs = tmp_path / "base" / "logs"
     assert len(list(logs.glob("*.log"))) == 4  # one log per run
     truth = accuracy_in_logs(logs)
