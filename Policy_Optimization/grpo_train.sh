@@ -91,7 +91,8 @@ done
 in_unit() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0 && x + 0 <= 1) }'; }
 { is_number "${GPU_UTIL}" && in_unit "${GPU_UTIL}"; } || die "GPU_UTIL=${GPU_UTIL} must be in (0, 1]"
 positive() { is_number "$1" && awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
-positive "${LR}" || die "LR=${LR} must be a positive number"
+{ positive "${LR}" && awk -v x="${LR}" 'BEGIN { exit !(x + 0 < 1) }'; } \
+  || die "LR=${LR} must be a positive number below 1 (the paper: 1e-6)"
 positive "${REWARD_TIMEOUT}" || die "REWARD_TIMEOUT=${REWARD_TIMEOUT} must be a positive number of seconds"
 [[ "${ATTN_IMPL}" =~ ^(sdpa|flash_attention_2|flash_attention_3|eager)$ ]] \
   || die "ATTN_IMPL=${ATTN_IMPL}: use sdpa, flash_attention_2, flash_attention_3 or eager"
@@ -166,8 +167,15 @@ export GRPO_REWARD_TIMEOUT="${REWARD_TIMEOUT}"
 FORWARD_ENV=(WANDB_MODE WANDB_DIR WANDB_CACHE_DIR WANDB_CONFIG_DIR WANDB_DATA_DIR WANDB_PROJECT WANDB_ENTITY
              HF_HOME HF_DATASETS_CACHE HF_HUB_CACHE HF_HUB_OFFLINE TRANSFORMERS_OFFLINE TMPDIR PYTHONPATH
              GRPO_REWARD_TIMEOUT GRPO_REWARD_WORKERS)  # never secrets: main_ppo prints these
-LOG_FILE="${LOG_FILE:-${BASE}/logs/${EXPERIMENT_NAME}.log}"
-CKPT_DIR="${CKPT_DIR:-${BASE}/checkpoints/${PROJECT_NAME}/${EXPERIMENT_NAME}}"
+# One log and one checkpoint folder per run: the name holds K and the seed (EXPERIMENT_NAME), the budget and the
+# learning rate; the log adds the start time, and an existing log is never appended to (checked below).
+RUN_ID="${EXPERIMENT_NAME}_B${BUDGET}_lr${LR}"
+LOG_FILE="${LOG_FILE:-${BASE}/logs/${RUN_ID}_$(date +%Y%m%d_%H%M%S).log}"
+CKPT_DIR="${CKPT_DIR:-${BASE}/checkpoints/${PROJECT_NAME}/${RUN_ID}}"
+for name in MODEL TRAIN_FILE VAL_FILE CKPT_DIR BASE EXPERIMENT_NAME REPO_DIR; do  # VERL: paths go to Hydra quoted
+  [[ "${TRAINER}" != verl || ( "${!name}" != *"'"* && "${!name}" != *'\'* ) ]] || die "${name}=${!name}: quotes and backslashes cannot be passed to Hydra; rename it"
+done
+hydra_value() { printf "'%s'" "$2"; }  # a quoted Hydra string: a comma or '=' in a path is not Hydra syntax
 REWARD_PATH="${REPO_DIR}/Policy_Optimization/reward.py"
 
 case "${ATTN_IMPL}" in  # VERL's remove-padding packs sequences and needs flash-attn's varlen kernels
@@ -179,14 +187,14 @@ if [[ "${TRAINER}" == "verl" ]]; then
   COMMAND=("${PYTHON_BIN}" -m verl.trainer.main_ppo
     algorithm.adv_estimator=grpo
     algorithm.use_kl_in_reward=False
-    data.train_files="${TRAIN_FILE}"
-    data.val_files="${VAL_FILE}"
+    data.train_files="$(hydra_value TRAIN_FILE "${TRAIN_FILE}")"
+    data.val_files="$(hydra_value VAL_FILE "${VAL_FILE}")"
     data.train_batch_size="${TRAIN_BATCH_SIZE}"
     data.max_prompt_length="${MAX_PROMPT_LENGTH}"
     data.max_response_length="${MAX_RESPONSE_LENGTH}"
     data.filter_overlong_prompts=True
     data.truncation=error
-    actor_rollout_ref.model.path="${MODEL}"
+    actor_rollout_ref.model.path="$(hydra_value MODEL "${MODEL}")"
     actor_rollout_ref.model.enable_gradient_checkpointing=True
     actor_rollout_ref.model.use_remove_padding="${REMOVE_PADDING}"
     +actor_rollout_ref.model.override_config.attn_implementation="${ATTN_IMPL}"
@@ -204,7 +212,7 @@ if [[ "${TRAINER}" == "verl" ]]; then
     actor_rollout_ref.rollout.tensor_model_parallel_size="${ROLLOUT_TP}"
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="${MICRO_BSZ}"
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu="${MICRO_BSZ}"
-    reward.custom_reward_function.path="${REWARD_PATH}"
+    reward.custom_reward_function.path="$(hydra_value REWARD_PATH "${REWARD_PATH}")"
     reward.custom_reward_function.name=compute_score
     trainer.critic_warmup=0
     trainer.logger="${LOGGERS}"
@@ -212,12 +220,12 @@ if [[ "${TRAINER}" == "verl" ]]; then
     trainer.experiment_name="${EXPERIMENT_NAME}"
     trainer.n_gpus_per_node="${GPUS}"
     trainer.nnodes="${NNODES}"
-    trainer.default_local_dir="${CKPT_DIR}"
+    trainer.default_local_dir="$(hydra_value CKPT_DIR "${CKPT_DIR}")"
     trainer.save_freq="${SAVE_FREQ}"
     trainer.max_actor_ckpt_to_keep="${MAX_CKPT_TO_KEEP}"
     trainer.test_freq="${TEST_FREQ}"
     trainer.total_epochs="${TOTAL_EPOCHS}"
-    hydra.run.dir="${BASE}/hydra_outputs/${EXPERIMENT_NAME}"
+    hydra.run.dir="$(hydra_value BASE "${BASE}/hydra_outputs/${EXPERIMENT_NAME}")"
   )
   for name in "${FORWARD_ENV[@]}"; do
     value="${!name:-}"
@@ -270,8 +278,13 @@ esac
 if [[ "${TRAINER}" == "verl" ]] && (( NNODES > 1 )); then
   ray status > /dev/null 2>&1 || die "NNODES=${NNODES} needs a running Ray cluster: see the header of this script"
 fi
+[[ ! -e "${LOG_FILE}" ]] || die "LOG_FILE=${LOG_FILE} exists: a log holds one run; choose another name or remove it"
+if [[ "${TRAINER}" == "trl" && "${SAVE_MODEL}" == 1 && -d "${CKPT_DIR}" && -n "$(ls -A "${CKPT_DIR}")" ]]; then
+  die "CKPT_DIR=${CKPT_DIR} already holds a model: set EXPERIMENT_NAME or CKPT_DIR for this run, or remove it"
+fi
 mkdir -p "${HF_HOME}" "${WANDB_DIR}" "${WANDB_CACHE_DIR}" "${WANDB_CONFIG_DIR}" "${WANDB_DATA_DIR}" "${TMPDIR}" \
          "$(dirname "${LOG_FILE}")"
 echo "[grpo_train] log: ${LOG_FILE}"
-echo "${HEADER}" >> "${LOG_FILE}"
+( set -o noclobber; echo "${HEADER}" > "${LOG_FILE}" ) 2> /dev/null \
+  || die "LOG_FILE=${LOG_FILE} exists or cannot be written: a log holds one run"
 "${COMMAND[@]}" 2>&1 | tee -a "${LOG_FILE}"

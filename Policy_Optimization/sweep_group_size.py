@@ -24,8 +24,9 @@ DRY_RUN_VALUES = {"": False, "0": False, "false": False, "no": False, "off": Fal
 
 def env_dry_run() -> bool:
     """DRY_RUN from the environment (0/1, true/false, yes/no, on/off, print); anything else is a UsageError."""
-    text = os.environ.get("DRY_RUN", "0").strip().lower()
-    cli.require(text in DRY_RUN_VALUES, f"DRY_RUN={os.environ['DRY_RUN']!r}: use 1 or print (dry run) or 0")
+    raw = os.environ.get("DRY_RUN", "0")
+    text = raw.strip().lower()
+    cli.require(text in DRY_RUN_VALUES, f"DRY_RUN={raw!r}: use 1 or print (dry run) or 0")
     return DRY_RUN_VALUES[text]
 
 

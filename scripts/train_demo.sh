@@ -11,15 +11,19 @@
 #   DEMO_TEST_FREQ (5)  DEMO_JOBS (2: runs side by side, one thread each)
 #   DEMO_ADVISOR (1: then run_tracecov.py's group-size advisor on the same policy, held-out prompts and
 #   sampling settings: DEMO_ADVISOR_T (48) prompts, DEMO_ADVISOR_M (8) groups, oracle V from 256 samples)
-#   DEMO_WORK (outputs/training_demo: data, logs, wandb runs)  DEMO_RESULTS (results/training_demo)
-# DEMO_WORK is deleted and rebuilt only if an earlier run of this script made it (marker file).
+#   DEMO_WORK (outputs/training_demo: data, logs, wandb runs)  DEMO_RESULTS (outputs/training_demo_results)
+#   DEMO_PYTHON (python: the interpreter of every step, the training runs included)
+# Every setting is checked before anything is deleted or written. DEMO_WORK is deleted and rebuilt only if an earlier
+# run of this script made it (marker file). The results are written to a staging folder beside DEMO_RESULTS and moved
+# into place when every step succeeded; the committed run (results/training_demo) is regenerated only with
+# DEMO_RESULTS=results/training_demo DEMO_OVERWRITE=1.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO}"
 source scripts/demo_guard.sh
 die() { fail "train_demo.sh: $*"; }
-no_arguments "$0" 14 "$@"
+no_arguments "$0" 18 "$@"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${DEMO_PYTHON:-python}"
 MODEL="${DEMO_MODEL:-assets/train_policy}"
@@ -37,20 +41,36 @@ ADVISOR="${DEMO_ADVISOR:-1}"
 ADVISOR_T="${DEMO_ADVISOR_T:-48}"
 ADVISOR_M="${DEMO_ADVISOR_M:-8}"
 WORK="${DEMO_WORK:-outputs/training_demo}"
-RESULTS="${DEMO_RESULTS:-results/training_demo}"
+RESULTS="${DEMO_RESULTS:-outputs/training_demo_results}"
 MARKER=".made_by_train_demo"
 
 [[ "${ADVISOR}" =~ ^[01]$ ]] || die "DEMO_ADVISOR=${ADVISOR}: use 1 or 0"
 for name in BUDGET STEPS N_TRAIN N_TEST MAX_RESPONSE_LENGTH TEST_FREQ JOBS ADVISOR_T ADVISOR_M; do
   [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || die "DEMO_${name}=${!name} must be a positive integer"
 done
+[[ "${DEMO_OVERWRITE:-0}" =~ ^[01]$ ]] || die "DEMO_OVERWRITE=${DEMO_OVERWRITE}: use 0 or 1"
+command -v "${PY}" > /dev/null || die "DEMO_PYTHON=${PY} not found"
+[[ -n "${K_LIST// }" ]] || die "DEMO_K_LIST is empty"
+for k in ${K_LIST}; do  # each K must fit the budget (the launcher's own check)
+  [[ "${k}" =~ ^[1-9][0-9]*$ ]] || die "DEMO_K_LIST: '${k}' is not a positive integer"
+  problem="$("${PY}" -m grpo_mse.training.budget "${k}" "${BUDGET}" 2>&1 > /dev/null)" \
+    || die "DEMO_K_LIST/DEMO_BUDGET: ${problem#grpo_train.sh: error: }"
+done
+[[ -n "${SEEDS// }" ]] || die "DEMO_SEEDS is empty"
+for seed in ${SEEDS}; do [[ "${seed}" =~ ^[0-9]+$ ]] || die "DEMO_SEEDS: '${seed}' is not a non-negative integer"; done
+[[ "${LR}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && awk -v x="${LR}" 'BEGIN { exit !(x > 0 && x < 1) }' \
+  || die "DEMO_LR=${LR} must be a positive number below 1"
 [[ -f "${MODEL}/config.json" ]] || die "DEMO_MODEL=${MODEL} is not a model folder (python scripts/build_train_policy.py?)"
 if [[ -e "${WORK}" && ! -f "${WORK}/${MARKER}" ]]; then
   die "DEMO_WORK=${WORK} exists and was not made by this script; choose another folder"
 fi
+check_output "${RESULTS}" DEMO_RESULTS
+case "$(realpath -m "${RESULTS}")/" in "$(realpath -m "${WORK}")/"*) die "DEMO_RESULTS must not lie inside DEMO_WORK" ;; esac
 rm -rf "${WORK}"
-mkdir -p "${WORK}" "${RESULTS}"
+mkdir -p "${WORK}"
 touch "${WORK}/${MARKER}"
+FINAL_RESULTS="${RESULTS}"
+stage_output "${FINAL_RESULTS}" RESULTS
 START=$(date +%s)
 
 echo "== data"
@@ -58,7 +78,7 @@ echo "== data"
   --out_dir "${WORK}/data"
 
 echo "== sweep: K in {${K_LIST}} x seeds {${SEEDS}}, ${BUDGET} sequences per step, ${STEPS} steps, lr ${LR}"
-export TRAINER=trl MODEL DATA_DIR="${WORK}/data" BASE="${WORK}/runs" WANDB_MODE=offline LR TEST_FREQ \
+export PYTHON_BIN="${PY}" TRAINER=trl MODEL DATA_DIR="${WORK}/data" BASE="${WORK}/runs" WANDB_MODE=offline LR TEST_FREQ \
        MAX_RESPONSE_LENGTH SAVE_MODEL=0 RUN_TAG=demo LOGGERS="[console,wandb]" OMP_NUM_THREADS=1 DRY_RUN=0
 pids=()
 trap 'kill $(jobs -p) 2> /dev/null; echo "train_demo.sh: interrupted" >&2; exit 130' INT TERM
@@ -84,7 +104,6 @@ if [[ "${ADVISOR}" == 1 ]]; then
   echo "== group-size advisor: same policy, held-out prompts, temperature 1, top-p 1, ${MAX_RESPONSE_LENGTH} new tokens"
   ADV_START=$(date +%s)
   mkdir -p "${RESULTS}/advisor"
-  rm -f "${RESULTS}"/advisor/oracle_v_n*.jsonl "${RESULTS}"/advisor/tracecov_*
   "${PY}" Gradient_evaluation/calculate_oracle_v.py --model "${MODEL}" --dataset data/arithmetic_zero_shot.jsonl \
     --device cpu --dtype fp32 --limit "${ADVISOR_T}" --n_oracle 256 --batch_size 256 --temperature 1.0 --top_p 1.0 \
     --max_new_tokens "${MAX_RESPONSE_LENGTH}" --out_dir "${RESULTS}/advisor"
@@ -104,4 +123,5 @@ TOTAL_SECONDS=$(( $(date +%s) - START ))
   echo "Wall time: ${TRAIN_SECONDS} s training, ${ADVISOR_SECONDS:-0} s advisor, ${TOTAL_SECONDS} s in all ($(getconf _NPROCESSORS_ONLN) CPU cores, shared)."
   if [[ "${ADVISOR}" == 1 ]]; then grep -h -A2 "group-size advisor" "${RESULTS}/advisor/run_tracecov.log"; fi
 } >> "${RESULTS}/summary.md"
-echo "== done in ${TOTAL_SECONDS} s: ${RESULTS}/"
+publish_output "${RESULTS}" "${FINAL_RESULTS}"
+echo "== done in ${TOTAL_SECONDS} s: ${FINAL_RESULTS}/"

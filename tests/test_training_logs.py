@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def console_log(k: int, seed: int, steps=(0, 5, 10, 15, 20)) -> str:
 
 def test_console_parsing_helpers():
     assert parse_value("np.float64(0.25)") == 0.25 and parse_value("tensor(3.)") == 3.0
-    assert parse_value("nan") is None and parse_value("abc") is None
+    assert math.isnan(parse_value("nan")) and parse_value("abc") is None  # non-finite: refused by the collector
     records = parse_console("noise\n(Runner pid=1) step:7 - a/b:1 - c@1/d:np.float32(0.5) - e:text\nstep:x - a:1")
     assert records == [(7, "a/b", 1.0), (7, "c@1/d", 0.5)]
     assert run_identity("gsm8k_Qwen2.5-1.5B_K32_seed4") == (32, 4)

@@ -42,11 +42,13 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "secret-key-123" not in result.stdout + result.stderr
     run = "smoke_tiny_policy_K4_seed1"
-    log = (tmp_path / "base" / "logs" / f"{run}.log").read_text()
+    logs = list((tmp_path / "base" / "logs").glob(f"{run}_B32_lr1e-3_*.log"))  # one log per run, lr in the name
+    assert len(logs) == 1, logs
+    log = logs[0].read_text()
     assert "step:0 - val-core/arithmetic_zero_shot/acc/mean@1:" in log
     assert "step:2 - " in log and "critic/score/mean:" in log  # the reward is logged per step
 
-    saved = tmp_path / "base" / "checkpoints" / "demystifying_grpo" / run
+    saved = tmp_path / "base" / "checkpoints" / "demystifying_grpo" / f"{run}_B32_lr1e-3"
     before, after = _weights(BUILTIN_POLICY), _weights(saved)
     assert any(not torch.equal(before[name], after[name]) for name in before)  # parameters changed
 

@@ -95,13 +95,14 @@ def test_original_style_file_names_base_and_repo_dir(tmp_path, data_dir):
                        BASE=tmp_path / "base", REPO_DIR=ROOT, DRY_RUN="print")  # fmt: skip
     result = run_launcher(env)
     assert result.returncode == 0, result.stderr
-    assert f"data.train_files={data_dir}/train.parquet" in result.stdout
-    assert f"data.val_files={data_dir}/test.parquet" in result.stdout
-    assert f"trainer.default_local_dir={tmp_path}/base/checkpoints/demystifying_grpo/grpo_m_K32" in result.stdout
+    assert f"data.train_files=\\'{data_dir}/train.parquet\\'" in result.stdout  # paths quoted for Hydra
+    assert f"data.val_files=\\'{data_dir}/test.parquet\\'" in result.stdout
+    ckpt = f"{tmp_path}/base/checkpoints/demystifying_grpo/grpo_m_K32_B1024_lr1e-6"  # one folder per run
+    assert f"trainer.default_local_dir=\\'{ckpt}\\'" in result.stdout
     env.update(TRAIN_FILE=str(data_dir / "train.parquet"), DATA_DIR="")
     env.update(VAL_FILE=str(data_dir / "test.parquet"))
     result = run_launcher(env)
-    assert result.returncode == 0 and f"data.train_files={data_dir}/train.parquet" in result.stdout
+    assert result.returncode == 0 and f"data.train_files=\\'{data_dir}/train.parquet\\'" in result.stdout
     env.update(REPO_DIR=str(tmp_path))
     result = run_launcher(env)
     assert result.returncode == 2 and "REPO_DIR" in result.stderr
@@ -147,7 +148,7 @@ def test_print_only_budget_scaling_and_masking(tmp_path, data_dir):
         "actor_rollout_ref.model.enable_gradient_checkpointing=True", "data.max_prompt_length=512",
         "data.max_response_length=512", "trainer.test_freq=5", "trainer.save_freq=100",
         "reward.custom_reward_function.name=compute_score", "data.seed=3", "grpo_Qwen2.5-1.5B-Instruct_K16_seed3",
-        f"reward.custom_reward_function.path={ROOT / 'Policy_Optimization' / 'reward.py'}",
+        f"reward.custom_reward_function.path=\\'{ROOT / 'Policy_Optimization' / 'reward.py'}\\'",
     ):  # fmt: skip
         assert expected in out, expected
     assert out.index("trainer.total_epochs=8") < out.index("trainer.total_epochs=2")  # user overrides last

@@ -1,7 +1,8 @@
 """Figure 5 (test accuracy against group size K at fixed budget) and Table 2 from the collected CSV.
 
 Input: the long table of grpo_mse.training.logs (columns K, seed, step, metric, value). Bands and
-intervals are 95% Student-t intervals of the mean over seeds (none for a single seed).
+intervals are 95% Student-t intervals of the mean over seeds; with a single seed there is none: the
+figure draws no band and Table 2 writes "n/a" (not a zero-width "± 0.00").
 
   python -m grpo_mse.figures.training --csv results/training_runs.csv --out_dir results/figures
 """
@@ -9,6 +10,7 @@ intervals are 95% Student-t intervals of the mean over seeds (none for a single 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 
@@ -40,10 +42,21 @@ def default_steps(frame, n_steps: int = 4) -> list[int]:
     return sorted(picks)
 
 
+def interval(values) -> tuple[float, float | None]:
+    """(mean, 95% t half-width over seeds); the half-width is None for a single value (no interval)."""
+    mean, half = mean_t_interval(values)
+    return mean, (half if len(values) > 1 else None)
+
+
 def accuracy_by_k(frame, metric: str, step: int):
-    """Rows ``(K, mean, half_width, n_seeds)`` of ``metric`` at ``step``."""
+    """Rows ``(K, mean, half_width or None, n_seeds)`` of ``metric`` at ``step``."""
     sub = frame[(frame["metric"] == metric) & (frame["step"] == step)]
-    return [(int(k), *mean_t_interval(group["value"]), len(group)) for k, group in sorted(sub.groupby("K"))]
+    return [(int(k), *interval(list(group["value"])), len(group)) for k, group in sorted(sub.groupby("K"))]
+
+
+def pm(mean: float, half: float | None, digits: int = 2) -> str:
+    """``mean ± half``, or ``mean ± n/a`` when there is no interval (one seed)."""
+    return f"{mean:.{digits}f} ± " + ("n/a" if half is None else f"{half:.{digits}f}")
 
 
 def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, title: str | None = None) -> list[str]:
@@ -63,8 +76,9 @@ def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, ti
             continue
         ks, means, hws, _ = zip(*rows)
         (line,) = ax.plot(ks, means, marker="o", label=f"step {step}")
-        ax.fill_between(ks, [m - h for m, h in zip(means, hws)], [m + h for m, h in zip(means, hws)],
-                        color=line.get_color(), alpha=0.2)  # fmt: skip
+        if all(h is not None for h in hws):  # no band where a K has one seed
+            ax.fill_between(ks, [m - h for m, h in zip(means, hws)], [m + h for m, h in zip(means, hws)],
+                            color=line.get_color(), alpha=0.2)  # fmt: skip
     all_k = sorted(int(k) for k in sub["K"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(all_k, [str(k) for k in all_k])
@@ -91,7 +105,7 @@ def table2(frame, metric: str | None = None, percent: bool = True) -> str:
     rows = []
     for k, group in sorted(sub.groupby("K")):
         per_seed = group.groupby("seed")["value"]
-        final, best = mean_t_interval(per_seed.last() * scale), mean_t_interval(per_seed.max() * scale)
+        final, best = interval(list(per_seed.last() * scale)), interval(list(per_seed.max() * scale))
         rows.append((int(k), group["seed"].nunique(), final, best))
     top = max(rows, key=lambda r: r[2][0])[0] if rows else None
     lines = [
@@ -101,8 +115,10 @@ def table2(frame, metric: str | None = None, percent: bool = True) -> str:
         "|---:|---:|---:|---:|",
     ]
     for k, n, (fm, fh), (bm, bh) in rows:
-        final_text = f"{fm:.2f} ± {fh:.2f}"
-        lines.append(f"| {k} | {n} | {f'**{final_text}**' if k == top else final_text} | {bm:.2f} ± {bh:.2f} |")
+        final_text = pm(fm, fh)
+        lines.append(f"| {k} | {n} | {f'**{final_text}**' if k == top else final_text} | {pm(bm, bh)} |")
+    if any(n == 1 for _, n, _, _ in rows):
+        lines += ["", "n/a: one seed, no interval."]
     return "\n".join(lines) + "\n"
 
 
@@ -126,6 +142,16 @@ def read_training(path: str, metric: str | None = None):
     if missing or frame.empty:
         raise DataError(f"{path}: " + (f"no {', '.join(missing)} column" if missing else "no rows")
                         + " (expected the CSV of Policy_Optimization/collect_runs.py)")
+    for column in ("K", "seed", "step", "value"):
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        finite = numbers.abs() < math.inf  # False for NaN (not a number) and for infinities
+        whole = finite & ((numbers == numbers.round()) if column != "value" else True)
+        if not whole.all():
+            row = int((~whole).to_numpy().nonzero()[0][0])
+            kind = "a finite number" if column == "value" else "a whole number"
+            raise DataError(f"{path} row {row + 2}: {column} {str(frame[column].iloc[row])!r} is not {kind} "
+                            "(expected the CSV of Policy_Optimization/collect_runs.py)")
+        frame[column] = numbers if column == "value" else numbers.astype(int)
     try:
         pick_metric(frame, metric)
     except ValueError as error:

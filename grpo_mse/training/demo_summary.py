@@ -9,8 +9,8 @@ Student-t intervals of the mean over seeds (grpo_mse.tables.outputs.mean_t_inter
 from __future__ import annotations
 
 from grpo_mse import cli
-from grpo_mse.figures.training import pick_metric, read_training
-from grpo_mse.tables.outputs import mean_t_interval, write_atomic
+from grpo_mse.figures.training import interval, pick_metric, pm, read_training
+from grpo_mse.tables.outputs import write_atomic
 
 
 def run_table(frame, metric: str):
@@ -30,8 +30,7 @@ def summary(frame, metric: str | None = None) -> str:
              "| K | runs | start | end | change |", "|---:|---:|---:|---:|---:|"]  # fmt: skip
 
     def cell(values):
-        mean, half = mean_t_interval(values)
-        return f"{mean:.3f} ± {half:.3f}"
+        return pm(*interval(list(values)), digits=3)
 
     def row(label, group):
         return f"| {label} | {len(group)} | {cell(group['start'])} | {cell(group['end'])} | {cell(group['change'])} |"
@@ -39,12 +38,14 @@ def summary(frame, metric: str | None = None) -> str:
     best = None
     for k, group in runs.groupby("K"):
         lines.append(row(k, group))
-        mean, half = mean_t_interval(group["end"])
+        mean, half = interval(list(group["end"]))
         if best is None or mean > best[1]:
             best = (int(k), mean, half)
     lines.append(row("all", runs))
     if best is not None:
-        lines += ["", f"Best K by end accuracy: K = {best[0]} ({best[1]:.3f} ± {best[2]:.3f})."]
+        lines += ["", f"Best K by end accuracy: K = {best[0]} ({pm(best[1], best[2], digits=3)})."]
+    if (runs.groupby("K").size() == 1).any():
+        lines += ["", "n/a: one seed, no interval."]
     return "\n".join(lines) + "\n"
 
 

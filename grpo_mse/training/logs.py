@@ -1,10 +1,18 @@
 """Collect VERL training metrics from console logs and wandb run folders into one long table.
 
 Sources: VERL console lines ``step:5 - val-core/<source>/acc/mean@1:0.42 - ...`` (any prefix such
-as Ray's ``(TaskRunner pid=1)`` is ignored), wandb ``files/wandb-history.jsonl`` when present,
+as Ray's ``(TaskRunner pid=1)`` or a progress bar's ``\r...29.09it/s]`` is ignored), wandb
+``files/wandb-history.jsonl`` when present,
 otherwise the run's ``run-<id>.wandb`` file. K and the seed come from the run configuration
 (``actor_rollout_ref.rollout.n``, ``data.seed``), the run name (``..._K32_seed1``) or the
 launcher's header line (``GROUP_SIZE=32 SEED=1``). Output columns: K, seed, step, metric, value.
+
+What is refused (a one-line DataError naming the file, so the scripts exit 2): a log file that holds two
+runs (two launcher headers, or step numbers that go down), a metric line that is torn or garbled (a part
+that is not ``name:value``, a kept metric whose value is not a number, a metric twice in one line), a
+non-finite value of a kept metric, a ``wandb-summary.json`` that is not a JSON object, a ``config.yaml``
+that is not a YAML mapping, a ``_step`` that is not a whole number. What is skipped with a warning: the
+unterminated last line of a console log (a run killed mid-write) and unreadable lines of a wandb history.
 """
 
 from __future__ import annotations
@@ -18,7 +26,10 @@ import warnings
 
 COLUMNS = ["K", "seed", "step", "metric", "value"]
 DEFAULT_METRICS = r"^(val-core/|val-aux/.*/acc/|critic/score/mean$|critic/rewards/mean$)"
-STEP_LINE = re.compile(r"(?:^|\s|\))step:(\d+) - (.*)$")
+STEP_LINE = re.compile(r"(?<![\w/@.-])step:(\d+) - (.*)$")  # not inside a name: "]step:1", " step:1"
+METRIC_NAME = re.compile(r"[^\s:]+")
+STEP_ANYWHERE = re.compile(r"(?<!global_)step:\d+ - ")  # more than one per line: two lines run together
+RUN_HEADERS = ("[grpo_train] TRAINER=", "[trl] K=")  # printed once at the start of a run
 WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # np.float64(0.5), tensor(0.5)
 NAME_K = re.compile(r"(?:^|[^A-Za-z0-9])K(\d+)(?![0-9])")
 NAME_SEED = re.compile(r"seed[_-]?(\d+)", re.IGNORECASE)
@@ -29,31 +40,83 @@ SKIP_DIRS = {"hf_cache", "checkpoints", "wandb_cache", "wandb_data", "wandb_conf
 
 
 def parse_value(text: str) -> float | None:
-    """A logged number (``0.42``, ``np.float64(0.42)``, ``tensor(0.42)``) as float, or None."""
+    """A logged number (``0.42``, ``np.float64(0.42)``, ``tensor(0.42)``, ``nan``) as float, or None."""
     text = text.strip()
     wrapped = WRAPPED.match(text)
     if wrapped:
         text = wrapped.group(1).split(",")[0].strip()
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
 
 
-def parse_console(text: str) -> list[tuple[int, str, float]]:
-    """``(step, metric, value)`` from every VERL console metric line in ``text``."""
-    records = []
-    for line in text.splitlines():
+def _data_error(message: str):
+    from grpo_mse.tables.inputs import DataError
+
+    return DataError(message)
+
+
+def parse_console(text: str, wanted: re.Pattern | str | None = None, source: str = "log") -> list:
+    """``(step, metric, value)`` from every VERL console metric line in ``text``.
+
+    With ``wanted`` (a regex of kept metric names) only those are returned, and a line that is garbled
+    (see the module docstring), a kept value that is not a finite number, or a second run in the text
+    raise a DataError naming ``source`` and the line. Without it every finite value is returned.
+    """
+    wanted = re.compile(wanted) if isinstance(wanted, str) else wanted
+    records, last_step = [], None
+    lines = text.splitlines()
+    headers = [n for n, line in enumerate(lines, 1) if line.lstrip().startswith(RUN_HEADERS[0])]
+    headers = headers or [n for n, line in enumerate(lines, 1) if line.lstrip().startswith(RUN_HEADERS[1])]
+    if wanted is not None and len(headers) > 1:
+        raise _data_error(f"{source} holds {len(headers)} runs (lines {headers[0]} and {headers[1]} start one); "
+                          "a log must hold one run: collect each run's own log")
+    for number, line in enumerate(lines, start=1):
         found = STEP_LINE.search(line)
+        starts = len(STEP_ANYWHERE.findall(line))
+        if wanted is not None and starts and (not found or starts > 1):
+            raise _data_error(f"{source} line {number}: two metric lines run together (a torn or interleaved "
+                              "write?); a log must hold one run written by one process")
         if not found:
             continue
-        step = int(found.group(1))
+        if number == len(lines) and not text.endswith(("\n", "\r")):
+            warnings.warn(f"{source}: skipping its unterminated last line {number} (a run stopped mid-write?)",
+                          stacklevel=2)
+            continue
+        step, seen = int(found.group(1)), set()
+        where = f"{source} line {number}"
+        if wanted is not None and last_step is not None and step < last_step:
+            raise _data_error(f"{where}: step {step} after step {last_step}: the file holds two runs (or a "
+                              "restarted one); a log must hold one run: collect each run's own log")
+        last_step = step
         for part in found.group(2).split(" - "):
-            name, sep, raw = part.rpartition(":")
-            value = parse_value(raw) if sep else None
-            if name and value is not None:
-                records.append((step, name.strip(), value))
+            name, sep, raw = part.strip().partition(":")
+            if not sep or not METRIC_NAME.fullmatch(name):
+                if wanted is None:
+                    continue
+                raise _data_error(f"{where}: garbled metric line (a torn or interleaved write?) at {part[:60]!r}")
+            keep = wanted is None or bool(wanted.search(name))
+            if not keep:
+                continue
+            value = parse_value(raw)
+            if wanted is None:
+                if value is not None and math.isfinite(value):
+                    records.append((step, name, value))
+                continue
+            if value is None or name in seen:
+                problem = "logged twice" if name in seen else f"value {raw.strip()[:40]!r} is not a number"
+                raise _data_error(f"{where}: {name} {problem} (a torn or interleaved write?)")
+            if not math.isfinite(value):
+                raise _data_error(f"{where}: {name} is {value} at step {step}; leave the metric out with --metrics "
+                                  "or fix the run")
+            seen.add(name)
+            records.append((step, name, value))
+        if wanted is not None and found.group(2).count("training/global_step:"):
+            logged = parse_value(found.group(2).split("training/global_step:")[1].split(" - ")[0])
+            if logged != step:
+                raise _data_error(f"{where}: training/global_step {logged} in the line of step {step} (a torn or "
+                                  "interleaved write?)")
     return records
 
 
@@ -82,12 +145,19 @@ def run_identity(name: str = "", config: dict | None = None, header: str = "") -
     return (int(k) if k is not None else None), int(seed or 0)
 
 
-def read_console_run(path: str) -> tuple[int | None, int, list]:
-    """(K, seed, records) of one console log file."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+def read_console_run(path: str, wanted: re.Pattern | str | None = None) -> tuple[int | None, int, list]:
+    """(K, seed, records) of one console log file (``wanted``: as for :func:`parse_console`)."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
         text = f.read()
     k, seed = run_identity(os.path.basename(path), header="\n".join(text.splitlines()[:20]))
-    return k, seed, parse_console(text)
+    return k, seed, parse_console(text, wanted, source=path)
+
+
+def _whole_step(raw, source: str) -> int:
+    """A wandb ``_step`` as int (a DataError naming ``source`` otherwise)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw != int(raw):
+        raise _data_error(f"{source}: _step {raw!r} is not a whole number; the file is damaged")
+    return int(raw)
 
 
 def _history_jsonl(path: str) -> list:
@@ -102,11 +172,13 @@ def _history_jsonl(path: str) -> list:
             if not isinstance(row, dict):
                 warnings.warn(f"{path}: skipping unreadable line {number}", stacklevel=2)
                 continue
-            step = row.get("_step")
+            if "_step" not in row:
+                continue
+            step = _whole_step(row["_step"], f"{path} line {number}")
             for key, raw in row.items():
                 value = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
-                if step is not None and value is not None and not key.startswith("_"):
-                    records.append((int(step), key, float(value)))
+                if value is not None and not key.startswith("_"):
+                    records.append((step, key, float(value)))
     return records
 
 
@@ -136,19 +208,33 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
     if history:
         records = _history_jsonl(history)
     if summary_path:
-        with open(summary_path, encoding="utf-8") as f:
-            summary = json.load(f)
+        try:
+            with open(summary_path, encoding="utf-8") as f:
+                summary = json.load(f)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise _data_error(f"{summary_path}: not readable JSON ({str(error).splitlines()[0]}); the run's "
+                              "summary is torn: remove the file to collect its history only") from None
+        if not isinstance(summary, dict):
+            raise _data_error(f"{summary_path}: a JSON {type(summary).__name__}, not an object of metrics; "
+                              "remove the file to collect its history only")
     if not config and config_path:
         import yaml
 
-        with open(config_path, encoding="utf-8") as f:
-            config = yaml.safe_load(f) or {}
-    step = summary.get("_step")
-    if step is not None:
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                config = yaml.safe_load(f) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            raise _data_error(f"{config_path}: not readable YAML ({str(error).splitlines()[0]}); fix or remove "
+                              "it (K and the seed then come from the run name)") from None
+        if not isinstance(config, dict):
+            raise _data_error(f"{config_path}: a YAML {type(config).__name__}, not a mapping; fix or remove it")
+    if summary.get("_step") is not None:
+        step = _whole_step(summary["_step"], summary_path or run_dir)
         seen = {(s, m) for s, m, _ in records}
         for key, raw in summary.items():
-            if isinstance(raw, (int, float)) and not key.startswith("_") and (int(step), key) not in seen:
-                records.append((int(step), key, float(raw)))
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool) and not key.startswith("_") \
+                    and (step, key) not in seen:
+                records.append((step, key, float(raw)))
     k, seed = run_identity(name, config)
     return k, seed, records
 
@@ -222,12 +308,16 @@ def collect(paths: list[str], metric_regex: str = DEFAULT_METRICS):
     wanted = re.compile(metric_regex)
     runs: dict[tuple[int, int], tuple[str, dict]] = {}
     for kind, path in find_runs(paths):
-        k, seed, records = (read_console_run if kind == "console" else read_wandb_run)(path)
+        k, seed, records = read_console_run(path, wanted) if kind == "console" else read_wandb_run(path)
         if k is None:
-            if records:
+            if any(wanted.search(metric) for _, metric, _ in records):
                 warnings.warn(f"skipping {path}: cannot tell its group size K", stacklevel=2)
             continue
         kept = {(step, metric): value for step, metric, value in records if wanted.search(metric)}
+        bad = next(((step, metric, value) for (step, metric), value in kept.items() if not math.isfinite(value)), None)
+        if bad:
+            raise DataError(f"{path}: {bad[1]} is {bad[2]} at step {bad[0]}; leave the metric out with --metrics "
+                            "or fix the run")
         if kept:
             merge_same_run(runs, (k, seed), path, kept)
     rows = [(k, seed, step, metric, value) for (k, seed), (_, records) in runs.items()

@@ -27,8 +27,17 @@ def plan(k_list: list[int], seeds: list[int], run_tag: str = "grpo", budget: int
 
 
 def run_env(run: dict, budget: int, dry_run: str, base_env: dict | None = None) -> dict:
-    """Environment for ``grpo_train.sh`` of one run (``dry_run``: "0", "1" or "print")."""
+    """Environment for ``grpo_train.sh`` of one run (``dry_run``: "0", "1" or "print").
+
+    An exported ``LOG_FILE`` or ``CKPT_DIR`` names the sweep's, not one run's: each run gets its own,
+    ``{stem}_{run name}{ext}`` and ``{CKPT_DIR}/{run name}``, so no two runs share a log or a checkpoint folder.
+    """
     env = dict(os.environ if base_env is None else base_env)
+    if env.get("LOG_FILE"):
+        stem, ext = os.path.splitext(env["LOG_FILE"])
+        env["LOG_FILE"] = f"{stem}_{run['name']}{ext or '.log'}"
+    if env.get("CKPT_DIR"):
+        env["CKPT_DIR"] = os.path.join(env["CKPT_DIR"], run["name"])
     env.update(
         GROUP_SIZE=str(run["K"]),
         SEED=str(run["seed"]),

@@ -19,7 +19,6 @@ and to wandb, so grpo_mse.training.logs collects TRL and VERL runs alike.
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 
 from grpo_mse.cli import InputError
@@ -86,13 +85,22 @@ def drop_long_prompts(rows: list[dict], tokenizer, max_prompt_length: int) -> li
     return kept
 
 
+def steps_per_epoch(n_train: int, prompts_per_step: int) -> int:
+    """Whole steps in one pass over ``n_train`` rows: TRL's RepeatSampler and VERL's train dataloader
+    (``drop_last=True``) both drop the last incomplete batch of prompts."""
+    return n_train // prompts_per_step
+
+
 def grpo_config(args, n_train: int):
     """The GRPOConfig of one run (``args``: the trl_train flags)."""
     import torch
     from trl import GRPOConfig
 
     settings = budget_settings(args.group_size, args.budget)
-    updates = UPDATES_PER_STEP * max(1, math.ceil(n_train / settings["train_batch_size"])) * settings["total_epochs"]
+    if n_train < settings["train_batch_size"]:
+        raise InputError(f"{n_train} training rows but {settings['train_batch_size']} prompts per step "
+                         f"(budget {args.budget} / K {args.group_size}): use more rows or a smaller budget")
+    updates = UPDATES_PER_STEP * steps_per_epoch(n_train, settings["train_batch_size"]) * settings["total_epochs"]
     return GRPOConfig(
         output_dir=args.output_dir,
         run_name=args.experiment_name,

@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         budget_settings(args.group_size, args.budget)
     except ValueError as exc:
         p.error(str(exc))
+    if args.lr >= 1:
+        p.error(f"argument --lr: {args.lr:g} is not a learning rate for AdamW; use a value below 1 (the paper: 1e-6)")
     args.loggers = {x.strip() for x in args.loggers.strip("[]").split(",") if x.strip()}
     if args.loggers - {"console", "wandb"}:
         p.error(f"--loggers: unknown {sorted(args.loggers - {'console', 'wandb'})}; use console and/or wandb")
@@ -147,7 +149,7 @@ def run(args) -> dict:
     val_rows = backend.drop_long_prompts(val_rows, tokenizer, args.max_prompt_length)
     if not train_rows or not val_rows:
         raise cli.UsageError(f"no prompt fits --max_prompt_length {args.max_prompt_length}")
-    config = backend.grpo_config(args, len(train_rows))
+    config = backend.grpo_config(args, len(train_rows))  # refuses fewer rows than prompts per step
     settings = budget_settings(args.group_size, args.budget)
     steps = config.max_steps // backend.UPDATES_PER_STEP
     print(f"[trl] K={args.group_size} budget={args.budget} prompts/step={settings['train_batch_size']} steps={steps} "

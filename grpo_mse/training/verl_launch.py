@@ -1,7 +1,9 @@
 """Check a VERL PPO command line without training: ``python -m grpo_mse.training.verl_launch <overrides>``.
 
 Step 1 is exactly ``python -m verl.trainer.main_ppo --cfg job --resolve <overrides>``: VERL's own
-Hydra entry point composes and prints the configuration (a misspelled key fails here). Step 2
+Hydra entry point composes and prints the configuration (a misspelled key fails here). Before it,
+every override is checked against the type of the default it replaces (``trainer.total_epochs=abc``
+is refused: VERL's YAML config would take the string and fail only on the cluster). Step 2
 runs VERL's ``validate_config`` on the same configuration (batch-size divisibility and so on),
 which main_ppo would otherwise only do on the cluster. Neither step needs a GPU.
 """
@@ -18,6 +20,38 @@ def compose(overrides: list[str]):
 
     with initialize_config_module("verl.trainer.config", version_base=None):
         return hydra_compose("ppo_trainer", overrides=list(overrides))
+
+
+def check_override_types(overrides: list[str]) -> str | None:
+    """A one-line problem with an override whose value does not fit the type of VERL's default, else None.
+
+    An integer default needs an integer, a float default a finite number, a boolean default true/false;
+    keys that are new (``+key=...``) or whose default is null, a string or a list are left to VERL.
+    """
+    import math
+
+    from omegaconf import OmegaConf
+
+    defaults, composed = compose([]), compose(overrides)
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        if not sep or key.startswith(("+", "~", "hydra.")):
+            continue
+        default = OmegaConf.select(defaults, key, default=None)
+        new = OmegaConf.select(composed, key, default=None)
+        if isinstance(default, bool):
+            ok, kind = isinstance(new, bool), "true or false"
+        elif isinstance(default, int):
+            ok, kind = isinstance(new, int) and not isinstance(new, bool), "an integer"
+        elif isinstance(default, float):
+            ok = isinstance(new, (int, float)) and not isinstance(new, bool) and math.isfinite(new)
+            kind = "a finite number"
+        else:
+            continue
+        if not ok:
+            shown = OmegaConf.to_yaml(new).strip() if OmegaConf.is_config(new) else repr(new)
+            return f"override {override}: {key} must be {kind} (VERL's default is {default!r}), got {shown}"
+    return None
 
 
 def print_job_config(overrides: list[str]) -> None:
@@ -43,6 +77,13 @@ def validate(overrides: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     overrides = list(sys.argv[1:] if argv is None else argv)
+    try:
+        problem = check_override_types(overrides)
+    except Exception:  # a malformed override: step 1 prints Hydra's own message
+        problem = None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     print_job_config(overrides)
     try:
         validate(overrides)
