@@ -17,6 +17,7 @@ from grpo_mse import cli
 from grpo_mse.cli import require
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import UNBIASED
+from grpo_mse.policy.vllm_sampler import check_backend
 
 ENGINES = ("fast", "reference")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -54,7 +55,7 @@ class ModelConfig:
             require(choices is None or all(v in choices for v in values),
                     f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})")
         cli.check_device(self.device)
-        cli.check_backend(self.backend, self.device, self.vllm_gpu_util)
+        check_backend(self.backend, self.device, self.vllm_gpu_util)
         cli.check_model_path(self.model)
         require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
         cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
