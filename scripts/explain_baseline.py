@@ -12,16 +12,16 @@ import numpy as np
 import torch
 
 from grpo_mse import cli
-from grpo_mse.gradients.job import Sampler
 from grpo_mse.gradients.statistics import dot64
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.rewards.rules import row_reward
+from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.validate import check_answers, check_oracle_values, check_prompts
 
 
-def score_norms(sampler: Sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+def score_norms(sampler: PromptSampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(rewards, ||grad log pi(y|x)||^2) of n sampled continuations, one backward pass each."""
     ids, continuations, texts = sampler.draw(row, (-1, key), n)
     params = [p for p in sampler.model.parameters() if p.requires_grad]
@@ -50,7 +50,7 @@ def main(argv=None) -> None:
     rows = [r for r in table if 0.05 < r["V_oracle"] < 0.95][: args.prompts]
     cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
     model, tokenizer = load_policy(args.model, "cpu", "fp32")
-    sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 32, 256, 0)
+    sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 32, 256, 0)
     per_prompt = []
     for index, row in enumerate(rows):
         rewards, norms = score_norms(sampler, row, row.get("id", index), args.n)

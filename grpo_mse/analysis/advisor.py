@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.gradients.estimators import GRPO, ORACLE
 
 
 def exact_error(c1: float, c2: float, c3: float, k, budget: float):
@@ -74,8 +75,8 @@ def per_prompt_constants(record: dict) -> tuple[float, float]:
     ``record["oracle_noise"]`` when present (the oracle estimate V_hat adds Var(V_hat) tr Cov(s_bar), s_bar the
     group-mean score, to the oracle's trace)."""
     k, tr = record["K"], record["tr_cov"]
-    oracle = tr["oracleV"] - record.get("oracle_noise", 0.0)
-    return k * oracle, k * (k - 1) * (tr["grpo"] - oracle)
+    oracle = tr[ORACLE] - record.get("oracle_noise", 0.0)
+    return k * oracle, k * (k - 1) * (tr[GRPO] - oracle)
 
 
 def batch_c1(weights: np.ndarray, batches: list[dict], position: dict) -> np.ndarray:

@@ -15,8 +15,7 @@ import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis.advisor import advise, column, prompt_columns, rounded
-
-ORACLE = "oracleV"
+from grpo_mse.gradients.estimators import GRPO_STD, ORACLE
 
 
 def mse_of(record: dict, name: str) -> float:
@@ -68,9 +67,9 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
                 with np.errstate(invalid="ignore", divide="ignore"):
                     out["oracle_noise_relative"] = _series(
                         [bs.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights)
-    own = {key: [column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get("grpo_std", np.nan))
+    own = {key: [column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get(GRPO_STD, np.nan))
                  for k in k_list] for key in ("mse_own", "bias2_own")}
-    if "grpo_std" in names and any(np.isfinite(c).any() for c in own["mse_own"]):
+    if GRPO_STD in names and any(np.isfinite(c).any() for c in own["mse_own"]):
         out["grpo_std_own_target"] = {
             "mse": _series([bs.weighted_mean(weights, c) for c in own["mse_own"]], weights),
             "bias2": _series([bs.weighted_mean(weights, c) for c in own["bias2_own"]], weights),

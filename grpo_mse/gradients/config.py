@@ -16,7 +16,7 @@ from typing import ClassVar
 from grpo_mse import cli
 from grpo_mse.cli import require
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
-from grpo_mse.gradients.estimators import UNBIASED
+from grpo_mse.gradients.estimators import GRPO, ORACLE, UNBIASED
 from grpo_mse.policy.vllm_sampler import check_backend
 
 ENGINES = ("fast", "reference")
@@ -187,4 +187,4 @@ class TracecovConfig(ModelConfig):
     @property
     def with_advisor(self) -> bool:
         """The group-size advisor runs unless switched off; it needs the grpo and oracleV traces."""
-        return not self.no_advisor and {"grpo", "oracleV"} <= set(self.estimators)
+        return not self.no_advisor and {GRPO, ORACLE} <= set(self.estimators)

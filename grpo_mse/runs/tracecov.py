@@ -1,28 +1,32 @@
-"""One trace-of-covariance run: per-prompt evaluation, resumable progress logs, merged outputs."""
+"""The run of run_tracecov.py as one object (``TracecovRun``): per-prompt evaluation, resumable progress logs,
+torchrun shards, merged outputs."""
 
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from grpo_mse import cli
 from grpo_mse import distributed as dist
-from grpo_mse.analysis.advisor import BetweenPromptBatch
+from grpo_mse.analysis import advisor, paired
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
+from grpo_mse.gradients.estimators import ORACLE
+from grpo_mse.gradients.statistics import BetweenPromptBatch
 from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
-from grpo_mse.policy.sampling import decode, row_generators, sample_continuations
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
+from grpo_mse.policy.vllm_sampler import make_vllm
 from grpo_mse.rewards.rules import row_reward
+from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
-from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, timestamp, write_csv, write_json
-from grpo_mse.tables.resume import choose, claim, fingerprint, lock
+from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, write_csv, write_json
+from grpo_mse.tables.resume import fingerprint
 from grpo_mse.tables.validate import (
     check_answers,
     check_oracle_values,
@@ -37,8 +41,9 @@ NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of
 
 
 @dataclass
-class Sampler:
-    """Everything needed to sample and score continuations of one prompt."""
+class PromptSampler:
+    """Draw and score the continuations of one prompt: sampling through ``backend`` (an HFSampler of
+    ``model``, or a VLLMSampler), log-probabilities with gradients through the HF ``model``."""
 
     model: object
     tokenizer: object
@@ -50,22 +55,21 @@ class Sampler:
     seed: int
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
-    vllm: object = None  # a grpo_mse.policy.vllm_sampler.VLLMSampler to sample with instead of the HF model
+    backend: object = None  # a policy sampler (HFSampler or VLLMSampler); None: an HFSampler of ``model``
     score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            self.backend = HFSampler(self.model, self.settings(), self.gen_bs)
+
+    def settings(self) -> SamplingSettings:
+        return SamplingSettings(tuple(self.eos_ids), self.tokenizer.pad_token_id, self.temperature, self.top_p,
+                                self.max_new_tokens)
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
         ids = prompt_ids(self.tokenizer, row["prompt"])
-        if self.vllm is not None:
-            continuations = self.vllm.sample([(ids, count, (self.seed, *stream))], temperature=self.temperature,
-                                             top_p=self.top_p, max_new_tokens=self.max_new_tokens,
-                                             eos_ids=self.eos_ids)[0]
-            return ids, continuations, decode(self.tokenizer, continuations)
-        generators = row_generators(self.seed, *stream, count=count)
-        continuations = sample_continuations(
-            self.model, [ids] * count, generators, temperature=self.temperature, top_p=self.top_p,
-            max_new_tokens=self.max_new_tokens, eos_ids=self.eos_ids,
-            pad_id=self.tokenizer.pad_token_id, batch_size=self.gen_bs)
+        (continuations,) = self.backend.sample([(ids, count, (self.seed, *stream))])
         return ids, continuations, decode(self.tokenizer, continuations)
 
     def logprob_fn(self, ids: list[int]):
@@ -78,33 +82,6 @@ class Sampler:
                             temperature=self.temperature,
                             top_p=self.top_p if self.score_distribution == "sampling" else 1.0)
         return logprobs
-
-
-def evaluate_prompt(sampler: Sampler, row: dict, key: int, prompt_index: int, k: int, m: int,
-                    names, engine: str, shared_samples: bool = False, per_pass: int = 0) -> tuple[dict, PromptStats]:
-    """Sample M*K continuations, score them; return this prompt's record (tr_cov per estimator) and stats.
-
-    Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with
-    ``shared_samples``: then every K uses the first M*K samples of one sequence (nested groups).
-    """
-    stream = (0, key) if shared_samples else (k, key)
-    ids, continuations, texts = sampler.draw(row, stream, m * k)
-    rewards = torch.tensor([row_reward(row, t) for t in texts])
-    groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
-    params = [p for p in sampler.model.parameters() if p.requires_grad]
-    value = float(row["V_oracle"])
-    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value, names, engine,
-                          per_pass, measure_score=0.0 < value < 1.0)
-    record = {
-        "K": k, "prompt_index": prompt_index, "id": row.get("id", prompt_index),
-        "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": float(row["V_oracle"]),
-        "mean_reward": float(rewards.mean()), "tr_cov": stats.traces,
-    }
-    if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
-        record["bias2"] = stats.bias2
-        record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in names}
-    record.update(score_fields(stats, row))
-    return record, stats
 
 
 def score_fields(stats: PromptStats, row: dict) -> dict:
@@ -139,55 +116,6 @@ def load_progress(base: str) -> tuple[dict[tuple[int, int], dict], dict[tuple[in
 def prompt_batches(count: int, size: int) -> list[list[int]]:
     """Consecutive prompt indices in batches of ``size`` (the unit of sharding and of c1)."""
     return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
-
-
-def run_batch(sampler: Sampler, rows, keys, batch_id: int, indices: list[int], k: int, config: TracecovConfig,
-              done: dict, batches: dict, progress: str, on_prompt=None) -> None:
-    """Evaluate one batch of prompts at group size K, appending new records to ``progress``.
-
-    Finished prompts are skipped, except that a batch whose c1 record is missing (advisor on) is
-    evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
-    """
-    need_c1 = config.with_advisor and len(indices) >= 2 and (k, batch_id) not in batches
-    c1 = BetweenPromptBatch([p for p in sampler.model.parameters() if p.requires_grad]) if need_c1 else None
-    for index in indices:
-        if c1 is not None or (k, index) not in done:
-            record, stats = evaluate_prompt(sampler, rows[index], keys[index], index, k, config.M,
-                                            config.estimators, config.engine, config.shared_samples,
-                                            config.groups_per_pass)
-            if (k, index) not in done:
-                append_jsonl(progress, record)
-                done[(k, index)] = record
-            if c1 is not None:
-                c1.add(stats.accumulators["oracleV"].mean(), record["tr_cov"]["oracleV"], config.M, index)
-        if on_prompt:
-            on_prompt()
-    if c1 is not None:
-        batches[(k, batch_id)] = {"c1_batch": batch_id, "K": k, **c1.result()}
-        append_jsonl(progress, batches[(k, batch_id)])
-
-
-def find_resumable(save_dir: str, config: dict) -> str | None:
-    """Base path of the newest unfinished run in ``save_dir`` whose saved config equals ``config`` on every one
-    of TracecovConfig.RESULT_FIELDS; None when there is no unfinished run, a UsageError naming the fields that
-    differ when none matches."""
-    candidates = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(save_dir), "tracecov_*.progress.rank0.jsonl")),
-                       key=os.path.getmtime):
-        with open(path, encoding="utf-8") as handle:
-            try:
-                saved = json.loads(handle.readline()).get("config")
-            except (ValueError, AttributeError):
-                saved = None
-        candidates.append((path.split(".progress")[0], saved))
-    return choose(candidates, config, TracecovConfig.RESULT_FIELDS)
-
-
-def new_base(save_dir: str, tag: str) -> str:
-    """A fresh run base ``tracecov_{tag}_{timestamp}`` (``_2``, ... if taken), claimed by creating its rank-0 log."""
-    def taken(stem: str) -> bool:
-        return bool(glob.glob(glob.escape(stem) + "[._]*"))
-    return claim(os.path.join(save_dir, f"tracecov_{tag}_{timestamp()}"), ".progress.rank0.jsonl", taken)
 
 
 def detailed(records: list[dict], k: int, names) -> dict:
@@ -251,102 +179,185 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
 
 
 def run_tracecov(config: TracecovConfig) -> dict | None:
-    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result", "plot"} (paths and summary).
-
-    Per K: every prompt batch of this rank (torchrun shards batches), progress appended as prompts
-    finish, then the per-K file; at the end the main JSON (with the advisor), the tidy CSV, the plot.
-    """
-    rank, world, device = dist.init_from_env(config.device)
-    rows, keys = select_rows(config)
-    model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
-    lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
-    check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
-    saved_config = {**config.record(), "device": device, "world_size": world,
-                    "oracle_table_fingerprint": fingerprint(config.oracle_table)}
-    mismatch = settings_mismatch(rows, saved_config)
-    if mismatch and rank == 0:
-        print(f"warning: {mismatch}", file=sys.stderr)
-    base = find_resumable(config.save_json, saved_config) if config.resume and rank == 0 else None
-    if rank == 0 and base is None:
-        if config.resume:
-            print(f"note: no unfinished run in {config.save_json}; starting a new one", file=sys.stderr)
-        os.makedirs(config.save_json, exist_ok=True)
-        base = new_base(config.save_json, model_tag(config.model))
-    base = dist.broadcast_text(base)
-    progress = f"{base}.progress.rank{rank}.jsonl"
-    run_lock = lock(progress)  # one writer per progress log, held until the run ends
-    done, batches = load_progress(base)
-    if os.path.getsize(progress) == 0:
-        append_jsonl(progress, {"config": saved_config})
-    if done:
-        print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
-    sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), config.temperature, config.top_p,
-                      config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
-                      shared_prompt=config.engine == "fast", vllm=cli.make_vllm(config, device),
-                      score_distribution=config.score_distribution)
-    records_by_k, batches_by_k = _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, world)
-    outcome = _write_outputs(config, base, records_by_k, batches_by_k, saved_config) if rank == 0 else None
-    dist.barrier()
-    if rank == 0:
-        for path in progress_paths(base):
-            os.remove(path)
-    run_lock.close()
-    dist.finish()
+    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result", "plot"} (paths and summary)."""
+    run = TracecovRun.start(config)
+    records_by_k, batches_by_k = run.sweep()
+    outcome = run.write_outputs(records_by_k, batches_by_k) if run.rank == 0 else None
+    run.close()
     return outcome
 
 
-def _sweep(config, sampler, rows, keys, base, progress, done, batches, rank, world):
-    """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
-    all_batches = prompt_batches(len(rows), config.c1_batch)
-    mine = dist.shard(list(range(len(all_batches))), rank, world)
-    records_by_k, batches_by_k = {}, {}
-    for k in cli.progress(config.K_list, desc="K", disable=rank > 0):
-        bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
-                           disable=rank > 0)
+@dataclass
+class TracecovRun:
+    """One trace-of-covariance run, read top to bottom: ``start`` (rows, policy, run folder, progress log),
+    ``sweep`` (per K: this rank's prompt batches -> ``run_batch`` -> ``evaluate_prompt``, then every rank's
+    records merged and the per-K file), ``write_outputs`` (main JSON with the advisor, CSV, PNG), ``close``.
 
-        def show_running_means(k=k, bar=bar):
-            finished = [r for (rk, _), r in done.items() if rk == k]
-            bar.update(1)
-            if finished:
-                bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
-                                 for n in config.estimators})
-        for b in mine:
-            run_batch(sampler, rows, keys, b, all_batches[b], k, config, done, batches, progress, show_running_means)
-        bar.close()
+    Progress: each finished prompt's record (and each c1 batch's record) is appended to this rank's log
+    ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` and ``batches`` hold what is finished, so a resumed
+    run skips it. torchrun shards the prompt batches over ranks.
+    """
+
+    config: TracecovConfig
+    sampler: PromptSampler
+    rows: list[dict]  # the T rows used, in order
+    keys: list[int]  # their random-stream keys
+    base: str = ""  # the run's stem: {base}.json, {base}_K{K}_detailed.json, {base}_per_prompt.csv
+    saved_config: dict = field(default_factory=dict)  # the "config" of the outputs, checked on --resume
+    rank: int = 0
+    world: int = 1
+    progress: str | None = None  # this rank's progress log (None: keep records in memory only)
+    done: dict = field(default_factory=dict)  # {(K, prompt_index): record}
+    batches: dict = field(default_factory=dict)  # {(K, c1 batch): c1 record}
+    lock: object = None  # the progress log's lock, held until ``close``
+
+    @classmethod
+    def start(cls, config: TracecovConfig) -> TracecovRun:
+        """Rows, policy and checks (before any file is written), then a new run folder entry or the resumed one."""
+        rank, world, device = dist.init_from_env(config.device)
+        rows, keys = select_rows(config)
+        model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+        lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
+        check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
+        saved_config = {**config.record(), "device": device, "world_size": world,
+                        "oracle_table_fingerprint": fingerprint(config.oracle_table)}
+        mismatch = settings_mismatch(rows, saved_config)
+        if mismatch and rank == 0:
+            print(f"warning: {mismatch}", file=sys.stderr)
+        folder = RunFolder(config.save_json, "tracecov_", ".progress.rank0.jsonl", TracecovConfig.RESULT_FIELDS,
+                           settings_in_marker=True)
+        base = folder.resumable(saved_config) if config.resume and rank == 0 else None
+        if rank == 0 and base is None:
+            if config.resume:
+                print(f"note: no unfinished run in {config.save_json}; starting a new one", file=sys.stderr)
+            base = folder.claim(f"tracecov_{model_tag(config.model)}", saved_config)
+        base = dist.broadcast_text(base)
+        progress = f"{base}.progress.rank{rank}.jsonl"
+        run_lock = lock(progress)  # one writer per progress log, held until the run ends
+        done, batches = load_progress(base)
+        if os.path.getsize(progress) == 0:
+            append_jsonl(progress, {"config": saved_config})
+        if done:
+            print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
+        sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), config.temperature, config.top_p,
+                                config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
+                                shared_prompt=config.engine == "fast", score_distribution=config.score_distribution)
+        sampler.backend = make_vllm(config, device, sampler.settings()) or sampler.backend
+        return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
+
+    def sweep(self) -> tuple[dict[int, list[dict]], dict[int, list[dict]]]:
+        """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
+        all_batches = prompt_batches(len(self.rows), self.config.c1_batch)
+        mine = dist.shard(list(range(len(all_batches))), self.rank, self.world)
+        records_by_k, batches_by_k = {}, {}
+        for k in cli.progress(self.config.K_list, desc="K", disable=self.rank > 0):
+            bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
+                               disable=self.rank > 0)
+            for b in mine:
+                self.run_batch(b, all_batches[b], k, on_prompt=lambda k=k, bar=bar: self.show_running_means(k, bar))
+            bar.close()
+            dist.barrier()
+            latest_done, latest_batches = load_progress(self.base)
+            self.done.update(latest_done)
+            self.batches.update(latest_batches)
+            records_by_k[k] = [r for (rk, _), r in self.done.items() if rk == k]
+            batches_by_k[k] = [r for (rk, _), r in self.batches.items() if rk == k]
+            if self.rank == 0:
+                write_json(f"{self.base}_K{k}_detailed.json", detailed(records_by_k[k], k, self.config.estimators))
+        return records_by_k, batches_by_k
+
+    def run_batch(self, batch_id: int, indices: list[int], k: int, on_prompt=None) -> None:
+        """Evaluate one batch of prompts at group size K, appending new records to the progress log.
+
+        Finished prompts are skipped, except that a batch whose c1 record is missing (advisor on) is
+        evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
+        """
+        config = self.config
+        need_c1 = config.with_advisor and len(indices) >= 2 and (k, batch_id) not in self.batches
+        c1 = BetweenPromptBatch() if need_c1 else None
+        for index in indices:
+            if c1 is not None or (k, index) not in self.done:
+                record, stats = self.evaluate_prompt(index, k)
+                if (k, index) not in self.done:
+                    self.append(record)
+                    self.done[(k, index)] = record
+                if c1 is not None:
+                    c1.add(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE], config.M, index)
+            if on_prompt:
+                on_prompt()
+        if c1 is not None:
+            self.batches[(k, batch_id)] = {"c1_batch": batch_id, "K": k, **c1.result()}
+            self.append(self.batches[(k, batch_id)])
+
+    def evaluate_prompt(self, index: int, k: int) -> tuple[dict, PromptStats]:
+        """Sample M*K continuations of row ``index``, score them; return its record (tr_cov per estimator) and stats.
+
+        Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with
+        ``shared_samples``: then every K uses the first M*K samples of one sequence (nested groups).
+        """
+        config, row, key, m = self.config, self.rows[index], self.keys[index], self.config.M
+        stream = (0, key) if config.shared_samples else (k, key)
+        ids, continuations, texts = self.sampler.draw(row, stream, m * k)
+        rewards = torch.tensor([row_reward(row, t) for t in texts])
+        groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
+        params = [p for p in self.sampler.model.parameters() if p.requires_grad]
+        value = float(row["V_oracle"])
+        stats = prompt_traces(self.sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value,
+                              config.estimators, config.engine, config.groups_per_pass,
+                              measure_score=0.0 < value < 1.0)
+        record = {
+            "K": k, "prompt_index": index, "id": row.get("id", index),
+            "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": value,
+            "mean_reward": float(rewards.mean()), "tr_cov": stats.traces,
+        }
+        if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
+            record["bias2"] = stats.bias2
+            record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators}
+        record.update(score_fields(stats, row))
+        return record, stats
+
+    def append(self, record: dict) -> None:
+        if self.progress is not None:
+            append_jsonl(self.progress, record)
+
+    def show_running_means(self, k: int, bar) -> None:
+        """Advance the prompt bar and show each estimator's running mean trace at K."""
+        finished = [r for (rk, _), r in self.done.items() if rk == k]
+        bar.update(1)
+        if finished:
+            bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
+                             for n in self.config.estimators})
+
+    def write_outputs(self, records_by_k: dict, batches_by_k: dict) -> dict:
+        """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
+        config, base = self.config, self.base
+        result = summary(records_by_k, config.K_list, config.estimators, self.saved_config)
+        result.update(paired.run_statistics(records_by_k, batches_by_k, config.K_list, config.estimators,
+                                            config.seed, with_advisor=config.with_advisor, budget=config.budget,
+                                            allowed=config.allowed_K))
+        write_json(f"{base}.json", result)
+        all_records = [r for k in config.K_list for r in records_by_k[k]]
+        write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
+        png = None
+        if not config.skip_plot:
+            from grpo_mse.figures.tracecov import plot_run  # matplotlib only when a plot is drawn
+
+            png = plot_run(result, os.path.join(config.plot_path, os.path.basename(base) + ".png"))
+        return {"base": base, "result": result, "plot": png}
+
+    def close(self) -> None:
+        """After every rank is done: rank 0 removes the progress logs; release the lock and the process group."""
         dist.barrier()
-        latest_done, latest_batches = load_progress(base)
-        done.update(latest_done)
-        batches.update(latest_batches)
-        records_by_k[k] = [r for (rk, _), r in done.items() if rk == k]
-        batches_by_k[k] = [r for (rk, _), r in batches.items() if rk == k]
-        if rank == 0:
-            write_json(f"{base}_K{k}_detailed.json", detailed(records_by_k[k], k, config.estimators))
-    return records_by_k, batches_by_k
-
-
-def _write_outputs(config, base, records_by_k, batches_by_k, saved_config) -> dict:
-    """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
-    from grpo_mse.analysis import paired
-
-    result = summary(records_by_k, config.K_list, config.estimators, saved_config)
-    result.update(paired.run_statistics(records_by_k, batches_by_k, config.K_list, config.estimators, config.seed,
-                                        with_advisor=config.with_advisor, budget=config.budget,
-                                        allowed=config.allowed_K))
-    write_json(f"{base}.json", result)
-    all_records = [r for k in config.K_list for r in records_by_k[k]]
-    write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
-    png = None
-    if not config.skip_plot:
-        from grpo_mse.figures.tracecov import plot_run
-
-        png = plot_run(result, os.path.join(config.plot_path, os.path.basename(base) + ".png"))
-    return {"base": base, "result": result, "plot": png}
+        if self.rank == 0:
+            for path in progress_paths(self.base):
+                os.remove(path)
+        if self.lock is not None:
+            self.lock.close()
+        dist.finish()
 
 
 def summary_lines(result: dict) -> list[str]:
     """What run_tracecov.py prints: each K's traces with 95% half-widths, the paired ratios, the advisor."""
-    from grpo_mse.analysis import advisor, paired
-
     names, lines = list(result["conditional_on_x"]), []
     for i, k in enumerate(result["K_list"]):
         lines.append(f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={result['conditional_on_x'][n][i]:.4g}"
