@@ -24,8 +24,8 @@ from grpo_mse.builtin.arithmetic import make_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICY = os.path.join(ROOT, "assets", "tiny_policy")
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(POLICY, "model.safetensors")),
-                                reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.exists(os.path.join(POLICY, "model.safetensors")),
+                                reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")]
 
 PROMPTS, COPIES, M, K_LIST = 4, 8, 32, (2, 4)
 # z-tests below use the standard error of the Monte Carlo error alone (prompts fixed), over 64 per-row values for

@@ -13,6 +13,8 @@ from conftest import BUILTIN_POLICY, ROOT, load_script
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.runs import tracecov as tracecov_job
 
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
+
 calculate_oracle_v = load_script("Gradient_evaluation/calculate_oracle_v.py")
 make_figures = load_script("plots/make_figures.py")
 run_tracecov = load_script("Gradient_evaluation/run_tracecov.py")

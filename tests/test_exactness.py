@@ -21,8 +21,9 @@ from grpo_mse.rewards.rules import last_integer, last_integer_reward
 from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import prompt_ids
 
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),
-                                reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),
+                                 reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")]
 
 K_LIST = (2, 4)
 COPIES, GROUPS = 32, 8  # T copies of one prompt, M groups per copy

@@ -20,6 +20,8 @@ from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import row_generators, sample_continuations
 from grpo_mse.runs.tracecov import score_fields
 
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
+
 PROMPT, TEMPERATURE, TOP_P, K, M, COPIES = [5, 6, 7], 0.8, 0.7, 4, 8, 24
 Z = 4.0
 

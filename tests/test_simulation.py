@@ -69,6 +69,7 @@ def one_token_case(random_lm):
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator,baseline", [
     ("oracleV", "mc"), ("oracleV", "exact"), ("grpo", None), ("naive", None)])
 def test_sgd_step_follows_exact_gradient_in_expectation(one_token_case, estimator, baseline):
@@ -84,6 +85,7 @@ def test_sgd_step_follows_exact_gradient_in_expectation(one_token_case, estimato
     assert 4 * trace_cov_of_mean < 0.25 * float(exact.g @ exact.g)  # power: a bias of half of g would be seen
 
 
+@pytest.mark.slow
 def test_biased_estimator_is_detected(one_token_case):
     """Negative control: std-normalised GRPO is biased, and the same check rejects it."""
     model, exact = one_token_case
@@ -158,6 +160,7 @@ def tiny_model_dir(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow
 def test_script_end_to_end(tiny_model_dir, tmp_path):
     """Tiny sweep: CSV with the documented columns, summary JSON with CIs, best K and K*, PNG and PDF figure."""
     simulate_algorithm1 = load_script("scripts/simulate_algorithm1.py")
