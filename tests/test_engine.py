@@ -73,6 +73,7 @@ def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     assert len(single) == 3 * 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_pass", [1, 2, 3, 5])
 def test_groups_per_pass_does_not_change_traces(random_lm, per_pass):
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=11)
@@ -182,6 +183,7 @@ def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, 
         assert fast.bias2.get(n, 0.0) == pytest.approx(reference.bias2.get(n, 0.0), rel=1e-5, abs=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["packed_prompt_logprobs", "cached_prompt_logprobs"])
 def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
     """The fast engine's shared-prompt log-probabilities (packed or cached) give the reference's traces."""
