@@ -142,16 +142,16 @@ if has_stage sweep; then
   for setting in ${SETTINGS}; do
     [[ -f "${RESULTS}/prediction_${setting}.json" ]] || die "no advisor prediction for ${setting}: run the advisor stage first"
   done
-  date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/sweep_started_at.txt"
+  for setting in ${SETTINGS}; do date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/sweep_started_at_${setting}.txt"; done
   echo "== sweep: K in {${K_LIST}} x seeds {${SEEDS}}, ${BUDGET} sequences per step, ${STEPS} steps, lr ${LR}"
   runs sweep "${K_LIST}" "${SEEDS}" ${SETTINGS}
 fi
 if has_stage summary; then
   args=()
   for setting in ${SETTINGS}; do
-    args+=(--setting "${setting}" "${RESULTS}/sweep_runs_${setting}.csv" "${RESULTS}/prediction_${setting}.json")
+    args+=(--setting "${setting}" "${RESULTS}/sweep_runs_${setting}.csv" "${RESULTS}/prediction_${setting}.json"
+           "$(cat "${RESULTS}/sweep_started_at_${setting}.txt")")
   done
-  "${PY}" -m grpo_mse.figures.k_validation summarize "${args[@]}" --started_at "$(cat "${RESULTS}/sweep_started_at.txt")" \
-    --out_dir "${RESULTS}"
+  "${PY}" -m grpo_mse.figures.k_validation summarize "${args[@]}" --out_dir "${RESULTS}"
 fi
 echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"

@@ -123,7 +123,7 @@ def test_cli_predict_and_summarize(tmp_path):
     assert pred["written_at"].endswith("Z") and pred["K_star_exact"] == pytest.approx(1 + math.sqrt(380 / 15))
     acc = {(k, s): 0.1 + 0.01 * (k == 8) + 0.001 * s for k in (2, 4, 8, 16) for s in range(3)}
     frame_of(acc).to_csv(tmp_path / "runs.csv", index=False)
-    done = run_cli("summarize", "--setting", "a", "runs.csv", "pred.json", "--started_at", "t", "--out_dir", "out",
+    done = run_cli("summarize", "--setting", "a", "runs.csv", "pred.json", "t", "--out_dir", "out",
                    cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

@@ -2,7 +2,7 @@
 
   python -m grpo_mse.figures.k_validation subset DATA_DIR OUT_DIR --kinds division --n_test 200
   python -m grpo_mse.figures.k_validation predict RUN.json --name S --out prediction_S.json
-  python -m grpo_mse.figures.k_validation summarize --setting S runs.csv prediction_S.json ... --out_dir DIR
+  python -m grpo_mse.figures.k_validation summarize --setting S runs.csv prediction_S.json START ... --out_dir DIR
 
 Per run the metric is the mean held-out greedy accuracy over the validation steps after step 0. Per K: the mean
 over seeds with a 95% Student-t interval. Two K are "separated" when the 95% Welch interval of the difference of
@@ -208,9 +208,8 @@ def main(argv=None) -> None:
     s.add_argument("--name", required=True)
     s.add_argument("--out", required=True)
     s = sub.add_parser("summarize", help="summary.json and one figure per setting")
-    s.add_argument("--setting", nargs=3, action="append", metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON"),
-                   required=True)  # fmt: skip
-    s.add_argument("--started_at", required=True, help="when the sweep started (UTC)")
+    s.add_argument("--setting", nargs=4, action="append", metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
+                   required=True, help="one setting: its runs, the advisor's prediction, when its sweep started")  # fmt: skip
     s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s.add_argument("--out_dir", required=True)
     args = p.parse_args(argv)
@@ -229,10 +228,10 @@ def main(argv=None) -> None:
 
         settings = []
         os.makedirs(args.out_dir, exist_ok=True)
-        for name, csv, pred_path in args.setting:
+        for name, csv, pred_path, started_at in args.setting:
             pred = read_json(pred_path, ("K_star_exact", "c1", "c2", "c3"), "advisor prediction")
             frame = read_training(csv, args.metric)
-            summary = setting_summary(name, frame, pred, args.started_at, args.metric)
+            summary = setting_summary(name, frame, pred, started_at, args.metric)
             plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), run_metric(frame, args.metric))
             settings.append(summary)
             sw = summary["sweep"]
