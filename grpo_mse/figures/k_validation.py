@@ -77,8 +77,13 @@ def predict(run: dict, name: str, written_at: str | None = None) -> dict:
 
 
 def run_metric(frame, metric: str):
-    """Per (K, seed): the mean of ``metric`` over the logged steps after step 0."""
+    """Per (K, seed): the mean of ``metric`` over its validation steps after step 0. A run whose validation steps
+    are not those of the longest run (unfinished or interrupted) is left out, so every run averages the same steps."""
     sub = frame[(frame["metric"] == metric) & (frame["step"] > 0)]
+    steps = sub.groupby(["K", "seed"])["step"].apply(lambda s: tuple(sorted(set(s))))
+    full = max(steps, key=len) if len(steps) else ()
+    keep = steps[steps == full].index
+    sub = sub.set_index(["K", "seed"]).loc[keep].reset_index()
     return sub.groupby(["K", "seed"])["value"].mean().reset_index()
 
 
