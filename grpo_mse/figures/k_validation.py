@@ -160,7 +160,7 @@ def setting_summary(name: str, frame, prediction: dict, started_at: str, metric:
     return {"name": name, "advisor": advisor, "sweep": sweep,
             "rank_correlation": {"spearman_predicted_error_vs_metric": spearman(errors, observed), "K": ks,
                                  "predicted_error_times_N": errors,
-                                 "note": "negative when K with smaller predicted error reach higher accuracy"}}  # fmt: skip
+                                 "note": "negative: K with smaller predicted error train better"}}  # fmt: skip
 
 
 def plot_setting(summary: dict, path: str, runs=None) -> None:
@@ -213,8 +213,9 @@ def main(argv=None) -> None:
     s.add_argument("--name", required=True)
     s.add_argument("--out", required=True)
     s = sub.add_parser("summarize", help="summary.json and one figure per setting")
-    s.add_argument("--setting", nargs=4, action="append", metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
-                   required=True, help="one setting: its runs, the advisor's prediction, when its sweep started")  # fmt: skip
+    s.add_argument("--setting", nargs=4, action="append", required=True,
+                   metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
+                   help="one setting: its runs, the advisor's prediction, when its sweep started")  # fmt: skip
     s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s.add_argument("--out_dir", required=True)
     args = p.parse_args(argv)
