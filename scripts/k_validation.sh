@@ -4,7 +4,7 @@
 #
 #   bash scripts/k_validation.sh          # about 40 min on 2 free CPU cores; not part of CI
 #
-# Settings (environment, KVAL_ prefix): KVAL_SETTINGS ("train_mixed tiny_mixed"; POLICY_KINDS with POLICY train
+# Settings (environment, KVAL_ prefix): KVAL_SETTINGS ("train_mixed train_nodivision tiny_mixed"; POLICY_KINDS with POLICY train
 #   (assets/train_policy) or tiny (assets/tiny_policy) and KINDS mixed (all five problem kinds), division (exact
 #   division only) or nodivision (the other four kinds))
 #   KVAL_K_LIST ("2 4 8 16")  KVAL_SEEDS ("0 1 2 3 4 5 6 7")  KVAL_PILOT_SEEDS ("100")  KVAL_PILOT_K ("2 16")
@@ -12,6 +12,7 @@
 #   KVAL_MAX_RESPONSE_LENGTH (16)  KVAL_JOBS (2 runs side by side, one thread each)
 #   KVAL_ADVISOR_T (48 prompts)  KVAL_ADVISOR_M (8 groups)  KVAL_STAGES ("advisor pilot sweep summary")
 #   KVAL_WORK (outputs/k_validation: data, logs, wandb runs)  KVAL_RESULTS (results/k_validation)
+# Only settings whose pilot learns (mean held-out gain from step 0 to the last step >= 0.03) are swept.
 # Metric, declared here before any sweep: the mean held-out greedy accuracy over the validation steps after
 # step 0 (steps TEST_FREQ, 2 TEST_FREQ, ..., STEPS), per run; per K its mean and 95% t-interval over seeds.
 # Validation uses KVAL_N_TEST held-out problems of the setting's own kinds (test seed 0; training seed 1).
@@ -22,10 +23,10 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO}"
 source scripts/demo_guard.sh
 die() { fail "k_validation.sh: $*"; }
-no_arguments "$0" 17 "$@"
+no_arguments "$0" 18 "$@"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${KVAL_PYTHON:-python}"
-SETTINGS="${KVAL_SETTINGS:-train_mixed tiny_mixed}"
+SETTINGS="${KVAL_SETTINGS:-train_mixed train_nodivision tiny_mixed}"
 K_LIST="${KVAL_K_LIST:-2 4 8 16}"
 SEEDS="${KVAL_SEEDS:-0 1 2 3 4 5 6 7}"
 PILOT_SEEDS="${KVAL_PILOT_SEEDS:-100}"
@@ -137,18 +138,27 @@ if has_stage pilot; then
   echo "== pilot: K in {${PILOT_K}}, seeds {${PILOT_SEEDS}} (never reused by the sweep)"
   runs pilot "${PILOT_K}" "${PILOT_SEEDS}" ${SETTINGS}
 fi
+swept=""
+for setting in ${SETTINGS}; do
+  if "${PY}" -m grpo_mse.figures.k_validation pilot "${RESULTS}/pilot_runs_${setting}.csv"; then
+    swept="${swept} ${setting}"
+  else
+    echo "${setting}: the pilot does not learn in this regime; not swept"
+  fi
+done
+[[ -n "${swept}" ]] || die "no setting learns in its pilot: nothing to sweep"
 # shellcheck disable=SC2086
 if has_stage sweep; then
-  for setting in ${SETTINGS}; do
+  for setting in ${swept}; do
     [[ -f "${RESULTS}/prediction_${setting}.json" ]] || die "no advisor prediction for ${setting}: run the advisor stage first"
   done
-  for setting in ${SETTINGS}; do date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/sweep_started_at_${setting}.txt"; done
+  for setting in ${swept}; do date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/sweep_started_at_${setting}.txt"; done
   echo "== sweep: K in {${K_LIST}} x seeds {${SEEDS}}, ${BUDGET} sequences per step, ${STEPS} steps, lr ${LR}"
-  runs sweep "${K_LIST}" "${SEEDS}" ${SETTINGS}
+  runs sweep "${K_LIST}" "${SEEDS}" ${swept}
 fi
 if has_stage summary; then
   args=()
-  for setting in ${SETTINGS}; do
+  for setting in ${swept}; do
     args+=(--setting "${setting}" "${RESULTS}/sweep_runs_${setting}.csv" "${RESULTS}/prediction_${setting}.json"
            "$(cat "${RESULTS}/sweep_started_at_${setting}.txt")")
   done

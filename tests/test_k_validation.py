@@ -143,3 +143,12 @@ def test_cli_predict_and_summarize(tmp_path):
     done = run_cli("predict", "bad.json", "--name", "a", "--out", "p2.json", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error:") and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "p2.json").exists()
+
+
+def test_pilot_gain_and_cli(tmp_path):
+    acc = {(2, 100): 0.15, (16, 100): 0.25}
+    frame = frame_of(acc, steps=(0, 3, 6))  # step 0 at 0.05, last step acc + 0.006
+    assert kv.pilot_gain(frame, METRIC) == pytest.approx(np.mean([0.156, 0.256]) - 0.05)
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    assert run_cli("pilot", "p.csv", cwd=tmp_path).returncode == 0
+    assert run_cli("pilot", "p.csv", "--min_gain", "0.2", cwd=tmp_path).returncode == 1

@@ -2,6 +2,7 @@
 
   python -m grpo_mse.figures.k_validation subset DATA_DIR OUT_DIR --kinds division --n_test 200
   python -m grpo_mse.figures.k_validation predict RUN.json --name S --out prediction_S.json
+  python -m grpo_mse.figures.k_validation pilot pilot_runs.csv [--min_gain 0.03]   # exit 1: the pilot is flat
   python -m grpo_mse.figures.k_validation summarize --setting S runs.csv prediction_S.json START ... --out_dir DIR
 
 Per run the metric is the mean held-out greedy accuracy over the validation steps after step 0. Per K: the mean
@@ -85,6 +86,13 @@ def run_metric(frame, metric: str):
     keep = steps[steps == full].index
     sub = sub.set_index(["K", "seed"]).loc[keep].reset_index()
     return sub.groupby(["K", "seed"])["value"].mean().reset_index()
+
+
+def pilot_gain(frame, metric: str) -> float:
+    """Mean over the pilot runs of (accuracy at the last validation step - accuracy at the first)."""
+    sub = frame[frame["metric"] == metric].sort_values("step")
+    grouped = sub.groupby(["K", "seed"])["value"]
+    return float((grouped.last() - grouped.first()).mean())
 
 
 def welch_interval(a, b) -> tuple[float, float]:
@@ -212,6 +220,10 @@ def main(argv=None) -> None:
     s.add_argument("run_json")
     s.add_argument("--name", required=True)
     s.add_argument("--out", required=True)
+    s = sub.add_parser("pilot", help="exit 0 if the pilot runs learn (mean gain >= --min_gain), else exit 1")
+    s.add_argument("runs_csv")
+    s.add_argument("--min_gain", type=cli.number(), default=0.03)
+    s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s = sub.add_parser("summarize", help="summary.json and one figure per setting")
     s.add_argument("--setting", nargs=4, action="append", required=True,
                    metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
@@ -222,6 +234,13 @@ def main(argv=None) -> None:
     if args.command == "subset":
         counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)
         print(f"{args.kinds}: {counts['train']} training, {counts['test']} test rows -> {args.out_dir}")
+    elif args.command == "pilot":
+        from grpo_mse.figures.training import read_training
+
+        gain = pilot_gain(read_training(args.runs_csv, args.metric), args.metric)
+        learns = gain >= args.min_gain
+        print(f"{args.runs_csv}: mean gain {gain:+.3f} ({'learns' if learns else 'flat'}: threshold {args.min_gain})")
+        raise SystemExit(0 if learns else 1)
     elif args.command == "predict":
         cli.writable_file(args.out, "--out")
         run = read_json(args.run_json, ("group_size_advisor",), "run_tracecov result")
