@@ -23,7 +23,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${REPO}"
 source scripts/demo_guard.sh
 die() { fail "k_validation.sh: $*"; }
-no_arguments "$0" 18 "$@"
+no_arguments "$0" 19 "$@"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${KVAL_PYTHON:-python}"
 SETTINGS="${KVAL_SETTINGS:-train_mixed train_nodivision tiny_mixed}"
