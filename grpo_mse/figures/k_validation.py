@@ -1,0 +1,270 @@
+"""The group-size advisor against training (scripts/k_validation.sh): data subsets, predictions, summary, figure.
+
+  python -m grpo_mse.figures.k_validation subset DATA_DIR OUT_DIR --kinds division --n_test 200
+  python -m grpo_mse.figures.k_validation predict RUN.json --name S --out prediction_S.json
+  python -m grpo_mse.figures.k_validation pilot pilot_runs.csv [--min_gain 0.03]   # exit 1: the pilot is flat
+  python -m grpo_mse.figures.k_validation summarize --setting S runs.csv prediction_S.json START ... --out_dir DIR
+
+Per run the metric is the mean held-out greedy accuracy over the validation steps after step 0. Per K: the mean
+over seeds with a 95% Student-t interval. Two K are "separated" when the 95% Welch interval of the difference of
+their means excludes 0. The advisor's predicted budgeted error at K is c1 K + c2 + c3/(K - 1) (times 1/N, which
+does not change ranks); the check is Spearman's rank correlation between it and the observed mean across K
+(negative when the K with smaller predicted error train better).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+
+import numpy as np
+
+from grpo_mse import cli
+from grpo_mse.tables.outputs import mean_t_interval, read_json, t975, to_json, write_atomic
+
+KINDS = ("mixed", "division", "nodivision")
+
+
+def is_division(prompt_text: str) -> bool:
+    """True for an exact-division problem: the last line of the prompt holds ' / '."""
+    return " / " in prompt_text.strip().split("\n")[-1]
+
+
+def keep_row(prompt_text: str, kinds: str) -> bool:
+    if kinds not in KINDS:
+        raise cli.InputError(f"--kinds {kinds!r}: choose from {', '.join(KINDS)}")
+    return kinds == "mixed" or is_division(prompt_text) == (kinds == "division")
+
+
+def subset(data_dir: str, out_dir: str, kinds: str, n_test: int) -> dict:
+    """train.parquet and test.parquet of ``data_dir`` restricted to ``kinds``; the first ``n_test`` test rows."""
+    import pandas as pd
+
+    counts = {}
+    os.makedirs(out_dir, exist_ok=True)
+    for split in ("train", "test"):
+        path = os.path.join(data_dir, f"{split}.parquet")
+        cli.require(os.path.isfile(path), f"{path} not found (run Policy_Optimization/prepare_data.py)")
+        frame = pd.read_parquet(path)
+        mask = [keep_row(p[-1]["content"], kinds) for p in frame["prompt"]]
+        kept = frame[mask]
+        if split == "test":
+            cli.require(len(kept) >= n_test, f"only {len(kept)} {kinds} test rows, fewer than --n_test {n_test}")
+            kept = kept.head(n_test)
+        cli.require(len(kept) > 0, f"no {kinds} rows in {path}")
+        kept.reset_index(drop=True).to_parquet(os.path.join(out_dir, f"{split}.parquet"))
+        counts[split] = len(kept)
+    return counts
+
+
+def predict(run: dict, name: str, written_at: str | None = None) -> dict:
+    """The advisor's prediction from a run_tracecov JSON, stamped with the time it is written."""
+    adv = run.get("group_size_advisor")
+    cli.require(isinstance(adv, dict) and "pooled" in adv, "the run has no group_size_advisor (was --no_advisor set?)")
+    pooled, ci = adv["pooled"], adv["ci95"]
+    return {
+        "name": name,
+        "K_star_exact": pooled["K_star_exact"],
+        "ci95": ci["K_star_exact"],
+        "best_allowed_K": int(pooled["K_best"]),
+        "best_allowed_K_ci95": ci.get("K_best"),
+        "allowed_K": adv.get("allowed_K"),
+        "c1": pooled["c1"], "c2": pooled["c2"], "c3": pooled["c3"],
+        "c_ci95": {c: ci[c] for c in ("c1", "c2", "c3")},
+        "budget": adv.get("budget"),
+        "written_at": written_at or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }  # fmt: skip
+
+
+def run_metric(frame, metric: str):
+    """Per (K, seed): the mean of ``metric`` over its validation steps after step 0. A run whose validation steps
+    are not those of the longest run (unfinished or interrupted) is left out, so every run averages the same steps."""
+    sub = frame[(frame["metric"] == metric) & (frame["step"] > 0)]
+    steps = sub.groupby(["K", "seed"])["step"].apply(lambda s: tuple(sorted(set(s))))
+    full = max(steps, key=len) if len(steps) else ()
+    keep = steps[steps == full].index
+    sub = sub.set_index(["K", "seed"]).loc[keep].reset_index()
+    return sub.groupby(["K", "seed"])["value"].mean().reset_index()
+
+
+def pilot_gain(frame, metric: str) -> float:
+    """Mean over the pilot runs of (accuracy at the last validation step - accuracy at the first)."""
+    sub = frame[frame["metric"] == metric].sort_values("step")
+    grouped = sub.groupby(["K", "seed"])["value"]
+    return float((grouped.last() - grouped.first()).mean())
+
+
+def welch_interval(a, b) -> tuple[float, float]:
+    """95% Welch interval of mean(a) - mean(b)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    diff = a.mean() - b.mean()
+    se2 = va + vb
+    if se2 == 0:
+        return diff, diff
+    df = se2**2 / ((va**2 / (len(a) - 1) if va else 0.0) + (vb**2 / (len(b) - 1) if vb else 0.0))
+    half = t975(max(1, int(math.floor(df)))) * math.sqrt(se2)
+    return diff - half, diff + half
+
+
+def ranks(values) -> np.ndarray:
+    """Ranks 1..n, ties given their average rank."""
+    values = np.asarray(values, float)
+    order = np.argsort(values, kind="mergesort")
+    out = np.empty(len(values))
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        out[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x, y) -> float:
+    """Spearman's rank correlation (Pearson's on average ranks); nan if either side is constant."""
+    rx, ry = ranks(x), ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def predicted_error(prediction: dict, k: int) -> float:
+    """c1 K + c2 + c3/(K - 1): N times the exact budgeted error of the GRPO step."""
+    return prediction["c1"] * k + prediction["c2"] + prediction["c3"] / (k - 1)
+
+
+def sweep_summary(frame, metric: str, started_at: str) -> dict:
+    """The "sweep" block of summary.json from the collected runs of one setting."""
+    runs = run_metric(frame, metric)
+    cli.require(not runs.empty, f"no {metric} values after step 0")
+    per_k, values = {}, {}
+    for k, group in runs.groupby("K"):
+        mean, half = mean_t_interval(group["value"].tolist())
+        values[int(k)] = group["value"].to_numpy()
+        per_k[str(int(k))] = {"mean": mean, "ci95": [mean - half, mean + half], "n_seeds": int(len(group))}
+    ks = sorted(values)
+    separated = []
+    for i, k1 in enumerate(ks):
+        for k2 in ks[i + 1 :]:
+            if min(len(values[k1]), len(values[k2])) < 2:
+                continue
+            lo, hi = welch_interval(values[k1], values[k2])
+            if lo > 0 or hi < 0:
+                separated.append([k1, k2])
+    best = max(ks, key=lambda k: per_k[str(k)]["mean"])
+    return {"metric": f"mean of {metric} over validation steps > 0", "per_K": per_k, "best_K": best,
+            "started_at": started_at, "separated_pairs": separated}  # fmt: skip
+
+
+def setting_summary(name: str, frame, prediction: dict, started_at: str, metric: str) -> dict:
+    sweep = sweep_summary(frame, metric, started_at)
+    ks = sorted(int(k) for k in sweep["per_K"])
+    errors = [predicted_error(prediction, k) for k in ks]
+    observed = [sweep["per_K"][str(k)]["mean"] for k in ks]
+    advisor = {key: prediction[key] for key in ("K_star_exact", "ci95", "best_allowed_K", "written_at")}
+    return {"name": name, "advisor": advisor, "sweep": sweep,
+            "rank_correlation": {"spearman_predicted_error_vs_metric": spearman(errors, observed), "K": ks,
+                                 "predicted_error_times_N": errors,
+                                 "note": "negative: K with smaller predicted error train better"}}  # fmt: skip
+
+
+def plot_setting(summary: dict, path: str, runs=None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweep, adv = summary["sweep"], summary["advisor"]
+    ks = sorted(int(k) for k in sweep["per_K"])
+    means = [sweep["per_K"][str(k)]["mean"] for k in ks]
+    lo = [sweep["per_K"][str(k)]["ci95"][0] for k in ks]
+    hi = [sweep["per_K"][str(k)]["ci95"][1] for k in ks]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    if runs is not None:
+        ax.scatter(runs["K"], runs["value"], s=10, color="0.6", label="one seed", zorder=1)
+    ax.errorbar(ks, means, yerr=[np.subtract(means, lo), np.subtract(hi, means)], fmt="o-", capsize=3,
+                color="C0", label="mean, 95% t-interval", zorder=3)  # fmt: skip
+    k_lo, k_hi = adv["ci95"] if adv["ci95"] else (None, None)
+    right = max(ks) * 1.5
+    if k_lo is not None:
+        ax.axvspan(max(k_lo, min(ks) / 1.5), min(k_hi if k_hi is not None else right, right), color="C1", alpha=0.15,
+                   label="advisor K* 95% interval")  # fmt: skip
+    if adv["K_star_exact"] is not None and math.isfinite(adv["K_star_exact"]):
+        ax.axvline(adv["K_star_exact"], color="C1", label=f"advisor K* = {adv['K_star_exact']:.2f}")
+    ax.axvline(adv["best_allowed_K"], color="C1", ls=":", label=f"advisor best allowed K = {adv['best_allowed_K']}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlim(min(ks) / 1.5, right)
+    ax.set_xlabel("group size K (fixed budget)")
+    ax.set_ylabel("held-out greedy accuracy\n(mean over validation steps)")
+    rho = summary["rank_correlation"]["spearman_predicted_error_vs_metric"]
+    ax.set_title(f"{summary['name']}: best K = {sweep['best_K']}; Spearman(pred. error, acc) = {rho:.2f}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    p = cli.ArgumentParser(description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("subset", help="restrict a prepared arithmetic dataset to some problem kinds")
+    s.add_argument("data_dir")
+    s.add_argument("out_dir")
+    s.add_argument("--kinds", choices=KINDS, required=True)
+    s.add_argument("--n_test", type=cli.integer(minimum=1), default=200)
+    s = sub.add_parser("predict", help="the advisor's prediction from a run_tracecov JSON, with the time")
+    s.add_argument("run_json")
+    s.add_argument("--name", required=True)
+    s.add_argument("--out", required=True)
+    s = sub.add_parser("pilot", help="exit 0 if the pilot runs learn (mean gain >= --min_gain), else exit 1")
+    s.add_argument("runs_csv")
+    s.add_argument("--min_gain", type=cli.number(), default=0.03)
+    s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
+    s = sub.add_parser("summarize", help="summary.json and one figure per setting")
+    s.add_argument("--setting", nargs=4, action="append", required=True,
+                   metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
+                   help="one setting: its runs, the advisor's prediction, when its sweep started")  # fmt: skip
+    s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
+    s.add_argument("--out_dir", required=True)
+    args = p.parse_args(argv)
+    if args.command == "subset":
+        counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)
+        print(f"{args.kinds}: {counts['train']} training, {counts['test']} test rows -> {args.out_dir}")
+    elif args.command == "pilot":
+        from grpo_mse.figures.training import read_training
+
+        gain = pilot_gain(read_training(args.runs_csv, args.metric), args.metric)
+        learns = gain >= args.min_gain
+        print(f"{args.runs_csv}: mean gain {gain:+.3f} ({'learns' if learns else 'flat'}: threshold {args.min_gain})")
+        raise SystemExit(0 if learns else 1)
+    elif args.command == "predict":
+        cli.writable_file(args.out, "--out")
+        run = read_json(args.run_json, ("group_size_advisor",), "run_tracecov result")
+        pred = predict(run, args.name)
+        write_atomic(args.out, to_json(pred, indent=1))
+        print(f"{args.name}: K*_exact = {pred['K_star_exact']:.2f} {pred['ci95']}, best allowed K = "
+              f"{pred['best_allowed_K']} (written {pred['written_at']}) -> {args.out}")  # fmt: skip
+    else:
+        from grpo_mse.figures.training import read_training
+
+        settings = []
+        os.makedirs(args.out_dir, exist_ok=True)
+        for name, csv, pred_path, started_at in args.setting:
+            pred = read_json(pred_path, ("K_star_exact", "c1", "c2", "c3"), "advisor prediction")
+            frame = read_training(csv, args.metric)
+            summary = setting_summary(name, frame, pred, started_at, args.metric)
+            plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), run_metric(frame, args.metric))
+            settings.append(summary)
+            sw = summary["sweep"]
+            print(f"{name}: advisor K* {pred['K_star_exact']:.2f} {pred['ci95']} best {pred['best_allowed_K']}; "
+                  f"sweep best K {sw['best_K']}, separated {sw['separated_pairs']}, Spearman "
+                  f"{summary['rank_correlation']['spearman_predicted_error_vs_metric']:.2f}")  # fmt: skip
+        write_atomic(os.path.join(args.out_dir, "summary.json"), to_json({"settings": settings}, indent=1))
+
+
+if __name__ == "__main__":
+    cli.run(main)

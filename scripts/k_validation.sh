@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Test the group-size advisor against training (issue 19, item 4): per setting, the advisor runs first on the
+# starting policy and its prediction is written with a time; then a pilot (its own seeds) and the sweep.
+#
+#   bash scripts/k_validation.sh          # about 40 min on 2 free CPU cores; not part of CI
+#
+# Settings (environment, KVAL_ prefix): KVAL_SETTINGS ("train_mixed train_nodivision tiny_mixed"; POLICY_KINDS with POLICY train
+#   (assets/train_policy) or tiny (assets/tiny_policy) and KINDS mixed (all five problem kinds), division (exact
+#   division only) or nodivision (the other four kinds))
+#   KVAL_K_LIST ("2 4 8 16")  KVAL_SEEDS ("0 1 2 3 4 5 6 7")  KVAL_PILOT_SEEDS ("100")  KVAL_PILOT_K ("2 16")
+#   KVAL_BUDGET (128)  KVAL_STEPS (12)  KVAL_LR (1e-5)  KVAL_TEST_FREQ (3)  KVAL_N_TEST (200 held-out problems)
+#   KVAL_MAX_RESPONSE_LENGTH (16)  KVAL_JOBS (2 runs side by side, one thread each)
+#   KVAL_ADVISOR_T (48 prompts)  KVAL_ADVISOR_M (8 groups)  KVAL_STAGES ("advisor pilot sweep summary")
+#   KVAL_WORK (outputs/k_validation: data, logs, wandb runs)  KVAL_RESULTS (results/k_validation)
+# Only settings whose pilot learns (mean held-out gain from step 0 to the last step >= 0.03) are swept.
+# Metric, declared here before any sweep: the mean held-out greedy accuracy over the validation steps after
+# step 0 (steps TEST_FREQ, 2 TEST_FREQ, ..., STEPS), per run; per K its mean and 95% t-interval over seeds.
+# Validation uses KVAL_N_TEST held-out problems of the setting's own kinds (test seed 0; training seed 1).
+# KVAL_WORK is deleted and rebuilt only if an earlier run of this script made it (marker file).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${REPO}"
+source scripts/demo_guard.sh
+die() { fail "k_validation.sh: $*"; }
+no_arguments "$0" 19 "$@"
+export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
+PY="${KVAL_PYTHON:-python}"
+SETTINGS="${KVAL_SETTINGS:-train_mixed train_nodivision tiny_mixed}"
+K_LIST="${KVAL_K_LIST:-2 4 8 16}"
+SEEDS="${KVAL_SEEDS:-0 1 2 3 4 5 6 7}"
+PILOT_SEEDS="${KVAL_PILOT_SEEDS:-100}"
+PILOT_K="${KVAL_PILOT_K:-2 16}"
+BUDGET="${KVAL_BUDGET:-128}"
+STEPS="${KVAL_STEPS:-12}"
+LR="${KVAL_LR:-1e-5}"
+TEST_FREQ="${KVAL_TEST_FREQ:-3}"
+N_TEST="${KVAL_N_TEST:-200}"
+MAX_RESPONSE_LENGTH="${KVAL_MAX_RESPONSE_LENGTH:-16}"
+JOBS="${KVAL_JOBS:-2}"
+ADVISOR_T="${KVAL_ADVISOR_T:-48}"
+ADVISOR_M="${KVAL_ADVISOR_M:-8}"
+STAGES="${KVAL_STAGES:-advisor pilot sweep summary}"
+WORK="${KVAL_WORK:-outputs/k_validation}"
+RESULTS="${KVAL_RESULTS:-results/k_validation}"
+MARKER=".made_by_k_validation"
+
+for name in BUDGET STEPS TEST_FREQ N_TEST MAX_RESPONSE_LENGTH JOBS ADVISOR_T ADVISOR_M; do
+  [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || die "KVAL_${name}=${!name} must be a positive integer"
+done
+for k in ${K_LIST} ${PILOT_K}; do
+  [[ "${k}" =~ ^[1-9][0-9]*$ ]] && (( k >= 2 )) || die "group size ${k} must be an integer >= 2"
+done
+for s in ${SEEDS} ${PILOT_SEEDS}; do [[ "${s}" =~ ^[0-9]+$ ]] || die "seed ${s} must be a whole number"; done
+for s in ${PILOT_SEEDS}; do
+  for t in ${SEEDS}; do [[ "${s}" != "${t}" ]] || die "pilot seed ${s} is also a sweep seed: the sweep must not reuse it"; done
+done
+for s in ${SETTINGS}; do
+  [[ "${s}" =~ ^(train|tiny)_(mixed|division|nodivision)$ ]] || die "setting ${s}: use POLICY_KINDS (train|tiny)_(mixed|division|nodivision)"
+done
+model_of() { echo "assets/${1%%_*}_policy"; }
+for stage in ${STAGES}; do [[ "${stage}" =~ ^(advisor|pilot|sweep|summary)$ ]] || die "stage ${stage}: use advisor, pilot, sweep or summary"; done
+ALLOWED_K="${K_LIST}"
+has_stage() { [[ " ${STAGES} " == *" $1 "* ]]; }
+
+if has_stage advisor; then  # a fresh start: data and the advisor's predictions come first
+  if [[ -e "${WORK}" && ! -f "${WORK}/${MARKER}" ]]; then
+    die "KVAL_WORK=${WORK} exists and was not made by this script; choose another folder"
+  fi
+  rm -rf "${WORK}"
+  mkdir -p "${WORK}"
+  touch "${WORK}/${MARKER}"
+fi
+[[ -f "${WORK}/${MARKER}" ]] || die "KVAL_WORK=${WORK} has no data yet: include the advisor stage"
+mkdir -p "${RESULTS}"
+START=$(date +%s)
+
+# run_one SETTING K SEED TAG: one TRL run through the sweep tool (DRY_RUN=0 is set: the sweep reads it)
+run_one() {
+  local setting=$1 k=$2 seed=$3 tag=$4
+  MODEL="$(model_of "${setting}")" DATA_DIR="${WORK}/data_${setting#*_}" BASE="${WORK}/${tag}_${setting}" RUN_TAG="${tag}" \
+    "${PY}" Policy_Optimization/sweep_group_size.py --K_list "${k}" --seeds "${seed}" --budget "${BUDGET}" \
+    --run_tag "${tag}" -- --max_steps "${STEPS}" --threads 1 > "${WORK}/${tag}_${setting}_K${k}_seed${seed}.log" 2>&1
+}
+
+# runs TAG "K..." "SEED..." SETTING...: every (setting, seed, K), KVAL_JOBS at a time
+runs() {
+  local tag=$1 ks=$2 seeds=$3 setting seed k pids=() failed=0
+  shift 3
+  for seed in ${seeds}; do
+    for setting in "$@"; do
+      for k in ${ks}; do
+        run_one "${setting}" "${k}" "${seed}" "${tag}" &
+        pids+=($!)
+        while (( $(jobs -rp | wc -l) >= JOBS )); do sleep 2; done
+      done
+    done
+  done
+  for pid in "${pids[@]}"; do wait "${pid}" || failed=1; done
+  (( failed == 0 )) || die "a ${tag} run failed: see ${WORK}/${tag}_*.log and ${WORK}/${tag}_*/logs/"
+  for setting in "$@"; do  # the wandb offline records (the console lines hold \r progress bars)
+    "${PY}" Policy_Optimization/collect_runs.py "${WORK}/${tag}_${setting}/wandb" --out "${RESULTS}/${tag}_runs_${setting}.csv"
+  done
+}
+
+export TRAINER=trl WANDB_MODE=offline LR TEST_FREQ MAX_RESPONSE_LENGTH SAVE_MODEL=0 \
+       LOGGERS="[console,wandb]" OMP_NUM_THREADS=1 DRY_RUN=0
+trap 'kill $(jobs -p) 2> /dev/null; echo "k_validation.sh: interrupted" >&2; exit 130' INT TERM
+
+if has_stage advisor; then
+  echo "== data: arithmetic, zero-shot; settings ${SETTINGS}"
+  "${PY}" Policy_Optimization/prepare_data.py --source arithmetic --n_train 8192 --n_test 2000 --out_dir "${WORK}/data_all"
+  for kinds in $(for s in ${SETTINGS}; do echo "${s#*_}"; done | sort -u); do
+    "${PY}" -m grpo_mse.figures.k_validation subset "${WORK}/data_all" "${WORK}/data_${kinds}" --kinds "${kinds}" \
+      --n_test "${N_TEST}"
+  done
+  for setting in ${SETTINGS}; do
+    echo "== advisor, ${setting}: starting policy, held-out prompts, temperature 1, top-p 1 (the TRL sampler)"
+    out="${WORK}/advisor_${setting}" MODEL="$(model_of "${setting}")"
+    mkdir -p "${out}"
+    "${PY}" Gradient_evaluation/calculate_oracle_v.py --model "${MODEL}" --dataset "${WORK}/data_${setting#*_}/test.parquet" \
+      --device cpu --dtype fp32 --limit "${ADVISOR_T}" --n_oracle 256 --batch_size 256 --temperature 1.0 --top_p 1.0 \
+      --max_new_tokens "${MAX_RESPONSE_LENGTH}" --out_dir "${out}"
+    # shellcheck disable=SC2086
+    "${PY}" Gradient_evaluation/run_tracecov.py --model "${MODEL}" --oracle_table "${out}"/oracle_v_n*.jsonl \
+      --device cpu --dtype fp32 --T "${ADVISOR_T}" --M "${ADVISOR_M}" --K_list ${K_LIST} --temperature 1.0 --top_p 1.0 \
+      --max_new_tokens "${MAX_RESPONSE_LENGTH}" --gen_bs 256 --save_json "${out}" --skip_plot --budget "${BUDGET}" \
+      --allowed_K ${ALLOWED_K} | tee "${out}/run_tracecov.log"
+    mkdir -p "${RESULTS}/advisor_${setting}"
+    cp "${out}"/tracecov_*.json "${out}"/tracecov_*.csv "${out}/run_tracecov.log" "${RESULTS}/advisor_${setting}/"
+    "${PY}" -m grpo_mse.figures.k_validation predict "${out}"/tracecov_*[0-9].json --name "${setting}" \
+      --out "${RESULTS}/prediction_${setting}.json"
+  done
+fi
+
+# shellcheck disable=SC2086
+if has_stage pilot; then
+  echo "== pilot: K in {${PILOT_K}}, seeds {${PILOT_SEEDS}} (never reused by the sweep)"
+  runs pilot "${PILOT_K}" "${PILOT_SEEDS}" ${SETTINGS}
+fi
+swept=""
+for setting in ${SETTINGS}; do
+  if "${PY}" -m grpo_mse.figures.k_validation pilot "${RESULTS}/pilot_runs_${setting}.csv"; then
+    swept="${swept} ${setting}"
+  else
+    echo "${setting}: the pilot does not learn in this regime; not swept"
+  fi
+done
+[[ -n "${swept}" ]] || die "no setting learns in its pilot: nothing to sweep"
+# shellcheck disable=SC2086
+if has_stage sweep; then
+  for setting in ${swept}; do
+    [[ -f "${RESULTS}/prediction_${setting}.json" ]] || die "no advisor prediction for ${setting}: run the advisor stage first"
+  done
+  for setting in ${swept}; do date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/sweep_started_at_${setting}.txt"; done
+  echo "== sweep: K in {${K_LIST}} x seeds {${SEEDS}}, ${BUDGET} sequences per step, ${STEPS} steps, lr ${LR}"
+  runs sweep "${K_LIST}" "${SEEDS}" ${swept}
+fi
+if has_stage summary; then
+  args=()
+  for setting in ${swept}; do
+    args+=(--setting "${setting}" "${RESULTS}/sweep_runs_${setting}.csv" "${RESULTS}/prediction_${setting}.json"
+           "$(cat "${RESULTS}/sweep_started_at_${setting}.txt")")
+  done
+  "${PY}" -m grpo_mse.figures.k_validation summarize "${args[@]}" --out_dir "${RESULTS}"
+fi
+echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"

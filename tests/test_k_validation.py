@@ -1,0 +1,154 @@
+"""grpo_mse.figures.k_validation: the statistics of the advisor-vs-training check, its data subsets and its CLI."""
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from grpo_mse.figures import k_validation as kv
+
+METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
+
+
+def test_ranks_average_ties_and_spearman_matches_scipy():
+    assert kv.ranks([3.0, 1.0, 3.0, 2.0]).tolist() == [3.5, 1.0, 3.5, 2.0]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x = rng.integers(0, 4, size=6).astype(float)  # ties on purpose
+        y = rng.normal(size=6)
+        if np.unique(x).size > 1:
+            assert kv.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+    assert kv.spearman([1, 2, 3, 4], [10, 5, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(kv.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_welch_interval_matches_scipy():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(0.2, 0.02, size=8), rng.normal(0.17, 0.05, size=8)
+    lo, hi = kv.welch_interval(a, b)
+    ref = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    # t975 is tabulated for whole degrees of freedom (floor of Welch's df): a little wider than scipy's
+    assert lo <= ref.low + 1e-12 and hi >= ref.high - 1e-12
+    assert (hi - lo) == pytest.approx(ref.high - ref.low, rel=0.03)
+    assert (lo + hi) / 2 == pytest.approx(a.mean() - b.mean())
+
+
+def test_predicted_error_is_minimised_next_to_k_star():
+    pred = {"c1": 15.0, "c2": 160.0, "c3": 380.0}
+    k_star = 1 + math.sqrt(pred["c3"] / pred["c1"])
+    ks = np.arange(2, 40)
+    errors = [kv.predicted_error(pred, k) for k in ks]
+    assert abs(ks[int(np.argmin(errors))] - k_star) < 1
+    assert kv.predicted_error(pred, 4) == pytest.approx(15 * 4 + 160 + 380 / 3)
+
+
+def frame_of(acc: dict, steps=(0, 3, 6)) -> pd.DataFrame:
+    """Collected rows: step 0 at 0.05 for every run, then acc[(K, seed)] + step/1000."""
+    rows = []
+    for (k, seed), value in acc.items():
+        for step in steps:
+            rows.append({"K": k, "seed": seed, "step": step, "metric": METRIC,
+                         "value": 0.05 if step == 0 else value + step / 1000})  # fmt: skip
+            rows.append({"K": k, "seed": seed, "step": step, "metric": "critic/rewards/mean", "value": 9.0})
+    return pd.DataFrame(rows)
+
+
+def test_sweep_summary_metric_intervals_and_separation():
+    acc = {(2, s): 0.10 + 0.001 * s for s in range(4)}
+    acc.update({(8, s): 0.20 + 0.001 * s for s in range(4)})
+    acc.update({(4, s): 0.10 + 0.1 * (s % 2) for s in range(4)})  # wide: separated from nothing
+    out = kv.sweep_summary(frame_of(acc), METRIC, "2026-01-01T00:00:00Z")
+    k2 = out["per_K"]["2"]
+    expected = np.mean([0.10 + 0.001 * s + 0.0045 for s in range(4)])  # mean of steps 3 and 6 only, step 0 left out
+    assert k2["mean"] == pytest.approx(expected) and k2["n_seeds"] == 4
+    half = stats.t.ppf(0.975, 3) * np.std([0.001 * s for s in range(4)], ddof=1) / 2
+    assert k2["ci95"] == pytest.approx([expected - half, expected + half], abs=1e-4)
+    assert out["best_K"] == 8
+    assert out["separated_pairs"] == [[2, 8]]
+    assert out["started_at"] == "2026-01-01T00:00:00Z"
+
+
+def test_unfinished_runs_are_left_out():
+    acc = {(2, 0): 0.1, (2, 1): 0.2, (4, 0): 0.3}
+    frame = frame_of(acc, steps=(0, 3, 6))
+    frame = frame[~((frame["K"] == 2) & (frame["seed"] == 1) & (frame["step"] == 6))]  # seed 1 stopped after step 3
+    runs = kv.run_metric(frame, METRIC)
+    assert sorted(map(tuple, runs[["K", "seed"]].values.tolist())) == [(2, 0), (4, 0)]
+    assert runs["value"].tolist() == pytest.approx([0.1045, 0.3045])
+
+
+def advisor_run(c1=15.0, c2=160.0, c3=380.0):
+    k_star = 1 + math.sqrt(c3 / c1)
+    return {"group_size_advisor": {
+        "pooled": {"c1": c1, "c2": c2, "c3": c3, "K_star_exact": k_star, "K_star_paper": k_star - 1, "K_best": 8.0},
+        "ci95": {"c1": [5, 30], "c2": [80, 400], "c3": [160, 800], "K_star_exact": [5.4, 8.0], "K_best": [4.0, 8.0]},
+        "budget": 128, "allowed_K": [2, 4, 8, 16]}}  # fmt: skip
+
+
+def test_setting_summary_schema_and_rank_correlation():
+    pred = kv.predict(advisor_run(), "s", written_at="2026-01-01T00:00:00Z")
+    assert pred["best_allowed_K"] == 8 and pred["ci95"] == [5.4, 8.0]
+    acc = {(k, s): {2: 0.10, 4: 0.14, 8: 0.16, 16: 0.15}[k] + 0.002 * s for k in (2, 4, 8, 16) for s in range(3)}
+    out = kv.setting_summary("s", frame_of(acc), pred, "t", METRIC)
+    assert set(out["advisor"]) == {"K_star_exact", "ci95", "best_allowed_K", "written_at"}
+    assert set(out["sweep"]) == {"metric", "per_K", "best_K", "started_at", "separated_pairs"}
+    # predicted error at K = 2, 4, 8, 16: 570, 346.7, 334.3, 425.3 -> ranks 4, 2, 1, 3; accuracy ranks 1, 2, 4, 3
+    assert out["rank_correlation"]["spearman_predicted_error_vs_metric"] == pytest.approx(-0.8)
+
+
+def test_subset_keeps_the_asked_kinds(tmp_path):
+    def row(i, problem):
+        return {"data_source": "arithmetic_zero_shot", "ability": "math",
+                "prompt": [{"role": "user", "content": f"Solve the arithmetic problem.\n{problem}"}],
+                "reward_model": {"style": "rule", "ground_truth": "1"}, "extra_info": {"index": i}}  # fmt: skip
+
+    problems = ["24 / 8 =", "12 + 3 - 4 =", "50 - (18 + 7) =", "96 / 8 =", "12 * 7 =", "9 / 3 ="]
+    for split in ("train", "test"):
+        pd.DataFrame([row(i, p) for i, p in enumerate(problems)]).to_parquet(tmp_path / f"{split}.parquet")
+    counts = kv.subset(str(tmp_path), str(tmp_path / "div"), "division", n_test=2)
+    assert counts == {"train": 3, "test": 2}
+    test = pd.read_parquet(tmp_path / "div" / "test.parquet")
+    assert [p[-1]["content"].split("\n")[-1] for p in test["prompt"]] == ["24 / 8 =", "96 / 8 ="]
+    assert kv.subset(str(tmp_path), str(tmp_path / "nodiv"), "nodivision", n_test=3) == {"train": 3, "test": 3}
+    with pytest.raises(Exception, match="fewer than --n_test"):
+        kv.subset(str(tmp_path), str(tmp_path / "x"), "division", n_test=4)
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "grpo_mse.figures.k_validation", *args], cwd=cwd,
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def test_cli_predict_and_summarize(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps(advisor_run()))
+    done = run_cli("predict", "run.json", "--name", "a", "--out", "pred.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    pred = json.loads((tmp_path / "pred.json").read_text())
+    assert pred["written_at"].endswith("Z") and pred["K_star_exact"] == pytest.approx(1 + math.sqrt(380 / 15))
+    acc = {(k, s): 0.1 + 0.01 * (k == 8) + 0.001 * s for k in (2, 4, 8, 16) for s in range(3)}
+    frame_of(acc).to_csv(tmp_path / "runs.csv", index=False)
+    done = run_cli("summarize", "--setting", "a", "runs.csv", "pred.json", "t", "--out_dir", "out",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["settings"][0]["sweep"]["best_K"] == 8
+    assert (tmp_path / "out" / "sweep_a.png").stat().st_size > 0
+    # bad input: one line on stderr, exit 2, nothing written
+    (tmp_path / "bad.json").write_text(json.dumps({"K_list": [2]}))
+    done = run_cli("predict", "bad.json", "--name", "a", "--out", "p2.json", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error:") and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "p2.json").exists()
+
+
+def test_pilot_gain_and_cli(tmp_path):
+    acc = {(2, 100): 0.15, (16, 100): 0.25}
+    frame = frame_of(acc, steps=(0, 3, 6))  # step 0 at 0.05, last step acc + 0.006
+    assert kv.pilot_gain(frame, METRIC) == pytest.approx(np.mean([0.156, 0.256]) - 0.05)
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    assert run_cli("pilot", "p.csv", cwd=tmp_path).returncode == 0
+    assert run_cli("pilot", "p.csv", "--min_gain", "0.2", cwd=tmp_path).returncode == 1
