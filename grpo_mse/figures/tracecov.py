@@ -31,7 +31,8 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
             ax.plot(theory["K"], theory[name], linestyle="--", alpha=0.7, color=style(name)["color"],
                     label=f"{style(name)['label']} (exact)")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    positive = any(v > 0 for means in result["conditional_on_x"].values() for v in means if v == v)
+    ax.set_yscale("log" if positive else "linear")  # all zero (e.g. every reward equal): a log axis cannot draw
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
     unbiased_only = set(result["conditional_on_x"]) <= set(est.UNBIASED)

@@ -24,7 +24,7 @@ def prompt_problem(prompt) -> str | None:
         return None
     messages = [prompt] if isinstance(prompt, dict) else prompt
     if not isinstance(messages, list):
-        return (f"a prompt of type {type(prompt).__name__} ({prompt!r:.40}); it must be a string or a list of "
+        return (f"the prompt is {type(prompt).__name__} {prompt!r:.40}; it must be a string or a list of "
                 "{'role', 'content'} messages")
     for number, message in enumerate(messages):
         if not isinstance(message, dict):
