@@ -64,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=cli.integer(minimum=1), default=1,
                         help="torch.set_num_threads (1 is fastest here)")
     parser.add_argument("--out_dir", default="results/simulation", help="output folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files tracked by git (the committed results/simulation) in --out_dir")
     parser.add_argument("--records_csv", default=None,
                         help="summarise this earlier algorithm1.csv (same settings) instead of running the SGD sweep "
                              "again: the runs do not depend on the advisor, only the summary does")
@@ -75,6 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     bad = [k for k in args.K_list if args.budget % k]
     cli.require(not bad, f"every K must divide --budget {args.budget} (not {' '.join(map(str, bad))})")
     cli.writable_dir(args.out_dir, "--out_dir")
+    cli.protect_tracked(args.out_dir, args.overwrite, "--out_dir")
     cli.check_model_path(args.model)
     return args
 
