@@ -306,17 +306,19 @@ def test_generated_like_tables_end_to_end(tmp_path):
 
 
 FULL_DISK = """
-import errno, sys, runpy
+import builtins, errno, io, sys, runpy
 from grpo_mse.tables import outputs
-real, calls = outputs.append_jsonl, []
-def append(path, record):
-    calls.append(path)
-    if len(calls) == 3:  # the second prompt's line: the disk is full
+calls = []
+class Full(io.StringIO):
+    def write(self, text):
         raise OSError(errno.ENOSPC, "No space left on device")
-    real(path, record)
-outputs.append_jsonl = append
-import grpo_mse.gradients.job as job
-job.append_jsonl = append
+def open_(path, mode="r", *args, **kwargs):
+    if "a" in mode:
+        calls.append(path)
+        if len(calls) == 3:  # the second prompt's line: the disk is full (the write fails, as on a real disk)
+            return Full()
+    return builtins.open(path, mode, *args, **kwargs)
+outputs.open = open_
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
