@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from grpo_mse import cli
 
+
 def bounded(examples: int):
     """Derandomized (same cases in CI every time), a bounded number of examples, no deadline, no database."""
     return settings(derandomize=True, max_examples=examples, deadline=None, database=None,
