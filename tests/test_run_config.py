@@ -34,7 +34,8 @@ def test_defaults_and_saved_keys_are_the_original_flags():
     oracle = OracleConfig.from_argv(["--model", "m", "--dataset", "d.jsonl"])
     assert oracle.record() == {**ORACLE_DEFAULTS, "model_fingerprint": "hub:m@main"}
     # every result field is a flag, except the content fingerprints of the table and the model
-    assert set(TracecovConfig.RESULT_FIELDS) - {"oracle_table_fingerprint", "model_fingerprint"} < set(TRACECOV_DEFAULTS)
+    fingerprints = {"oracle_table_fingerprint", "model_fingerprint"}
+    assert set(TracecovConfig.RESULT_FIELDS) - fingerprints < set(TRACECOV_DEFAULTS)
     assert set(OracleConfig.RESULT_FIELDS) - {"model_fingerprint"} < set(ORACLE_DEFAULTS)
 
 
