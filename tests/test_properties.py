@@ -397,3 +397,62 @@ def test_same_model_named_two_ways_is_one_model(tmp_path):
 def test_counts_reported():
     """Runs last: prints how many cases each property generated (quoted in docs/safety.md)."""
     print("generated cases:", json.dumps(COUNTS))
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("no_tokenizer", "has no tokenizer files"), ("truncated", "is cut short or corrupt"),
+    ("hidden_size", "the weights and config.json come from different models"), ("bad_config", "not valid JSON")])
+def test_broken_model_folders_are_refused_before_loading(tmp_path, damage, needle):
+    model = tmp_path / "m"
+    shutil.copytree(BUILTIN_POLICY, model)
+    cli.check_model_path(str(model))  # the intact copy passes
+    if damage == "no_tokenizer":
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            (model / name).unlink()
+    elif damage == "truncated":
+        data = (model / "model.safetensors").read_bytes()
+        (model / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif damage == "hidden_size":
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "hidden_size": 2 * config["hidden_size"]}))
+    else:
+        (model / "config.json").write_text("{")
+    with pytest.raises(cli.UsageError, match=needle):
+        cli.check_model_path(str(model))
+
+
+def _full_disk():
+    raise OSError(28, "No space left on device", "out/x.jsonl")
+
+
+@pytest.mark.parametrize("make, needle", [
+    (_full_disk, "no space left on the device: out/x.jsonl; free some space, then rerun with --resume"),
+    (lambda: b"\xe9".decode("utf-8"), "not UTF-8 text"),
+    (lambda: json.loads("{"), "malformed JSON"),
+    (lambda: __import__("yaml").safe_load("a: [1"), "malformed YAML"),
+    (lambda: __import__("jinja2").Template("{% if %}"), "chat template failed"),
+    (lambda: __import__("pyarrow").parquet.read_table(io.BytesIO(b"PAR1 garbage")), "parquet/arrow"),
+])
+def test_error_boundary_gives_one_line_for_library_failures(make, needle):
+    import pyarrow.parquet  # noqa: F401 - the submodule the pyarrow case uses
+
+    from grpo_mse.errors import describe
+
+    with pytest.raises(Exception) as caught:  # noqa: B017, PT011 - the point is what describe makes of any of them
+        make()
+    line = describe(caught.value, "rerun with --resume")
+    assert line is not None and needle in line and "\n" not in line
+    assert describe(KeyError("x")) is None and describe(TypeError("x")) is None  # bugs keep their traceback
+
+
+def test_one_prompt_gives_no_interval():
+    import numpy as np
+
+    from grpo_mse.analysis import bootstrap as bs
+
+    one = bs.prompt_weights(1, 50, seed=0)
+    assert bs.interval(np.full(len(one), 0.3), one) is None  # [x, x] would claim certainty: n/a
+    two = bs.prompt_weights(2, 50, seed=0)
+    draws = two @ np.array([0.2, 0.4]) / two.sum(axis=1)
+    low, high = bs.interval(draws, two)
+    assert low < 0.3 < high
