@@ -456,3 +456,27 @@ def test_one_prompt_gives_no_interval():
     draws = two @ np.array([0.2, 0.4]) / two.sum(axis=1)
     low, high = bs.interval(draws, two)
     assert low < 0.3 < high
+
+
+def test_make_figures_draws_a_one_prompt_run_and_no_empty_ratio_panel(tmp_path):
+    """A --T 1 run (every interval null, every trace 0) is drawn; a run without grpo and oracleV gets no ratio
+    panel (it would be empty under the title "GRPO approaches the oracle baseline")."""
+    one = {"K_list": [2], "conditional_on_x": {"naive": [0.0], "grpo": [0.0], "oracleV": [0.0]},
+           "ci95": {"naive": [None], "grpo": [None], "oracleV": [None]}, "config": {"model": "m", "T": 1}}
+    biased = {"K_list": [2, 4], "conditional_on_x": {"drgrpo": [1.0, 0.5]}, "ci95": {"drgrpo": [0.1, None]},
+              "config": {"model": "b", "estimators": ["drgrpo"]}}
+    for name, result in (("one", one), ("biased", biased)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(result))
+    code, stderr = boundary(FIGURES.main, ["--tracecov", str(tmp_path / "one.json"), "--out_dir", str(tmp_path / "a")])
+    assert code == 0 and (tmp_path / "a" / "figure4.png").stat().st_size > 0, stderr
+    from grpo_mse.figures import tracecov as figures
+
+    with mock.patch.object(figures, "draw_ratio_panel") as ratio:
+        code, stderr = boundary(FIGURES.main, ["--tracecov", str(tmp_path / "biased.json"), "--out_dir",
+                                               str(tmp_path / "b")])
+    assert code == 0 and not ratio.called, stderr
+    code, stderr = boundary(FIGURES.main, ["--advisor", str(tmp_path / "biased.json"), "--out_dir",
+                                           str(tmp_path / "c")])
+    assert code == 2
+    one_error_line(stderr, "the advisor needs the grpo and oracleV estimators and this run has drgrpo")
+    assert not (tmp_path / "c").exists()

@@ -229,8 +229,8 @@ def settings_mismatch(rows: list[dict], run: dict) -> str | None:
         return "oracle table records no sampling settings: V_oracle may come from another model or sampler"
 
     def same(name, value, wanted):
-        if name == "model":
-            return os.path.normpath(str(value)) == os.path.normpath(str(wanted))
+        if name == "model":  # a local folder named relatively and absolutely is one folder
+            return os.path.realpath(os.path.expanduser(str(value))) == os.path.realpath(os.path.expanduser(str(wanted)))
         return value == wanted or (isinstance(value, (int, float)) and isinstance(wanted, (int, float))
                                    and float(value) == float(wanted))
 

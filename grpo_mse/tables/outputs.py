@@ -133,6 +133,7 @@ def read_complete_jsonl(path: str) -> list[dict]:
 
 def mean_ci(values: list[float]) -> dict:
     """Mean, sample sd, and 95% half-width 1.96 sd / sqrt(n) of ``values`` (n >= 1)."""
+    values = [math.nan if v is None else v for v in values]  # null in a log (a non-finite value): nan, not a crash
     n = len(values)
     mean = sum(values) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
