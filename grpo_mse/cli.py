@@ -284,6 +284,16 @@ def _one_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _close_progress_bars() -> None:
+    """Close the open tqdm bars, then start a new line, so that an error line stands on a line of its own."""
+    std = sys.modules.get("tqdm.std")
+    bars = list(getattr(getattr(std, "tqdm", None), "_instances", None) or ())
+    for bar in bars:
+        bar.close()
+    if bars:
+        print(file=sys.stderr)
+
+
 def run(main, resume_hint: str | None = None) -> None:
     """Call ``main()`` under the error boundary: an input error or an expected library failure on bad input
     (grpo_mse.errors.describe) becomes one ``error: ...`` line and exit 2, Ctrl-C one line and exit 130.
@@ -294,6 +304,7 @@ def run(main, resume_hint: str | None = None) -> None:
     try:
         status = main()
     except KeyboardInterrupt:
+        _close_progress_bars()
         print("error: interrupted" + (f"; {resume_hint}" if resume_hint else ""), file=sys.stderr)
         sys.exit(130)
     except MemoryError as error:
@@ -306,6 +317,7 @@ def run(main, resume_hint: str | None = None) -> None:
         line = describe(error, resume_hint)
         if line is None:
             raise
+        _close_progress_bars()
         print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
     if isinstance(status, int) and not isinstance(status, bool):

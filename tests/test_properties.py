@@ -307,7 +307,7 @@ def test_generated_like_tables_end_to_end(tmp_path):
 
 
 FULL_DISK = """
-import builtins, errno, io, sys, runpy
+import builtins, errno, io, os, sys, runpy
 from grpo_mse.tables import outputs
 calls = []
 class Full(io.StringIO):
@@ -316,7 +316,7 @@ class Full(io.StringIO):
 def open_(path, mode="r", *args, **kwargs):
     if "a" in mode:
         calls.append(path)
-        if len(calls) == 3:  # the second prompt's line: the disk is full (the write fails, as on a real disk)
+        if len(calls) == int(os.environ["FAIL_AT"]):  # the disk is full: the write fails, as on a real disk
             return Full()
     return builtins.open(path, mode, *args, **kwargs)
 outputs.open = open_
@@ -331,7 +331,7 @@ def test_full_disk_is_one_line_and_resume_finishes(tmp_path):
     argv = tracecov_argv(table, str(tmp_path / "out"), "--T", "2")
     script = os.path.join(ROOT, "Gradient_evaluation/run_tracecov.py")
     done = subprocess.run([sys.executable, "-c", FULL_DISK, script, *argv], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+                          env={**os.environ, "PYTHONPATH": ROOT, "FAIL_AT": "3"}, timeout=600)  # the 2nd prompt
     assert done.returncode == 2, done.stderr
     one_error_line(done.stderr, "no space left on the device: ")
     assert "--resume" in done.stderr and ".progress.rank0.jsonl" in done.stderr
@@ -480,3 +480,26 @@ def test_make_figures_draws_a_one_prompt_run_and_no_empty_ratio_panel(tmp_path):
     assert code == 2
     one_error_line(stderr, "the advisor needs the grpo and oracleV estimators and this run has drgrpo")
     assert not (tmp_path / "c").exists()
+
+
+def test_oracle_full_disk_then_resume_equals_an_uninterrupted_run(tmp_path):
+    rows = [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5} for i in range(2)]
+    table = write_table(str(tmp_path), rows, "jsonl")
+
+    def argv(out):
+        return ["--model", BUILTIN_POLICY, "--dataset", table, "--device", "cpu", "--dtype", "fp32", "--n_oracle", "3",
+                "--max_new_tokens", "3", "--out_dir", str(tmp_path / out)]
+    script = os.path.join(ROOT, "Gradient_evaluation/calculate_oracle_v.py")
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, script, *argv("a")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ROOT, "FAIL_AT": "2"}, timeout=600)
+    assert done.returncode == 2, done.stderr
+    one_error_line(done.stderr, "no space left on the device: ")
+    assert "--resume" in done.stderr
+    assert run("Gradient_evaluation/calculate_oracle_v.py", *argv("a"), "--resume").returncode == 0
+    assert run("Gradient_evaluation/calculate_oracle_v.py", *argv("b")).returncode == 0
+
+    def table_of(out):
+        [name] = [n for n in os.listdir(tmp_path / out) if n.endswith(".jsonl")]
+        with open(tmp_path / out / name, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle]
+    assert table_of("a") == table_of("b") and len(table_of("a")) == 2
