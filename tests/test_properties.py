@@ -80,7 +80,8 @@ def no_tracked_change():
 PROMPTS = [(GOOD_PROMPT, True), ("  ", False), ("", False), (7, False), (None, False), (3.5, False), ([], False),
            ([{"role": "user", "content": "2 + 3 = ?"}], True), ([{"content": "2 + 3"}], False),
            ([{"role": "user", "content": 5}], False), ([{"role": "user", "content": " "}], False), (["text"], False),
-           ({"role": "user", "content": "2 + 3 ="}, True), ("数学 2 + 3 = \u202e", True), (True, False)]
+           ({"role": "user", "content": "2 + 3 ="}, True), ("数学 2 + 3 = \u202e", True), (True, False),
+           ("2 +\u2028 3 =\r", True)]
 GOLDS = [(5, True), (-12, True), (3.0, True), (2.5, False), (float("nan"), False), (float("inf"), False),
          (" 42 ", True), ("1,234", True), ("abc", False), ("", False), ("#### 72", False), (None, False),
          ([5], False), (True, False), (10 ** 30, True), ("٣", True)]
@@ -116,9 +117,9 @@ def tables(draw):
 def write_table(folder: str, rows: list, form: str) -> str:
     path = os.path.join(folder, f"t.{form}")
     if form == "jsonl":
-        text = "".join(json.dumps(r) + "\n" for r in rows)
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)  # raw unicode, U+2028 included
     else:
-        text = json.dumps(rows)
+        text = json.dumps(rows, ensure_ascii=False)
     with open(path, "w", encoding="utf-8") as out:
         out.write(text)
     return path

@@ -36,7 +36,7 @@ def read_jsonl(path: str) -> list[dict]:
     rows = []
     with open(path, encoding="utf-8") as handle:
         try:
-            lines = handle.read().splitlines()
+            lines = handle.read().split("\n")  # not splitlines(): U+2028 may sit inside a JSON string
         except UnicodeDecodeError as error:
             raise _not_utf8(path, error) from None
     for number, line in enumerate(lines, start=1):
