@@ -125,8 +125,11 @@ def _safetensors_shapes(path: str) -> dict:
         except ValueError:
             header = None
     tensors = {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else None
-    ends = [v.get("data_offsets", [0, 0])[1] for v in (tensors or {}).values() if isinstance(v, dict)]
-    require(tensors is not None and 8 + length + max(ends, default=0) <= size,
+    try:
+        end = max((int(v["data_offsets"][1]) for v in (tensors or {}).values()), default=0)
+    except (KeyError, TypeError, IndexError, ValueError):
+        tensors = None
+    require(tensors is not None and 8 + length + end <= size,
             f"{path} is cut short or corrupt ({size} bytes); copy or download the model again")
     return {k: v.get("shape") for k, v in tensors.items() if isinstance(v, dict)}
 
