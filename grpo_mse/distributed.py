@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 
 
 def init_from_env(device: str) -> tuple[int, int, str]:
     """(rank, world size, device for this rank); initialises a process group under torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    from grpo_mse.cli import launch_env
+
+    world, rank, local = launch_env()
     if world == 1:
         return 0, 1, device
-    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if device.startswith("cuda"):
         torch.cuda.set_device(local)
         device = f"cuda:{local}"

@@ -29,12 +29,14 @@ ORACLE_DEFAULTS = {  # the original calculate_oracle_v.py's (SPEC section 2 and 
 
 def test_defaults_and_saved_keys_are_the_original_flags():
     tracecov = TracecovConfig.from_argv(["--oracle_table", "t.jsonl", "--save_json", "out", "--skip_plot"])
-    assert tracecov.record() == TRACECOV_DEFAULTS
+    # record() adds the model's fingerprint (a hub id: hub:<id>@<revision>) to the flags
+    assert tracecov.record() == {**TRACECOV_DEFAULTS, "model_fingerprint": "hub:Qwen/Qwen2.5-0.5B-Instruct@main"}
     oracle = OracleConfig.from_argv(["--model", "m", "--dataset", "d.jsonl"])
-    assert oracle.record() == ORACLE_DEFAULTS
-    # every result field is a flag, except the table's content fingerprint, which the run adds to its saved config
-    assert set(TracecovConfig.RESULT_FIELDS) - {"oracle_table_fingerprint"} < set(TRACECOV_DEFAULTS)
-    assert set(OracleConfig.RESULT_FIELDS) < set(ORACLE_DEFAULTS)
+    assert oracle.record() == {**ORACLE_DEFAULTS, "model_fingerprint": "hub:m@main"}
+    # every result field is a flag, except the content fingerprints of the table and the model
+    fingerprints = {"oracle_table_fingerprint", "model_fingerprint"}
+    assert set(TracecovConfig.RESULT_FIELDS) - fingerprints < set(TRACECOV_DEFAULTS)
+    assert set(OracleConfig.RESULT_FIELDS) - {"model_fingerprint"} < set(ORACLE_DEFAULTS)
 
 
 def test_every_flag_is_parsed_into_its_field():
@@ -53,7 +55,7 @@ def test_every_flag_is_parsed_into_its_field():
         "skip_plot": False, "engine": "reference", "groups_per_pass": 2, "estimators": ["grpo", "drgrpo"],
         "drop_eos": True, "shared_samples": True, "no_advisor": True, "c1_batch": 4, "backend": "vllm",
         "vllm_gpu_util": 0.5, "resume": True, "score_distribution": "sampling", "budget": 256,
-        "allowed_K": [2, 8]}
+        "allowed_K": [2, 8], "model_fingerprint": "hub:x/y@r"}
     assert not config.with_advisor
 
 
@@ -69,6 +71,9 @@ def test_list_defaults_are_not_shared_between_configs():
     ({"groups_per_pass": -1}, "--groups_per_pass"),
     ({"engine": "slow"}, "--engine must be among fast, reference"), ({"estimators": ["grpo", "x"]}, "--estimators"),
     ({"dtype": "fp8"}, "--dtype"), ({"c1_batch": 0}, "--c1_batch"),
+    ({"c1_batch": 1}, "--c1_batch 1 leaves no pair"), ({"seed": -1}, "--seed must be >= 0"),
+    ({"temperature": 1e-300}, "--temperature must be >= 0.01"), ({"temperature": float("inf")}, "--temperature"),
+    ({"budget": 3}, "--budget 3 is odd"), ({"budget": 64, "allowed_K": [3, 5]}, "must divide --budget 64"),
 ])
 def test_tracecov_config_rejects_values_that_cannot_work(changes, needle):
     with pytest.raises(UsageError, match=needle):

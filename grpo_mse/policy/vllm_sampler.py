@@ -8,9 +8,7 @@ This module imports neither torch nor vLLM at load time (configs call ``check_ba
 
 from __future__ import annotations
 
-import os
-
-from grpo_mse.cli import check_range, require
+from grpo_mse.cli import check_range, launch_env, require
 
 
 def check_backend(backend: str, device: str, gpu_util: float) -> None:
@@ -19,7 +17,7 @@ def check_backend(backend: str, device: str, gpu_util: float) -> None:
         return
     require(device.startswith("cuda"), "--backend vllm needs --device cuda")
     check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
-    require(int(os.environ.get("WORLD_SIZE", "1")) == 1,
+    require(launch_env()[0] == 1,
             "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
             "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf")
 
