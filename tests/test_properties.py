@@ -136,7 +136,7 @@ def test_generated_tables_are_run_or_refused_in_one_line(case, form):
     rows, valid = case
     COUNTS["tables"] = COUNTS.get("tables", 0) + 1
     with tempfile.TemporaryDirectory() as folder, \
-            mock.patch("grpo_mse.gradients.job.load_policy", side_effect=Reached):
+            mock.patch("grpo_mse.runs.tracecov.load_policy", side_effect=Reached):
         table, out = write_table(folder, rows, form), os.path.join(folder, "out")
         try:
             code, stderr = boundary(TRACECOV.main, tracecov_argv(table, out))
@@ -204,10 +204,10 @@ def test_generated_flag_values_are_run_or_refused_in_one_line(flag, value, scrip
         table = write_table(folder, [{"id": 0, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5}], "jsonl")
         out = os.path.join(folder, "out")
         if script == "tracecov":
-            main, argv, target = TRACECOV.main, [*tracecov_argv(table, out), flag, text], "grpo_mse.gradients.job." \
-                                                                                         "run_tracecov"
+            main, target = TRACECOV.main, "grpo_mse.runs.tracecov.run_tracecov"
+            argv = [*tracecov_argv(table, out), flag, text]
         else:
-            main, target = ORACLE.main, "grpo_mse.gradients.oracle_values.run_oracle"
+            main, target = ORACLE.main, "grpo_mse.runs.oracle.run_oracle"
             argv = ["--model", BUILTIN_POLICY, "--dataset", table, "--device", "cpu", "--out_dir", out, flag, text]
         with mock.patch(target, side_effect=Reached):
             try:
@@ -361,7 +361,12 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
     header = {"config": {**config.record(), "oracle_table_fingerprint": __import__(
         "grpo_mse.tables.resume", fromlist=["fingerprint"]).fingerprint(table)}}
     (out / "tracecov_m_20260101_000000.progress.rank0.jsonl").write_text(json.dumps(header) + "\n")
-    from grpo_mse.gradients.job import find_resumable
+    from grpo_mse.runs.folder import RunFolder
+
+    def find_resumable(save_dir: str, current: dict) -> str | None:
+        folder = RunFolder(save_dir, "tracecov_", ".progress.rank0.jsonl", TracecovConfig.RESULT_FIELDS,
+                           settings_in_marker=True)
+        return folder.resumable(current)
 
     saved = header["config"]
     assert find_resumable(str(out), saved)  # the same folder: resumable
