@@ -94,6 +94,9 @@ class SwitchZeroOne(argparse.Action):
 
 def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
     """Add one flag per field of the dataclass ``config_class`` to ``parser``, in field order."""
+    kinds = [{k for k in ("positional", "zero_one") if spec.metadata.get(k)} for spec in dataclasses.fields(config_class)]
+    require(not ({"positional"} in kinds and {"zero_one"} in kinds),  # "--x 7": is 7 the switch's value or positional?
+            f"{config_class.__name__}: a zero_one switch takes an optional value, so no positional field may join it")
     for spec in dataclasses.fields(config_class):
         meta = {k: v for k, v in spec.metadata.items() if v is not None}
         bounds = {k: meta.pop(k) for k in BOUNDS if k in meta}
