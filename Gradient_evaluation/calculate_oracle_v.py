@@ -18,7 +18,7 @@ def parse_args(argv=None) -> OracleConfig:
 
 def main(argv=None) -> None:
     config = parse_args(argv)
-    from grpo_mse.gradients.oracle_values import run_oracle  # torch loads after the flags are checked
+    from grpo_mse.runs.oracle import run_oracle  # torch loads after the flags are checked
 
     outcome = run_oracle(config)
     if outcome is None:  # not rank 0 under torchrun

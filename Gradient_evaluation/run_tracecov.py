@@ -18,7 +18,7 @@ def parse_args(argv=None) -> TracecovConfig:
 
 def main(argv=None) -> None:
     config = parse_args(argv)
-    from grpo_mse.gradients.job import run_tracecov, summary_lines  # torch loads after the flags are checked
+    from grpo_mse.runs.tracecov import run_tracecov, summary_lines  # torch loads after the flags are checked
 
     outcome = run_tracecov(config)
     if outcome is None:  # not rank 0 under torchrun

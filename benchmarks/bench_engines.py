@@ -24,9 +24,9 @@ import torch
 from grpo_mse import cli
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
-from grpo_mse.gradients.job import Sampler
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.rewards.rules import row_reward
+from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 
@@ -71,7 +71,7 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def float64_errors(checks, samplers_float64: dict[str, Sampler]) -> tuple[dict[str, float], float]:
+def float64_errors(checks, samplers_float64: dict[str, PromptSampler]) -> tuple[dict[str, float], float]:
     """Each fp32 engine's largest relative trace error against the reference engine in float64, and the
     largest relative difference between the two engines in float64, over (ids, groups, rewards, V, traces)."""
     errors, worst = {"fast": 0.0, "reference": 0.0}, 0.0
@@ -85,8 +85,8 @@ def float64_errors(checks, samplers_float64: dict[str, Sampler]) -> tuple[dict[s
     return errors, worst
 
 
-def run_case(model, sampler_fast: Sampler, sampler_ref: Sampler, rows, args, device: str,
-             samplers_float64: dict[str, Sampler] | None = None) -> dict:
+def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, rows, args, device: str,
+             samplers_float64: dict[str, PromptSampler] | None = None) -> dict:
     """Time both engines on identical samples for every prompt and K; compare their traces with each
     other and, given ``samplers_float64`` (per engine, on a float64 copy of the model), with the
     reference engine in float64, where the two engines must agree to rounding."""
@@ -184,11 +184,11 @@ def main(argv=None) -> None:
         args.random_rewards = False
     common = dict(model=model, tokenizer=tokenizer, eos_ids=eos, temperature=1.0, top_p=0.95,
                   max_new_tokens=args.max_new_tokens, gen_bs=256, seed=0)
-    fast, reference = Sampler(**common, shared_prompt=True), Sampler(**common, shared_prompt=False)
+    fast, reference = PromptSampler(**common, shared_prompt=True), PromptSampler(**common, shared_prompt=False)
     float64 = None
     if not args.qwen_shapes if args.float64_check is None else args.float64_check:
         model64 = copy.deepcopy(model).double()
-        float64 = {name: Sampler(**{**common, "model": model64}, shared_prompt=name == "fast")
+        float64 = {name: PromptSampler(**{**common, "model": model64}, shared_prompt=name == "fast")
                    for name in ("fast", "reference")}
     report = {}
     for case in args.cases:

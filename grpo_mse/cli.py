@@ -155,28 +155,6 @@ def add_model_flags(parser, model: str | None, device: str, dtype: str,
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
 
 
-def check_backend(backend: str, device: str, gpu_util: float) -> None:
-    """Refuse vLLM without CUDA, a memory share outside (0, 1], and vLLM under torchrun (one GPU per rank)."""
-    if backend != "vllm":
-        return
-    require(device.startswith("cuda"), "--backend vllm needs --device cuda")
-    check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
-    require(int(os.environ.get("WORLD_SIZE", "1")) == 1,
-            "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
-            "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf")
-
-
-def make_vllm(config, device: str):
-    """A VLLMSampler when ``config.backend`` is vllm, else None (``config``: a ModelConfig)."""
-    if config.backend != "vllm":
-        return None
-    check_backend(config.backend, device, config.vllm_gpu_util)
-    from grpo_mse.policy.vllm_sampler import VLLMSampler
-
-    return VLLMSampler(config.model, config.dtype, config.seed, config.vllm_gpu_util, config.trust_remote_code,
-                       config.revision)
-
-
 def _one_line(error: BaseException) -> str:
     text = str(error).strip()
     if isinstance(error, OSError) and error.filename is not None:

@@ -19,7 +19,7 @@ from grpo_mse.tables.validate import check_answers, check_oracle_values, check_p
 
 def score_norms(sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(rewards, ||grad log pi(y|x)||^2) of n sampled continuations, one backward pass each (``sampler``: a
-    gradients.job.Sampler)."""
+    runs.tracecov.PromptSampler)."""
     import torch
 
     from grpo_mse.gradients.statistics import dot64
@@ -50,11 +50,11 @@ def main(argv=None) -> None:
         check(table, args.oracle_table)
     rows = [r for r in table if 0.05 < r["V_oracle"] < 0.95][: args.prompts]
     cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
-    from grpo_mse.gradients.job import Sampler  # torch loads after the inputs are checked
     from grpo_mse.policy.loading import eos_token_ids, load_policy
+    from grpo_mse.runs.tracecov import PromptSampler  # torch loads after the inputs are checked
 
     model, tokenizer = load_policy(args.model, "cpu", "fp32")
-    sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 32, 256, 0)
+    sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 32, 256, 0)
     per_prompt = []
     for index, row in enumerate(rows):
         rewards, norms = score_norms(sampler, row, row.get("id", index), args.n)

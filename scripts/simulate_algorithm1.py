@@ -118,17 +118,17 @@ def run(args) -> dict:
     import torch
     from tqdm import tqdm
 
-    from grpo_mse.analysis import simulation as sim
+    from grpo_mse.runs.simulation import SimulationRun
 
     torch.set_num_threads(args.threads)
     config = args
     for K in config.K_list:
         config.batch(K)
-    task = sim.load_task(config)
+    run = SimulationRun.load(config)
     total = len(config.K_list) * len(config.seeds) * len(config.estimators) * config.steps
     start = time.perf_counter()
     with tqdm(total=total, desc="SGD steps", unit="step") as bar:
-        records = sim.run_simulation(config, task, progress=bar.update)
+        records = run.sweep(progress=bar.update)
     return {"records": records, "wall_s": time.perf_counter() - start}
 
 

@@ -52,7 +52,8 @@ def main() -> None:
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    import grpo_mse.gradients.job  # noqa: F401
+    import grpo_mse.runs.oracle  # noqa: F401
+    import grpo_mse.runs.tracecov  # noqa: F401
 
     with open(sys.argv[1], encoding="utf-8") as handle:
         cases = json.load(handle)

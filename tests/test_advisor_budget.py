@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from grpo_mse.analysis import advisor, theory
+from grpo_mse.gradients.statistics import BetweenPromptBatch
 
 SEED, PROMPTS, OUTCOMES, DIM, BUDGET = 16, 3, 3, 3, 1024  # seed 16: c3/c1 = 6.6 (found by a search)
 
@@ -103,7 +104,7 @@ def test_between_prompt_batch_gram_and_weighted_c1():
     vectors = rng.normal(size=(8, 5))
     batches = []
     for b in range(2):
-        batch = advisor.BetweenPromptBatch()
+        batch = BetweenPromptBatch()
         for i in range(4):
             batch.add([torch.tensor(vectors[4 * b + i])], trace_of_group_estimate=0.3 * i, m=3, prompt_index=4 * b + i)
         batches.append(batch.result())

@@ -3,7 +3,7 @@
 Four real zero-shot prompts of the built-in policy whose answer is one token (a digit) and 0.05 < V < 0.95, each
 copied COPIES times under different ids (independent samples), and arranged so that every c1 batch of
 ``--c1_batch 4`` consecutive rows holds the four prompts once. The run is exactly run_tracecov.py's:
-tracecov_job.run_batch (evaluate_prompt + BetweenPromptBatch) per batch and K, then advisor.advise.
+TracecovRun.run_batch (evaluate_prompt + BetweenPromptBatch) per batch and K, then advisor.advise.
 
 Exact targets, prompts held fixed (grpo_mse.analysis.theory / one_token):
 - c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2 (theory.scaling_constants; copies weigh the prompts equally);
@@ -24,8 +24,8 @@ from grpo_mse.builtin.arithmetic import make_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICY = os.path.join(ROOT, "assets", "tiny_policy")
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(POLICY, "model.safetensors")),
-                                reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.exists(os.path.join(POLICY, "model.safetensors")),
+                                reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")]
 
 PROMPTS, COPIES, M, K_LIST = 4, 8, 32, (2, 4)
 # z-tests below use the standard error of the Monte Carlo error alone (prompts fixed), over 64 per-row values for
@@ -53,18 +53,19 @@ def _choose_rows(model, tokenizer, texts):
 def _run_advisor(model, tokenizer, rows, progress):
     """run_tracecov's advisor path: run_batch over c1 batches of PROMPTS consecutive rows per K, then advise."""
     from grpo_mse.gradients.config import TracecovConfig
-    from grpo_mse.gradients.job import Sampler, prompt_batches, run_batch
     from grpo_mse.policy.loading import eos_token_ids
+    from grpo_mse.runs.tracecov import PromptSampler, TracecovRun, prompt_batches
 
-    sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
+    sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
                       max_new_tokens=1, gen_bs=256, seed=0)
     config = TracecovConfig(oracle_table="rows", save_json="unused", skip_plot=True, M=M,
                             estimators=["grpo", "oracleV"], engine="fast")
     keys = [row["id"] for row in rows]
-    done, batches = {}, {}
+    run = TracecovRun(config, sampler, rows, keys, progress=progress)
     for k in K_LIST:
         for batch_id, indices in enumerate(prompt_batches(len(rows), PROMPTS)):
-            run_batch(sampler, rows, keys, batch_id, indices, k, config, done, batches, progress)
+            run.run_batch(batch_id, indices, k)
+    done, batches = run.done, run.batches
     records = {k: [r for (rk, _), r in done.items() if rk == k] for k in K_LIST}
     batch_records = {k: [b for (bk, _), b in batches.items() if bk == k] for k in K_LIST}
     return records, batch_records

@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
 from conftest import load_script
+
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
 
 def test_benchmark_smoke(builtin_policy, tmp_path):

@@ -87,6 +87,7 @@ def _intervals(out) -> dict:
     return found
 
 
+@pytest.mark.slow
 def test_joint_bootstrap_intervals_cover_at_95_percent():
     rng = np.random.default_rng(2026)
     types = _population(rng)

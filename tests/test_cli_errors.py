@@ -9,6 +9,8 @@ import sys
 import pytest
 from conftest import BUILTIN_POLICY, ROOT
 
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
+
 ORACLE = os.path.join(ROOT, "Gradient_evaluation", "calculate_oracle_v.py")
 TRACECOV = os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py")
 ROW = {"id": 0, "prompt": [{"role": "user", "content": "Solve the arithmetic problem.\n2 + 3 ="}],

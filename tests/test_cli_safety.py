@@ -289,6 +289,7 @@ def outcomes(tmp_path_factory):
             repo_before, repo_snapshot())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_refused_in_one_line_with_nothing_written(outcomes, case):
     result, before, after = outcomes[0][case.name]
@@ -301,6 +302,7 @@ def test_refused_in_one_line_with_nothing_written(outcomes, case):
     assert before == after
 
 
+@pytest.mark.slow
 def test_the_repository_is_untouched(outcomes):
     _, repo_before, repo_after = outcomes
     assert repo_before == repo_after
@@ -441,6 +443,7 @@ def test_collector_skips_a_torn_line_and_merges_one_run_logged_twice(tmp_path):
     assert frame[["K", "seed", "step", "value"]].values.tolist() == [[8, 1, 1, 0.5]]
 
 
+@pytest.mark.slow
 def test_the_runner_matches_a_plain_process(outcomes):
     """A forked case gives the same exit status and output as ``python script.py ...``."""
     plain = subprocess.run([sys.executable, os.path.join(ROOT, "Policy_Optimization/sweep_group_size.py"), "--budget",

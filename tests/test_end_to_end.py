@@ -11,7 +11,9 @@ import pytest
 from conftest import BUILTIN_POLICY, ROOT, load_script
 
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.gradients import job as tracecov_job
+from grpo_mse.runs import tracecov as tracecov_job
+
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
 calculate_oracle_v = load_script("Gradient_evaluation/calculate_oracle_v.py")
 make_figures = load_script("plots/make_figures.py")
@@ -97,18 +99,18 @@ def _per_prompt(main_json):
 
 def test_resume_after_a_crash_gives_the_same_numbers(tracecov_run, monkeypatch):
     folder, table, main_json = tracecov_run
-    original, calls = tracecov_job.evaluate_prompt, []
+    original, calls = tracecov_job.TracecovRun.evaluate_prompt, []
 
     def crashing(*args, **kwargs):
         if len(calls) == 7:
             raise KeyboardInterrupt("simulated crash")
         calls.append(1)
         return original(*args, **kwargs)
-    monkeypatch.setattr(tracecov_job, "evaluate_prompt", crashing)
+    monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", crashing)
     with pytest.raises(KeyboardInterrupt):
         run_tracecov.main(_tracecov_args(table, folder / "crash", "--skip_plot"))
     assert glob.glob(str(folder / "crash" / "*.progress*.jsonl")) and not glob.glob(str(folder / "crash" / "*0.json"))
-    monkeypatch.setattr(tracecov_job, "evaluate_prompt", original)
+    monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", original)
     run_tracecov.main(_tracecov_args(table, folder / "crash", "--skip_plot", "--resume"))
     (resumed,) = glob.glob(str(folder / "crash" / "tracecov_*[0-9].json"))
     pd.testing.assert_frame_equal(_per_prompt(resumed).reset_index(drop=True),

@@ -36,6 +36,7 @@ def _explicit_traces(model, groups, rewards, value, logprob_fn, names):
     return {n: float(np.trace(np.cov(np.stack(v), rowvar=False, ddof=1))) for n, v in vectors.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m,k", [(2, 2), (5, 4)])
 def test_fast_equals_reference_equals_explicit(random_lm, m, k):
     names = est.ALL
@@ -49,6 +50,7 @@ def test_fast_equals_reference_equals_explicit(random_lm, m, k):
         assert reference[n] == pytest.approx(explicit[n], rel=1e-5, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     """At most two vector-Jacobian products per group (one for equal rewards), one batched call per pass."""
     import grpo_mse.gradients.engine as engine
@@ -71,6 +73,7 @@ def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     assert len(single) == 3 * 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_pass", [1, 2, 3, 5])
 def test_groups_per_pass_does_not_change_traces(random_lm, per_pass):
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=11)
@@ -161,6 +164,7 @@ def test_pass_slices_respect_group_count_and_token_budget():
         slice(0, 2), slice(2, 3), slice(3, 5)]
 
 
+@pytest.mark.slow
 def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, monkeypatch):
     """lp depends on the tokens only: copies share one row of the pass, their cotangents summed."""
     import grpo_mse.gradients.engine as engine
@@ -179,6 +183,7 @@ def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, 
         assert fast.bias2.get(n, 0.0) == pytest.approx(reference.bias2.get(n, 0.0), rel=1e-5, abs=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["packed_prompt_logprobs", "cached_prompt_logprobs"])
 def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
     """The fast engine's shared-prompt log-probabilities (packed or cached) give the reference's traces."""

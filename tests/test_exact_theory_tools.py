@@ -14,6 +14,8 @@ from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
 from grpo_mse.gradients.estimators import ALL, UNBIASED
 from grpo_mse.tables.inputs import load_rows
 
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
+
 ORACLE_FIELDS = {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correct_count", "V_ci95_low", "V_ci95_high"}
 
 

@@ -17,12 +17,13 @@ from grpo_mse.analysis.one_token import token_texts
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
-from grpo_mse.gradients.job import Sampler
 from grpo_mse.rewards.rules import last_integer, last_integer_reward
+from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import prompt_ids
 
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),
-                                reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),
+                                 reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")]
 
 K_LIST = (2, 4)
 COPIES, GROUPS = 32, 8  # T copies of one prompt, M groups per copy
@@ -60,7 +61,7 @@ def _build_case(model, tokenizer) -> dict:
                                         lambda token: last_integer_reward(texts[token], gold))
     value = float(enum.p @ enum.G)
     assert 0.2 < value < 0.8, f"no prompt with a non-degenerate one-token V (best {value:.3f})"
-    sampler = Sampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
+    sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
                       max_new_tokens=1, gen_bs=256, seed=0)
     return {"row": {**row, "ground_truth": gold, "V_oracle": value}, "enum": enum, "value": value,
             "exact": {k: {n: enum.estimator(k, n) for n in est.ALL} for k in K_LIST}, "sampler": sampler}

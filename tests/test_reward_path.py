@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.gradients.job import Sampler, evaluate_prompt
+from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.rewards.rules import DEFAULT_SOURCE, last_integer_reward, row_reward
+from grpo_mse.runs.tracecov import PromptSampler, TracecovRun
 from grpo_mse.tables.inputs import load_rows, row_keys
 from grpo_mse.training.data import arithmetic_splits, write_parquet
 
@@ -53,7 +54,7 @@ def test_top_level_fields_win_over_verl_fields(tmp_path):
     assert loaded["ground_truth"] == 5 and loaded["id"] == 7
 
 
-class FixedTextSampler(Sampler):
+class FixedTextSampler(PromptSampler):
     """A sampler whose continuations are fixed tokens and whose decoded texts are given."""
 
     def __init__(self, model, texts):
@@ -72,7 +73,9 @@ class FixedTextSampler(Sampler):
 ])
 def test_tracecov_reward_follows_the_data_source(random_lm, row, reward):
     texts = ["so #### 42 and 7"] * 4
-    record, _ = evaluate_prompt(FixedTextSampler(random_lm, texts), {**row, "prompt": "p", "V_oracle": 0.5},
-                                key=0, prompt_index=0, k=2, m=2, names=["naive"], engine="fast")
+    config = TracecovConfig(oracle_table="rows", save_json="unused", skip_plot=True, M=2, K_list=[2],
+                            estimators=["naive"], engine="fast")
+    run = TracecovRun(config, FixedTextSampler(random_lm, texts), [{**row, "prompt": "p", "V_oracle": 0.5}], [0])
+    record, _ = run.evaluate_prompt(0, k=2)
     assert record["mean_reward"] == reward
     assert torch.isfinite(torch.tensor(record["tr_cov"]["naive"]))

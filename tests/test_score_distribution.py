@@ -16,9 +16,11 @@ import torch
 
 from grpo_mse.analysis import theory
 from grpo_mse.gradients.engine import prompt_traces
-from grpo_mse.gradients.job import score_fields
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import row_generators, sample_continuations
+from grpo_mse.runs.tracecov import score_fields
+
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
 PROMPT, TEMPERATURE, TOP_P, K, M, COPIES = [5, 6, 7], 0.8, 0.7, 4, 8, 24
 Z = 4.0

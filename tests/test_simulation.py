@@ -13,6 +13,8 @@ from conftest import load_script
 
 from grpo_mse.analysis import simulation as sim
 from grpo_mse.analysis import theory
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings
+from grpo_mse.runs import simulation as run_sim
 
 PROMPT = [1, 5, 7, 3]
 LR = 0.1
@@ -23,20 +25,20 @@ def token_reward(token: int) -> float:
     return float(token % 3 == 0)
 
 
-def one_token_pool() -> sim.PromptPool:
+def one_token_pool() -> run_sim.PromptPool:
     """A single prompt whose reward is computed from the first (only) generated token."""
-    return sim.PromptPool([PROMPT], lambda index, continuations: [token_reward(c[0]) for c in continuations])
+    return run_sim.PromptPool([PROMPT], lambda index, continuations: [token_reward(c[0]) for c in continuations])
 
 
 def step_deltas(model, estimator: str, K: int, steps: int, baseline) -> np.ndarray:
     """[steps, P] parameter changes (theta_after - theta_0) / lr of independent steps from the same theta_0."""
     params = list(model.parameters())
     start = torch.nn.utils.parameters_to_vector(params).detach().clone()
-    sampler = sim.SimulationSampler(eos_ids=(22,), pad_id=0, temperature=1.0, top_p=1.0, max_new_tokens=1,
-                                    batch_size=64)
+    sampler = HFSampler(model, SamplingSettings(eos_ids=(22,), pad_id=0, temperature=1.0, top_p=1.0,
+                                                max_new_tokens=1), batch_size=64)
     pool, deltas = one_token_pool(), []
     for step in range(steps):
-        sim.sgd_step(model, pool, [0], K=K, estimator=estimator, lr=LR, sampler=sampler, key=(7, step),
+        run_sim.sgd_step(pool, [0], K=K, estimator=estimator, lr=LR, sampler=sampler, key=(7, step),
                      baseline=baseline(sampler))
         with torch.no_grad():
             deltas.append(((torch.nn.utils.parameters_to_vector(params) - start) / LR).double().numpy())
@@ -50,7 +52,7 @@ class ExactValue:
     def __init__(self, value: float):
         self.value = value
 
-    def __call__(self, model, pool, indices, key):
+    def __call__(self, pool, indices, key):
         return torch.full((len(indices),), self.value, dtype=torch.float64)
 
     def observe(self, indices, rewards):
@@ -67,12 +69,13 @@ def one_token_case(random_lm):
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator,baseline", [
     ("oracleV", "mc"), ("oracleV", "exact"), ("grpo", None), ("naive", None)])
 def test_sgd_step_follows_exact_gradient_in_expectation(one_token_case, estimator, baseline):
     """E[(theta' - theta) / lr] = g = sum_y p(y) G(y) grad log p(y): ||mean - g||^2 <= 4 tr Cov(mean)."""
     model, exact = one_token_case
-    make = {"mc": lambda sampler: sim.MonteCarloValue(4, sampler),
+    make = {"mc": lambda sampler: run_sim.MonteCarloValue(4, sampler),
             "exact": lambda sampler: ExactValue(exact.moments()["V"]), None: lambda sampler: None}[baseline]
     deltas = step_deltas(model, estimator, K=8, steps=150, baseline=make)
     mean = deltas.mean(0)
@@ -82,6 +85,7 @@ def test_sgd_step_follows_exact_gradient_in_expectation(one_token_case, estimato
     assert 4 * trace_cov_of_mean < 0.25 * float(exact.g @ exact.g)  # power: a bias of half of g would be seen
 
 
+@pytest.mark.slow
 def test_biased_estimator_is_detected(one_token_case):
     """Negative control: std-normalised GRPO is biased, and the same check rejects it."""
     model, exact = one_token_case
@@ -92,13 +96,12 @@ def test_biased_estimator_is_detected(one_token_case):
 
 def test_batched_logprobs_equal_shared_prompt_logprobs(random_lm):
     """One padded pass over prompts of different lengths gives the per-group log-probabilities and gradients."""
-    from grpo_mse.policy.logprobs import shared_prompt_logprobs
+    from grpo_mse.policy.logprobs import prompts_logprobs, shared_prompt_logprobs
 
-    sampler = sim.SimulationSampler(eos_ids=(22,), pad_id=0)
     prompts = [[1, 5, 7], [4, 2, 9, 9, 3]]
     groups = [[[3, 22], [8, 8, 8]], [[5], [6, 7, 22]]]
     params = list(random_lm.parameters())
-    batched = sim.batch_logprobs(random_lm, prompts, groups, sampler)
+    batched = prompts_logprobs(random_lm, prompts, groups, eos_ids=[22], pad_id=0)
     grad_batched = torch.autograd.grad(batched.sum(), params)
     single = torch.stack([shared_prompt_logprobs(random_lm, prompt, group, eos_ids=[22], pad_id=0)
                           for prompt, group in zip(prompts, groups)])
@@ -110,19 +113,19 @@ def test_batched_logprobs_equal_shared_prompt_logprobs(random_lm):
 
 def test_draw_groups_same_in_both_paths(random_lm, monkeypatch):
     """Per-prompt (shared prompt cache) and all-rows-together sampling give the same continuations."""
-    pool = sim.PromptPool([[1, 5, 7], [4, 2, 9, 9, 3]], lambda index, continuations: [0.0] * len(continuations))
-    sampler = sim.SimulationSampler(eos_ids=(22,), pad_id=0, max_new_tokens=4)
-    together = sim.draw_groups(random_lm, pool, [1, 0], 3, sampler, (5, 6))
-    monkeypatch.setattr(sim, "SHARED_PREFILL_MIN", 2)
-    assert sim.draw_groups(random_lm, pool, [1, 0], 3, sampler, (5, 6)) == together
+    pool = run_sim.PromptPool([[1, 5, 7], [4, 2, 9, 9, 3]], lambda index, continuations: [0.0] * len(continuations))
+    sampler = HFSampler(random_lm, SamplingSettings(eos_ids=(22,), pad_id=0, max_new_tokens=4), batch_size=256)
+    together = run_sim.draw_groups(pool, [1, 0], 3, sampler, (5, 6))
+    monkeypatch.setattr(run_sim, "SHARED_PREFILL_MIN", 2)
+    assert run_sim.draw_groups(pool, [1, 0], 3, sampler, (5, 6)) == together
 
 
 def test_running_value_uses_only_earlier_visits():
     """The running V of a prompt is the prior before its first visit, then an EMA of its group means."""
-    value = sim.RunningValue(alpha=0.5, prior=0.5)
-    assert value(None, None, [3], None).tolist() == [0.5]
+    value = run_sim.RunningValue(alpha=0.5, prior=0.5)
+    assert value(None, [3], None).tolist() == [0.5]
     value.observe([3], torch.tensor([[1.0, 1.0]]))
-    assert value(None, None, [3, 4], None).tolist() == [0.75, 0.75]
+    assert value(None, [3, 4], None).tolist() == [0.75, 0.75]
 
 
 def test_best_k_and_agreement():
@@ -157,6 +160,7 @@ def tiny_model_dir(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow
 def test_script_end_to_end(tiny_model_dir, tmp_path):
     """Tiny sweep: CSV with the documented columns, summary JSON with CIs, best K and K*, PNG and PDF figure."""
     simulate_algorithm1 = load_script("scripts/simulate_algorithm1.py")

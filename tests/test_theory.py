@@ -154,6 +154,7 @@ def test_scaling_constants():
     assert same["c1"] == pytest.approx(0.0, abs=1e-15) and same["K_star_exact"] == float("inf")
 
 
+@pytest.mark.slow
 def test_one_token_enumeration_matches_explicit_scores(random_lm):
     """Q and g from the logit Jacobian equal those of explicit per-token backward passes of log pi(y|x)."""
     from grpo_mse.policy.logprobs import sequence_logprobs

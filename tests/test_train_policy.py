@@ -83,6 +83,7 @@ def _stop_probability(path: str, n: int = 40) -> float:
     return sum(probs) / len(probs)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not os.path.exists(os.path.join(TRAIN_POLICY, "model.safetensors")), reason="no assets/train_policy"
 )

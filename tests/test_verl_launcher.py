@@ -168,6 +168,7 @@ def test_conda_activation_only_when_configured(tmp_path, data_dir):
     assert result.returncode == 0 and "conda" not in result.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_composes_and_validates_with_verl(tmp_path, data_dir):
     pytest.importorskip("verl")
     env = launcher_env(tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=32, DRY_RUN=1,

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.gradients.statistics import gram64
+from grpo_mse.gradients.estimators import GRPO, ORACLE
 
 
 def exact_error(c1: float, c2: float, c3: float, k, budget: float):
@@ -178,40 +178,13 @@ def number(value) -> float:
     return float(value)
 
 
-class BetweenPromptBatch:
-    """One batch of prompts for c1: their mean gradients' Gram matrix and within-prompt variances tr_oracle / M.
-
-    Holds the batch's mean gradients in CPU memory until ``result`` (``--c1_batch`` x trainable parameters x 4
-    bytes for float32 statistics); the Gram matrix is computed in float64."""
-
-    def __init__(self, params=None):
-        self.means, self.within, self.prompt_indices = [], [], []
-
-    def add(self, mean_gradient, trace_of_group_estimate: float, m: int, prompt_index: int | None = None) -> None:
-        self.means.append([t.detach().to("cpu", copy=True) for t in mean_gradient])
-        self.within.append(trace_of_group_estimate / m)
-        self.prompt_indices.append(len(self.means) - 1 if prompt_index is None else prompt_index)
-
-    def result(self) -> dict:
-        """{"n", "prompt_indices", "gram", "within_each", "between", "within", "c1"} (needs two prompts).
-
-        between = sum_i ||g_i - mean g||^2 / (n - 1); c1 = between - mean(tr_oracle / M)."""
-        gram = gram64(self.means).cpu().numpy()
-        self.means = []
-        n = len(gram)
-        between = float(np.trace(gram) - gram.sum() / n) / (n - 1)
-        within = float(np.mean(self.within))
-        return {"n": n, "prompt_indices": list(self.prompt_indices), "gram": gram.tolist(),
-                "within_each": list(self.within), "between": between, "within": within, "c1": between - within}
-
-
 def per_prompt_constants(record: dict) -> tuple[float, float]:
     """(c2_x, c3_x) = (K tr_oracle, K (K-1) (tr_grpo - tr_oracle)), tr_oracle less the oracle-noise bias
     ``record["oracle_noise"]`` when present (the oracle estimate V_hat adds Var(V_hat) tr Cov(s_bar), s_bar the
     group-mean score, to the oracle's trace)."""
     k, tr = record["K"], record["tr_cov"]
-    oracle = tr["oracleV"] - record.get("oracle_noise", 0.0)
-    return k * oracle, k * (k - 1) * (tr["grpo"] - oracle)
+    oracle = tr[ORACLE] - record.get("oracle_noise", 0.0)
+    return k * oracle, k * (k - 1) * (tr[GRPO] - oracle)
 
 
 def batch_c1(weights: np.ndarray, batches: list[dict], position: dict) -> np.ndarray:

@@ -77,7 +77,7 @@ def prompt_summary(row: dict, enum: theory.OneTokenEnumeration, k_list, names) -
     moments = enum.moments()
     out = {"id": row.get("id"), "ground_truth": row["ground_truth"],
            **{m: float(moments[m]) for m in MOMENTS}, **prompt_curves(enum, k_list, names)}
-    if "grpo_std" in names and 0.0 < moments["V"] < 1.0:
+    if est.GRPO_STD in names and 0.0 < moments["V"] < 1.0:
         out["grpo_std_own_target"] = own_target_curves(enum, k_list)
     return out
 
@@ -88,7 +88,7 @@ def own_target_curves(enum: theory.OneTokenEnumeration, k_list) -> dict:
     target = enum.p * enum.G / np.sqrt(value * (1.0 - value))
     out = {"bias2": [], "mse": []}
     for k in k_list:
-        exact = enum.estimator(k, "grpo_std")
+        exact = enum.estimator(k, est.GRPO_STD)
         bias2 = theory.quad(exact["mean_coef"] - target, enum.Q)
         out["bias2"].append(bias2)
         out["mse"].append(float(exact["trace_cov"]) + bias2)

@@ -18,9 +18,8 @@ import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis.advisor import advise, column, prompt_columns, rounded
+from grpo_mse.gradients.estimators import GRPO_STD, ORACLE
 
-ORACLE = "oracleV"
-VANILLA = "naive"
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
 
 
@@ -120,9 +119,9 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
                 with np.errstate(invalid="ignore", divide="ignore"):
                     out["oracle_noise_relative"] = _series(
                         [bs.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights)
-    own = {key: [column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get("grpo_std", np.nan))
+    own = {key: [column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get(GRPO_STD, np.nan))
                  for k in k_list] for key in ("mse_own", "bias2_own")}
-    if "grpo_std" in names and any(np.isfinite(c).any() for c in own["mse_own"]):
+    if GRPO_STD in names and any(np.isfinite(c).any() for c in own["mse_own"]):
         out["grpo_std_own_target"] = {
             "mse": _series([bs.weighted_mean(weights, c) for c in own["mse_own"]], weights),
             "bias2": _series([bs.weighted_mean(weights, c) for c in own["bias2_own"]], weights),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
-from grpo_mse.gradients.estimators import UNBIASED
+from grpo_mse.gradients.estimators import GRPO, NAIVE, ORACLE, UNBIASED
 
 
 @dataclass
@@ -18,7 +18,7 @@ class SimulationConfig(Flags):
     budget: int = option(64, minimum=1, help="N = B*K sequences per step")
     K_list: tuple[int, ...] = option((2, 4, 8, 16, 32), minimum=2, help="group sizes (each divides --budget)")
     seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, help="SGD seeds")
-    estimators: tuple[str, ...] = option(("naive", "grpo", "oracleV"), choices=UNBIASED,
+    estimators: tuple[str, ...] = option((NAIVE, GRPO, ORACLE), choices=UNBIASED,
                                          help="gradient estimators compared")
     steps: int = option(30, minimum=1, help="SGD steps")
     lr: float = option(1e-3, above=0, help="learning rate")

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from grpo_mse.gradients import estimators as est  # noqa: E402
 from grpo_mse.tables.outputs import write_atomic  # noqa: E402
 
-PAPER_NAMES = {"vanilla": "naive", "grpo": "grpo", "oracle": "oracleV"}
+PAPER_NAMES = {"vanilla": est.NAIVE, "grpo": est.GRPO, "oracle": est.ORACLE}
 
 
 def style(name: str) -> dict:
@@ -53,7 +53,7 @@ def theory_overlay(theory_json: dict, names) -> dict:
     return curves
 
 
-def ratio_band(result: dict, name: str = "grpo/oracleV") -> tuple[list[float], list[float]] | None:
+def ratio_band(result: dict, name: str = f"{est.GRPO}/{est.ORACLE}") -> tuple[list[float], list[float]] | None:
     """(lower, upper) of the paired bootstrap 95% interval of a ratio per K, from the run's ``paired`` entry."""
     series = result.get("paired", {}).get("ratio", {}).get(name)
     if not series or any(s["ci95"] is None for s in series):
@@ -65,16 +65,17 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
     """MSE_GRPO / MSE_oracle against K for each run (the U-statistic gap, -> 1 as K grows)."""
     for label, result in results:
         values = result["conditional_on_x"]
-        if "grpo" in values and "oracleV" in values:
-            ratios = [g / o if o else float("nan") for g, o in zip(values["grpo"], values["oracleV"])]
+        if est.GRPO in values and est.ORACLE in values:
+            ratios = [g / o if o else float("nan") for g, o in zip(values[est.GRPO], values[est.ORACLE])]
             line = ax.plot(result["K_list"], ratios, marker="o", label=label)[0]
             band = ratio_band(result)
             if band:
                 ax.fill_between(result["K_list"], *band, color=line.get_color(), alpha=0.15,
                                 label=f"{label}: paired 95% interval")
             theory = result.get("theory") or {}
-            if "grpo" in theory and "oracleV" in theory:
-                ax.plot(theory["K"], [g / o if o else float("nan") for g, o in zip(theory["grpo"], theory["oracleV"])],
+            if est.GRPO in theory and est.ORACLE in theory:
+                exact = [g / o if o else float("nan") for g, o in zip(theory[est.GRPO], theory[est.ORACLE])]
+                ax.plot(theory["K"], exact,
                         linestyle="--", color=line.get_color(), alpha=0.7, label=f"{label} (exact)")
     ax.axhline(1.0, color="gray", linestyle=":")
     ax.set_xscale("log", base=2)

@@ -15,7 +15,8 @@ from grpo_mse import cli
 from grpo_mse.cli import require
 from grpo_mse.flags import Flags, option  # noqa: F401 - option is also imported from here
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
-from grpo_mse.gradients.estimators import UNBIASED
+from grpo_mse.gradients.estimators import GRPO, ORACLE, UNBIASED
+from grpo_mse.policy.vllm_sampler import check_backend
 
 ENGINES = ("fast", "reference")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -40,7 +41,7 @@ class ModelConfig(Flags):
     def __post_init__(self) -> None:
         super().__post_init__()  # choices
         cli.check_device(self.device)
-        cli.check_backend(self.backend, self.device, self.vllm_gpu_util)
+        check_backend(self.backend, self.device, self.vllm_gpu_util)
         cli.check_model_path(self.model)
         require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
         cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
@@ -150,4 +151,4 @@ class TracecovConfig(ModelConfig):
     @property
     def with_advisor(self) -> bool:
         """The group-size advisor runs unless switched off; it needs the grpo and oracleV traces."""
-        return not self.no_advisor and {"grpo", "oracleV"} <= set(self.estimators)
+        return not self.no_advisor and {GRPO, ORACLE} <= set(self.estimators)

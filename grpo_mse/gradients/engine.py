@@ -52,7 +52,7 @@ OWN = "grpo_std-own"  # x_std - x_oracle / sqrt(V (1 - V)): its mean estimates t
 
 def bias_label(name: str) -> str:
     """Accumulator of x_name - x_oracle, whose mean estimates the bias of ``name``."""
-    return f"{name}-oracleV"
+    return f"{name}-{est.ORACLE}"
 
 
 def bias_squared(difference, m: int) -> float:
@@ -215,7 +215,7 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     biased = [name for name in names if name in est.BIASED]
-    own = "grpo_std" in names and value is not None and 0.0 < float(value) < 1.0
+    own = est.GRPO_STD in names and value is not None and 0.0 < float(value) < 1.0
     labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score + [OWN] * own
     stats = {label: (WelfordTrace if engine == "reference" else SumTrace)(params) for label in labels}
 
@@ -226,7 +226,7 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
             weights.update({bias_label(name): weights[name] - oracle for name in biased})
         if own:
             scale = (float(value) * (1.0 - float(value))) ** -0.5
-            weights[OWN] = weights["grpo_std"] - scale * est.oracle_weights(group_rewards, value)
+            weights[OWN] = weights[est.GRPO_STD] - scale * est.oracle_weights(group_rewards, value)
         if measure_score:
             weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
         return weights
@@ -254,7 +254,7 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
     out = PromptStats(traces, stats, bias2,
-                      bias2_own={"grpo_std": bias_squared(stats[OWN], len(groups))} if own else None)
+                      bias2_own={est.GRPO_STD: bias_squared(stats[OWN], len(groups))} if own else None)
     if measure_score:
         out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], len(groups)), stats[SCORE].trace()
     return out

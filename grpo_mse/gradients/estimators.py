@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+# The registry's keys (the names in result JSON/CSV files and on --estimators); other modules use these constants.
+NAIVE, GRPO, ORACLE, GRPO_STD, DRGRPO = "naive", "grpo", "oracleV", "grpo_std", "drgrpo"
+
 STD_EPS = 1e-6  # the epsilon VERL adds to the group standard deviation
 
 
@@ -91,15 +94,15 @@ class Estimator:
 
 
 REGISTRY: dict[str, Estimator] = {e.name: e for e in (
-    Estimator("naive", "vanilla", "tab:blue", vanilla_weights, biased=False, needs_value=False,
+    Estimator(NAIVE, "vanilla", "tab:blue", vanilla_weights, biased=False, needs_value=False,
               closed_form=vanilla_exact_mse, trainer="none (no baseline)"),
-    Estimator("grpo", "GRPO", "tab:orange", grpo_weights, biased=False, needs_value=False, closed_form=grpo_exact_mse,
+    Estimator(GRPO, "GRPO", "tab:orange", grpo_weights, biased=False, needs_value=False, closed_form=grpo_exact_mse,
               trainer="VERL adv_estimator=rloo (exactly); = K/(K-1) x VERL grpo with norm_adv_by_std_in_grpo=False"),
-    Estimator("oracleV", "oracle baseline", "tab:green", oracle_weights, biased=False, needs_value=True,
+    Estimator(ORACLE, "oracle baseline", "tab:green", oracle_weights, biased=False, needs_value=True,
               closed_form=oracle_exact_mse, trainer="none (needs the true V(x); a learned critic approximates it)"),
-    Estimator("grpo_std", "GRPO (std-normalised)", "tab:red", grpo_std_weights, biased=True, needs_value=False,
+    Estimator(GRPO_STD, "GRPO (std-normalised)", "tab:red", grpo_std_weights, biased=True, needs_value=False,
               closed_form=None, trainer="VERL adv_estimator=grpo (default), TRL scale_rewards=\"group\" (default)"),
-    Estimator("drgrpo", "Dr.GRPO", "tab:purple", drgrpo_weights, biased=True, needs_value=False,
+    Estimator(DRGRPO, "Dr.GRPO", "tab:purple", drgrpo_weights, biased=True, needs_value=False,
               closed_form=drgrpo_exact_mse,
               trainer="VERL grpo with norm_adv_by_std_in_grpo=False, TRL scale_rewards=\"none\""),
 )}

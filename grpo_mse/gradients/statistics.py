@@ -5,6 +5,7 @@ tr Cov = sum_i Var(x_i) = sum_m ||x_m - mean||^2 / (M - 1)  (denominator M-1).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -125,3 +126,30 @@ class SumTrace:
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.total)
+
+
+class BetweenPromptBatch:
+    """One batch of prompts for c1: their mean gradients' Gram matrix and within-prompt variances tr_oracle / M.
+
+    Holds the batch's mean gradients in CPU memory until ``result`` (``--c1_batch`` x trainable parameters x 4
+    bytes for float32 statistics); the Gram matrix is computed in float64."""
+
+    def __init__(self):
+        self.means, self.within, self.prompt_indices = [], [], []
+
+    def add(self, mean_gradient, trace_of_group_estimate: float, m: int, prompt_index: int | None = None) -> None:
+        self.means.append([t.detach().to("cpu", copy=True) for t in mean_gradient])
+        self.within.append(trace_of_group_estimate / m)
+        self.prompt_indices.append(len(self.means) - 1 if prompt_index is None else prompt_index)
+
+    def result(self) -> dict:
+        """{"n", "prompt_indices", "gram", "within_each", "between", "within", "c1"} (needs two prompts).
+
+        between = sum_i ||g_i - mean g||^2 / (n - 1); c1 = between - mean(tr_oracle / M)."""
+        gram = gram64(self.means).cpu().numpy()
+        self.means = []
+        n = len(gram)
+        between = float(np.trace(gram) - gram.sum() / n) / (n - 1)
+        within = float(np.mean(self.within))
+        return {"n": n, "prompt_indices": list(self.prompt_indices), "gram": gram.tolist(),
+                "within_each": list(self.within), "between": between, "within": within, "c1": between - within}

@@ -6,8 +6,27 @@ continuation does not depend on batch size, batch composition, resumption or sha
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import numpy as np
 import torch
+
+# A sampling request: (prompt token ids, number of samples n, stream key); sample j of it uses the random
+# stream (*key, j) on every backend (HF: one torch.Generator per sample; vLLM: one seed per request).
+Request = tuple[list[int], int, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How continuations are drawn: softmax(logits / temperature), nucleus top_p, at most max_new_tokens,
+    stopping at any of eos_ids (kept at the end); pad_id fills batches."""
+
+    eos_ids: tuple[int, ...]
+    pad_id: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 32
 
 
 def stream_seed(*key: int) -> int:
@@ -109,6 +128,42 @@ def sample_continuations(model, prompts: list[list[int]], generators: list[torch
         continuations += _sample_batch(model, prompts[start:stop], generators[start:stop],
                                        temperature, top_p, max_new_tokens, eos_ids, pad_id)
     return continuations
+
+
+@dataclass
+class HFSampler:
+    """The seeded HF sampler. Interface shared with ``vllm_sampler.VLLMSampler``: ``settings``,
+    ``stream(requests)`` and ``sample(requests)``.
+
+    Rows of all requests are sampled in batches of ``batch_size`` sequences that may cross request
+    boundaries (a caller that wants one batch per prompt makes one call per prompt)."""
+
+    model: object
+    settings: SamplingSettings
+    batch_size: int = 64
+
+    def stream(self, requests: list[Request]) -> Iterator[tuple[int, list[int]]]:
+        """(request position, continuation) for every sample, in order, one batch at a time."""
+        rows = [(position, ids, (*key, j)) for position, (ids, n, key) in enumerate(requests) for j in range(n)]
+        s = self.settings
+        for start in range(0, len(rows), self.batch_size):
+            batch = rows[start:start + self.batch_size]
+            generators = [torch.Generator().manual_seed(stream_seed(*key)) for _, _, key in batch]
+            continuations = _sample_batch(self.model, [ids for _, ids, _ in batch], generators, s.temperature,
+                                          s.top_p, s.max_new_tokens, list(s.eos_ids), s.pad_id)
+            yield from ((position, c) for (position, _, _), c in zip(batch, continuations))
+
+    def sample(self, requests: list[Request]) -> list[list[list[int]]]:
+        """Per request, its n continuations (token ids, a sampled EOS kept)."""
+        return collect(self.stream(requests), len(requests))
+
+
+def collect(pairs, count: int) -> list[list[list[int]]]:
+    """[(request position, continuation), ...] -> per request, its continuations in order."""
+    out = [[] for _ in range(count)]
+    for position, continuation in pairs:
+        out[position].append(continuation)
+    return out
 
 
 def decode(tokenizer, continuations: list[list[int]]) -> list[str]:

@@ -1,37 +1,77 @@
-"""Sampling with vLLM's offline API (GPU only; imported only when ``--backend vllm`` is asked).
+"""Sampling with vLLM's offline API (GPU only; vLLM is imported only when ``--backend vllm`` is asked).
 
-Returns the same thing as the HF sampler: per request, the continuation token ids with a sampled
-EOS kept at the end. Each request carries its own seed, stream_seed(seed, *key), so no two prompts
-share a random stream. Log-probabilities for gradients are always recomputed by the HF model.
+Same interface as ``sampling.HFSampler`` (``settings``, ``stream``, ``sample``): per request, the continuation
+token ids with a sampled EOS kept at the end. Each request carries its own seed, stream_seed(*key), so no two
+prompts share a random stream. Log-probabilities for gradients are always recomputed by the HF model.
+This module imports neither torch nor vLLM at load time (configs call ``check_backend`` before parsing ends).
 """
 
 from __future__ import annotations
 
-from grpo_mse.policy.sampling import stream_seed
+import os
+
+from grpo_mse.cli import check_range, require
+
+
+def check_backend(backend: str, device: str, gpu_util: float) -> None:
+    """Refuse vLLM without CUDA, a memory share outside (0, 1], and vLLM under torchrun (one GPU per rank)."""
+    if backend != "vllm":
+        return
+    require(device.startswith("cuda"), "--backend vllm needs --device cuda")
+    check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
+    require(int(os.environ.get("WORLD_SIZE", "1")) == 1,
+            "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
+            "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf")
+
+
+def make_vllm(config, device: str, settings, requests_per_call: int = 1):
+    """A VLLMSampler when ``config.backend`` is vllm, else None (``config``: a ModelConfig; ``settings``: the
+    run's ``sampling.SamplingSettings``)."""
+    if config.backend != "vllm":
+        return None
+    check_backend(config.backend, device, config.vllm_gpu_util)
+    return VLLMSampler(config.model, config.dtype, config.seed, settings, config.vllm_gpu_util,
+                       config.trust_remote_code, config.revision, requests_per_call=requests_per_call)
 
 
 class VLLMSampler:
-    """A vLLM engine next to the training model (set ``gpu_memory_utilization`` to leave room for it)."""
+    """A vLLM engine next to the training model (set ``gpu_memory_utilization`` to leave room for it).
 
-    def __init__(self, model: str, dtype: str, seed: int, gpu_memory_utilization: float = 0.4,
-                 trust_remote_code: bool = False, revision: str = "main", max_model_len: int | None = None):
+    ``stream`` sends ``requests_per_call`` requests to the engine at a time and yields after each call."""
+
+    def __init__(self, model: str, dtype: str, seed: int, settings, gpu_memory_utilization: float = 0.4,
+                 trust_remote_code: bool = False, revision: str = "main", max_model_len: int | None = None,
+                 requests_per_call: int = 1):
         try:
             from vllm import LLM
         except ImportError:
             raise ImportError("--backend vllm needs vLLM: pip install -r requirements-gpu.txt") from None
         names = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+        self.settings, self.requests_per_call = settings, max(1, requests_per_call)
         self.llm = LLM(model=model, dtype=names[dtype], seed=seed, revision=revision,
                        gpu_memory_utilization=gpu_memory_utilization, trust_remote_code=trust_remote_code,
                        max_model_len=max_model_len, enable_prefix_caching=True)
 
-    def sample(self, requests: list[tuple[list[int], int, tuple[int, ...]]], *, temperature: float, top_p: float,
-               max_new_tokens: int, eos_ids: list[int]) -> list[list[list[int]]]:
+    def stream(self, requests):
+        """(request position, continuation) for every sample, in order, one engine call at a time."""
+        for first in range(0, len(requests), self.requests_per_call):
+            outputs = self._generate(requests[first:first + self.requests_per_call])
+            yield from ((first + offset, c) for offset, continuations in enumerate(outputs) for c in continuations)
+
+    def sample(self, requests) -> list[list[list[int]]]:
         """For each (prompt ids, n, stream key): n continuations (token ids, EOS kept)."""
+        return [c for first in range(0, len(requests), self.requests_per_call)
+                for c in self._generate(requests[first:first + self.requests_per_call])]
+
+    def _generate(self, requests) -> list[list[list[int]]]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        from grpo_mse.policy.sampling import stream_seed
+
+        s, eos_ids = self.settings, list(self.settings.eos_ids)
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _, _ in requests]
-        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=-1, max_tokens=max_new_tokens,
+        params = [SamplingParams(n=n, temperature=s.temperature, top_p=s.top_p, top_k=-1, max_tokens=s.max_new_tokens,
                                  seed=stream_seed(*key), stop_token_ids=eos_ids, skip_special_tokens=True)
                   for _, n, key in requests]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)

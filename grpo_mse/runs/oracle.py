@@ -1,0 +1,143 @@
+"""The oracle-value run: Monte Carlo V(x) = P(reward = 1 | x) per prompt, appended to a JSONL table.
+
+Each line is the input row plus V_oracle, n_oracle, correct_count and a 95% Wilson interval,
+written as soon as a prompt's samples are scored. The run's settings are saved beside the table
+(``*.settings.json``); --resume continues the newest file whose settings are equal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from grpo_mse import cli
+from grpo_mse import distributed as dist
+from grpo_mse.gradients.config import OracleConfig
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
+from grpo_mse.policy.vllm_sampler import make_vllm
+from grpo_mse.rewards.rules import row_reward
+from grpo_mse.runs.folder import RunFolder, lock
+from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys
+from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, to_json, wilson_interval, write_atomic
+from grpo_mse.tables.resume import fingerprint
+from grpo_mse.tables.validate import check_answers, check_prompt_lengths, check_prompts, model_positions
+
+
+def settings(config: OracleConfig) -> dict:
+    """The run's RESULT_FIELDS, with the dataset as its content fingerprint (or hub id)."""
+    return {**{name: getattr(config, name) for name in config.RESULT_FIELDS}, "dataset": fingerprint(config.dataset)}
+
+
+def run_oracle(config: OracleConfig) -> dict | None:
+    """The whole run of calculate_oracle_v.py; on rank 0 returns {"path", "new", "total", "seconds"}."""
+    run = OracleRun.start(config)
+    start = time.time()
+    run.sample_all()
+    run.close()
+    return {"path": run.path, "new": len(run.todo), "total": len(run.rows), "seconds": time.time() - start} \
+        if run.rank == 0 else None
+
+
+@dataclass
+class OracleRun:
+    """One oracle run, read top to bottom: ``start`` (rows, policy, the output file: new or resumed, the rows
+    still to do on this rank), ``sample_all`` (n_oracle samples per prompt, one line per finished prompt),
+    ``close`` (rank 0 merges the torchrun shards).
+
+    Sample j of row i uses random stream (seed, key_i, j). HF: batches of --batch_size sequences cross
+    prompt boundaries. vLLM: --batch_size prompts per engine call.
+    """
+
+    config: OracleConfig
+    rows: list[dict]
+    keys: list[int]  # each row's random-stream key (its id, or its position)
+    ids: list[list[int]]  # each row's prompt token ids
+    sampler: object  # HFSampler or VLLMSampler
+    tokenizer: object
+    path: str  # the output table
+    shard_path: str  # this rank's file (the table itself without torchrun)
+    key_field: str  # "id" when ids are unique, else "row_index"
+    todo: list[int] = field(default_factory=list)  # row positions still to sample on this rank
+    rank: int = 0
+    world: int = 1
+    lock: object = None
+
+    @classmethod
+    def start(cls, config: OracleConfig) -> OracleRun:
+        rank, world, device = dist.init_from_env(config.device)
+        rows = load_rows(config.dataset, config.split)[: config.limit]
+        check_prompts(rows, config.dataset)
+        check_answers(rows, config.dataset)
+        keys = row_keys(rows)
+        current = settings(config)
+        folder = RunFolder(config.out_dir, "oracle_v_n", ".jsonl", config.RESULT_FIELDS)
+        stem = folder.resumable(current) if config.resume and rank == 0 else None
+        if config.resume and rank == 0 and stem is None:
+            print(f"note: nothing to resume in {config.out_dir}; starting a new file", file=sys.stderr)
+        model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+        ids = [prompt_ids(tokenizer, row["prompt"]) for row in rows]
+        check_prompt_lengths([len(i) for i in ids], config.max_new_tokens, model_positions(model), config.dataset)
+        if rank == 0 and stem is None:
+            stem = folder.claim(f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model)}", current)
+        path = dist.broadcast_text(stem + ".jsonl" if rank == 0 else "")
+        shard_path = path if world == 1 else f"{path}.rank{rank}"
+        run_lock = lock(shard_path)  # one writer per file, held until the run ends
+        key_field = "id" if has_unique_ids(rows) else "row_index"
+        done_keys = {rec.get(key_field) for p in {path, shard_path} for rec in read_complete_jsonl(p)}
+        todo = [i for i in dist.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
+        if done_keys:
+            print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
+        os.makedirs(config.out_dir, exist_ok=True)
+        sampling = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id,
+                                    config.temperature, config.top_p, config.max_new_tokens)
+        sampler = make_vllm(config, device, sampling, requests_per_call=config.batch_size) \
+            or HFSampler(model, sampling, config.batch_size)
+        return cls(config, rows, keys, ids, sampler, tokenizer, path, shard_path, key_field, todo, rank, world,
+                   run_lock)
+
+    def sample_all(self) -> None:
+        """Score n_oracle samples of every row to do; append a row's line as soon as its last sample is scored."""
+        config = self.config
+        correct = dict.fromkeys(self.todo, 0)
+        remaining = dict.fromkeys(self.todo, config.n_oracle)
+        requests = [(self.ids[i], config.n_oracle, (config.seed, self.keys[i])) for i in self.todo]
+        bar = cli.progress(total=len(self.todo), desc="prompts", disable=self.rank > 0)
+        for position, continuation in self.sampler.stream(requests):
+            i = self.todo[position]
+            correct[i] += int(row_reward(self.rows[i], decode(self.tokenizer, [continuation])[0]))
+            remaining[i] -= 1
+            if remaining[i] == 0:
+                self.write_row(i, correct[i])
+                bar.update(1)
+        bar.close()
+
+    def write_row(self, i: int, correct: int) -> None:
+        n = self.config.n_oracle
+        low, high = wilson_interval(correct, n)
+        extra = {"row_index": i} if self.key_field == "row_index" else {}
+        append_jsonl(self.shard_path, {**self.rows[i], **extra, "V_oracle": correct / n, "n_oracle": n,
+                                       "correct_count": correct, "V_ci95_low": low, "V_ci95_high": high,
+                                       "oracle_settings": oracle_settings(self.config, n)})
+
+    def close(self) -> None:
+        dist.barrier()
+        if self.rank == 0 and self.world > 1:
+            merge_shards(self.path, self.world, self.keys, self.key_field)
+        self.lock.close()
+        dist.finish()
+
+
+def merge_shards(path: str, world: int, keys: list[int], key_field: str) -> None:
+    """Fold the ranks' files into ``path`` in table order, atomically, and remove the shard files."""
+    records = read_complete_jsonl(path)
+    for rank in range(world):
+        records += read_complete_jsonl(f"{path}.rank{rank}")
+    position = {key: i for i, key in enumerate(keys)}
+    records.sort(key=lambda r: position.get(r.get(key_field), len(keys)))
+    write_atomic(path, "".join(to_json(r) + "\n" for r in records))
+    for rank in range(world):
+        if os.path.exists(f"{path}.rank{rank}"):
+            os.remove(f"{path}.rank{rank}")

@@ -1,0 +1,374 @@
+"""The run of run_tracecov.py as one object (``TracecovRun``): per-prompt evaluation, resumable progress logs,
+torchrun shards, merged outputs."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from grpo_mse import cli
+from grpo_mse import distributed as dist
+from grpo_mse.analysis import advisor, paired
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.config import TracecovConfig
+from grpo_mse.gradients.engine import PromptStats, prompt_traces
+from grpo_mse.gradients.estimators import ORACLE
+from grpo_mse.gradients.statistics import BetweenPromptBatch
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
+from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
+from grpo_mse.policy.vllm_sampler import make_vllm
+from grpo_mse.rewards.rules import row_reward
+from grpo_mse.runs.folder import RunFolder, lock
+from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
+from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, write_csv, write_json
+from grpo_mse.tables.resume import fingerprint
+from grpo_mse.tables.validate import (
+    check_answers,
+    check_oracle_values,
+    check_prompt_lengths,
+    check_prompts,
+    model_positions,
+)
+
+NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
+        "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
+        "ci95 = 1.96 sd / sqrt(T) across prompts.")
+
+
+@dataclass
+class PromptSampler:
+    """Draw and score the continuations of one prompt: sampling through ``backend`` (an HFSampler of
+    ``model``, or a VLLMSampler), log-probabilities with gradients through the HF ``model``."""
+
+    model: object
+    tokenizer: object
+    eos_ids: list[int]
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    gen_bs: int
+    seed: int
+    include_eos: bool = True
+    shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
+    backend: object = None  # a policy sampler (HFSampler or VLLMSampler); None: an HFSampler of ``model``
+    score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            self.backend = HFSampler(self.model, self.settings(), self.gen_bs)
+
+    def settings(self) -> SamplingSettings:
+        return SamplingSettings(tuple(self.eos_ids), self.tokenizer.pad_token_id, self.temperature, self.top_p,
+                                self.max_new_tokens)
+
+    def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
+        """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
+        ids = prompt_ids(self.tokenizer, row["prompt"])
+        (continuations,) = self.backend.sample([(ids, count, (self.seed, *stream))])
+        return ids, continuations, decode(self.tokenizer, continuations)
+
+    def logprob_fn(self, ids: list[int]):
+        """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
+        function = shared_prompt_logprobs if self.shared_prompt else sequence_logprobs
+
+        def logprobs(continuations):
+            return function(self.model, ids, continuations, eos_ids=self.eos_ids,
+                            pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
+                            temperature=self.temperature,
+                            top_p=self.top_p if self.score_distribution == "sampling" else 1.0)
+        return logprobs
+
+
+def score_fields(stats: PromptStats, row: dict) -> dict:
+    """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
+    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
+    its own target g / sqrt(V (1 - V))."""
+    value = float(row["V_oracle"])
+    noise = paired.oracle_value_variance(value, row.get("n_oracle"))
+    fields = {"mean_score_sq": stats.mean_score_sq if 0.0 < value < 1.0 else float("nan"),
+              "oracle_noise": noise * stats.score_trace if noise else 0.0}
+    if stats.bias2_own:
+        fields["bias2_own"] = stats.bias2_own
+        fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
+    return fields
+
+
+def progress_paths(base: str) -> list[str]:
+    return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
+
+
+def load_progress(base: str) -> tuple[dict[tuple[int, int], dict], dict[tuple[int, int], dict]]:
+    """Finished prompts {(K, prompt_index): record} and c1 batches {(K, batch): record} of run ``base``."""
+    done, batches = {}, {}
+    for path in progress_paths(base):
+        for record in read_complete_jsonl(path):
+            if "tr_cov" in record:
+                done[(record["K"], record["prompt_index"])] = record
+            elif "c1_batch" in record:
+                batches[(record["K"], record["c1_batch"])] = record
+    return done, batches
+
+
+def prompt_batches(count: int, size: int) -> list[list[int]]:
+    """Consecutive prompt indices in batches of ``size`` (the unit of sharding and of c1)."""
+    return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
+
+
+def detailed(records: list[dict], k: int, names) -> dict:
+    """The per-K file: every prompt's record and the average trace per estimator."""
+    ordered = sorted(records, key=lambda r: r["prompt_index"])
+    return {"K": k, "prompt_results": ordered,
+            "avg_traces": {n: mean_ci([r["tr_cov"][n] for r in ordered])["mean"] for n in names}}
+
+
+def summary(records_by_k: dict[int, list[dict]], k_list: list[int], names, config: dict) -> dict:
+    """The main file: per estimator, the mean over prompts per K, with sd and 95% half-widths."""
+    stats = {n: [mean_ci([r["tr_cov"][n] for r in records_by_k[k]]) for k in k_list] for n in names}
+    return {
+        "K_list": k_list,
+        "conditional_on_x": {n: [s["mean"] for s in stats[n]] for n in names},
+        "ci95": {n: [s["ci95"] for s in stats[n]] for n in names},
+        "sd": {n: [s["sd"] for s in stats[n]] for n in names},
+        "n_prompts": [len(records_by_k[k]) for k in k_list],
+        "mean_V_oracle": mean_ci([r["V_oracle"] for r in records_by_k[k_list[0]]])["mean"],
+        **biased_summary(records_by_k, k_list, names),
+        "config": config,
+        "note": NOTE,
+    }
+
+
+def biased_summary(records_by_k: dict[int, list[dict]], k_list: list[int], names) -> dict:
+    """For runs with biased estimators: mean squared bias and MSE = trace + bias^2, with 95% half-widths."""
+    if not any("bias2" in r for k in k_list for r in records_by_k[k]):
+        return {}
+    out = {"bias2": {}, "mse": {}, "mse_ci95": {}}
+    for n in names:
+        mse = [mean_ci([r["mse"][n] for r in records_by_k[k]]) for k in k_list]
+        out["mse"][n], out["mse_ci95"][n] = [s["mean"] for s in mse], [s["ci95"] for s in mse]
+        if any(n in r["bias2"] for k in k_list for r in records_by_k[k] if "bias2" in r):
+            out["bias2"][n] = [mean_ci([r["bias2"][n] for r in records_by_k[k]])["mean"] for k in k_list]
+    return out
+
+
+def tidy_rows(records: list[dict], names) -> list[dict]:
+    """Long table: one row per (prompt, K, estimator); mse = trace (+ bias2 for biased estimators)."""
+    return [{"prompt_index": r["prompt_index"], "id": r["id"], "K": r["K"], "estimator": n,
+             "trace": r["tr_cov"][n], "bias2": r.get("bias2", {}).get(n, 0.0),
+             "mse": r.get("mse", r["tr_cov"])[n], "V_oracle": r["V_oracle"], "mean_reward": r["mean_reward"]}
+            for r in sorted(records, key=lambda r: (r["K"], r["prompt_index"])) for n in names]
+
+
+TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
+
+
+def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
+    """The T rows used (after the optional seeded subsample) and their random-stream keys."""
+    rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
+    keys = row_keys(rows)
+    order = selection(len(rows), config.T, config.seed, config.subsample_prompts)
+    if config.T > len(order):
+        print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
+    chosen = [rows[i] for i in order]
+    for check in (check_prompts, check_answers, check_oracle_values):
+        check(chosen, config.oracle_table)
+    return chosen, [keys[i] for i in order]
+
+
+def run_tracecov(config: TracecovConfig) -> dict | None:
+    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result", "plot"} (paths and summary)."""
+    run = TracecovRun.start(config)
+    records_by_k, batches_by_k = run.sweep()
+    outcome = run.write_outputs(records_by_k, batches_by_k) if run.rank == 0 else None
+    run.close()
+    return outcome
+
+
+@dataclass
+class TracecovRun:
+    """One trace-of-covariance run, read top to bottom: ``start`` (rows, policy, run folder, progress log),
+    ``sweep`` (per K: this rank's prompt batches -> ``run_batch`` -> ``evaluate_prompt``, then every rank's
+    records merged and the per-K file), ``write_outputs`` (main JSON with the advisor, CSV, PNG), ``close``.
+
+    Progress: each finished prompt's record (and each c1 batch's record) is appended to this rank's log
+    ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` and ``batches`` hold what is finished, so a resumed
+    run skips it. torchrun shards the prompt batches over ranks.
+    """
+
+    config: TracecovConfig
+    sampler: PromptSampler
+    rows: list[dict]  # the T rows used, in order
+    keys: list[int]  # their random-stream keys
+    base: str = ""  # the run's stem: {base}.json, {base}_K{K}_detailed.json, {base}_per_prompt.csv
+    saved_config: dict = field(default_factory=dict)  # the "config" of the outputs, checked on --resume
+    rank: int = 0
+    world: int = 1
+    progress: str | None = None  # this rank's progress log (None: keep records in memory only)
+    done: dict = field(default_factory=dict)  # {(K, prompt_index): record}
+    batches: dict = field(default_factory=dict)  # {(K, c1 batch): c1 record}
+    lock: object = None  # the progress log's lock, held until ``close``
+
+    @classmethod
+    def start(cls, config: TracecovConfig) -> TracecovRun:
+        """Rows, policy and checks (before any file is written), then a new run folder entry or the resumed one."""
+        rank, world, device = dist.init_from_env(config.device)
+        rows, keys = select_rows(config)
+        model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+        lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
+        check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
+        saved_config = {**config.record(), "device": device, "world_size": world,
+                        "oracle_table_fingerprint": fingerprint(config.oracle_table)}
+        mismatch = settings_mismatch(rows, saved_config)
+        if mismatch and rank == 0:
+            print(f"warning: {mismatch}", file=sys.stderr)
+        folder = RunFolder(config.save_json, "tracecov_", ".progress.rank0.jsonl", TracecovConfig.RESULT_FIELDS,
+                           settings_in_marker=True)
+        base = folder.resumable(saved_config) if config.resume and rank == 0 else None
+        if rank == 0 and base is None:
+            if config.resume:
+                print(f"note: no unfinished run in {config.save_json}; starting a new one", file=sys.stderr)
+            base = folder.claim(f"tracecov_{model_tag(config.model)}", saved_config)
+        base = dist.broadcast_text(base)
+        progress = f"{base}.progress.rank{rank}.jsonl"
+        run_lock = lock(progress)  # one writer per progress log, held until the run ends
+        done, batches = load_progress(base)
+        if os.path.getsize(progress) == 0:
+            append_jsonl(progress, {"config": saved_config})
+        if done:
+            print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
+        sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), config.temperature, config.top_p,
+                                config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
+                                shared_prompt=config.engine == "fast", score_distribution=config.score_distribution)
+        sampler.backend = make_vllm(config, device, sampler.settings()) or sampler.backend
+        return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
+
+    def sweep(self) -> tuple[dict[int, list[dict]], dict[int, list[dict]]]:
+        """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
+        all_batches = prompt_batches(len(self.rows), self.config.c1_batch)
+        mine = dist.shard(list(range(len(all_batches))), self.rank, self.world)
+        records_by_k, batches_by_k = {}, {}
+        for k in cli.progress(self.config.K_list, desc="K", disable=self.rank > 0):
+            bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
+                               disable=self.rank > 0)
+            for b in mine:
+                self.run_batch(b, all_batches[b], k, on_prompt=lambda k=k, bar=bar: self.show_running_means(k, bar))
+            bar.close()
+            dist.barrier()
+            latest_done, latest_batches = load_progress(self.base)
+            self.done.update(latest_done)
+            self.batches.update(latest_batches)
+            records_by_k[k] = [r for (rk, _), r in self.done.items() if rk == k]
+            batches_by_k[k] = [r for (rk, _), r in self.batches.items() if rk == k]
+            if self.rank == 0:
+                write_json(f"{self.base}_K{k}_detailed.json", detailed(records_by_k[k], k, self.config.estimators))
+        return records_by_k, batches_by_k
+
+    def run_batch(self, batch_id: int, indices: list[int], k: int, on_prompt=None) -> None:
+        """Evaluate one batch of prompts at group size K, appending new records to the progress log.
+
+        Finished prompts are skipped, except that a batch whose c1 record is missing (advisor on) is
+        evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
+        """
+        config = self.config
+        need_c1 = config.with_advisor and len(indices) >= 2 and (k, batch_id) not in self.batches
+        c1 = BetweenPromptBatch() if need_c1 else None
+        for index in indices:
+            if c1 is not None or (k, index) not in self.done:
+                record, stats = self.evaluate_prompt(index, k)
+                if (k, index) not in self.done:
+                    self.append(record)
+                    self.done[(k, index)] = record
+                if c1 is not None:
+                    c1.add(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE], config.M, index)
+            if on_prompt:
+                on_prompt()
+        if c1 is not None:
+            self.batches[(k, batch_id)] = {"c1_batch": batch_id, "K": k, **c1.result()}
+            self.append(self.batches[(k, batch_id)])
+
+    def evaluate_prompt(self, index: int, k: int) -> tuple[dict, PromptStats]:
+        """Sample M*K continuations of row ``index``, score them; return its record (tr_cov per estimator) and stats.
+
+        Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with
+        ``shared_samples``: then every K uses the first M*K samples of one sequence (nested groups).
+        """
+        config, row, key, m = self.config, self.rows[index], self.keys[index], self.config.M
+        stream = (0, key) if config.shared_samples else (k, key)
+        ids, continuations, texts = self.sampler.draw(row, stream, m * k)
+        rewards = torch.tensor([row_reward(row, t) for t in texts])
+        groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
+        params = [p for p in self.sampler.model.parameters() if p.requires_grad]
+        value = float(row["V_oracle"])
+        vanilla_biased = est.NAIVE in config.estimators and paired.score_law_mismatch(
+            self.sampler.score_distribution, self.sampler.top_p, self.sampler.include_eos)
+        stats = prompt_traces(self.sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value,
+                              config.estimators, config.engine, config.groups_per_pass,
+                              measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0))
+        if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
+            stats.bias2 = {**stats.bias2, est.NAIVE: paired.vanilla_bias2(value, stats.mean_score_sq)}
+        record = {
+            "K": k, "prompt_index": index, "id": row.get("id", index),
+            "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": value,
+            "mean_reward": float(rewards.mean()), "tr_cov": stats.traces,
+        }
+        if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
+            record["bias2"] = stats.bias2
+            record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators}
+        record.update(score_fields(stats, row))
+        return record, stats
+
+    def append(self, record: dict) -> None:
+        if self.progress is not None:
+            append_jsonl(self.progress, record)
+
+    def show_running_means(self, k: int, bar) -> None:
+        """Advance the prompt bar and show each estimator's running mean trace at K."""
+        finished = [r for (rk, _), r in self.done.items() if rk == k]
+        bar.update(1)
+        if finished:
+            bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
+                             for n in self.config.estimators})
+
+    def write_outputs(self, records_by_k: dict, batches_by_k: dict) -> dict:
+        """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
+        config, base = self.config, self.base
+        result = summary(records_by_k, config.K_list, config.estimators, self.saved_config)
+        result.update(paired.run_statistics(records_by_k, batches_by_k, config.K_list, config.estimators,
+                                            config.seed, with_advisor=config.with_advisor, budget=config.budget,
+                                            allowed=config.allowed_K))
+        write_json(f"{base}.json", result)
+        all_records = [r for k in config.K_list for r in records_by_k[k]]
+        write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
+        png = None
+        if not config.skip_plot:
+            from grpo_mse.figures.tracecov import plot_run  # matplotlib only when a plot is drawn
+
+            png = plot_run(result, os.path.join(config.plot_path, os.path.basename(base) + ".png"))
+        return {"base": base, "result": result, "plot": png}
+
+    def close(self) -> None:
+        """After every rank is done: rank 0 removes the progress logs; release the lock and the process group."""
+        dist.barrier()
+        if self.rank == 0:
+            for path in progress_paths(self.base):
+                os.remove(path)
+        if self.lock is not None:
+            self.lock.close()
+        dist.finish()
+
+
+def summary_lines(result: dict) -> list[str]:
+    """What run_tracecov.py prints: each K's traces with 95% half-widths, the paired ratios, the advisor."""
+    names, lines = list(result["conditional_on_x"]), []
+    for i, k in enumerate(result["K_list"]):
+        lines.append(f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={result['conditional_on_x'][n][i]:.4g}"
+                                              f"±{result['ci95'][n][i]:.2g}" for n in names))
+    if "paired" in result:
+        lines.append(paired.describe(result["paired"]))
+    if "group_size_advisor" in result:
+        lines.append(advisor.describe(result["group_size_advisor"]))
+    return lines
