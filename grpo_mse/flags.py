@@ -94,10 +94,11 @@ class SwitchZeroOne(argparse.Action):
 
 def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
     """Add one flag per field of the dataclass ``config_class`` to ``parser``, in field order."""
-    kinds = [{k for k in ("positional", "zero_one") if spec.metadata.get(k)} for spec in dataclasses.fields(config_class)]
-    require(not ({"positional"} in kinds and {"zero_one"} in kinds),  # "--x 7": is 7 the switch's value or positional?
+    specs = dataclasses.fields(config_class)
+    used = {kind for spec in specs for kind in ("positional", "zero_one") if spec.metadata.get(kind)}
+    require(used != {"positional", "zero_one"},  # in "--x 1": is 1 the switch's value or a positional argument?
             f"{config_class.__name__}: a zero_one switch takes an optional value, so no positional field may join it")
-    for spec in dataclasses.fields(config_class):
+    for spec in specs:
         meta = {k: v for k, v in spec.metadata.items() if v is not None}
         bounds = {k: meta.pop(k) for k in BOUNDS if k in meta}
         positional, zero_one = meta.pop("positional", False), meta.pop("zero_one", False)
