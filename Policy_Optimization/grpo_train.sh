@@ -243,7 +243,7 @@ else
     --max_prompt_length "${MAX_PROMPT_LENGTH}" --max_response_length "${MAX_RESPONSE_LENGTH}"
     --test_freq "${TEST_FREQ}" --reward_path "${REWARD_PATH}" --reward_name compute_score
     --project_name "${PROJECT_NAME}" --experiment_name "${EXPERIMENT_NAME}" --loggers "${LOGGERS}"
-    --output_dir "${CKPT_DIR}" --save_model "${SAVE_MODEL}"
+    --output_dir "${CKPT_DIR}" "$([[ "${SAVE_MODEL}" == 1 ]] && echo --save_model || echo --no-save_model)"
   )
 fi
 COMMAND+=("$@")  # user overrides come last, so they win

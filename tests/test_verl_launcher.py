@@ -261,5 +261,9 @@ def test_trl_command_shares_the_settings(tmp_path, data_dir):
                      "--experiment_name grpo_tiny_policy_K8_seed2", "--max_steps 3",
                      "train_batch_size=32 ppo_mini_batch_size=8 total_epochs=4"):  # fmt: skip
         assert expected in result.stdout, expected
+    command = result.stdout.split("command: ", 1)[1]
+    assert " --save_model " in command + " " and "--save_model 1" not in command  # a switch, not a 0/1 value
+    no_save = run_launcher({**env, "SAVE_MODEL": "0"})
+    assert no_save.returncode == 0 and " --no-save_model" in no_save.stdout and "--save_model 0" not in no_save.stdout
     result = run_launcher(env, "--group_size", "4")
     assert result.returncode == 2 and "contradicts GROUP_SIZE/BUDGET" in result.stderr
