@@ -155,12 +155,28 @@ def add_model_flags(parser, model: str | None, device: str, dtype: str,
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
 
 
-def check_backend(backend: str, device: str, gpu_util: float) -> None:
-    """Refuse vLLM without CUDA, a memory share outside (0, 1], and vLLM under torchrun (one GPU per rank)."""
+# vLLM's SamplingParams raise above 2 and silently clamp 0 < T < 0.01 up to 0.01 (vllm/sampling_params.py).
+VLLM_TEMPERATURE = (0.01, 2.0)
+
+
+def check_backend(backend: str, device: str, gpu_util: float, temperature: float = 1.0,
+                  max_model_len: int | None = None) -> None:
+    """Refuse what vLLM would reject or silently change, before any model or vLLM import: no CUDA, a device
+    other than the first visible GPU, a temperature outside vLLM's range, a memory share outside (0, 1], and
+    vLLM under torchrun (one GPU per rank)."""
     if backend != "vllm":
         return
     require(device.startswith("cuda"), "--backend vllm needs --device cuda")
+    index = device.partition(":")[2]
+    require(index in ("", "0"), f"--backend vllm samples on the first visible GPU, so --device {device} would split "
+                                f"vLLM and the model over two GPUs; run CUDA_VISIBLE_DEVICES={index} ... --device cuda")
+    low, high = VLLM_TEMPERATURE
+    require(low <= temperature <= high,
+            f"--backend vllm needs {low} <= --temperature <= {high:g} (vLLM raises above {high:g} and silently "
+            f"clamps below {low} up to {low}); got {temperature:g}: use --backend hf")
     check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
+    if max_model_len is not None:
+        check_range("--vllm_max_model_len", max_model_len, minimum=1)
     require(int(os.environ.get("WORLD_SIZE", "1")) == 1,
             "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
             "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf")
@@ -170,11 +186,12 @@ def make_vllm(config, device: str):
     """A VLLMSampler when ``config.backend`` is vllm, else None (``config``: a ModelConfig)."""
     if config.backend != "vllm":
         return None
-    check_backend(config.backend, device, config.vllm_gpu_util)
+    check_backend(config.backend, device, config.vllm_gpu_util, config.temperature, config.vllm_max_model_len)
     from grpo_mse.policy.vllm_sampler import VLLMSampler
 
     return VLLMSampler(config.model, config.dtype, config.seed, config.vllm_gpu_util, config.trust_remote_code,
-                       config.revision)
+                       config.revision, max_model_len=config.vllm_max_model_len,
+                       enforce_eager=config.vllm_enforce_eager)
 
 
 def _one_line(error: BaseException) -> str:

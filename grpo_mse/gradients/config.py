@@ -42,6 +42,10 @@ class ModelConfig:
     trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
     backend: str = option("hf", choices=BACKENDS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
     vllm_gpu_util: float = option(0.4, type=float, help="vLLM gpu_memory_utilization")
+    vllm_enforce_eager: bool = option(False, help="vLLM: no torch.compile or CUDA graphs (starts in seconds, "
+                                                  "samples slower; for short runs)")
+    vllm_max_model_len: int | None = option(None, type=int, help="vLLM max_model_len (default: the model's "
+                                                                 "context length; smaller saves KV-cache memory)")
     temperature: float = option(1.0, type=float, help="sampling temperature")
     top_p: float = option(0.95, type=float, help="nucleus sampling mass")
     max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
@@ -54,7 +58,7 @@ class ModelConfig:
             require(choices is None or all(v in choices for v in values),
                     f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})")
         cli.check_device(self.device)
-        cli.check_backend(self.backend, self.device, self.vllm_gpu_util)
+        cli.check_backend(self.backend, self.device, self.vllm_gpu_util, self.temperature, self.vllm_max_model_len)
         cli.check_model_path(self.model)
         require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
         cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)

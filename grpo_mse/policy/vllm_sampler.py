@@ -14,7 +14,8 @@ class VLLMSampler:
     """A vLLM engine next to the training model (set ``gpu_memory_utilization`` to leave room for it)."""
 
     def __init__(self, model: str, dtype: str, seed: int, gpu_memory_utilization: float = 0.4,
-                 trust_remote_code: bool = False, revision: str = "main", max_model_len: int | None = None):
+                 trust_remote_code: bool = False, revision: str = "main", max_model_len: int | None = None,
+                 enforce_eager: bool = False):
         try:
             from vllm import LLM
         except ImportError:
@@ -22,7 +23,7 @@ class VLLMSampler:
         names = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
         self.llm = LLM(model=model, dtype=names[dtype], seed=seed, revision=revision,
                        gpu_memory_utilization=gpu_memory_utilization, trust_remote_code=trust_remote_code,
-                       max_model_len=max_model_len, enable_prefix_caching=True)
+                       max_model_len=max_model_len, enforce_eager=enforce_eager, enable_prefix_caching=True)
 
     def sample(self, requests: list[tuple[list[int], int, tuple[int, ...]]], *, temperature: float, top_p: float,
                max_new_tokens: int, eos_ids: list[int]) -> list[list[list[int]]]:
