@@ -330,3 +330,42 @@ def test_gpu_check_limits_add_up_and_dry_run(tmp_path):
     assert [int(limit) for _, limit in planned] == limits
     assert f"total limit {sum(limits)} s" in result.stdout
     assert not (tmp_path / "check").exists()  # a dry run writes nothing
+
+
+# ---------------------------------------------------------------- one group per pass (large models)
+
+
+def test_reward_split_sends_each_sequence_through_one_backward(random_lm, monkeypatch):
+    """With one group per pass and binary rewards, a and s come from one forward and one backward pass per
+    reward value over its own continuations (each sequence once), and the traces equal the reference's."""
+    from grpo_mse.gradients import engine
+    from grpo_mse.gradients import estimators as est
+    from grpo_mse.policy.logprobs import sequence_logprobs
+
+    gen = torch.Generator().manual_seed(4)
+    prompt = [3, 5, 7, 9]
+    groups = [[torch.randint(3, 23, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen).tolist()
+               for _ in range(4)] for _ in range(3)]
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
+    params = list(random_lm.parameters())
+    seen = []
+
+    def logprob_fn(continuations):
+        seen.append(len(continuations))
+        return sequence_logprobs(random_lm, prompt, continuations, eos_ids=[1], pad_id=0)
+
+    grads = []
+    real_grad = engine._grad
+    monkeypatch.setattr(engine, "_grad", lambda *a, **kw: grads.append(1) or real_grad(*a, **kw))
+    fast = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "fast", per_pass=1)
+    expected = [len({tuple(c) for c, r in zip(group, row.tolist()) if r == value})
+                for group, row in zip(groups, rewards) for value in sorted(set(row.tolist()))]
+    assert seen == expected and len(grads) == 6  # per group: each reward value's own continuations, once
+    monkeypatch.setattr(engine, "_grad", real_grad)
+    batched = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "fast", per_pass=3)
+    reference = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "reference")
+    for name in est.ALL:
+        assert fast.traces[name] == pytest.approx(reference.traces[name], rel=1e-5, abs=1e-12)
+        assert fast.traces[name] == pytest.approx(batched.traces[name], rel=1e-5, abs=1e-12)
+    for name in fast.bias2:
+        assert fast.bias2[name] == pytest.approx(reference.bias2[name], rel=1e-4, abs=1e-10)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import torch
 
-
 # Coordinates per float64 block of a Gram matrix (``block_coordinates``): on CUDA at least 2^24 (a few
 # dozen blocks at 0.5B, each one large matrix product: launch overhead vanishes); on the CPU a
 # 128 MiB float64 block, at least 2^20 coordinates (~300 blocks per pass at 0.5B for 5 vectors).
