@@ -8,6 +8,7 @@ scripts/gpu_check.sh's time limits.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -369,3 +370,45 @@ def test_reward_split_sends_each_sequence_through_one_backward(random_lm, monkey
         assert fast.traces[name] == pytest.approx(batched.traces[name], rel=1e-5, abs=1e-12)
     for name in fast.bias2:
         assert fast.bias2[name] == pytest.approx(reference.bias2[name], rel=1e-4, abs=1e-10)
+
+
+# ---------------------------------------------------------------- HF vs vLLM: do two oracle tables agree?
+
+
+def synthetic_table(values, n, seed):
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for index, value in enumerate(values):
+        correct = int(torch.bernoulli(torch.full((n,), value), generator=generator).sum())
+        rows.append({"id": index, "prompt": f"{index} + 0 =", "ground_truth": index, "V_oracle": correct / n,
+                     "n_oracle": n, "correct_count": correct})
+    return rows
+
+
+def test_compare_oracle_tables(tmp_path):
+    from conftest import load_script
+
+    compare = load_script("scripts/compare_oracle_tables.py")
+    values = [0.05, 0.3, 0.5, 0.8, 0.97, 0.0, 1.0, 0.6]
+    agreeing = [compare.compare(synthetic_table(values, 512, seed), synthetic_table(values, 512, seed + 100))
+                for seed in range(20)]
+    assert all(report["agree"] for report in agreeing)  # same V: a 0.1% false alarm each
+    shifted = [min(1.0, v + 0.08) for v in values]  # vLLM sampling another distribution, e.g. another temperature
+    report = compare.compare(synthetic_table(values, 512, 1), synthetic_table(shifted, 512, 2))
+    assert not report["agree"] and report["mean_interval"][1] < 0
+    one_off = list(values)
+    one_off[3] = 0.5  # a single prompt far off: caught by the per-prompt limit
+    report = compare.compare(synthetic_table(values, 512, 1), synthetic_table(one_off, 512, 2))
+    assert not report["agree"] and report["max_abs_z"] > report["z_limit_per_prompt"]
+    # se uses V kept off 0 and 1: two tables with V = 0 on a prompt give z = 0, not a division by zero
+    zero = compare.compare([{"id": 0, "V_oracle": 0.0, "n_oracle": 10}], [{"id": 0, "V_oracle": 0.0, "n_oracle": 10}])
+    assert zero["agree"] and zero["per_prompt"][0]["z"] == 0.0
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path, rows in ((a, synthetic_table(values, 512, 1)), (b, synthetic_table(shifted, 512, 2))):
+        path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    result = subprocess.run([sys.executable, "scripts/compare_oracle_tables.py", str(a), str(b), "--out",
+                             str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "DISAGREE" in result.stdout and (tmp_path / "r.json").exists()
+    result = subprocess.run([sys.executable, "scripts/compare_oracle_tables.py", str(a), str(tmp_path / "none.jsonl")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("error: ")
