@@ -412,3 +412,30 @@ def test_compare_oracle_tables(tmp_path):
     result = subprocess.run([sys.executable, "scripts/compare_oracle_tables.py", str(a), str(tmp_path / "none.jsonl")],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr.startswith("error: ")
+
+
+# ---------------------------------------------------------------- bench_engines: results after every case
+
+
+def test_bench_engines_writes_after_every_case(builtin_policy, tmp_path, monkeypatch):
+    from conftest import load_script
+
+    bench = load_script("benchmarks/bench_engines.py")
+    real_case, calls = bench.run_case, []
+
+    def stop_at_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # e.g. gpu_check.sh's time limit
+        return real_case(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_case", stop_at_second)
+    out = tmp_path / "bench.json"
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--T", "1", "--M", "3", "--K_list", "2", "--repeats", "1", "--no-float64_check", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert list(saved["cases"]) == ["zero_shot"] and saved["complete"] is False
+    case = saved["cases"]["zero_shot"]
+    assert case["passes"]["reference"] == 3 and case["passes"]["fast"] >= 1
+    assert case["blocks_per_pass"]["fast"] == 1  # the built-in policy fits one float64 block
+    assert case["seconds_per_pass"]["fast"] == pytest.approx(case["seconds"]["fast"] / case["passes"]["fast"])
