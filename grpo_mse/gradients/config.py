@@ -38,6 +38,10 @@ class ModelConfig(Flags):
     trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
     backend: str = option("hf", choices=BACKENDS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
     vllm_gpu_util: float = option(0.4, type=float, help="vLLM gpu_memory_utilization")
+    vllm_enforce_eager: bool = option(False, help="vLLM: no torch.compile or CUDA graphs (starts in seconds, "
+                                                  "samples slower; for short runs)")
+    vllm_max_model_len: int | None = option(None, type=int, help="vLLM max_model_len (default: the model's "
+                                                                 "context length; smaller saves KV-cache memory)")
     temperature: float = option(1.0, type=float, help="sampling temperature")
     top_p: float = option(0.95, type=float, help="nucleus sampling mass")
     max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
@@ -46,7 +50,7 @@ class ModelConfig(Flags):
         super().__post_init__()  # choices
         cli.check_device(self.device)
         cli.launch_env()  # a WORLD_SIZE without RANK (not torchrun) is refused before any work
-        check_backend(self.backend, self.device, self.vllm_gpu_util)
+        check_backend(self.backend, self.device, self.vllm_gpu_util, self.temperature, self.vllm_max_model_len)
         cli.check_model_path(self.model)
         cli.check_range("--top_p", self.top_p, above=0, maximum=1)
         # logits / T overflows float32 and the score grows like 1/T: below 0.01 traces turn NaN (docs/safety.md)

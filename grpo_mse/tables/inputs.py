@@ -212,7 +212,9 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
 
 
-SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens")
+SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens", "dtype", "backend")
+# Recorded since the dtype/backend check: tables made before it are not flagged for lacking them.
+RECENT_SETTINGS = ("dtype", "backend")
 
 
 def oracle_settings(args, n_oracle) -> dict:
@@ -240,5 +242,6 @@ def settings_mismatch(rows: list[dict], run: dict) -> str | None:
 
     differ = sorted({f"{name}={settings.get(name)!r} (run: {run.get(name)!r})" for settings in stored
                      if isinstance(settings, dict)
-                     for name in names(settings) if name in run and not same(name, settings.get(name), run[name])})
+                     for name in names(settings) if name in run and (name in settings or name not in RECENT_SETTINGS)
+                     and not same(name, settings.get(name), run[name])})
     return f"oracle table sampled with other settings: {', '.join(differ)}" if differ else None
