@@ -20,7 +20,7 @@ import torch
 
 from grpo_mse import cli, distributed
 from grpo_mse.gradients import statistics
-from grpo_mse.gradients.config import OracleConfig, TracecovConfig
+from grpo_mse.gradients.config import MIN_TEMPERATURE, OracleConfig, TracecovConfig
 from grpo_mse.policy.logprobs import FAR, token_log_probs
 from grpo_mse.policy.sampling import nucleus_mask
 from grpo_mse.tables.inputs import oracle_settings, settings_mismatch
@@ -47,7 +47,11 @@ def test_vllm_temperature_range(tmp_path, temperature, accepted):
     else:
         with pytest.raises(cli.UsageError, match=r"--backend vllm needs 0.01 <= --temperature <= 2"):
             vllm_config(tmp_path, temperature=temperature)
-    assert vllm_config(tmp_path, backend="hf", temperature=temperature).temperature == temperature
+    if temperature >= MIN_TEMPERATURE:  # the HF path keeps what vLLM would reject (below 0.01 every path refuses)
+        assert vllm_config(tmp_path, backend="hf", temperature=temperature).temperature == temperature
+    else:
+        with pytest.raises(cli.UsageError, match=r"--temperature must be >= 0.01"):
+            vllm_config(tmp_path, backend="hf", temperature=temperature)
 
 
 def test_vllm_device_and_engine_flags(tmp_path):
