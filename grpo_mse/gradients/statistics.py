@@ -148,7 +148,8 @@ def c1_memory(params, batch_size: int, host_bytes: int = C1_HOST_BYTES) -> dict:
     kept = batch_size if each == 0 else min(batch_size, host_bytes // each)
     spilled = batch_size - kept
     block = max(4096, (1 << 19) // max(batch_size, 1))
-    work = 2 * batch_size * block * 8 + (SPILL_CHUNK * 8 if spilled else 0)
+    chunk = max((min(p.numel(), SPILL_CHUNK) * element_bytes(stats_dtype(p)) for p in params), default=0)
+    work = 2 * batch_size * block * 8 + (chunk if spilled else 0)
     return {"vector_bytes": each, "in_memory": kept, "on_disk": spilled, "host_bytes": kept * each + work,
             "disk_bytes": spilled * each}
 
