@@ -149,3 +149,15 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
     assert written == [str(tmp_path / f"disk.c1.rank0.{j}.bin") for j in range(3)]
     assert not glob.glob(str(tmp_path / "*.bin"))
     assert spilled == kept and spilled["prompt_indices"] == [0, 1, 2] and spilled["c1_batch"] == 0
+
+    evaluate, calls = tracecov_job.TracecovRun.evaluate_prompt, []
+
+    def crashing(run, index, k):
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated crash")
+        calls.append(index)
+        return evaluate(run, index, k)
+    monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        batch_record("crash")
+    assert len(written) == 5 and not glob.glob(str(tmp_path / "*.bin"))  # two files written, both removed

@@ -308,19 +308,23 @@ class TracecovRun:
         need_c1 = config.with_advisor and len(indices) >= 2 and (k, tuple(indices)) not in self.batches
         spill = f"{self.base}.c1.rank{self.rank}" if self.base else None  # mean gradients beyond C1_HOST_BYTES
         c1 = BetweenPromptBatch(spill, C1_HOST_BYTES) if need_c1 else None
-        for index in indices:
-            if c1 is not None or (k, index) not in self.done:
-                record, stats = self.evaluate_prompt(index, k)
-                if (k, index) not in self.done:
-                    self.append(record)
-                    self.done[(k, index)] = record
-                if c1 is not None:
-                    c1.add(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE], config.M, index)
-            if on_prompt:
-                on_prompt()
-        if c1 is not None:
-            self.batches[(k, tuple(indices))] = {"c1_batch": batch_id, "K": k, **c1.result()}
-            self.append(self.batches[(k, tuple(indices))])
+        try:
+            for index in indices:
+                if c1 is not None or (k, index) not in self.done:
+                    record, stats = self.evaluate_prompt(index, k)
+                    if (k, index) not in self.done:
+                        self.append(record)
+                        self.done[(k, index)] = record
+                    if c1 is not None:
+                        c1.add(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE], config.M, index)
+                if on_prompt:
+                    on_prompt()
+            if c1 is not None:
+                self.batches[(k, tuple(indices))] = {"c1_batch": batch_id, "K": k, **c1.result()}
+                self.append(self.batches[(k, tuple(indices))])
+        finally:  # an interrupted batch is evaluated whole on resume: its mean gradients' files are not kept
+            if c1 is not None:
+                c1.discard()
 
     def evaluate_prompt(self, index: int, k: int) -> tuple[dict, PromptStats]:
         """Sample M*K continuations of row ``index``, score them; return its record (tr_cov per estimator) and stats.
