@@ -132,3 +132,8 @@ def test_torchrun_two_processes_write_the_same_files(tracecov_run):
     merged_means, single_means = (json.load(open(path))["conditional_on_x"] for path in (merged, main_json))
     for name, values in single_means.items():
         assert merged_means[name] == pytest.approx(values, rel=1e-6)
+    # 6 prompts on 2 ranks: 3 each (rank_batches), here the same c1 batches as one process ([0, 1, 2], [3, 4, 5])
+    merged_c1, single_c1 = (json.load(open(path))["group_size_advisor"]["per_K"] for path in (merged, main_json))
+    for k, constants in single_c1.items():
+        assert merged_c1[k]["n_c1_batches"] == constants["n_c1_batches"] == 2
+        assert merged_c1[k]["c1"]["estimate"] == pytest.approx(constants["c1"]["estimate"], rel=1e-6)

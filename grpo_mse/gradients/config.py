@@ -141,8 +141,8 @@ class TracecovConfig(ModelConfig):
     shared_samples: bool = option(False, help="draw M*max(K) continuations once per prompt and form every K's "
                                               "groups from them")
     no_advisor: bool = option(False, help="skip the group-size advisor (c1, c2, c3, K*)")
-    c1_batch: int = option(16, type=int, help="prompts per batch for c1 (between-prompt variance) and per unit of "
-                                              "torchrun sharding")
+    c1_batch: int = option(16, type=int, help="prompts per batch for c1 (between-prompt variance); under torchrun "
+                                              "a batch never spans two ranks")
     score_distribution: str = option("model", choices=("model", "sampling"),
                                      help="score of log pi_T, untruncated (the original's), or of the distribution "
                                           "sampled (temperature and renormalised top_p nucleus)")

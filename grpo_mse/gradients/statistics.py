@@ -5,6 +5,8 @@ tr Cov = sum_i Var(x_i) = sum_m ||x_m - mean||^2 / (M - 1)  (denominator M-1).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
@@ -165,17 +167,68 @@ class SumTrace:
         return sum(t.numel() * t.element_size() for t in self.total)
 
 
+C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per rank; the rest go to a file
+SPILL_CHUNK = 1 << 24  # elements copied to the host at a time when a mean gradient is written to its file
+
+
+def element_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def c1_memory(params, batch_size: int, host_bytes: int = C1_HOST_BYTES) -> dict:
+    """What ``BetweenPromptBatch(spill=..., host_bytes=host_bytes)`` holds at its peak (just before ``result``)
+    for ``batch_size`` mean gradients shaped like ``params`` (statistics dtype; meta tensors are fine):
+    {"vector_bytes", "in_memory", "on_disk", "host_bytes", "disk_bytes"}. host_bytes counts the copies kept in
+    memory, the chunk copied while one is written to its file and ``gram64``'s float64 working blocks; the
+    file's pages read back by ``gram64`` are page cache (clean, reclaimable), not counted."""
+    each = sum(p.numel() * element_bytes(stats_dtype(p)) for p in params)
+    kept = batch_size if each == 0 else min(batch_size, host_bytes // each)
+    spilled = batch_size - kept
+    block = max(4096, (1 << 19) // max(batch_size, 1))
+    chunk = max((min(p.numel(), SPILL_CHUNK) * element_bytes(stats_dtype(p)) for p in params), default=0)
+    work = 2 * batch_size * block * 8 + (chunk if spilled else 0)
+    return {"vector_bytes": each, "in_memory": kept, "on_disk": spilled, "host_bytes": kept * each + work,
+            "disk_bytes": spilled * each}
+
+
+def spill_to_file(vector: list[torch.Tensor], path: str) -> list[torch.Tensor]:
+    """Write ``vector`` (per-parameter tensors, any device) to the raw file ``path`` a chunk at a time and return
+    per-parameter CPU tensors of the same values memory-mapped from it (no host copy of the whole vector)."""
+    dtype = vector[0].dtype
+    with open(path, "wb") as f:
+        for tensor in vector:
+            flat = tensor.detach().reshape(-1)
+            for start in range(0, flat.numel(), SPILL_CHUNK):
+                f.write(flat[start:start + SPILL_CHUNK].to("cpu").contiguous().view(torch.uint8).numpy())
+    total = sum(t.numel() for t in vector)
+    flat = torch.from_file(path, shared=False, size=total, dtype=dtype) if total else torch.zeros(0, dtype=dtype)
+    views, offset = [], 0
+    for tensor in vector:
+        views.append(flat[offset:offset + tensor.numel()].view(tensor.shape))
+        offset += tensor.numel()
+    return views
+
+
 class BetweenPromptBatch:
     """One batch of prompts for c1: their mean gradients' Gram matrix and within-prompt variances tr_oracle / M.
 
-    Holds the batch's mean gradients in CPU memory until ``result`` (``--c1_batch`` x trainable parameters x 4
-    bytes for float32 statistics); the Gram matrix is computed in float64."""
+    The batch's mean gradients are held until ``result`` (``--c1_batch`` x trainable parameters x 4 bytes for
+    float32 statistics: 99 GB at Qwen2.5-1.5B). With ``spill`` (a path prefix in the run folder), those beyond
+    ``host_bytes`` in host memory go to files ``{spill}.{j}.bin`` instead (exact copies, memory-mapped back and
+    removed by ``result``), so the Gram matrix, computed in float64 by ``gram64``, is bit-identical."""
 
-    def __init__(self):
+    def __init__(self, spill: str | None = None, host_bytes: int = C1_HOST_BYTES):
         self.means, self.within, self.prompt_indices = [], [], []
+        self.spill, self.host_bytes, self.kept_bytes, self.files = spill, host_bytes, 0, []
 
     def add(self, mean_gradient, trace_of_group_estimate: float, m: int, prompt_index: int | None = None) -> None:
-        self.means.append([t.detach().to("cpu", copy=True) for t in mean_gradient])
+        size = sum(t.numel() * t.element_size() for t in mean_gradient)
+        if self.spill is not None and self.kept_bytes + size > self.host_bytes:
+            self.files.append(f"{self.spill}.{len(self.means)}.bin")
+            self.means.append(spill_to_file(mean_gradient, self.files[-1]))
+        else:
+            self.kept_bytes += size
+            self.means.append([t.detach().to("cpu", copy=True) for t in mean_gradient])
         self.within.append(trace_of_group_estimate / m)
         self.prompt_indices.append(len(self.means) - 1 if prompt_index is None else prompt_index)
 
@@ -184,9 +237,17 @@ class BetweenPromptBatch:
 
         between = sum_i ||g_i - mean g||^2 / (n - 1); c1 = between - mean(tr_oracle / M)."""
         gram = gram64(self.means).cpu().numpy()
-        self.means = []
+        self.discard()
         n = len(gram)
         between = float(np.trace(gram) - gram.sum() / n) / (n - 1)
         within = float(np.mean(self.within))
         return {"n": n, "prompt_indices": list(self.prompt_indices), "gram": gram.tolist(),
                 "within_each": list(self.within), "between": between, "within": within, "c1": between - within}
+
+    def discard(self) -> None:
+        """Drop the mean gradients and remove their files."""
+        self.means, self.kept_bytes = [], 0
+        for path in self.files:
+            if os.path.exists(path):
+                os.remove(path)
+        self.files = []

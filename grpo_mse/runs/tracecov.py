@@ -17,7 +17,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
-from grpo_mse.gradients.statistics import BetweenPromptBatch
+from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, c1_memory
 from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
@@ -102,21 +102,47 @@ def progress_paths(base: str) -> list[str]:
     return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
 
 
-def load_progress(base: str) -> tuple[dict[tuple[int, int], dict], dict[tuple[int, int], dict]]:
-    """Finished prompts {(K, prompt_index): record} and c1 batches {(K, batch): record} of run ``base``."""
+def load_progress(base: str) -> tuple[dict[tuple[int, int], dict], dict[tuple[int, tuple], dict]]:
+    """Finished prompts {(K, prompt_index): record} and c1 batches {(K, prompt indices): record} of run ``base``."""
     done, batches = {}, {}
     for path in progress_paths(base):
         for record in read_complete_jsonl(path):
             if "tr_cov" in record:
                 done[(record["K"], record["prompt_index"])] = record
-            elif "c1_batch" in record:
-                batches[(record["K"], record["c1_batch"])] = record
+            elif "c1_batch" in record:  # keyed by its prompts: the batch layout depends on the number of ranks
+                batches[(record["K"], tuple(record["prompt_indices"]))] = record
     return done, batches
 
 
 def prompt_batches(count: int, size: int) -> list[list[int]]:
     """Consecutive prompt indices in batches of ``size`` (the unit of sharding and of c1)."""
     return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
+
+
+def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
+    """Per rank, its c1 batches: rank r takes the r-th of ``world`` contiguous ranges of prompts whose lengths
+    differ by at most one (shards balanced by prompt), cut into batches of ``size`` consecutive prompts (a
+    range's last batch may be shorter). A batch never crosses ranks, so its Gram matrix is computed where its
+    prompts are; with one process this is ``prompt_batches(count, size)``."""
+    per, extra = divmod(count, world)
+    layout, start = [], 0
+    for rank in range(world):
+        stop = start + per + (rank < extra)
+        layout.append([list(range(first, min(first + size, stop))) for first in range(start, stop, size)])
+        start = stop
+    return layout
+
+
+def c1_memory_line(params, config: TracecovConfig, base: str) -> str:
+    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``)."""
+    plan, gb = c1_memory(params, config.c1_batch, C1_HOST_BYTES), 1e9
+    line = (f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of --c1_batch "
+            f"{config.c1_batch} mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most "
+            f"{C1_HOST_BYTES / 2 ** 30:g} GiB)")
+    if plan["on_disk"]:
+        line += (f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
+                 f"{os.path.dirname(base) or '.'}, removed after each batch)")
+    return line
 
 
 def detailed(records: list[dict], k: int, names) -> dict:
@@ -196,7 +222,8 @@ class TracecovRun:
 
     Progress: each finished prompt's record (and each c1 batch's record) is appended to this rank's log
     ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` and ``batches`` hold what is finished, so a resumed
-    run skips it. torchrun shards the prompt batches over ranks.
+    run skips it. torchrun gives each rank a contiguous range of prompts, equal in length up to one, cut into
+    its own c1 batches (``rank_batches``).
     """
 
     config: TracecovConfig
@@ -244,12 +271,16 @@ class TracecovRun:
                                 config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
                                 shared_prompt=config.engine == "fast", score_distribution=config.score_distribution)
         sampler.backend = make_vllm(config, device, sampler.settings()) or sampler.backend
+        if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
+            print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
 
     def sweep(self) -> tuple[dict[int, list[dict]], dict[int, list[dict]]]:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
-        all_batches = prompt_batches(len(self.rows), self.config.c1_batch)
-        mine = dist.shard(list(range(len(all_batches))), self.rank, self.world)
+        layout = rank_batches(len(self.rows), self.config.c1_batch, self.world)
+        all_batches = [batch for batches in layout for batch in batches]  # batch id = position here
+        first = sum(len(batches) for batches in layout[:self.rank])
+        mine = list(range(first, first + len(layout[self.rank])))
         records_by_k, batches_by_k = {}, {}
         for k in cli.progress(self.config.K_list, desc="K", disable=self.rank > 0):
             bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
@@ -262,7 +293,7 @@ class TracecovRun:
             self.done.update(latest_done)
             self.batches.update(latest_batches)
             records_by_k[k] = [r for (rk, _), r in self.done.items() if rk == k]
-            batches_by_k[k] = [r for (rk, _), r in self.batches.items() if rk == k]
+            batches_by_k[k] = [self.batches[(k, tuple(b))] for b in all_batches if (k, tuple(b)) in self.batches]
             if self.rank == 0:
                 write_json(f"{self.base}_K{k}_detailed.json", detailed(records_by_k[k], k, self.config.estimators))
         return records_by_k, batches_by_k
@@ -274,21 +305,26 @@ class TracecovRun:
         evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
         """
         config = self.config
-        need_c1 = config.with_advisor and len(indices) >= 2 and (k, batch_id) not in self.batches
-        c1 = BetweenPromptBatch() if need_c1 else None
-        for index in indices:
-            if c1 is not None or (k, index) not in self.done:
-                record, stats = self.evaluate_prompt(index, k)
-                if (k, index) not in self.done:
-                    self.append(record)
-                    self.done[(k, index)] = record
-                if c1 is not None:
-                    c1.add(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE], config.M, index)
-            if on_prompt:
-                on_prompt()
-        if c1 is not None:
-            self.batches[(k, batch_id)] = {"c1_batch": batch_id, "K": k, **c1.result()}
-            self.append(self.batches[(k, batch_id)])
+        need_c1 = config.with_advisor and len(indices) >= 2 and (k, tuple(indices)) not in self.batches
+        spill = f"{self.base}.c1.rank{self.rank}" if self.base else None  # mean gradients beyond C1_HOST_BYTES
+        c1 = BetweenPromptBatch(spill, C1_HOST_BYTES) if need_c1 else None
+        try:
+            for index in indices:
+                if c1 is not None or (k, index) not in self.done:
+                    record, stats = self.evaluate_prompt(index, k)
+                    if (k, index) not in self.done:
+                        self.append(record)
+                        self.done[(k, index)] = record
+                    if c1 is not None:
+                        c1.add(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE], config.M, index)
+                if on_prompt:
+                    on_prompt()
+            if c1 is not None:
+                self.batches[(k, tuple(indices))] = {"c1_batch": batch_id, "K": k, **c1.result()}
+                self.append(self.batches[(k, tuple(indices))])
+        finally:  # an interrupted batch is evaluated whole on resume: its mean gradients' files are not kept
+            if c1 is not None:
+                c1.discard()
 
     def evaluate_prompt(self, index: int, k: int) -> tuple[dict, PromptStats]:
         """Sample M*K continuations of row ``index``, score them; return its record (tr_cov per estimator) and stats.
@@ -351,10 +387,11 @@ class TracecovRun:
         return {"base": base, "result": result, "plot": png}
 
     def close(self) -> None:
-        """After every rank is done: rank 0 removes the progress logs; release the lock and the process group."""
+        """After every rank is done: rank 0 removes the progress logs (and any c1 file a crash left); release the
+        lock and the process group."""
         dist.barrier()
         if self.rank == 0:
-            for path in progress_paths(self.base):
+            for path in progress_paths(self.base) + glob.glob(glob.escape(self.base) + ".c1.rank*.bin"):
                 os.remove(path)
         if self.lock is not None:
             self.lock.close()

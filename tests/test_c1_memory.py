@@ -1,0 +1,163 @@
+"""Host memory of the c1 batches and the torchrun shard layout (issue 18).
+
+- ``c1_memory`` at Qwen2.5-1.5B shapes (a model on the meta device, no weights): at the default ``--c1_batch``
+  the copies would take 99 GB of host memory per rank; with the spill to memory-mapped files the estimate fits
+  in 32 GB.
+- A batch whose mean gradients go to files gives a bit-identical Gram matrix and c1 record, holds in memory
+  and on disk exactly what ``c1_memory`` says, and leaves no file behind.
+- ``rank_batches``: every rank's prompt count within one of the others, batches never crossing ranks, one
+  process = ``prompt_batches`` (so single-process results are unchanged).
+"""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_mse.gradients import statistics
+from grpo_mse.gradients.statistics import BetweenPromptBatch, c1_memory
+from grpo_mse.runs import tracecov as tracecov_job
+from grpo_mse.runs.tracecov import prompt_batches, rank_batches
+
+GB = 1e9
+
+
+def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    count = sum(p.numel() for p in params)
+    assert 1.53e9 < count < 1.55e9  # Qwen2.5-1.5B: 1.54B parameters (tied embeddings counted once)
+    batch = tracecov_job.TracecovConfig.__dataclass_fields__["c1_batch"].default
+    assert batch == 16
+    plan = c1_memory(params, batch)
+    assert plan["vector_bytes"] == 4 * count  # bf16 weights, float32 statistics
+    everything = c1_memory(params, batch, host_bytes=10 ** 15)  # the old layout: all copies in memory
+    assert everything["on_disk"] == 0 and everything["host_bytes"] > 98 * GB
+    assert plan["host_bytes"] <= 32 * GB
+    assert plan["in_memory"] == statistics.C1_HOST_BYTES // plan["vector_bytes"] == 1
+    assert plan["in_memory"] + plan["on_disk"] == batch and plan["disk_bytes"] == 15 * 4 * count
+    line = tracecov_job.c1_memory_line(params, tracecov_job.TracecovConfig(
+        oracle_table="t.jsonl", save_json="out", skip_plot=True), "out/tracecov_x")
+    assert "\n" not in line and "c1 memory per rank:" in line and f"{plan['host_bytes'] / GB:.3g} GB host" in line
+    assert f"{plan['disk_bytes'] / GB:.3g} GB disk" in line
+
+
+def _vectors(n, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(3)
+    shapes = [(7, 5), (11,), (3, 2, 4)]
+    return [[torch.randn(s, generator=generator, dtype=torch.float64).to(dtype) * (1 + i) for s in shapes]
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("host_vectors", [0, 2, 5])
+def test_spilled_batch_is_bit_identical_and_holds_what_the_estimate_says(tmp_path, monkeypatch, host_vectors):
+    vectors = _vectors(5)
+    each = sum(t.numel() * 4 for t in vectors[0])
+    plan = c1_memory(vectors[0], len(vectors), host_bytes=host_vectors * each)
+    assert (plan["in_memory"], plan["on_disk"]) == (host_vectors, 5 - host_vectors)
+    in_memory, spilled = BetweenPromptBatch(), BetweenPromptBatch(str(tmp_path / "run.c1.rank0"), host_vectors * each)
+    written = []
+    original = statistics.spill_to_file
+    monkeypatch.setattr(statistics, "spill_to_file", lambda v, path: written.append(path) or original(v, path))
+    for i, vector in enumerate(vectors):
+        in_memory.add(vector, 0.1 * i, 3, prompt_index=10 + i)
+        spilled.add(vector, 0.1 * i, 3, prompt_index=10 + i)
+    files = sorted(glob.glob(str(tmp_path / "*.bin")))
+    assert len(files) == len(written) == plan["on_disk"]
+    assert sum(os.path.getsize(f) for f in files) == plan["disk_bytes"]
+    assert spilled.kept_bytes == plan["in_memory"] * each
+    for mapped, vector in zip(spilled.means, vectors):  # exact copies, same shapes
+        assert all(torch.equal(a, b) for a, b in zip(mapped, vector))
+    expected = in_memory.result()
+    assert spilled.result() == expected  # every float of the Gram matrix and c1, bit for bit
+    assert not glob.glob(str(tmp_path / "*.bin"))
+    gram = np.array([[sum(float((a.double() * b.double()).sum()) for a, b in zip(u, v)) for v in vectors]
+                     for u in vectors])
+    np.testing.assert_allclose(expected["gram"], gram, rtol=1e-12)
+
+
+def test_spill_round_trip_keeps_bf16_and_float64_values(tmp_path):
+    for dtype in (torch.bfloat16, torch.float64):
+        (vector,) = _vectors(1, dtype)
+        mapped = statistics.spill_to_file(vector, str(tmp_path / f"{dtype}.bin"))
+        assert all(m.dtype == dtype and torch.equal(m, v) for m, v in zip(mapped, vector))
+        assert os.path.getsize(tmp_path / f"{dtype}.bin") == sum(v.numel() * v.element_size() for v in vector)
+
+
+def test_large_parameter_is_written_in_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(statistics, "SPILL_CHUNK", 7)
+    vector = [torch.arange(30, dtype=torch.float32).view(5, 6), torch.arange(3, dtype=torch.float32)]
+    mapped = statistics.spill_to_file(vector, str(tmp_path / "v.bin"))
+    assert all(torch.equal(m, v) for m, v in zip(mapped, vector))
+    gram_blocks = 2 * 4 * (2 ** 19 // 4) * 8  # gram64's float64 working blocks for 4 vectors
+    assert c1_memory(vector, 4, host_bytes=0)["host_bytes"] == gram_blocks + 7 * 4  # + one chunk of 7 floats
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 16, 17, 33, 100, 500])
+@pytest.mark.parametrize("size", [1, 3, 16])
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_rank_batches_balance_prompts_and_keep_batches_on_one_rank(count, size, world):
+    layout = rank_batches(count, size, world)
+    assert len(layout) == world
+    per_rank = [sum(len(b) for b in batches) for batches in layout]
+    assert max(per_rank) - min(per_rank) <= 1 and sum(per_rank) == count
+    flat = [i for batches in layout for batch in batches for i in batch]
+    assert flat == list(range(count))  # every prompt once, in order; each batch lies in one rank's range
+    assert all(1 <= len(b) <= size and b == list(range(b[0], b[0] + len(b))) for bs in layout for b in bs)
+    if world == 1:
+        assert layout[0] == prompt_batches(count, size)
+
+
+def test_rank_batches_balance_where_whole_batches_could_not():
+    """T = 100, --c1_batch 16 on 8 ranks: whole batches gave 16, 16, ..., 4, 0 prompts; now 13 or 12."""
+    layout = rank_batches(100, 16, 8)
+    assert [sum(map(len, b)) for b in layout] == [13, 13, 13, 13, 12, 12, 12, 12]
+    assert layout[1] == [list(range(13, 26))]
+
+
+def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(builtin_policy, tmp_path, monkeypatch):
+    """TracecovRun.run_batch (the path of run_tracecov.py) with C1_HOST_BYTES = 0: the batch's files appear in
+    the run folder, are gone after the batch, and its c1 record equals the in-memory one exactly."""
+    from grpo_mse.builtin.arithmetic import make_rows
+    from grpo_mse.gradients.config import TracecovConfig
+    from grpo_mse.policy.loading import eos_token_ids
+
+    model, tokenizer = builtin_policy
+    rows = [{**row, "V_oracle": 0.5} for row in make_rows(3, seed=2)]
+    config = TracecovConfig(oracle_table="rows", save_json=str(tmp_path), skip_plot=True, M=2, K_list=[2],
+                            max_new_tokens=4, device="cpu", estimators=["grpo", "oracleV"])
+
+    def batch_record(name):
+        sampler = tracecov_job.PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 4, 64, 0)
+        run = tracecov_job.TracecovRun(config, sampler, rows, [r["id"] for r in rows], base=str(tmp_path / name))
+        run.run_batch(0, [0, 1, 2], 2)
+        return run.batches[(2, (0, 1, 2))]
+
+    kept = batch_record("memory")
+    written = []
+    original = statistics.spill_to_file
+    monkeypatch.setattr(statistics, "spill_to_file", lambda v, path: written.append(path) or original(v, path))
+    monkeypatch.setattr(tracecov_job, "C1_HOST_BYTES", 0)
+    spilled = batch_record("disk")
+    assert written == [str(tmp_path / f"disk.c1.rank0.{j}.bin") for j in range(3)]
+    assert not glob.glob(str(tmp_path / "*.bin"))
+    assert spilled == kept and spilled["prompt_indices"] == [0, 1, 2] and spilled["c1_batch"] == 0
+
+    evaluate, calls = tracecov_job.TracecovRun.evaluate_prompt, []
+
+    def crashing(run, index, k):
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated crash")
+        calls.append(index)
+        return evaluate(run, index, k)
+    monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        batch_record("crash")
+    assert len(written) == 5 and not glob.glob(str(tmp_path / "*.bin"))  # two files written, both removed
