@@ -17,7 +17,7 @@ check_output() {
     fail "$setting $dir is a file, not a folder"
   fi
   local tracked=""
-  [ ! -d "$dir" ] || tracked=$(git ls-files -- "$dir" 2> /dev/null | head -n 1)
+  [ ! -d "$dir" ] || tracked=$( (git ls-files -- "$dir" 2> /dev/null || true) | head -n 1)  # outside a repository: none
   if [ -n "$tracked" ] && [ "${DEMO_OVERWRITE:-0}" != 1 ]; then
     fail "$setting $dir holds the committed results (tracked by git); set DEMO_OVERWRITE=1 to regenerate them there"
   fi
