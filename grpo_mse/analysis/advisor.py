@@ -221,29 +221,27 @@ def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient:
 
 
 def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarray, weights: np.ndarray) -> dict:
-    """K*_exact = 1 + sqrt(c3/c1) with a studentized interval on the scale of L = log(K* - 1) = (log c3 - log c1)/2,
-    se(L) by the delta method from the weight derivatives ``d1``, ``d3`` of c1, c3 (their covariance included).
-    A replicate with c1 <= 0 < c3 (K* = inf) counts as t = +inf, one with c3 <= 0 < c1 (K* = 1) as -inf, both
-    <= 0 as undefined, so the interval can end at 1 or inf. BCa when the data's own c1 or c3 is not positive."""
+    """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
+    replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
+    is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
+    ``d3`` of c1 and c3: dq = (d1 - q d3) / c3 (their covariance included). Replicates with c3 <= 0 are left out
+    (counted in degenerate_replicates). BCa when the data's own c1 or c3 is not positive."""
     k = k_star(c1, c3)
-    n_boot = bs.n_boot_of(weights)
     if not (c1[0] > 0 and c3[0] > 0):
         return {**bs.summarise(k, weights), "interval": "bca"}
     with np.errstate(invalid="ignore", divide="ignore"):
-        var = 0.25 * (bs.influence_covariance(weights, d3) / c3 ** 2 + bs.influence_covariance(weights, d1) / c1 ** 2
-                      - 2 * bs.influence_covariance(weights, d1, d3) / (c1 * c3))
-        se = np.sqrt(np.where(var > 0, var, np.nan))
-        log_ratio = 0.5 * (np.log(c3) - np.log(c1))
-        t = (log_ratio[1:1 + n_boot] - log_ratio[0]) / se[1:1 + n_boot]
-    t = np.where(np.isfinite(t), t, np.nan)
-    boot_k = k[1:1 + n_boot]
-    t = np.where(np.isposinf(boot_k), np.inf, np.where(boot_k == 1.0, -np.inf, t))
-    bounds = bs.t_interval(float(log_ratio[0]), float(se[0]), t, n_boot)
-    estimate = float(k[0])
-    if bounds is None:
+        q = np.where(c3 > 0, c1 / c3, np.nan)
+        se = np.sqrt(bs.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
+    summary = bs.studentized_summary(q, se, weights, log=True)
+    if summary["interval"] == "bca":
         return {**bs.summarise(k, weights), "interval": "bca"}
-    return {"estimate": estimate, "ci95": [float(1 + np.exp(v)) for v in bounds],
-            "n_undefined": int(np.isnan(boot_k).sum()), "interval": "studentized-log"}
+    low, high = summary["ci95"]
+    with np.errstate(divide="ignore"):
+        bounds = [1 + 1 / np.sqrt(high) if high > 0 else np.inf, 1 + 1 / np.sqrt(low) if low > 0 else np.inf]
+    n_boot = bs.n_boot_of(weights)
+    return {"estimate": float(k[0]), "ci95": [float(v) for v in bounds],
+            "n_undefined": int(np.isnan(k[1:1 + n_boot]).sum()),
+            "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized"}
 
 
 def prompt_columns(records_by_k: dict[int, list[dict]]) -> tuple[list, dict]:
@@ -334,7 +332,7 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
                  "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
                  "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
                  "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
-                 "(log scale) and both K* (log(K*_exact - 1)), BCa for the rest (ci95_method); degenerate replicates (c1 or c3 <= 0) are counted "
+                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method); degenerate replicates (c1 or c3 <= 0) are counted "
                  "(K*: inf or 1). Numbers: \"inf\" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. "
                  "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
                  "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."),
