@@ -121,3 +121,29 @@ def test_advisor_intervals_cover_on_a_heavy_tailed_population():
     assert row["largest_share_median"] > 0.1  # heavy-tailed: one prompt carries a tenth of the sum
     for name in ("c1", "c3", "K_star_exact"):
         assert row["coverage"][name] >= 0.90, (name, row["coverage"])
+
+
+def test_simulated_coverage_is_read_at_the_nearest_largest_share(tmp_path):
+    """The calibration row is the one whose median largest-prompt share is nearest on the log scale; a share
+    above every row's upper quartile is flagged; the printout puts the coverage beside each interval."""
+    import json
+
+    def row(share, c1):
+        return {"T": 192, "sigma": 1.0, "runs": 100, "largest_share_median": share,
+                "largest_share_quartiles": [share * 0.8, share * 1.25],
+                "coverage": {"c1": c1, "c3": c1 + 0.01, "K_star_exact": c1 + 0.02, "grpo/oracleV@2": 0.5}}
+
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps({"rows": [row(0.02, 0.95), row(0.06, 0.91), row(0.2, 0.85)]}))
+    assert advisor.simulated_coverage(0.035, str(path))["coverage"]["c1"] == 0.91  # log: nearer 0.06 than 0.02
+    found = advisor.simulated_coverage(0.11, str(path))
+    assert found["coverage"] == {"c1": 0.85, "c3": 0.86, "K_star_exact": 0.87} and not found["beyond_table"]
+    assert advisor.simulated_coverage(0.3, str(path))["beyond_table"]
+    assert advisor.simulated_coverage(float("nan"), str(path)) is None
+    assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
+    advice = {"pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
+              "ci95": {"K_star_exact": [2.5, 4.0]}, "allowed_K": [2, 4], "simulated_coverage": found,
+              "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0}}
+    text = advisor.describe(advice)
+    assert "3 [2.5, 4] (simulated coverage ~87% at this run's tail)" in text
+    assert "share 0.200 (T=192, sigma=1.0, 100 runs)" in text

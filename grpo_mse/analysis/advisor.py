@@ -17,7 +17,9 @@ Intervals: one joint prompt bootstrap (``bootstrap``) for every constant, K* and
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import numpy as np
 
@@ -244,6 +246,33 @@ def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarra
             "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized"}
 
 
+CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
+CALIBRATED = ("c1", "c3", "K_star_exact")  # the intervals whose coverage the calibration table gives
+
+
+def simulated_coverage(share: float, path: str = CALIBRATION) -> dict | None:
+    """The simulated coverage of the c1, c3 and K* intervals at the calibration row (scripts/coverage_heavy_tails.py,
+    committed as ``path``) whose median largest-prompt share is nearest to this run's ``share`` on the log scale;
+    ``beyond_table`` when ``share`` exceeds every row's upper quartile (coverage there is likely lower still).
+    None when ``share`` is undefined or there is no table."""
+    if not (share is not None and np.isfinite(share) and share > 0 and os.path.exists(path)):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        rows = json.load(handle)["rows"]
+    row = min(rows, key=lambda r: abs(math.log(r["largest_share_median"] / share)))
+    return {"largest_prompt_share": float(share),
+            "calibration_row": {key: row[key] for key in ("T", "sigma", "runs", "largest_share_median")},
+            "coverage": {name: row["coverage"][name] for name in CALIBRATED},
+            "beyond_table": bool(share > max(r["largest_share_quartiles"][1] for r in rows)),
+            "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)"}
+
+
+def tail_share(columns: list[np.ndarray]) -> float:
+    """The largest prompt's share of the summed per-prompt c2 (the oracle's MSE), the largest over K (nan if none)."""
+    shares = [np.nanmax(c) / np.nansum(c) for c in columns if np.isfinite(c).any() and np.nansum(c) > 0]
+    return float(max(shares)) if shares else math.nan
+
+
 def prompt_columns(records_by_k: dict[int, list[dict]]) -> tuple[list, dict]:
     """(sorted prompt indices, {prompt_index: column}) over every K (the bootstrap's units)."""
     prompts = sorted({r["prompt_index"] for records in records_by_k.values() for r in records})
@@ -319,6 +348,7 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
         "pooled": {name: s["estimate"] for name, s in summaries.items()},
         "ci95": {name: s["ci95"] for name, s in summaries.items()},
         "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
+        "simulated_coverage": simulated_coverage(tail_share(columns["c2"])),
         "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
         "budget": budget, "allowed_K": allowed_k,
         "K_best_frequency": frequency,
@@ -332,7 +362,8 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
                  "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
                  "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
                  "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
-                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method); degenerate replicates (c1 or c3 <= 0) are counted "
+                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
+                 "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share; degenerate replicates (c1 or c3 <= 0) are counted "
                  "(K*: inf or 1). Numbers: \"inf\" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. "
                  "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
                  "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."),
@@ -352,9 +383,15 @@ def describe(advice: dict) -> str:
     interval, rounded; otherwise which way the data lean and which K are within 10% of the smallest error."""
     pooled, ci = advice["pooled"], advice["ci95"]
 
+    calibration = advice.get("simulated_coverage")
+
     def item(name):
         low, high = ci.get(name) or (None, None)
-        return f"{rounded(pooled[name])} [{rounded(low)}, {rounded(high)}]"
+        text = f"{rounded(pooled[name])} [{rounded(low)}, {rounded(high)}]"
+        if calibration and name in calibration["coverage"]:
+            bound = "<= " if calibration["beyond_table"] else "~"
+            text += f" (simulated coverage {bound}{calibration['coverage'][name]:.0%} at this run's tail)"
+        return text
 
     slope_line = ""
     if advice.get("c3_slope_per_K"):
@@ -373,8 +410,14 @@ def describe(advice: dict) -> str:
             best += f" ({advice_line['message'].split('; ', 1)[-1]})"
     else:
         best = f"K in {advice['allowed_K']}: {advice_line['message']}"
+    tail = ""
+    if calibration:
+        row = calibration["calibration_row"]
+        tail = (f"\n  largest prompt's share of c2 {calibration['largest_prompt_share']:.3f}: coverage simulated at "
+                f"share {row['largest_share_median']:.3f} (T={row['T']}, sigma={row['sigma']}, {row['runs']} runs)"
+                + (", this run's tail is heavier than any in the table" if calibration["beyond_table"] else ""))
     return (f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
             f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
             f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
             f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
-            f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line)
+            f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line + tail)
