@@ -363,7 +363,8 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
                  "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
                  "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
                  "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
-                 "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share; degenerate replicates (c1 or c3 <= 0) are counted "
+                 "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share. "
+                 "Degenerate replicates (c1 or c3 <= 0) are counted "
                  "(K*: inf or 1). Numbers: \"inf\" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. "
                  "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
                  "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."),
