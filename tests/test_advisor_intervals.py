@@ -1,6 +1,7 @@
 """The advisor's studentized intervals (grpo_mse.analysis.bootstrap, advisor): the standard errors they divide by,
-checked against finite differences and textbook formulas, and their coverage on a heavy-tailed population
-(scripts/coverage_heavy_tails.py, small: the full measurement is the table in docs/statistics.md)."""
+checked against finite differences and textbook formulas, their coverage on a light-tailed population
+(scripts/coverage_heavy_tails.py, small: the full measurement is the table in docs/statistics.md), and the
+simulated coverage reported beside them."""
 
 import numpy as np
 import pytest
@@ -113,14 +114,14 @@ def test_k_star_interval_ends_at_inf_when_c1_may_be_zero():
     assert np.isfinite(advisor.k_star_summary(*_constants(2.0))["ci95"][1])
 
 
-def test_advisor_intervals_cover_on_a_heavy_tailed_population():
-    """scripts/coverage_heavy_tails.py in small (96 prompts, lognormal score scale sigma = 1, 60 runs, 200
-    replicates): the studentized intervals of c1, c3 and K*_exact cover the exact values in at least 90% of runs
-    (BCa, the former method: 78-85% there). The full table (200 runs, T = 192, 512) is in docs/statistics.md."""
-    row = coverage_heavy_tails.coverage(96, runs=60, sigma=1.0, n_boot=200, seed=11)
-    assert row["largest_share_median"] > 0.1  # heavy-tailed: one prompt carries a tenth of the sum
+def test_advisor_intervals_cover_on_the_light_tailed_population():
+    """scripts/coverage_heavy_tails.py in small (96 prompts, no score scaling: sigma = 0, 60 runs, 200 replicates):
+    the studentized intervals of c1, c3 and K*_exact cover the exact values in 90-99% of runs (measured 93-95%); a
+    standard error off by a factor 2 either way would give about 70% or 100%. Under heavy tails (sigma = 1) they
+    cover less: the table in docs/statistics.md and grpo_mse/analysis/coverage_calibration.json."""
+    row = coverage_heavy_tails.coverage(96, runs=60, sigma=0.0, n_boot=200, seed=11)
     for name in ("c1", "c3", "K_star_exact"):
-        assert row["coverage"][name] >= 0.90, (name, row["coverage"])
+        assert 0.90 <= row["coverage"][name] <= 0.99, (name, row["coverage"])
 
 
 def test_simulated_coverage_is_read_at_the_nearest_largest_share(tmp_path):
