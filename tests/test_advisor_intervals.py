@@ -116,8 +116,9 @@ def test_k_star_interval_ends_at_inf_when_c1_may_be_zero():
 
 def test_advisor_intervals_cover_on_the_light_tailed_population():
     """scripts/coverage_heavy_tails.py in small (96 prompts, no score scaling: sigma = 0, 60 runs, 200 replicates):
-    the studentized intervals of c1, c3 and K*_exact cover the exact values in 90-99% of runs (measured 93-95%); a
-    standard error off by a factor 2 either way would give about 70% or 100%. Under heavy tails (sigma = 1) they
+    the studentized intervals of c1, c3 and K*_exact cover the exact values in 90-99% of runs (measured 93-95%); an
+    end mapped the wrong way through K* = 1 + 1/sqrt(q), or a c1 off its target, covers far less. (A standard error
+    off by a constant factor cancels in t; the by-hand tests above check its form.) Under heavy tails (sigma = 1) they
     cover less: the table in docs/statistics.md and grpo_mse/analysis/coverage_calibration.json."""
     row = coverage_heavy_tails.coverage(96, runs=60, sigma=0.0, n_boot=200, seed=11)
     for name in ("c1", "c3", "K_star_exact"):
