@@ -127,14 +127,15 @@ def main(argv=None) -> None:
     parser = cli.ArgumentParser(description=__doc__)
     parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[192, 512], help="prompts per run")
     parser.add_argument("--runs", type=cli.integer(minimum=1), default=200, help="simulated runs per T")
-    parser.add_argument("--sigma", type=cli.number(minimum=0), default=1.0, help="lognormal sigma of the score scale")
+    parser.add_argument("--sigma", type=cli.number(minimum=0), nargs="+", default=[1.0],
+                        help="lognormal sigma(s) of the score scale (one row per sigma and T)")
     parser.add_argument("--n_boot", type=cli.integer(minimum=50), default=1000, help="bootstrap replicates")
     parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
     parser.add_argument("--out", default=None, help="JSON file for the table (default: print only)")
     args = parser.parse_args(argv)
     if args.out:
         cli.writable_file(args.out, "--out")
-    rows = [coverage(t, args.runs, args.sigma, args.n_boot, args.seed + t) for t in args.T]
+    rows = [coverage(t, args.runs, sigma, args.n_boot, args.seed + t) for sigma in args.sigma for t in args.T]
     for row in rows:
         cells = "  ".join(f"{name}={value:.3f}" for name, value in row["coverage"].items())
         print(f"T={row['T']} sigma={row['sigma']} runs={row['runs']} largest share (median) "

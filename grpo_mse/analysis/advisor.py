@@ -17,7 +17,9 @@ Intervals: one joint prompt bootstrap (``bootstrap``) for every constant, K* and
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import numpy as np
 
@@ -187,23 +189,88 @@ def per_prompt_constants(record: dict) -> tuple[float, float]:
     return k * oracle, k * (k - 1) * (tr[GRPO] - oracle)
 
 
-def batch_c1(weights: np.ndarray, batches: list[dict], position: dict) -> np.ndarray:
+def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient: bool = False):
     """[R] c1 = mean_i W_i (||g_hat_i||^2 - tr_i / M) - mean over within-batch pairs i != j of W_i W_j <g_hat_i,
-    g_hat_j>: each replicate's own prompts, grouped by the batch they were evaluated in (row 0: the data)."""
+    g_hat_j>: each replicate's own prompts, grouped by the batch they were evaluated in (row 0: the data).
+    With ``gradient`` also [R, n] its derivative in each prompt's weight (for ``bootstrap.influence_covariance``):
+    (d_i - A)/sum W - 2 (sum_j W_j G_ij - B (S_b - W_i)) / (pairs), A, B the two means, S_b the batch's weight."""
     diag_sum, diag_mass = np.zeros(len(weights)), np.zeros(len(weights))
     cross_sum, cross_mass = np.zeros(len(weights)), np.zeros(len(weights))
-    for batch in batches:
-        if "gram" not in batch or batch["n"] < 2:
-            continue
+    used = [batch for batch in batches if "gram" in batch and batch["n"] >= 2]
+    parts = []
+    for batch in used:
         gram = np.asarray(batch["gram"], dtype=np.float64)
-        w = weights[:, [position[i] for i in batch["prompt_indices"]]]
-        diag_sum += w @ (np.diag(gram) - np.asarray(batch["within_each"]))
-        diag_mass += w.sum(1)
+        cols = [position[i] for i in batch["prompt_indices"]]
+        w = weights[:, cols]
+        diag = np.diag(gram) - np.asarray(batch["within_each"])
         off = gram - np.diag(np.diag(gram))
+        diag_sum += w @ diag
+        diag_mass += w.sum(1)
         cross_sum += np.einsum("ri,ij,rj->r", w, off, w)
         cross_mass += w.sum(1) ** 2 - (w ** 2).sum(1)
+        parts.append((cols, w, diag, off))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(cross_mass > 0, diag_sum / diag_mass - cross_sum / cross_mass, np.nan)
+        value = np.where(cross_mass > 0, diag_sum / diag_mass - cross_sum / cross_mass, np.nan)
+        if not gradient:
+            return value
+        mean_diag, mean_cross = diag_sum / diag_mass, cross_sum / cross_mass
+        derivative = np.zeros_like(weights)
+        for cols, w, diag, off in parts:
+            pairs = w.sum(1, keepdims=True) - w  # d(pairs)/dW_i / 2 = S_b - W_i
+            derivative[:, cols] += ((diag[None, :] - mean_diag[:, None]) / diag_mass[:, None]
+                                    - 2 * (w @ off - mean_cross[:, None] * pairs) / cross_mass[:, None])
+    return value, np.where(np.isfinite(value)[:, None], derivative, np.nan)
+
+
+def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarray, weights: np.ndarray) -> dict:
+    """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
+    replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
+    is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
+    ``d3`` of c1 and c3: dq = (d1 - q d3) / c3 (their covariance included). Replicates with c3 <= 0 are left out
+    (counted in degenerate_replicates). BCa when the data's own c1 or c3 is not positive."""
+    k = k_star(c1, c3)
+    if not (c1[0] > 0 and c3[0] > 0):
+        return {**bs.summarise(k, weights), "interval": "bca"}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.where(c3 > 0, c1 / c3, np.nan)
+        se = np.sqrt(bs.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
+    summary = bs.studentized_summary(q, se, weights, log=True)
+    if summary["interval"] == "bca":
+        return {**bs.summarise(k, weights), "interval": "bca"}
+    low, high = summary["ci95"]
+    with np.errstate(divide="ignore"):
+        bounds = [1 + 1 / np.sqrt(high) if high > 0 else np.inf, 1 + 1 / np.sqrt(low) if low > 0 else np.inf]
+    n_boot = bs.n_boot_of(weights)
+    return {"estimate": float(k[0]), "ci95": [float(v) for v in bounds],
+            "n_undefined": int(np.isnan(k[1:1 + n_boot]).sum()),
+            "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized"}
+
+
+CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
+CALIBRATED = ("c1", "c3", "K_star_exact")  # the intervals whose coverage the calibration table gives
+
+
+def simulated_coverage(share: float, path: str = CALIBRATION) -> dict | None:
+    """The simulated coverage of the c1, c3 and K* intervals at the calibration row (scripts/coverage_heavy_tails.py,
+    committed as ``path``) whose median largest-prompt share is nearest to this run's ``share`` on the log scale;
+    ``beyond_table`` when ``share`` exceeds every row's upper quartile (coverage there is likely lower still).
+    None when ``share`` is undefined or there is no table."""
+    if not (share is not None and np.isfinite(share) and share > 0 and os.path.exists(path)):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        rows = json.load(handle)["rows"]
+    row = min(rows, key=lambda r: abs(math.log(r["largest_share_median"] / share)))
+    return {"largest_prompt_share": float(share),
+            "calibration_row": {key: row[key] for key in ("T", "sigma", "runs", "largest_share_median")},
+            "coverage": {name: row["coverage"][name] for name in CALIBRATED},
+            "beyond_table": bool(share > max(r["largest_share_quartiles"][1] for r in rows)),
+            "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)"}
+
+
+def tail_share(columns: list[np.ndarray]) -> float:
+    """The largest prompt's share of the summed per-prompt c2 (the oracle's MSE), the largest over K (nan if none)."""
+    shares = [np.nanmax(c) / np.nansum(c) for c in columns if np.isfinite(c).any() and np.nansum(c) > 0]
+    return float(max(shares)) if shares else math.nan
 
 
 def prompt_columns(records_by_k: dict[int, list[dict]]) -> tuple[list, dict]:
@@ -235,15 +302,19 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
         weights = bs.prompt_weights(len(prompts), n_boot, seed)
-    c2 = np.stack([bs.weighted_mean(weights, column(records_by_k[k], position, lambda r: per_prompt_constants(r)[0]))
-                   for k in ks], axis=1)
-    c3 = np.stack([bs.weighted_mean(weights, column(records_by_k[k], position, lambda r: per_prompt_constants(r)[1]))
-                   for k in ks], axis=1)
-    c1 = np.stack([batch_c1(weights, batches_by_k.get(k, []), position) for k in ks], axis=1)
+    columns = {name: [column(records_by_k[k], position, lambda r, j=j: per_prompt_constants(r)[j]) for k in ks]
+               for j, name in ((0, "c2"), (1, "c3"))}
+    c2, c3 = (np.stack([bs.weighted_mean(weights, c) for c in columns[name]], axis=1) for name in ("c2", "c3"))
+    c1_parts = [batch_c1(weights, batches_by_k.get(k, []), position, gradient=True) for k in ks]
+    c1 = np.stack([value for value, _ in c1_parts], axis=1)
     finite = np.isfinite(c1).sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):  # c1: plain mean over the K that have c1 batches
         pooled = {"c1": np.where(finite > 0, np.where(np.isfinite(c1), c1, 0).sum(1) / finite, np.nan),
                   "c2": c2.mean(1), "c3": c3.mean(1)}
+        derivative = {"c1": sum(np.nan_to_num(d) for _, d in c1_parts) / finite[:, None]}  # [R, n] in the weights
+        for name, values in (("c2", c2), ("c3", c3)):
+            derivative[name] = sum(bs.mean_gradient(weights, c, values[:, i])
+                                   for i, c in enumerate(columns[name])) / len(ks)
     allowed_k = allowed_group_sizes(budget, allowed)
     pooled["K_star_paper"] = paper_k_star(pooled["c1"], pooled["c3"])
     pooled["K_star_exact"] = k_star(pooled["c1"], pooled["c3"])
@@ -254,6 +325,16 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
     if np.any(np.isnan(best)):
         frequency["undefined"] = float(np.mean(np.isnan(best)))  # ties (e.g. c1 = c3 = 0) or undefined constants
     summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
+    errors = {name: np.sqrt(bs.influence_covariance(weights, derivative[name])) for name in derivative}
+    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights)
+    for name in ("c2", "c3"):
+        summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True)
+    summaries["K_star_exact"] = k_star_summary(pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"],
+                                               weights)
+    paper = summaries["K_star_exact"]
+    if paper["interval"] != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
+        summaries["K_star_paper"] = {**summaries["K_star_paper"], "interval": paper["interval"],
+                                     "ci95": [v - 1 for v in paper["ci95"]]}
     relative = relative_errors(pooled["c1"], pooled["c2"], pooled["c3"], allowed_k, budget)
     replicates = pooled["c1"][1:1 + n_boot], pooled["c3"][1:1 + n_boot]
     point = {name: summaries[name]["estimate"] for name in ("c1", "c2", "c3")}
@@ -266,6 +347,8 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
                   for i, k in enumerate(ks)},
         "pooled": {name: s["estimate"] for name, s in summaries.items()},
         "ci95": {name: s["ci95"] for name, s in summaries.items()},
+        "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
+        "simulated_coverage": simulated_coverage(tail_share(columns["c2"])),
         "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
         "budget": budget, "allowed_K": allowed_k,
         "K_best_frequency": frequency,
@@ -277,8 +360,11 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
         "note": ("Exact error at budget N: c1 K/N + c2/N + c3/(N (K-1)), minimised at K_star_exact = 1 + sqrt(c3/c1); "
                  "K_star_paper = sqrt(c3/c1) is the paper's formula (it minimises c1 K/N + c3/(N K), a lower "
                  "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
-                 "within-batch pairs of prompts. 95% intervals: BCa, one joint prompt bootstrap (the same "
-                 "resampled prompts for every constant); degenerate replicates (c1 or c3 <= 0) are counted "
+                 "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
+                 "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
+                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
+                 "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share. "
+                 "Degenerate replicates (c1 or c3 <= 0) are counted "
                  "(K*: inf or 1). Numbers: \"inf\" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. "
                  "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
                  "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."),
@@ -298,9 +384,15 @@ def describe(advice: dict) -> str:
     interval, rounded; otherwise which way the data lean and which K are within 10% of the smallest error."""
     pooled, ci = advice["pooled"], advice["ci95"]
 
+    calibration = advice.get("simulated_coverage")
+
     def item(name):
         low, high = ci.get(name) or (None, None)
-        return f"{rounded(pooled[name])} [{rounded(low)}, {rounded(high)}]"
+        text = f"{rounded(pooled[name])} [{rounded(low)}, {rounded(high)}]"
+        if calibration and name in calibration["coverage"]:
+            bound = "<= " if calibration["beyond_table"] else "~"
+            text += f" (simulated coverage {bound}{calibration['coverage'][name]:.0%} at this run's tail)"
+        return text
 
     slope_line = ""
     if advice.get("c3_slope_per_K"):
@@ -319,8 +411,14 @@ def describe(advice: dict) -> str:
             best += f" ({advice_line['message'].split('; ', 1)[-1]})"
     else:
         best = f"K in {advice['allowed_K']}: {advice_line['message']}"
+    tail = ""
+    if calibration:
+        row = calibration["calibration_row"]
+        tail = (f"\n  largest prompt's share of c2 {calibration['largest_prompt_share']:.3f}: coverage simulated at "
+                f"share {row['largest_share_median']:.3f} (T={row['T']}, sigma={row['sigma']}, {row['runs']} runs)"
+                + (", this run's tail is heavier than any in the table" if calibration["beyond_table"] else ""))
     return (f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
             f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
             f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
             f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
-            f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line)
+            f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line + tail)

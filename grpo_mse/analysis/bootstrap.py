@@ -93,6 +93,20 @@ def ratio_of_means(weights: np.ndarray, numerator, denominator=None) -> tuple[np
     return ratio, np.where(n > 1, se, np.nan)
 
 
+def t_interval(value: float, error: float, t: np.ndarray, n_boot: int, level: float = 0.95) -> list[float] | None:
+    """[value - t_hi error, value - t_lo error] from the replicates' studentized values ``t`` (nan = undefined,
+    left out; +-inf allowed: a replicate beyond any finite value, which gives an infinite end); None when
+    ``value`` or ``error`` is not finite or more than half the replicates are undefined."""
+    t = t[~np.isnan(t)]
+    if not (np.isfinite(value) and np.isfinite(error)) or len(t) < 0.5 * n_boot:
+        return None
+    tail = (1 - level) / 2
+    method = "linear" if np.isfinite(t).all() else "inverted_cdf"  # no interpolation between inf and a number
+    t_low, t_high = np.quantile(t, [tail, 1 - tail], method=method)
+    with np.errstate(invalid="ignore"):
+        return [float(value - t_high * error), float(value - t_low * error)]
+
+
 def studentized_interval(estimates: np.ndarray, errors: np.ndarray, weights: np.ndarray, level: float = 0.95,
                          log: bool = False) -> list[float] | None:
     """Bootstrap-t interval [T - t_hi se, T - t_lo se] with t_r = (T_r - T) / se_r over the bootstrap rows
@@ -102,15 +116,50 @@ def studentized_interval(estimates: np.ndarray, errors: np.ndarray, weights: np.
     values, errors = np.asarray(estimates[:1 + n_boot], dtype=np.float64), np.asarray(errors[:1 + n_boot])
     log = log and bool(np.all(values[np.isfinite(values)] > 0))
     if log:
-        values, errors = np.log(values), errors / np.exp(values)
-    t = (values[1:] - values[0]) / errors[1:]
-    t = t[np.isfinite(t)]
-    if not (np.isfinite(values[0]) and np.isfinite(errors[0])) or len(t) < 0.5 * n_boot:
+        values, errors = np.log(values), errors / values  # se(log T) = se(T) / T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = (values[1:] - values[0]) / errors[1:]
+    bounds = t_interval(values[0], errors[0], np.where(np.isfinite(t), t, np.nan), n_boot, level)
+    if bounds is None:
         return None
-    tail = (1 - level) / 2
-    t_low, t_high = np.quantile(t, [tail, 1 - tail])
-    bounds = [values[0] - t_high * errors[0], values[0] - t_low * errors[0]]
     return [float(np.exp(v)) if log else float(v) for v in bounds]
+
+
+def mean_gradient(weights: np.ndarray, values, mean: np.ndarray) -> np.ndarray:
+    """[R, n] derivative of ``weighted_mean(weights, values)`` (= ``mean``) in each prompt's weight:
+    (x_i - mean) / sum_j W_rj over the prompts with a finite x (0 elsewhere)."""
+    values = np.asarray(values, dtype=np.float64)
+    present = np.isfinite(values)
+    mass = weights[:, present].sum(1, keepdims=True)
+    gradient = np.zeros_like(weights)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gradient[:, present] = (values[present][None, :] - np.asarray(mean)[:, None]) / mass
+    return gradient
+
+
+def influence_covariance(weights: np.ndarray, first: np.ndarray, second: np.ndarray | None = None) -> np.ndarray:
+    """[R] infinitesimal-jackknife covariance n/(n-1) sum_i W_ri d1_ri d2_ri of two statistics from their [R, n]
+    weight derivatives (``second`` omitted: the variance of the first), n = sum_i W_ri. For a statistic unchanged
+    when every weight is scaled alike (any mean or ratio of means) this is the delta-method variance; for a
+    mean it is sum_i W (x_i - mean)^2 / (n (n - 1))."""
+    second = first if second is None else second
+    n = weights.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 1, n / (n - 1) * np.einsum("ri,ri,ri->r", weights, first, second), np.nan)
+
+
+def studentized_summary(draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False) -> dict:
+    """``summarise`` with a studentized interval (``studentized_interval``; log scale when ``log`` and every
+    value is positive, else the natural scale); BCa when the estimate's own standard error is undefined."""
+    draws = np.asarray(draws, dtype=np.float64)
+    ci = studentized_interval(draws, errors, weights, log=log)
+    if ci is None:
+        return {**summarise(draws, weights), "interval": "bca"}
+    rows = draws[:1 + n_boot_of(weights)]
+    log = log and bool(np.all(rows[np.isfinite(rows)] > 0))
+    estimate = float(draws[0])
+    return {"estimate": None if np.isnan(estimate) else estimate, "ci95": ci,
+            "n_undefined": int(np.isnan(rows[1:]).sum()), "interval": "studentized-log" if log else "studentized"}
 
 
 def ratio_summary(weights: np.ndarray, numerator, denominator=None, log: bool = True) -> tuple[dict, np.ndarray]:
