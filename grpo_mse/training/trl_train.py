@@ -37,6 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="stop after this many steps (0: the epochs)")
     p.add_argument("--max_prompt_length", type=cli.integer(minimum=1), default=512, help="longer prompts are dropped")
     p.add_argument("--max_response_length", type=cli.integer(minimum=1), default=512, help="tokens per response")
+    p.add_argument("--temperature", type=cli.number(above=0), default=1.0,
+                   help="sampling temperature of the training rollouts (validation is greedy)")
     p.add_argument("--test_freq", type=cli.integer(minimum=1), default=5, help="validate every N steps")
     p.add_argument("--norm_adv_by_std", type=int, choices=(0, 1), default=1,
                    help="1: GRPO's std-normalised advantage; 0: unnormalised (Dr.GRPO)")
