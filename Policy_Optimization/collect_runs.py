@@ -8,26 +8,14 @@ Columns: K, seed, step, metric, value. Then draw Figure 5 and Table 2 with
 
 from __future__ import annotations
 
-import argparse
-import re
-
 from grpo_mse import cli
 from grpo_mse.tables.outputs import write_atomic
-from grpo_mse.training.logs import DEFAULT_METRICS, collect
+from grpo_mse.training.logs import CollectConfig, collect
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("paths", nargs="+", help="log files or folders (searched recursively)")
-    p.add_argument("--out", default="results/training_runs.csv", help="output CSV (replaced)")
-    p.add_argument("--metrics", default=DEFAULT_METRICS, help="regex of metric names to keep ('.' keeps all)")
-    args = p.parse_args(argv)
-    try:
-        re.compile(args.metrics)
-    except re.error as error:
-        p.error(f"argument --metrics: not a regular expression ({error})")
-    cli.writable_file(args.out, "--out")
-    return args
+def parse_args(argv=None) -> CollectConfig:
+    """What to collect, from the command line (flags are CollectConfig's fields)."""
+    return CollectConfig.from_argv(argv, description=__doc__)
 
 
 def main(argv=None):

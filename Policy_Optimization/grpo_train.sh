@@ -23,7 +23,11 @@ PLACEHOLDER="<SET_ME>"
 TRAINER="${TRAINER:-verl}"                            # verl (GPUs) | trl (CPU)
 # Paths
 REPO_DIR="${REPO_DIR:-$(cd "${SCRIPT_DIR}/.." && pwd)}"   # this repository (reward function, PYTHONPATH)
-BASE="${BASE:-${BASE_DIR:-${REPO_DIR}/outputs}}"      # hf_cache/ checkpoints/ logs/ wandb/ hydra_outputs/ tmp/
+BASE="${BASE:-${BASE_DIR:-${REPO_DIR}/outputs}}"      # checkpoints/ logs/ wandb/ hydra_outputs/ (any length)
+# Ray's session folder holds AF_UNIX sockets (at most 107 bytes each, ~64 of them Ray's own names), so it is a
+# short per-user folder, never under BASE; vLLM's IPC sockets go under TMPDIR (left to you; checked below).
+RAY_TMP="${RAY_TMP:-/tmp/ray_$(id -u)}"              # Ray's _temp_dir (sessions, object spilling), <= 40 chars
+# HF_HOME, HF_HUB_CACHE, HF_TOKEN, TMPDIR: your own (not redirected); forwarded to the Ray workers when set.
 MODEL="${MODEL:-${PLACEHOLDER}}"                      # hub id or local path, e.g. Qwen/Qwen2.5-1.5B-Instruct
 DATA_DIR="${DATA_DIR:-${PLACEHOLDER}}"                # folder written by Policy_Optimization/prepare_data.py
 TRAIN_FILE="${TRAIN_FILE:-train.parquet}"             # a file name in DATA_DIR (or a path)
@@ -60,6 +64,8 @@ SAVE_FREQ="${SAVE_FREQ:-100}"                         # VERL: steps between chec
 SAVE_CONTENTS="${SAVE_CONTENTS:-[model]}"             # VERL: [model] as the original; [model,optimizer,extra] to resume
 MAX_CKPT_TO_KEEP="${MAX_CKPT_TO_KEEP:-2}"             # VERL: newest checkpoints kept per run
 SAVE_MODEL="${SAVE_MODEL:-1}"                         # TRL: 1 saves the final model, 0 does not
+RESUME_MODE="${RESUME_MODE:-disable}"                 # VERL: disable (a fresh run) | auto (newest checkpoint in
+                                                      # CKPT_DIR) | a global_step_N folder to resume from
 DRY_RUN="${DRY_RUN:-0}"                               # 0 | 1 | print
 # ================================================================================
 
@@ -101,6 +107,10 @@ positive "${REWARD_TIMEOUT}" || die "REWARD_TIMEOUT=${REWARD_TIMEOUT} must be a 
 [[ "${SAVE_CONTENTS}" =~ ^\[[a-z_,\'\ ]+\]$ ]] || die "SAVE_CONTENTS=${SAVE_CONTENTS}: a list such as [model]"
 [[ "${SAVE_MODEL}" =~ ^[01]$ ]] || die "SAVE_MODEL=${SAVE_MODEL}: use 1 or 0"
 [[ "${WANDB_MODE}" =~ ^(online|offline|disabled)$ ]] || die "WANDB_MODE=${WANDB_MODE}: use online, offline or disabled"
+[[ "${RAY_TMP}" == /* && ${#RAY_TMP} -le 40 ]] \
+  || die "RAY_TMP=${RAY_TMP} must be an absolute path of at most 40 characters (Ray's socket paths under it are limited to 107 bytes)"
+[[ -z "${TMPDIR:-}" || ${#TMPDIR} -le 60 ]] \
+  || die "TMPDIR=${TMPDIR} is ${#TMPDIR} characters: vLLM's IPC sockets under it are limited to 107 bytes; unset it or use a path of at most 60"
 if [[ -n "${CUDA_VISIBLE_DEVICES}" ]]; then
   IFS=',' read -r -a _devices <<< "${CUDA_VISIBLE_DEVICES}"
   [[ "${#_devices[@]}" -eq "${GPUS}" ]] \
@@ -156,14 +166,18 @@ elif [[ "${MODEL}" == /* || "${MODEL}" == .* || "${MODEL}" == "~"* || "${MODEL}"
 fi
 BASE="$(abspath "${BASE}")"
 
-# Caches, logs and temporary files under BASE; forwarded to Ray workers below.
-export HF_HOME="${HF_HOME:-${BASE}/hf_cache}"
-export HF_DATASETS_CACHE="${HF_DATASETS_CACHE:-${HF_HOME}/datasets}"
+case "${RESUME_MODE}" in  # VERL's own default (auto) would silently resume a rerun, with a fresh optimiser
+  disable|auto) RESUME_ARGS=(trainer.resume_mode="${RESUME_MODE}") ;;
+  *) [[ -d "${RESUME_MODE}" && "$(basename "${RESUME_MODE}")" =~ ^global_step_[0-9]+$ ]] \
+       || die "RESUME_MODE=${RESUME_MODE}: use disable, auto or an existing global_step_N checkpoint folder"
+     RESUME_ARGS=(trainer.resume_mode=resume_path trainer.resume_from_path="$(abspath "${RESUME_MODE}")") ;;
+esac
+
+# wandb files and logs under BASE; Hugging Face caches and TMPDIR are the user's; forwarded to Ray workers below.
 export WANDB_DIR="${WANDB_DIR:-${BASE}/wandb}"
 export WANDB_CACHE_DIR="${WANDB_CACHE_DIR:-${BASE}/wandb_cache}"
 export WANDB_CONFIG_DIR="${WANDB_CONFIG_DIR:-${BASE}/wandb_config}"
 export WANDB_DATA_DIR="${WANDB_DATA_DIR:-${BASE}/wandb_data}"
-export TMPDIR="${TMPDIR:-${BASE}/tmp}"
 export WANDB_MODE
 export GRPO_REWARD_TIMEOUT="${REWARD_TIMEOUT}"
 FORWARD_ENV=(WANDB_MODE WANDB_DIR WANDB_CACHE_DIR WANDB_CONFIG_DIR WANDB_DATA_DIR WANDB_PROJECT WANDB_ENTITY
@@ -228,6 +242,8 @@ if [[ "${TRAINER}" == "verl" ]]; then
     trainer.max_actor_ckpt_to_keep="${MAX_CKPT_TO_KEEP}"
     trainer.test_freq="${TEST_FREQ}"
     trainer.total_epochs="${TOTAL_EPOCHS}"
+    "${RESUME_ARGS[@]}"
+    +ray_kwargs.ray_init._temp_dir="${RAY_TMP}"
     hydra.run.dir="$(hydra_value BASE "${BASE}/hydra_outputs/${EXPERIMENT_NAME}")"
   )
   for name in "${FORWARD_ENV[@]}"; do
@@ -246,7 +262,7 @@ else
     --max_prompt_length "${MAX_PROMPT_LENGTH}" --max_response_length "${MAX_RESPONSE_LENGTH}"
     --temperature "${TEMPERATURE}" --test_freq "${TEST_FREQ}" --reward_path "${REWARD_PATH}" --reward_name compute_score
     --project_name "${PROJECT_NAME}" --experiment_name "${EXPERIMENT_NAME}" --loggers "${LOGGERS}"
-    --output_dir "${CKPT_DIR}" --save_model "${SAVE_MODEL}"
+    --output_dir "${CKPT_DIR}" "$([[ "${SAVE_MODEL}" == 1 ]] && echo --save_model || echo --no-save_model)"
   )
 fi
 COMMAND+=("$@")  # user overrides come last, so they win
@@ -265,9 +281,18 @@ mask() {  # print arguments with secret-looking values replaced
 HEADER="[grpo_train] TRAINER=${TRAINER} EXPERIMENT_NAME=${EXPERIMENT_NAME} GROUP_SIZE=${G} SEED=${SEED:-default} BUDGET=${BUDGET}
 [grpo_train] train_batch_size=${TRAIN_BATCH_SIZE} ppo_mini_batch_size=${PPO_MINI_BATCH_SIZE} total_epochs=${TOTAL_EPOCHS}
 [grpo_train] MODEL=${MODEL} NNODES=${NNODES} GPUS=${GPUS} WANDB_MODE=${WANDB_MODE} \
-WANDB_API_KEY=$([[ -n "${WANDB_API_KEY:-}" ]] && echo '****' || echo unset) HF_HOME=${HF_HOME}
+WANDB_API_KEY=$([[ -n "${WANDB_API_KEY:-}" ]] && echo '****' || echo unset) HF_HOME=${HF_HOME:-default}
 [grpo_train] command: $(mask "${COMMAND[@]}")"
 echo "${HEADER}"
+if [[ "${TRAINER}" == "verl" ]]; then
+  shopt -s nullglob; checkpoints=("${CKPT_DIR}"/global_step_*/); shopt -u nullglob
+  steps=${#checkpoints[@]}
+  if (( steps > 0 )) && [[ "${RESUME_MODE}" == disable ]]; then
+    echo "[grpo_train] ${CKPT_DIR} holds ${steps} checkpoint(s): RESUME_MODE=disable starts a fresh run (they may be overwritten); RESUME_MODE=auto resumes the newest"
+  elif (( steps > 0 )) && [[ "${RESUME_MODE}" == auto && "${SAVE_CONTENTS}" != *optimizer* ]]; then
+    echo "[grpo_train] RESUME_MODE=auto resumes the newest checkpoint in ${CKPT_DIR}; SAVE_CONTENTS=${SAVE_CONTENTS} has no optimizer state, so Adam restarts from zero"
+  fi
+fi
 
 case "${DRY_RUN}" in
   print) exit 0 ;;
@@ -285,9 +310,21 @@ fi
 if [[ "${TRAINER}" == "trl" && "${SAVE_MODEL}" == 1 && -d "${CKPT_DIR}" && -n "$(ls -A "${CKPT_DIR}")" ]]; then
   die "CKPT_DIR=${CKPT_DIR} already holds a model: set EXPERIMENT_NAME or CKPT_DIR for this run, or remove it"
 fi
-mkdir -p "${HF_HOME}" "${WANDB_DIR}" "${WANDB_CACHE_DIR}" "${WANDB_CONFIG_DIR}" "${WANDB_DATA_DIR}" "${TMPDIR}" \
-         "$(dirname "${LOG_FILE}")"
+mkdir -p "${WANDB_DIR}" "${WANDB_CACHE_DIR}" "${WANDB_CONFIG_DIR}" "${WANDB_DATA_DIR}" "$(dirname "${LOG_FILE}")"
+if [[ "${TRAINER}" == "verl" ]]; then
+  mkdir -p "${RAY_TMP}" && chmod 700 "${RAY_TMP}"
+fi
 echo "[grpo_train] log: ${LOG_FILE}"
 ( set -o noclobber; echo "${HEADER}" > "${LOG_FILE}" ) 2> /dev/null \
   || die "LOG_FILE=${LOG_FILE} exists or cannot be written: a log holds one run"
+set +e
+before=$(wc -l < "${LOG_FILE}")
 "${COMMAND[@]}" 2>&1 | tee -a "${LOG_FILE}"
+status=${PIPESTATUS[0]}
+set -e
+if (( status != 0 )) && [[ "${TRAINER}" == "verl" ]] && ! command -v nvidia-smi > /dev/null; then
+  tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -q "Started a local Ray instance\|Connected to Ray cluster" \
+    && stage="after ray.init" || stage="before ray.init"
+  echo "grpo_train.sh: error: VERL stopped ${stage} on a machine without an NVIDIA GPU (no nvidia-smi); its rollout and actor workers need CUDA" >&2
+fi
+exit "${status}"

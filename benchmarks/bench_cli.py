@@ -48,7 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max_new_tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3, help="runs of each command line (the minimum is reported)")
     p.add_argument("--out", default=os.path.join(ROOT, "results", "benchmarks", "cpu_cli.json"))
+    p.add_argument("--overwrite", action="store_true", help="replace a --out file tracked by git (the committed one)")
     args = p.parse_args(argv)
+    cli.protect_tracked(args.out, args.overwrite, "--out")
     cli.require(args.repeats >= 1 and args.T >= 1 and args.n_oracle >= 1, "--repeats, --T and --n_oracle must be >= 1")
     cli.require(os.path.isfile(os.path.join(args.model, "config.json")),
                 f"--model {args.model}: no config.json (python scripts/build_tiny_policy.py)")
@@ -59,6 +61,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     if "few_shot" in args.cases:
         cli.require(os.path.isfile(args.few_shot_data), f"--few_shot_data not found: {args.few_shot_data}")
     return args
+
+
+def max_relative_difference(fast: dict, reference: dict, rtol_floor: float = 1e-9) -> float:
+    """Largest |a - b| / max(|a|, |b|) over the engines' curves, where a pair below an absolute tolerance (1e-9 of
+    the largest value in the run) counts as equal: 0.0 against 6.8e-13 is rounding, not a relative difference 1."""
+    values = [abs(v) for n in reference for v in (*fast[n], *reference[n])]
+    atol = rtol_floor * max(values, default=0.0)
+    return max((abs(a - b) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > atol else 0.0
+                for n in reference for a, b in zip(fast[n], reference[n])), default=0.0)
 
 
 def latest(pattern: str) -> str:
@@ -111,7 +122,7 @@ def run_case(args, table: str, work: str) -> dict:
             traces[engine].append(mean_traces(out_dir))
         floor.append(timed(tracecov_command(args, table, "fast", os.path.join(work, f"floor_{repeat}"), (1, 2, [2]))))
     fast, reference = traces["fast"][0], traces["reference"][0]
-    max_rel_diff = max(abs(a - b) / max(abs(b), 1e-30) for n in reference for a, b in zip(fast[n], reference[n]))
+    max_rel_diff = max_relative_difference(fast, reference)
     seconds = {e: min(runs[e]) for e in ENGINES}
     return {"seconds": seconds, "runs": runs, "speedup": round(seconds["reference"] / seconds["fast"], 2),
             "startup_seconds": round(min(floor), 3),

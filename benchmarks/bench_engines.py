@@ -22,8 +22,10 @@ import time
 import torch
 
 from grpo_mse import cli
+from grpo_mse.gradients import engine
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.gradients.statistics import blocks_per_gram
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.runs.tracecov import PromptSampler
@@ -71,6 +73,27 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+class PassCounter:
+    """Counts the fast engine's passes (one float64 Gram matrix each, ``engine.add_pass``) and their float64
+    blocks while installed as ``engine.gram64``."""
+
+    def __init__(self):
+        self.passes = self.blocks = 0
+        self.inner = engine.gram64
+
+    def __call__(self, vectors, block=None):
+        self.passes += 1
+        self.blocks += blocks_per_gram(vectors, block)
+        return self.inner(vectors, block)
+
+    def __enter__(self):
+        engine.gram64 = self
+        return self
+
+    def __exit__(self, *exc):
+        engine.gram64 = self.inner
+
+
 def float64_errors(checks, samplers_float64: dict[str, PromptSampler]) -> tuple[dict[str, float], float]:
     """Each fp32 engine's largest relative trace error against the reference engine in float64, and the
     largest relative difference between the two engines in float64, over (ids, groups, rewards, V, traces)."""
@@ -94,6 +117,8 @@ def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, row
     times = {"sampling": 0.0, "fast": 0.0, "reference": 0.0}
     by_k = {k: {"fast": 0.0, "reference": 0.0, "mean_length": 0.0} for k in args.K_list}
     worst, stats_bytes, checks, error_vs_float64, worst_float64 = 0.0, {}, [], None, None
+    passes = {"fast": 0, "reference": 0}
+    blocks = {"fast": 0, "reference": 0}
     for index, row in enumerate(rows):
         for k in args.K_list:
             best = float("inf")
@@ -116,10 +141,17 @@ def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, row
                 for _ in range(args.repeats):  # the minimum over repeats: robust to a busy machine
                     synchronize(device)
                     start = time.perf_counter()
-                    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(args.M, k), value,
-                                          est.UNBIASED, name, args.groups_per_pass)
+                    with PassCounter() as counter:
+                        stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(args.M, k),
+                                              value, est.UNBIASED, name, args.groups_per_pass)
                     synchronize(device)
                     best = min(best, time.perf_counter() - start)
+                if name == "fast":
+                    passes[name] += counter.passes
+                    blocks[name] += counter.blocks
+                else:  # one pass per group, each updating every parameter tensor of every estimator
+                    passes[name] += args.M
+                    blocks[name] += args.M * len(params) * len(stats.accumulators)
                 times[name] += best
                 by_k[k][name] += best
                 traces[name] = stats.traces
@@ -136,6 +168,11 @@ def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, row
         "prompts": prompts, "K_list": args.K_list, "M": args.M,
         "seconds": times,
         "seconds_by_K": by_k,
+        # fast: one pass = a batch of groups through one forward and one batched backward call, blocks = its
+        # float64 Gram blocks; reference: one pass = one group, blocks = its per-parameter Welford updates
+        "passes": passes,
+        "seconds_per_pass": {name: times[name] / max(passes[name], 1) for name in passes},
+        "blocks_per_pass": {name: blocks[name] / max(passes[name], 1) for name in passes},
         "gradient_speedup": times["reference"] / times["fast"],
         "end_to_end_speedup": (times["sampling"] + times["reference"]) / (times["sampling"] + times["fast"]),
         "stats_bytes": stats_bytes, "memory_ratio": stats_bytes["fast"] / stats_bytes["reference"],
@@ -191,6 +228,7 @@ def main(argv=None) -> None:
         float64 = {name: PromptSampler(**{**common, "model": model64}, shared_prompt=name == "fast")
                    for name in ("fast", "reference")}
     report = {}
+    started = time.perf_counter()
     for case in args.cases:
         rows = load_rows(os.path.join(ROOT, "data", f"arithmetic_{case}.jsonl"))[: args.T]
         report[case] = run_case(model, fast, reference, rows, args, args.device, float64)
@@ -207,11 +245,17 @@ def main(argv=None) -> None:
             print(f"[{case}] largest relative trace error against the reference engine in float64: "
                   f"fast {errors['fast']:.2e}   reference {errors['reference']:.2e}   "
                   f"(both engines in float64 differ by at most {r['max_rel_diff_float64']:.1e})")
+        print(f"[{case}] per pass: fast {r['seconds_per_pass']['fast']:.2f}s, "
+              f"{r['blocks_per_pass']['fast']:.0f} float64 blocks ({r['passes']['fast']} passes)   reference "
+              f"{r['seconds_per_pass']['reference']:.2f}s, {r['blocks_per_pass']['reference']:.0f} parameter updates "
+              f"({r['passes']['reference']} passes)")
         for k, t in r["seconds_by_K"].items():
             print(f"[{case}]   K={k:<3d} mean continuation length {t['mean_length']:.1f}  "
                   f"reference {t['reference']:.2f}s  fast {t['fast']:.2f}s  x{t['reference'] / t['fast']:.2f}")
-    if args.out:
-        write_json(args.out, {"device": args.device, "dtype": args.dtype, "cases": report})
+        if args.out:  # after every case: a run stopped by a time limit keeps the cases it finished
+            write_json(args.out, {"device": args.device, "dtype": args.dtype, "qwen_shapes": args.qwen_shapes,
+                                  "complete": case == args.cases[-1], "seconds": time.perf_counter() - started,
+                                  "cases": report})
 
 
 if __name__ == "__main__":

@@ -8,15 +8,9 @@ import os
 import re
 import sys
 
+from grpo_mse.errors import InputError, UsageError, describe  # noqa: F401 - InputError is re-exported here
+
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
-
-
-class InputError(ValueError):
-    """Input that cannot work (a flag, a data file, a model); the message is one line."""
-
-
-class UsageError(InputError):
-    """A flag value that cannot work; the message is one line."""
 
 
 def require(condition: bool, message: str) -> None:
@@ -109,7 +103,61 @@ def check_model_path(name: str) -> bool:
                          else f"--model {name} is a file; give the model's folder")
     require(not local or os.path.isfile(os.path.join(path, "config.json")),
             f"{name} is not a model folder (no config.json)")
+    if local:
+        check_model_folder(path, name)
     return local
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def _safetensors_shapes(path: str) -> dict:
+    """{tensor name: shape} from a safetensors file's header; UsageError when the file is cut short or corrupt."""
+    import json
+    import struct
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        try:
+            header = json.loads(handle.read(length)) if 0 < length <= size - 8 else None
+        except ValueError:
+            header = None
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else None
+    try:
+        end = max((int(v["data_offsets"][1]) for v in (tensors or {}).values()), default=0)
+    except (KeyError, TypeError, IndexError, ValueError):
+        tensors = None
+    require(tensors is not None and 8 + length + end <= size,
+            f"{path} is cut short or corrupt ({size} bytes); copy or download the model again")
+    return {k: v.get("shape") for k, v in tensors.items() if isinstance(v, dict)}
+
+
+def check_model_folder(path: str, name: str) -> None:
+    """UsageError (one line) for a local model folder that cannot load: no tokenizer files, a safetensors file
+    cut short, or an embedding whose shape disagrees with config.json (another hidden_size or vocab_size)."""
+    import json
+
+    require(any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES),
+            f"{name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); copy them from the model's "
+            "source next to config.json")
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise UsageError(f"{name}/config.json is not valid JSON ({error}); repair or re-download it") from None
+    require(isinstance(config, dict), f"{name}/config.json is not a JSON object; repair or re-download it")
+    weights = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    shapes = {}
+    for file in weights:
+        shapes.update(_safetensors_shapes(os.path.join(path, file)))
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    want = [text.get("vocab_size"), text.get("hidden_size") or text.get("n_embd")]
+    for tensor, shape in shapes.items():
+        if tensor.endswith(("embed_tokens.weight", "wte.weight")) and None not in want and shape != want:
+            raise UsageError(f"{name}: {tensor} has shape {shape} but config.json says vocab_size x hidden_size = "
+                             f"{want[0]} x {want[1]}; the weights and config.json come from different models")
 
 
 def unique(values: list, flag: str) -> list:
@@ -122,9 +170,13 @@ def unique(values: list, flag: str) -> list:
 
 def writable_dir(path: str, flag: str) -> None:
     """UsageError unless ``path`` is (or can be created as) a writable folder; creates nothing."""
+    require(bool(str(path).strip()), f"{flag} is empty; give a folder (e.g. {flag} out)")
     target = os.path.abspath(os.path.expanduser(path))
     probe = target
     while not os.path.exists(probe):
+        require(not os.path.islink(probe), f"{flag} {path}: {probe} is a broken symbolic link (its target "
+                                           f"{os.readlink(probe) if os.path.islink(probe) else ''} does not exist); "
+                                           "create the target or choose another folder")
         probe = os.path.dirname(probe)
     require(os.path.isdir(probe), f"{flag} {path}: {probe} is a file, not a folder")
     require(os.access(probe, os.W_OK | os.X_OK), f"{flag} {path}: folder {probe} is not writable")
@@ -132,10 +184,39 @@ def writable_dir(path: str, flag: str) -> None:
 
 def writable_file(path: str, flag: str) -> None:
     """UsageError unless ``path`` can be written as a file (its folder checked as by writable_dir)."""
+    require(bool(str(path).strip()), f"{flag} is empty; give a file name")
     target = os.path.abspath(os.path.expanduser(path))
     require(not os.path.isdir(target), f"{flag} {path} is a folder, not a file")
     require(not os.path.exists(target) or os.access(target, os.W_OK), f"{flag} {path} is not writable")
     writable_dir(os.path.dirname(target), flag)
+
+
+def tracked_files(path: str) -> list[str]:
+    """Files under ``path`` (a file or folder) that git tracks and that exist; [] outside a git checkout."""
+    import subprocess
+
+    target = os.path.abspath(os.path.expanduser(path))
+    probe = target if os.path.isdir(target) else os.path.dirname(target)
+    while not os.path.isdir(probe):
+        probe = os.path.dirname(probe)
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", target], cwd=probe, capture_output=True, text=True,
+                                timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if listed.returncode != 0:
+        return []
+    return [name for name in listed.stdout.split("\0") if name and os.path.isfile(os.path.join(probe, name))]
+
+
+def protect_tracked(path: str, overwrite: bool, flag: str) -> None:
+    """UsageError when writing ``path`` would replace files tracked by git, unless ``overwrite``."""
+    if overwrite:
+        return
+    tracked = tracked_files(path)
+    shown = ", ".join(tracked[:3]) + (", ..." if len(tracked) > 3 else "")
+    require(not tracked, f"{flag} {path} would replace files tracked by git ({shown}); choose another {flag}, "
+                         "or pass --overwrite to replace them")
 
 
 def progress(items=None, **kwargs):
@@ -155,6 +236,28 @@ def add_model_flags(parser, model: str | None, device: str, dtype: str,
     parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
 
 
+def launch_env() -> tuple[int, int, int]:
+    """(WORLD_SIZE, RANK, LOCAL_RANK) as torchrun sets them; a UsageError (one line) when they are
+    malformed or WORLD_SIZE > 1 comes without RANK (the command was not started by torchrun)."""
+    values = {}
+    for name, default in (("WORLD_SIZE", "1"), ("RANK", None), ("LOCAL_RANK", "0")):
+        text = os.environ.get(name, default)
+        try:
+            values[name] = None if text is None else int(text)
+        except ValueError:
+            raise UsageError(f"environment variable {name}={text!r} is not an integer; unset it or start the "
+                             "command with torchrun") from None
+    world, rank, local = values["WORLD_SIZE"], values["RANK"], values["LOCAL_RANK"]
+    if world < 1:
+        raise UsageError(f"WORLD_SIZE={world} must be >= 1; unset it or start the command with torchrun")
+    if world == 1:
+        return 1, 0, 0
+    if rank is None or not 0 <= rank < world or local < 0:
+        raise UsageError(f"WORLD_SIZE={world} with RANK={os.environ.get('RANK')} and LOCAL_RANK={local}: set by "
+                         "hand? start the command with torchrun --nproc_per_node N, or unset WORLD_SIZE")
+    return world, rank, local
+
+
 def _one_line(error: BaseException) -> str:
     text = str(error).strip()
     if isinstance(error, OSError) and error.filename is not None:
@@ -162,27 +265,41 @@ def _one_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def run(main, resume_hint: str | None = None) -> None:
-    """Call ``main()``: an input error becomes one ``error: ...`` line and exit 2, Ctrl-C one line and exit 130.
+def _close_progress_bars() -> None:
+    """Close the open tqdm bars, then start a new line, so that an error line stands on a line of its own."""
+    std = sys.modules.get("tqdm.std")
+    bars = list(getattr(getattr(std, "tqdm", None), "_instances", None) or ())
+    for bar in bars:
+        bar.close()
+    if bars:
+        print(file=sys.stderr)
 
-    ``resume_hint`` is added to the Ctrl-C line (how to continue the interrupted work). A returned
-    integer is the exit status.
+
+def run(main, resume_hint: str | None = None) -> None:
+    """Call ``main()`` under the error boundary: an input error or an expected library failure on bad input
+    (grpo_mse.errors.describe) becomes one ``error: ...`` line and exit 2, Ctrl-C one line and exit 130.
+
+    ``resume_hint`` is added to the Ctrl-C line and to a full disk's line (how to continue the interrupted
+    work). A returned integer is the exit status; anything unexpected keeps its traceback.
     """
     try:
         status = main()
     except KeyboardInterrupt:
+        _close_progress_bars()
         print("error: interrupted" + (f"; {resume_hint}" if resume_hint else ""), file=sys.stderr)
         sys.exit(130)
-    except (InputError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as error:
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        sys.exit(2)
     except MemoryError as error:
         print(f"error: out of memory: {_one_line(error)}", file=sys.stderr)
         sys.exit(1)
-    except RuntimeError as error:
-        if type(error).__name__ != "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch here
+    except Exception as error:  # noqa: BLE001 - sorted by describe(); the rest is re-raised
+        if type(error).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch here
+            print(f"error: {_one_line(error)}", file=sys.stderr)
+            sys.exit(1)
+        line = describe(error, resume_hint)
+        if line is None:
             raise
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        sys.exit(1)
+        _close_progress_bars()
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
     if isinstance(status, int) and not isinstance(status, bool):
         sys.exit(status)

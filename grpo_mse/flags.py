@@ -8,6 +8,8 @@ A config is a dataclass deriving from ``Flags`` whose fields are declared with `
         K_list: list[int] = option([4, 8], help="group sizes", minimum=2)   # list/tuple: nargs="+"
         lr: float = option(1e-3, help="learning rate", above=0)             # bounds: checked twice (below)
         resume: bool = option(False, help="continue the last run")          # bool: a switch (store_true)
+        save: bool = option(True, help="save the model", zero_one=True)     # --save/--no-save, also --save 0|1
+        paths: list[str] = option(help="inputs", positional=True)           # a positional argument (no --)
 
         def __post_init__(self):
             super().__post_init__()                                         # choices and bounds
@@ -16,7 +18,9 @@ A config is a dataclass deriving from ``Flags`` whose fields are declared with `
 ``Args.from_argv(argv)`` parses, converts and validates; ``Args(...)`` from Python is validated the same
 way in ``__post_init__``. ``help`` is the flag's help; the other keywords of ``option`` are argparse's
 (``type``, ``nargs``, ``choices``, ``metavar``, ``aliases`` as extra option strings) plus the bounds
-``minimum``, ``maximum`` and ``above`` (strictly greater). The argparse ``type`` and ``nargs`` follow from
+``minimum``, ``maximum`` and ``above`` (strictly greater), ``positional=True`` (an argument without ``--``)
+and, for a bool that defaults to True, ``zero_one=True`` (the older ``--x 1`` / ``--x 0`` form accepted
+beside ``--x`` / ``--no-x``). The argparse ``type`` and ``nargs`` follow from
 the annotation when not given (``int``, ``float``, ``str``, ``X | None``, ``list[X]``, ``tuple[X, ...]``).
 
 ``python -m grpo_mse.flags --markdown module:Class`` prints the flag table that docs/ shows
@@ -76,27 +80,49 @@ def _converter(kind: type | None, bounds: dict):
     return cli.number(**bounds)
 
 
+class SwitchZeroOne(argparse.Action):
+    """``--x`` or ``--x 1`` sets a switch, ``--x 0`` clears it (``--no-x``, a store_false flag, clears it too)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", metavar="0|1", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values not in (None, "1", "0"):
+            parser.error(f"argument {option_string}: expected 0, 1 or no value (got {values!r})")
+        setattr(namespace, self.dest, values != "0")
+
+
 def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
     """Add one flag per field of the dataclass ``config_class`` to ``parser``, in field order."""
-    for spec in dataclasses.fields(config_class):
+    specs = dataclasses.fields(config_class)
+    used = {kind for spec in specs for kind in ("positional", "zero_one") if spec.metadata.get(kind)}
+    require(used != {"positional", "zero_one"},  # in "--x 1": is 1 the switch's value or a positional argument?
+            f"{config_class.__name__}: a zero_one switch takes an optional value, so no positional field may join it")
+    for spec in specs:
         meta = {k: v for k, v in spec.metadata.items() if v is not None}
         bounds = {k: meta.pop(k) for k in BOUNDS if k in meta}
-        names = [f"--{spec.name}", *meta.pop("aliases", ())]
+        positional, zero_one = meta.pop("positional", False), meta.pop("zero_one", False)
+        names = [spec.name] if positional else [f"--{spec.name}", *meta.pop("aliases", ())]
         default = _default(spec)
         if default is dataclasses.MISSING:
             kind, nargs, _ = _annotation(spec)
             meta.setdefault("type", _converter(kind, bounds))
             if nargs and "nargs" not in meta:
                 meta["nargs"] = nargs
-            parser.add_argument(*names, required=True, **{k: v for k, v in meta.items() if v is not None})
+            required = {} if positional else {"required": True}  # argparse: a positional is required by itself
+            parser.add_argument(*names, **required, **{k: v for k, v in meta.items() if v is not None})
         elif isinstance(default, bool):
-            action = "store_true" if default is False else argparse.BooleanOptionalAction
+            require(not (zero_one and default is False), f"{spec.name}: zero_one is for a bool that defaults to True")
+            action = "store_true" if default is False else SwitchZeroOne if zero_one else argparse.BooleanOptionalAction
             parser.add_argument(*names, action=action, default=default, **meta)
+            if zero_one:
+                parser.add_argument(f"--no-{spec.name}", dest=spec.name, action="store_false", default=default,
+                                    help=f"turn --{spec.name} off")
         else:
             kind, nargs, _ = _annotation(spec)
             meta.setdefault("type", _converter(kind, bounds))
             if nargs and "nargs" not in meta:
-                meta["nargs"] = nargs
+                meta["nargs"] = "*" if positional else nargs  # a positional list with a default may be empty
             shown = list(default) if isinstance(default, tuple) else default
             parser.add_argument(*names, default=shown, **{k: v for k, v in meta.items() if v is not None})
 
@@ -186,8 +212,13 @@ def markdown(config_class) -> str:
                   if meta.get(k) is not None]
         if bounds:
             text += f"; {' and '.join(bounds)}"
-        names = ", ".join(f"`{name}`" for name in (f"--{spec.name}", *meta.get("aliases", ())))
-        cell = text.replace("|", "\\|")  # a bar inside a table cell
+        if meta.get("zero_one"):
+            text += f"; `--no-{spec.name}` clears it (`--{spec.name} 1` and `--{spec.name} 0` also work)"
+        if meta.get("positional"):
+            names = f"`{spec.name}` (positional)"
+        else:
+            names = ", ".join(f"`{name}`" for name in (f"--{spec.name}", *meta.get("aliases", ())))
+        cell, shown = text.replace("|", "\\|"), shown.replace("|", "\\|")  # a bar inside a table cell
         lines.append(f"| {names} | {shown} | {cell} |")
     return "\n".join(lines) + "\n"
 

@@ -9,6 +9,7 @@
 
 import argparse
 import csv
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ class FiguresConfig(Flags):
         cli.require(self.theory is None or bool(self.tracecov), "--theory needs --tracecov runs to overlay")
         cli.require(self.labels is None or len(self.labels) == len(self.tracecov),
                     "--labels needs one label per file")
+        cli.require(self.advisor is None or self.budget is None or self.budget % 2 == 0,
+                    f"--budget {self.budget} is odd: no power-of-two group size K divides it; give an even --budget")
         cli.writable_dir(self.out_dir, "--out_dir")
 
 
@@ -58,7 +61,17 @@ def load_curves(path: str, curves: str, what: str) -> dict:
     ok = isinstance(ks, list) and isinstance(values, dict) and all(
         isinstance(v, list) and len(v) == len(ks) for v in values.values())
     cli.require(ok, f"{path}: {what} JSON is incomplete ({curves} does not give one value per K)")
+    cli.require(bool(ks) and all(_number(k) and k >= 1 for k in ks), f"{path}: K_list must hold group sizes >= 1")
+    for table in (values, loaded.get("ci95") if isinstance(loaded.get("ci95"), dict) else {}):
+        for name, series in table.items():
+            cli.require(isinstance(series, list) and all(v is None or _number(v) for v in series),
+                        f"{path}: {name} holds a value that is not a number")
+            table[name] = [float("nan") if v is None else v for v in series]  # null (undefined) -> not drawn
     return loaded
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_result(path: str) -> dict:
@@ -86,20 +99,37 @@ def check_one_token(result: dict, theory: dict, label: str) -> None:
         print(f"warning: {label}: the exact curves assume other settings: {', '.join(differ)}", file=sys.stderr)
 
 
+PAPER_COLUMNS = ("model", "K", "estimator", "mse")
+
+
 def paper_results(path: str) -> list[tuple[str, dict]]:
-    """Published Figure-4 values as run-like dicts, one per model."""
+    """Published Figure-4 values as run-like dicts, one per model; every line is checked (a one-line UsageError
+    names the line: a missing column, an unknown estimator, a K that is not a whole number >= 1, an mse or
+    ci_halfwidth that is not a finite number >= 0, no data lines)."""
     from grpo_mse.figures.tracecov import PAPER_NAMES
 
     table: dict[str, dict] = {}
-    with open(path, encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            run = table.setdefault(row["model"], {})
-            name = PAPER_NAMES[row["estimator"]]
-            run.setdefault(name, {})[int(row["K"])] = (float(row["mse"]),
-                                                       float(row["ci_halfwidth"] or "nan"))
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: a BOM before the header is fine
+            reader = csv.DictReader(handle)
+            missing = [c for c in PAPER_COLUMNS if c not in (reader.fieldnames or [])]
+            cli.require(not missing, f"--paper {path}: no {', '.join(missing)} column (need "
+                                     f"{', '.join(PAPER_COLUMNS)}[, ci_halfwidth])")
+            for line, row in enumerate(reader, start=2):
+                where = f"--paper {path} line {line}"
+                cli.require(row["estimator"] in PAPER_NAMES, f"{where}: unknown estimator {row['estimator']!r} "
+                                                             f"(use {', '.join(PAPER_NAMES)})")
+                k, mse = _parse(row["K"], where, "K"), _parse(row["mse"], where, "mse")
+                half = _parse(row.get("ci_halfwidth") or "nan", where, "ci_halfwidth", missing_ok=True)
+                cli.require(k.is_integer() and k >= 1, f"{where}: K must be a whole number >= 1 (got {row['K']})")
+                run = table.setdefault(row["model"], {})
+                run.setdefault(PAPER_NAMES[row["estimator"]], {})[int(k)] = (mse, half)
+    except UnicodeDecodeError:
+        raise cli.UsageError(f"--paper {path}: not UTF-8 text; save it as UTF-8") from None
+    cli.require(bool(table), f"--paper {path}: no data lines under the header")
     runs = []
     for model, by_name in table.items():
-        ks = sorted(by_name["naive"])
+        ks = sorted({k for values in by_name.values() for k in values})
         result = {"K_list": ks,
                   "conditional_on_x": {n: [v.get(k, (float("nan"),))[0] for k in ks] for n, v in by_name.items()},
                   "ci95": {n: [v.get(k, (0, float("nan")))[1] for k in ks] for n, v in by_name.items()}}
@@ -107,16 +137,53 @@ def paper_results(path: str) -> list[tuple[str, dict]]:
     return runs
 
 
+def _parse(text, where: str, column: str, missing_ok: bool = False) -> float:
+    """A finite number >= 0 from a CSV cell ("nan" allowed only when ``missing_ok``)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise cli.UsageError(f"{where}: {column} {text!r} is not a number") from None
+    cli.require((missing_ok and math.isnan(value)) or (math.isfinite(value) and value >= 0),
+                f"{where}: {column} must be a finite number >= 0 (got {text})")
+    return value
+
+
+def has_ratio(result: dict) -> bool:
+    return {"grpo", "oracleV"} <= set(result["conditional_on_x"])
+
+
 def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
     """One MSE panel per run and a final ratio panel; PNG and PDF."""
     from grpo_mse.figures.tracecov import draw_mse_panel, draw_ratio_panel, plt, save
 
-    fig, axes = plt.subplots(1, len(runs) + 1, figsize=(4.6 * (len(runs) + 1), 4.0), squeeze=False)
+    ratio = any(has_ratio(result) for _, result in runs)  # no GRPO/oracle pair: no (empty) ratio panel
+    panels = len(runs) + ratio
+    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 4.0), squeeze=False)
     for ax, (label, result) in zip(axes[0], runs):
         draw_mse_panel(ax, result, title=label, theory=result.get("theory"))
-    draw_ratio_panel(axes[0][-1], runs)
+    if ratio:
+        draw_ratio_panel(axes[0][-1], runs)
     fig.tight_layout()
     return save(fig, out_stem, formats=("png", "pdf"))
+
+
+def check_advisor(result: dict, path: str) -> None:
+    """UsageError naming why a run has no usable group-size advisor (and what to run instead)."""
+    config = result.get("config") if isinstance(result.get("config"), dict) else {}
+    if "group_size_advisor" not in result:
+        estimators = config.get("estimators") or list(result["conditional_on_x"])
+        cli.require(not config.get("no_advisor"), f"{path}: no group_size_advisor (it ran with --no_advisor; "
+                                                  "rerun run_tracecov.py without it)")
+        cli.require({"grpo", "oracleV"} <= set(estimators),
+                    f"{path}: no group_size_advisor: the advisor needs the grpo and oracleV estimators and this run "
+                    f"has {' '.join(estimators)}; rerun run_tracecov.py with --estimators including grpo oracleV")
+        raise cli.UsageError(f"{path}: no group_size_advisor (fewer than 2 prompts? rerun run_tracecov.py with "
+                             "--T 2 or more)")
+    advice = result["group_size_advisor"]
+    pooled = advice.get("pooled") if isinstance(advice, dict) else None
+    cli.require(isinstance(pooled, dict) and all(_number(pooled.get(c)) for c in ("c1", "c2", "c3")),
+                f"{path}: the advisor's constants c1, c2, c3 are undefined (too few prompts or c1 batches of 2+ "
+                "prompts); rerun run_tracecov.py with more prompts (--T) and --c1_batch 2 or more")
 
 
 def main(argv=None) -> None:
@@ -135,8 +202,8 @@ def main(argv=None) -> None:
     if args.paper:
         runs += paper_results(args.paper)
     advisor = load_result(args.advisor) if args.advisor else None  # every input is read before any figure
-    cli.require(advisor is None or "group_size_advisor" in advisor,
-                f"{args.advisor}: no group_size_advisor (run without --no_advisor)")
+    if advisor is not None:
+        check_advisor(advisor, args.advisor)
     if args.training_csv:
         from grpo_mse.figures.training import main_training, read_training
 

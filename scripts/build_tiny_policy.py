@@ -22,6 +22,8 @@ from grpo_mse.builtin.defaults import TINY_STEPS as DEFAULT_STEPS
 def main(argv=None) -> None:
     parser = cli.ArgumentParser(description=__doc__)
     parser.add_argument("--out_dir", default="assets/tiny_policy", help="output folder (files inside replaced)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files tracked by git (the shipped assets/tiny_policy) in --out_dir")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--steps", type=cli.integer(minimum=1), default=DEFAULT_STEPS, help="training steps")
     parser.add_argument("--lr", type=cli.number(above=0), default=None,
@@ -41,6 +43,7 @@ def main(argv=None) -> None:
                         help="samples per prompt of the V summary")
     args = parser.parse_args(argv)
     cli.writable_dir(args.out_dir, "--out_dir")
+    cli.protect_tracked(args.out_dir, args.overwrite, "--out_dir")
     import torch  # after the flags are checked
 
     from grpo_mse.builtin.tiny_policy import build_and_save, estimate_v, v_summary

@@ -9,33 +9,43 @@ Example:
     python scripts/build_train_policy.py --out_dir assets/train_policy --seed 0
 """
 
-from __future__ import annotations
-
-import argparse
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
 
+from grpo_mse import cli
 from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.rules import score
 
 
+@dataclass(kw_only=True)
+class TrainPolicyConfig(Flags):
+    """How the training-demo policy is built from the built-in one, and how its summary is measured."""
+
+    out_dir: str = option("assets/train_policy", help="output folder (files inside replaced)")
+    base_dir: str = option(defaults.TRAIN_BASE, help="policy to start from")
+    seed: int = option(0, minimum=0, help="seed of the fine-tuning and of the V summary's samples")
+    steps: int = option(defaults.TRAIN_STEPS, minimum=1, help="fine-tuning steps")
+    lr: float = option(defaults.TRAIN_LR, above=0, help="AdamW peak learning rate")
+    fraction: float = option(defaults.FLAW_FRACTION, minimum=0, maximum=1, help="share of flawed targets")
+    threads: int = option(1, minimum=0, help="torch threads (the weights depend slightly on it; 0: torch's choice)")
+    eval_prompts: int = option(100, minimum=0, help="held-out prompts of the summary (0 skips it)")
+    eval_samples: int = option(16, minimum=1, help="samples per prompt of the V summary")
+    max_new_tokens: int = option(16, minimum=1, help="new tokens per sample and per greedy answer")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # bounds
+        cli.check_model_path(self.base_dir)
+        cli.writable_dir(self.out_dir, "--out_dir")
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out_dir", default="assets/train_policy")
-    parser.add_argument("--base_dir", default=defaults.TRAIN_BASE, help="policy to start from")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=defaults.TRAIN_STEPS)
-    parser.add_argument("--lr", type=float, default=defaults.TRAIN_LR, help="AdamW peak learning rate")
-    parser.add_argument("--fraction", type=float, default=defaults.FLAW_FRACTION, help="share of flawed targets")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (the weights depend slightly on it)")
-    parser.add_argument("--eval_prompts", type=int, default=100, help="0 skips the summary")
-    parser.add_argument("--eval_samples", type=int, default=16)
-    parser.add_argument("--max_new_tokens", type=int, default=16)
-    args = parser.parse_args(argv)
+    args = TrainPolicyConfig.from_argv(argv, description=__doc__)
     import torch  # after the flags are parsed
 
     from grpo_mse.builtin import train_policy as trp
@@ -66,4 +76,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

@@ -9,21 +9,29 @@ their exact values. The run must use the theory's prompts with --max_new_tokens 
   OUT_DIR/advisor_check.json    exact vs estimated constants and whether each exact value is inside its interval
 """
 
-from __future__ import annotations
-
 import os
+from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import read_json, write_atomic, write_csv, write_json
 
 
+@dataclass(kw_only=True)
+class EstimatorTableConfig(Flags):
+    """The exact theory and the Monte Carlo run to compare, and where the tables go."""
+
+    theory: str = option(help="theory JSON of scripts/exact_theory.py")
+    tracecov: str = option(help="main JSON of run_tracecov.py (its *_per_prompt.csv beside it)")
+    out_dir: str = option("results/estimators", help="output folder")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cli.writable_dir(self.out_dir, "--out_dir")
+
+
 def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--theory", required=True, help="theory JSON of scripts/exact_theory.py")
-    p.add_argument("--tracecov", required=True, help="main JSON of run_tracecov.py (its *_per_prompt.csv beside it)")
-    p.add_argument("--out_dir", default="results/estimators", help="output folder")
-    args = p.parse_args(argv)
-    cli.writable_dir(args.out_dir, "--out_dir")
+    args = EstimatorTableConfig.from_argv(argv, description=__doc__)
     from grpo_mse.analysis import estimator_table as table  # torch loads after the flags are checked
 
     theory = read_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory")

@@ -17,13 +17,12 @@ With the built-in tokenizer a token holds at most one digit, so only gold answer
 token; --reachable_only skips the other rows (their V is 0 and every gradient is exactly 0).
 """
 
-from __future__ import annotations
-
-import argparse
 import os
 import sys
+from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.inputs import load_rows, oracle_settings, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
@@ -33,33 +32,41 @@ from grpo_mse.tables.validate import check_answers, check_prompts
 BUILTIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tiny_policy")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.ArgumentParser(description=__doc__)
-    cli.add_model_flags(p, model=BUILTIN, device="cpu", dtype="fp32",
-                        model_help="hub id or local folder (default: the built-in policy)")
-    p.add_argument("--dataset", required=True, help="local .jsonl/.parquet/folder with prompt and ground_truth")
-    p.add_argument("--split", default="train", help="split of a dataset folder")
-    p.add_argument("--T", type=int, default=16, help="number of prompts (the first T, after --reachable_only)")
-    p.add_argument("--reachable_only", action="store_true",
-                   help="skip rows whose ground truth no single token can produce")
-    p.add_argument("--temperature", type=cli.number(above=0), default=1.0, help="sampling temperature")
-    p.add_argument("--top_p", type=cli.number(above=0, maximum=1), default=1.0,
-                   help="nucleus of the sampled law (1: the whole vocabulary)")
-    p.add_argument("--score_distribution", default="model", choices=("model", "sampling"),
-                   help="score of log pi_T (untruncated) or of the sampled law q (run_tracecov.py's flag)")
-    p.add_argument("--K_list", type=int, nargs="+", default=[2, 3, 4, 6, 8, 12, 16, 24, 32],
-                   help="group sizes of the exact curves (>= 2)")
-    p.add_argument("--estimators", nargs="+", default=list(est.ALL), choices=est.ALL)
-    p.add_argument("--max_jacobian_gb", type=cli.number(above=0), default=4.0,
-                   help="refuse models whose logit Jacobian (vocab x parameters, fp32) is larger")
-    p.add_argument("--out_dir", default="results/theory", help="output folder")
-    args = p.parse_args(argv)
-    cli.require(args.T >= 1, f"--T must be >= 1 (got {args.T})")
-    cli.require(all(k >= 2 for k in args.K_list), f"every K in --K_list must be >= 2 (got {args.K_list})")
-    args.K_list, args.estimators = cli.unique(args.K_list, "--K_list"), cli.unique(args.estimators, "--estimators")
-    cli.writable_dir(args.out_dir, "--out_dir")
-    cli.check_model_path(args.model)
-    return args
+@dataclass(kw_only=True)
+class ExactTheoryConfig(Flags):
+    """The policy, prompts and sampling law to enumerate, the group sizes and estimators, and the output folder."""
+
+    model: str = option(BUILTIN, help="hub id or local folder (default: the built-in policy)")
+    revision: str = option("main", help="hub revision (branch, tag or commit) of --model")
+    device: str = option("cpu", help="cpu, cuda, cuda:N or mps")
+    dtype: str = option("fp32", choices=("fp16", "bf16", "fp32"), help="model weights' dtype")
+    trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
+    dataset: str = option(help="local .jsonl/.parquet/folder with prompt and ground_truth")
+    split: str = option("train", help="split of a dataset folder")
+    T: int = option(16, minimum=1, help="number of prompts (the first T, after --reachable_only)")
+    reachable_only: bool = option(False, help="skip rows whose ground truth no single token can produce")
+    temperature: float = option(1.0, above=0, help="sampling temperature")
+    top_p: float = option(1.0, above=0, maximum=1, help="nucleus of the sampled law (1: the whole vocabulary)")
+    score_distribution: str = option("model", choices=("model", "sampling"),
+                                     help="score of log pi_T (untruncated) or of the sampled law q (run_tracecov.py's "
+                                          "flag)")
+    K_list: list[int] = option([2, 3, 4, 6, 8, 12, 16, 24, 32], minimum=2, help="group sizes of the exact curves")
+    estimators: list[str] = option(list(est.ALL), choices=est.ALL, help="estimators of the exact curves")
+    max_jacobian_gb: float = option(4.0, above=0, help="refuse models whose logit Jacobian (vocab x parameters, "
+                                                       "fp32) is larger")
+    out_dir: str = option("results/theory", help="output folder")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # choices and bounds
+        cli.check_device(self.device)
+        self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
+        cli.writable_dir(self.out_dir, "--out_dir")
+        cli.check_model_path(self.model)
+
+
+def parse_args(argv=None) -> ExactTheoryConfig:
+    """The enumeration's settings from the command line (flags are ExactTheoryConfig's fields)."""
+    return ExactTheoryConfig.from_argv(argv, description=__doc__)
 
 
 def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool) -> list[dict]:

@@ -6,15 +6,32 @@ correct answers are short, confident sequences with small score norms and the wr
 and unlikely (large norms), the paper's Assumption 2 fails and the baseline adds noise.
 """
 
-from __future__ import annotations
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.validate import check_answers, check_oracle_values, check_prompts
+
+
+@dataclass(kw_only=True)
+class ExplainBaselineConfig(Flags):
+    """The policy and oracle table to measure, how much, and where the JSON goes."""
+
+    model: str = option("assets/tiny_policy", help="local model folder or hub id (runs on CPU)")
+    oracle_table: str = option(help="oracle table of calculate_oracle_v.py")
+    prompts: int = option(12, minimum=1, help="prompts with 0.05 < V < 0.95 to measure")
+    n: int = option(128, minimum=1, help="samples per prompt")
+    out: str = option(help="output JSON file (replaced if it exists)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # bounds
+        cli.writable_file(self.out, "--out")
+        cli.check_model_path(self.model)
 
 
 def score_norms(sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -36,15 +53,7 @@ def score_norms(sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.nd
 
 
 def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--model", default="assets/tiny_policy", help="local model folder or hub id (runs on CPU)")
-    p.add_argument("--oracle_table", required=True, help="oracle table of calculate_oracle_v.py")
-    p.add_argument("--prompts", type=cli.integer(minimum=1), default=12, help="prompts with 0.05 < V < 0.95 to measure")
-    p.add_argument("--n", type=cli.integer(minimum=1), default=128, help="samples per prompt")
-    p.add_argument("--out", required=True, help="output JSON file (replaced if it exists)")
-    args = p.parse_args(argv)
-    cli.writable_file(args.out, "--out")
-    cli.check_model_path(args.model)
+    args = ExplainBaselineConfig.from_argv(argv, description=__doc__)
     table = load_rows(args.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
     for check in (check_prompts, check_answers, check_oracle_values):
         check(table, args.oracle_table)

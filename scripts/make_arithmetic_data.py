@@ -3,14 +3,30 @@
 An existing file is only replaced when its content would not change, or with --overwrite.
 """
 
-from __future__ import annotations
-
 import json
 import os
+from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import STYLES, make_rows
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_atomic
+
+
+@dataclass(kw_only=True)
+class ArithmeticDataConfig(Flags):
+    """Which built-in datasets to write, how large, and where."""
+
+    out_dir: str = option("data", help="output folder")
+    n: int = option(500, minimum=1, help="rows per dataset")
+    seed: int = option(0, help="problem seed")
+    styles: list[str] = option(list(STYLES), choices=STYLES, help="prompt styles to write")
+    overwrite: bool = option(False, help="replace existing files that differ")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # choices and bounds
+        self.styles = cli.unique(self.styles, "--styles")
+        cli.writable_dir(self.out_dir, "--out_dir")
 
 
 def changed(path: str, text: str) -> bool:
@@ -22,16 +38,9 @@ def changed(path: str, text: str) -> bool:
 
 
 def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--out_dir", default="data", help="output folder")
-    p.add_argument("--n", type=cli.integer(minimum=1), default=500, help="rows per dataset")
-    p.add_argument("--seed", type=int, default=0, help="problem seed")
-    p.add_argument("--styles", nargs="+", default=list(STYLES), choices=STYLES, help="prompt styles to write")
-    p.add_argument("--overwrite", action="store_true", help="replace existing files that differ")
-    args = p.parse_args(argv)
-    cli.writable_dir(args.out_dir, "--out_dir")
+    args = ArithmeticDataConfig.from_argv(argv, description=__doc__)
     texts = {}
-    for style in cli.unique(args.styles, "--styles"):
+    for style in args.styles:
         path = os.path.join(args.out_dir, f"arithmetic_{style}.jsonl")
         texts[path] = "".join(json.dumps(r) + "\n" for r in make_rows(args.n, args.seed, style))
         cli.require(args.overwrite or not changed(path, texts[path]),

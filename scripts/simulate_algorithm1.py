@@ -29,6 +29,7 @@ class Args(SimulationConfig):
 
     threads: int = option(1, minimum=1, help="torch.set_num_threads (1 is fastest here)")
     out_dir: str = option("results/simulation", help="output folder")
+    overwrite: bool = option(False, help="replace files tracked by git (the committed results/simulation) in --out_dir")
     records_csv: str | None = option(None, help="summarise this earlier algorithm1.csv (same settings) instead of "
                                                 "running the SGD sweep again: the runs do not depend on the advisor, "
                                                 "only the summary does")
@@ -38,6 +39,7 @@ class Args(SimulationConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         cli.writable_dir(self.out_dir, "--out_dir")
+        cli.protect_tracked(self.out_dir, self.overwrite, "--out_dir")
         cli.check_model_path(self.model)
 
 

@@ -20,3 +20,12 @@ def test_bench_cli_smoke(builtin_policy, tmp_path):
     assert 0 < case["startup_seconds"] and case["repeats_identical"]
     assert case["max_rel_diff_between_engines"] < 1e-4
     assert set(report["help_seconds"]) == set(bench_cli.HELP_SCRIPTS)
+
+
+def test_relative_difference_has_an_absolute_floor():
+    bench_cli = load_script("benchmarks/bench_cli.py")
+    # 0.0 against 6.8e-13 in a run whose traces are ~1e-2 is rounding: not a relative difference of 1
+    assert bench_cli.max_relative_difference({"grpo": [0.0, 0.02]}, {"grpo": [6.8e-13, 0.02]}) == 0.0
+    # a real difference still counts, relative to the larger value
+    assert abs(bench_cli.max_relative_difference({"grpo": [0.01, 0.02]}, {"grpo": [0.01, 0.03]}) - 1 / 3) < 1e-12
+    assert bench_cli.max_relative_difference({"grpo": [0.0]}, {"grpo": [0.0]}) == 0.0

@@ -16,6 +16,7 @@ import pytest
 from conftest import BUILTIN_POLICY, ROOT
 
 from grpo_mse.gradients.estimators import UNBIASED
+from grpo_mse.tables.resume import model_fingerprint
 
 ROW = {"id": 0, "prompt": "Solve the arithmetic problem.\n2 + 3 =", "ground_truth": 5, "V_oracle": 0.5}
 TABLE = "{tmp}/t.jsonl"
@@ -60,7 +61,8 @@ def oracle_settings(**changes) -> str:
     """The settings file calculate_oracle_v.py writes for oracle(--n_oracle 4) on table()."""
     settings = {"model": BUILTIN_POLICY, "revision": "main", "dataset": "sha256:" + hashlib.sha256(
         rows_text().encode()).hexdigest(), "split": "train", "n_oracle": 4, "seed": 0, "temperature": 1.0,
-        "top_p": 0.95, "max_new_tokens": 32, "dtype": "fp32", "backend": "hf"}
+        "top_p": 0.95, "max_new_tokens": 32, "dtype": "fp32", "backend": "hf",
+        "model_fingerprint": model_fingerprint(BUILTIN_POLICY)}
     return json.dumps({**settings, **changes})
 
 
@@ -69,7 +71,8 @@ def tracecov_header(**changes) -> str:
     config = {"model": BUILTIN_POLICY, "revision": "main", "dtype": "fp32", "seed": 0, "T": 2, "M": 2, "K_list": [2],
               "temperature": 1.0, "top_p": 0.95, "max_new_tokens": 32, "subsample_prompts": None, "drop_eos": False,
               "estimators": list(UNBIASED), "shared_samples": False, "c1_batch": 16, "no_advisor": False,
-              "backend": "hf", "oracle_table_fingerprint": "sha256:" + hashlib.sha256(rows_text().encode()).hexdigest()}
+              "backend": "hf", "model_fingerprint": model_fingerprint(BUILTIN_POLICY),
+              "oracle_table_fingerprint": "sha256:" + hashlib.sha256(rows_text().encode()).hexdigest()}
     return json.dumps({"config": {**config, **changes}}) + "\n"
 
 
@@ -170,7 +173,40 @@ CASES = [
     Case("missing local model a/b/c", oracle("--model", "models/qwen/0.5b"), "model folder not found",
          setup=(table(),)),
     Case("vllm under torchrun", tracecov("--backend", "vllm", "--device", "cuda"), "cannot be sharded with torchrun",
-         setup=(table(),), env={"WORLD_SIZE": "2"}),
+         setup=(table(),), env={"WORLD_SIZE": "2", "RANK": "0"}),
+    # issue 17: the user's next paths (each of these was a traceback or a silent wrong result)
+    Case("WORLD_SIZE without RANK", tracecov(), "start the command with torchrun", setup=(table(),),
+         env={"WORLD_SIZE": "2"}),
+    Case("tracecov --budget 3", tracecov("--budget", "3"), "--budget 3 is odd", setup=(table(),)),
+    Case("tracecov --seed -1", tracecov("--seed", "-1"), "--seed must be >= 0", setup=(table(),)),
+    Case("oracle --seed -5", oracle("--seed", "-5"), "--seed must be >= 0", setup=(table(),)),
+    Case("--temperature 1e-300", tracecov("--temperature", "1e-300"), "--temperature must be >= 0.01",
+         setup=(table(),)),
+    Case("--device mps without MPS", tracecov("--device", "mps"), "no MPS", setup=(table(),)),
+    Case("Latin-1 table", oracle(dataset="{tmp}/l.jsonl"), "l.jsonl: not UTF-8 text",
+         setup=(("l.jsonl", '{"id": 0, "prompt": "café 2 + 3 =", "ground_truth": 5}\n'.encode("latin-1")),)),
+    Case("json of integers", oracle(dataset="{tmp}/i.json"), "i.json: row 0 is int 1",
+         setup=(("i.json", "[1,2,3]"),)),
+    Case("message without role", tracecov(), "row 0: message 0 of the prompt has no 'role' field",
+         setup=(table({"prompt": [{"content": "2 + 3 ="}]}),)),
+    Case("integer prompt", tracecov(), "t.jsonl: row 1: the prompt is int 7",
+         setup=(("t.jsonl", rows_text() + json.dumps({**ROW, "id": 2, "prompt": 7}) + "\n"),)),
+    Case("corrupt parquet", oracle(dataset="{tmp}/b.parquet"), "b.parquet: not a readable parquet file",
+         setup=(("b.parquet", "PAR1 garbage"),)),
+    Case("--save_json empty", tracecov(out=""), "--save_json is empty", setup=(table(),)),
+    Case("--split on a file", oracle("--split", "test"), "--split test selects a split", setup=(table(),)),
+    Case("--c1_batch 1", tracecov("--c1_batch", "1"), "--c1_batch 1 leaves no pair", setup=(table(),)),
+    Case("build_tiny_policy over the shipped model", ["scripts/build_tiny_policy.py", "--steps", "1"],
+         "would replace files tracked by git", cwd="{repo}"),
+    Case("simulate_algorithm1 over committed results", ["scripts/simulate_algorithm1.py", "--steps", "1"],
+         "would replace files tracked by git", cwd="{repo}"),
+    Case("bench_cli over the committed benchmark", ["benchmarks/bench_cli.py", "--repeats", "1"],
+         "would replace files tracked by git"),
+    Case("make_figures --paper header only", ["plots/make_figures.py", "--paper", "{tmp}/p.csv", "--out_dir", "{tmp}"],
+         "no data lines", setup=(("p.csv", "model,K,estimator,mse,ci_halfwidth\n"),)),
+    Case("make_figures --advisor --budget 7", ["plots/make_figures.py", "--advisor", "{tmp}/r.json", "--budget", "7",
+                                               "--out_dir", "{tmp}"], "--budget 7 is odd",
+         setup=(("r.json", RUN_JSON),)),
     Case("vllm on cpu", oracle("--backend", "vllm"), "--backend vllm needs --device cuda", setup=(table(),)),
     Case("bad flag type", tracecov("--M", "two"), "argument --M: invalid int value", setup=(table(),)),
     Case("make_figures cut JSON", ["plots/make_figures.py", "--tracecov", "{tmp}/r.json", "--out_dir", "{tmp}"],
@@ -266,8 +302,8 @@ def outcomes(tmp_path_factory):
         for relative, text in case.setup:
             path = os.path.join(tmp, relative)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
+            with open(path, "wb") as handle:  # bytes as given (e.g. a Latin-1 table), text as UTF-8
+                handle.write(text if isinstance(text, bytes) else text.encode("utf-8"))
         folders[case.name], before[case.name] = tmp, snapshot(tmp)
         argv = [os.path.join(ROOT, case.argv[0])] + [_fill(a, tmp) for a in case.argv[1:]]
         spec = {"argv": argv, "cwd": _fill(case.cwd, tmp), "env": {k: _fill(v, tmp) for k, v in case.env.items()}}

@@ -25,7 +25,7 @@ def test_jsonl_parquet_and_folders_give_the_same_rows(tmp_path):
     folder.mkdir()
     _jsonl(folder / "test.jsonl", ROWS)
     assert load_rows(str(folder), split="test") == ROWS
-    with pytest.raises(DataError, match="one file, without splits; split 'test' is for dataset folders"):
+    with pytest.raises(DataError, match="--split test selects a split of a dataset folder"):
         load_rows(str(tmp_path / "d.jsonl"), split="test")  # refused, not silently the whole file
 
 

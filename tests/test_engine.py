@@ -62,6 +62,8 @@ def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     original = engine.row_vjps
     monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot))
                         or original(out, ps, cot, batched))
+    split = engine.reward_split_rows  # one group of two reward values: two half-size backward passes
+    monkeypatch.setattr(engine, "reward_split_rows", lambda *args: rows.append(2) or split(*args))
     for per_pass, calls in ((1, 4), (3, 2), (4, 1)):
         rows.clear()
         prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "fast", per_pass=per_pass)
@@ -139,6 +141,8 @@ def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
     original = engine.row_vjps
     monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot))
                         or original(out, ps, cot, batched))
+    split = engine.reward_split_rows  # one group of two reward values: two half-size backward passes
+    monkeypatch.setattr(engine, "reward_split_rows", lambda *args: rows.append(2) or split(*args))
     counted = lambda cont: calls.append(1) or logprob_fn(cont)  # noqa: E731
     zero = prompt_traces(counted, params, groups, torch.zeros(4, 3), 0.0, est.UNBIASED, "fast")
     assert not calls and not rows

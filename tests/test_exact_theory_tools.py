@@ -61,8 +61,13 @@ def test_theory_json_is_consistent(exact_outputs):
 
 def test_exact_theory_errors(tmp_path, builtin_policy):
     script = load_script("scripts/exact_theory.py")
-    with pytest.raises(cli.UsageError, match="--T must be >= 1"):
+    with pytest.raises(SystemExit) as stop:  # a bound of the flag: argparse's one line, exit 2
         script.main(["--dataset", "x.jsonl", "--T", "0"])
+    assert stop.value.code == 2
+    with pytest.raises(cli.UsageError, match="--T must be >= 1"):  # the same check for a library caller
+        script.ExactTheoryConfig(dataset="x.jsonl", T=0)
+    with pytest.raises(cli.UsageError, match="--K_list must be >= 2"):
+        script.ExactTheoryConfig(dataset="x.jsonl", K_list=[4, 1])
     table_path = tmp_path / "rows.jsonl"
     table_path.write_text(json.dumps({"id": 0, "prompt": "2 * 60 =", "ground_truth": 120}) + "\n")
     with pytest.raises(cli.UsageError, match="no row has a ground truth that a single token can produce"):

@@ -19,7 +19,11 @@ from grpo_mse.flags import Flags, option
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md"]
 ENTRY_POINTS = sorted(glob.glob("Gradient_evaluation/*.py", root_dir=ROOT) + glob.glob("Policy_Optimization/*.py",
-                      root_dir=ROOT) + ["plots/make_figures.py"] + glob.glob("scripts/*.py", root_dir=ROOT))
+                      root_dir=ROOT) + ["plots/make_figures.py", "grpo_mse/training/trl_train.py"]
+                      + glob.glob("scripts/*.py", root_dir=ROOT))
+# every generated table each doc must hold (the check below also catches a table that is stale)
+TABLES = {"docs/training.md": ["grpo_mse.training.data:PrepareDataConfig", "grpo_mse.training.sweep:SweepConfig",
+                               "grpo_mse.training.logs:CollectConfig", "grpo_mse.training.trl_train:TrlTrainConfig"]}
 
 
 @dataclass(kw_only=True)
@@ -87,6 +91,75 @@ def test_library_callers_are_checked_as_the_command_line(kwargs, message):
         Example(name="x", **kwargs)
 
 
+@dataclass(kw_only=True)
+class Switches(Flags):
+    """A switch that also takes the older 0/1 value."""
+
+    save: bool = option(True, zero_one=True, help="save the result")
+    out: str = option("o", help="output")
+
+
+@dataclass(kw_only=True)
+class Positional(Flags):
+    """A positional list beside flags."""
+
+    paths: list[str] = option(positional=True, help="inputs")
+    fast: bool = option(False, help="a switch")
+
+
+@pytest.mark.parametrize("argv, save", [([], True), (["--save"], True), (["--save", "1"], True),
+                                        (["--save", "0"], False), (["--no-save"], False),
+                                        (["--save", "0", "--save"], True), (["--no-save", "--save", "1"], True),
+                                        (["--save", "--out", "p"], True), (["--save", "0", "--out", "p"], False)])
+def test_zero_one_switch_takes_both_forms(argv, save):
+    assert Switches.from_argv(argv).save is save
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--save", "2"], "argument --save: expected 0, 1 or no value (got '2')"),
+    (["--save", "yes"], "argument --save: expected 0, 1 or no value (got 'yes')"),
+    (["--no-save", "0"], "unrecognized arguments: 0"),
+])  # fmt: skip
+def test_zero_one_switch_refuses_other_values(capsys, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        Switches.from_argv(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_positional_fields():
+    assert Positional.from_argv(["a", "b", "--fast"]) == Positional(paths=["a", "b"], fast=True)
+    assert Positional.from_argv(["--fast", "a"]) == Positional(paths=["a"], fast=True)
+    with pytest.raises(SystemExit):
+        Positional.from_argv(["--fast"])  # paths is required
+
+    @dataclass(kw_only=True)
+    class Optional(Flags):
+        more: list[str] = option(["x"], positional=True, help="a positional list with a default")
+
+    assert Optional.from_argv([]).more == ["x"] and Optional.from_argv(["y", "z"]).more == ["y", "z"]
+
+    @dataclass(kw_only=True)
+    class Both(Flags):
+        paths: list[str] = option(positional=True, help="inputs")
+        save: bool = option(True, zero_one=True, help="save")
+
+    with pytest.raises(UsageError, match="no positional field may join it"):
+        Both.from_argv(["a"])
+
+
+def test_markdown_of_positionals_switches_and_bars():
+    assert flags.markdown(Positional).splitlines()[2] == "| `paths` (positional) | required | inputs |"
+    assert flags.markdown(Switches).splitlines()[2] == (
+        "| `--save` | on | save the result; `--no-save` clears it (`--save 1` and `--save 0` also work) |")
+
+    @dataclass(kw_only=True)
+    class Bars(Flags):
+        pattern: str = option("a|b", help="x|y")
+
+    assert flags.markdown(Bars).splitlines()[2] == "| `--pattern` | `a\\|b` | x\\|y |"  # a bar would end the cell
+
+
 def test_markdown_table_lists_every_field():
     table = flags.markdown(Example).splitlines()
     assert table[:2] == ["| flag | default | meaning |", "|---|---|---|"]
@@ -109,6 +182,10 @@ def test_docs_flag_tables_are_generated_from_the_code(monkeypatch):
         text = (ROOT / doc).read_text(encoding="utf-8")
         assert flags.BLOCK.search(text), f"{doc} has no generated flag table"
         assert flags.refresh(text) == text, f"{doc}: run python -m grpo_mse.flags --update {doc}"
+    for doc, classes in TABLES.items():
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        for name in classes:
+            assert f"<!-- flags: {name} -->" in text, f"{doc} lacks the flag table of {name}"
     tracecov = (ROOT / "docs/gradient_evaluation.md").read_text(encoding="utf-8")
     for flag in ("--score_distribution", "--budget", "--allowed_K", "--estimators", "--resume"):
         assert f"| `{flag}` |" in tracecov

@@ -12,7 +12,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Room -> level; a module may import rooms of its own level or lower ones.
 LEVELS = {
-    "cli": 0, "flags": 0, "distributed": 0, "rewards": 0, "tables": 0,
+    "cli": 0, "errors": 0, "flags": 0, "distributed": 0, "rewards": 0, "tables": 0,
     "policy": 1, "builtin": 1,
     "gradients": 2,
     "analysis": 3,

@@ -18,42 +18,46 @@ TRACECOV_DEFAULTS = {  # the original run_tracecov.py's flags and defaults (SPEC
     "temperature": 1.0, "top_p": 0.95, "max_new_tokens": 32, "gen_bs": 64, "subsample_prompts": None,
     "save_json": "out", "plot_path": None, "skip_plot": True, "engine": "fast", "groups_per_pass": 0,
     "estimators": ["naive", "grpo", "oracleV"], "drop_eos": False, "shared_samples": False, "no_advisor": False,
-    "c1_batch": 16, "backend": "hf", "vllm_gpu_util": 0.4, "resume": False,
+    "c1_batch": 16, "backend": "hf", "vllm_gpu_util": 0.4, "vllm_enforce_eager": False, "vllm_max_model_len": None,
+    "resume": False,
     "score_distribution": "model", "budget": 1024, "allowed_K": None}
 ORACLE_DEFAULTS = {  # the original calculate_oracle_v.py's (SPEC section 2 and later additions)
     "model": "m", "revision": "main", "device": "cuda", "dtype": "fp16", "trust_remote_code": False,
     "dataset": "d.jsonl", "split": "train", "n_oracle": 1000, "batch_size": 32, "seed": 0, "temperature": 1.0,
     "top_p": 0.95, "max_new_tokens": 32, "out_dir": "oracle_v_results", "limit": None, "backend": "hf",
-    "vllm_gpu_util": 0.4, "resume": False}
+    "vllm_gpu_util": 0.4, "vllm_enforce_eager": False, "vllm_max_model_len": None, "resume": False}
 
 
 def test_defaults_and_saved_keys_are_the_original_flags():
     tracecov = TracecovConfig.from_argv(["--oracle_table", "t.jsonl", "--save_json", "out", "--skip_plot"])
-    assert tracecov.record() == TRACECOV_DEFAULTS
+    # record() adds the model's fingerprint (a hub id: hub:<id>@<revision>) to the flags
+    assert tracecov.record() == {**TRACECOV_DEFAULTS, "model_fingerprint": "hub:Qwen/Qwen2.5-0.5B-Instruct@main"}
     oracle = OracleConfig.from_argv(["--model", "m", "--dataset", "d.jsonl"])
-    assert oracle.record() == ORACLE_DEFAULTS
-    # every result field is a flag, except the table's content fingerprint, which the run adds to its saved config
-    assert set(TracecovConfig.RESULT_FIELDS) - {"oracle_table_fingerprint"} < set(TRACECOV_DEFAULTS)
-    assert set(OracleConfig.RESULT_FIELDS) < set(ORACLE_DEFAULTS)
+    assert oracle.record() == {**ORACLE_DEFAULTS, "model_fingerprint": "hub:m@main"}
+    # every result field is a flag, except the content fingerprints of the table and the model
+    fingerprints = {"oracle_table_fingerprint", "model_fingerprint"}
+    assert set(TracecovConfig.RESULT_FIELDS) - fingerprints < set(TRACECOV_DEFAULTS)
+    assert set(OracleConfig.RESULT_FIELDS) - {"model_fingerprint"} < set(ORACLE_DEFAULTS)
 
 
 def test_every_flag_is_parsed_into_its_field():
-    argv = ["--model", "x/y", "--revision", "r", "--device", "cuda:1", "--dtype", "fp32", "--trust_remote_code",
+    argv = ["--model", "x/y", "--revision", "r", "--device", "cuda:0", "--dtype", "fp32", "--trust_remote_code",
             "--oracle_table", "t", "--seed", "3", "--T", "7", "--M", "5", "--K_list", "2", "6", "--temperature", "0.5",
             "--top_p", "0.9", "--max_new_tokens", "4", "--gen_bs", "8", "--subsample_prompts", "9", "--save_json", "s",
             "--plot_path", "p", "--engine", "reference", "--groups_per_pass", "2", "--estimators", "grpo", "drgrpo",
             "--drop_eos", "--shared_samples", "--no_advisor", "--c1_batch", "4", "--backend", "vllm",
-            "--vllm_gpu_util", "0.5", "--resume", "--score_distribution", "sampling", "--budget", "256",
-            "--allowed_K", "2", "8"]
+            "--vllm_gpu_util", "0.5", "--vllm_enforce_eager", "--vllm_max_model_len", "300", "--resume",
+            "--score_distribution", "sampling", "--budget", "256", "--allowed_K", "2", "8"]
     config = TracecovConfig.from_argv(argv)
     assert config.record() == {
-        "model": "x/y", "revision": "r", "device": "cuda:1", "dtype": "fp32", "trust_remote_code": True,
+        "model": "x/y", "revision": "r", "device": "cuda:0", "dtype": "fp32", "trust_remote_code": True,
         "oracle_table": "t", "seed": 3, "T": 7, "M": 5, "K_list": [2, 6], "temperature": 0.5, "top_p": 0.9,
         "max_new_tokens": 4, "gen_bs": 8, "subsample_prompts": 9, "save_json": "s", "plot_path": "p",
         "skip_plot": False, "engine": "reference", "groups_per_pass": 2, "estimators": ["grpo", "drgrpo"],
         "drop_eos": True, "shared_samples": True, "no_advisor": True, "c1_batch": 4, "backend": "vllm",
-        "vllm_gpu_util": 0.5, "resume": True, "score_distribution": "sampling", "budget": 256,
-        "allowed_K": [2, 8]}
+        "vllm_gpu_util": 0.5, "vllm_enforce_eager": True, "vllm_max_model_len": 300, "resume": True,
+        "score_distribution": "sampling", "budget": 256,
+        "allowed_K": [2, 8], "model_fingerprint": "hub:x/y@r"}
     assert not config.with_advisor
 
 
@@ -69,6 +73,9 @@ def test_list_defaults_are_not_shared_between_configs():
     ({"groups_per_pass": -1}, "--groups_per_pass"),
     ({"engine": "slow"}, "--engine must be among fast, reference"), ({"estimators": ["grpo", "x"]}, "--estimators"),
     ({"dtype": "fp8"}, "--dtype"), ({"c1_batch": 0}, "--c1_batch"),
+    ({"c1_batch": 1}, "--c1_batch 1 leaves no pair"), ({"seed": -1}, "--seed must be >= 0"),
+    ({"temperature": 1e-300}, "--temperature must be >= 0.01"), ({"temperature": float("inf")}, "--temperature"),
+    ({"budget": 3}, "--budget 3 is odd"), ({"budget": 64, "allowed_K": [3, 5]}, "must divide --budget 64"),
 ])
 def test_tracecov_config_rejects_values_that_cannot_work(changes, needle):
     with pytest.raises(UsageError, match=needle):

@@ -92,3 +92,26 @@ def test_shipped_train_policy_stops_after_the_answer_less_often_than_half():
     p_train = _stop_probability(TRAIN_POLICY)
     assert 0.2 < p_train < 0.5
     assert _stop_probability(BUILTIN_POLICY) > 0.9
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--fraction", "1.5"], "argument --fraction: must be >= 0 and <= 1 (got 1.5)"),
+    (["--steps", "0"], "argument --steps: must be >= 1 (got 0)"),
+    (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
+    (["--eval_samples", "0"], "argument --eval_samples: must be >= 1 (got 0)"),
+    (["--base_dir", "/no/such/policy"], "model folder not found: /no/such/policy"),
+])  # fmt: skip
+def test_builder_refuses_bad_settings_before_loading(tmp_path, capsys, argv, message):
+    """scripts/build_train_policy.py: one line and exit 2, no folder created (TrainPolicyConfig's checks)."""
+    from conftest import load_script
+
+    from grpo_mse import cli
+
+    script = load_script("scripts/build_train_policy.py")
+    out = tmp_path / "policy"
+    with pytest.raises(SystemExit) as stop:
+        cli.run(lambda: script.main(["--out_dir", str(out), *argv]))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1 and not out.exists()
+    config = script.TrainPolicyConfig(out_dir=str(out), eval_prompts=0)  # library callers get the same checks
+    assert (config.steps, config.fraction, config.base_dir) == (300, 0.6, "assets/tiny_policy")

@@ -4,6 +4,7 @@ and Figure 5 read the run back."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,80 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
 
     main_training(parse_args(["--csv", str(csv), "--out_dir", str(tmp_path / "fig")]))
     assert (tmp_path / "fig" / "figure5_accuracy_vs_K.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------- the command line (TrlTrainConfig)
+
+@pytest.fixture(scope="module")
+def trl_inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trl_inputs")
+    for split, rows in arithmetic_splits(16, 4).items():
+        write_parquet(rows, str(folder / f"{split}.parquet"))
+    return {"model": BUILTIN_POLICY, "train_file": str(folder / "train.parquet"),
+            "val_file": str(folder / "test.parquet"), "reward_path": str(ROOT / "Policy_Optimization" / "reward.py"),
+            "output_dir": str(folder / "out")}  # fmt: skip
+
+
+def trl_argv(inputs: dict, *extra: str) -> list[str]:
+    return [item for name, value in inputs.items() for item in (f"--{name}", value)] + list(extra)
+
+
+@pytest.mark.parametrize("extra, save, norm", [
+    ([], True, True),
+    (["--save_model", "0", "--norm_adv_by_std", "0"], False, False),  # the older 0/1 form, as grpo_train.sh passed it
+    (["--save_model", "1", "--norm_adv_by_std", "1"], True, True),
+    (["--no-save_model", "--no-norm_adv_by_std"], False, False),
+    (["--no-save_model", "--save_model"], True, True),
+    (["--save_model", "--norm_adv_by_std", "0", "--dry_run"], True, False),
+])  # fmt: skip
+def test_trl_booleans_are_switches_and_the_old_form_still_works(trl_inputs, extra, save, norm):
+    from grpo_mse.training.trl_train import parse_args
+
+    config = parse_args(trl_argv(trl_inputs, *extra))
+    assert (config.save_model, config.norm_adv_by_std) == (save, norm)
+    assert config.dry_run is ("--dry_run" in extra)
+    assert config.logger_names == {"console", "wandb"}
+
+
+def test_trl_config_maps_the_switch_to_trl_advantages(trl_inputs):
+    pytest.importorskip("trl")
+    from grpo_mse.training.trl_backend import grpo_config
+    from grpo_mse.training.trl_train import parse_args
+
+    for extra, scale in (([], "group"), (["--no-norm_adv_by_std"], "none"), (["--norm_adv_by_std", "0"], "none")):
+        config = parse_args(trl_argv(trl_inputs, "--group_size", "4", "--budget", "32", *extra))
+        assert grpo_config(config, 16).scale_rewards == scale
+    assert grpo_config(parse_args(trl_argv(trl_inputs, "--group_size", "4", "--budget", "32")), 16).temperature == 1.0
+    config = parse_args(trl_argv(trl_inputs, "--group_size", "4", "--budget", "32", "--temperature", "1.5"))
+    assert config.temperature == 1.5 and grpo_config(config, 16).temperature == 1.5  # the rollouts' temperature
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--save_model", "2"], "argument --save_model: expected 0, 1 or no value (got '2')"),
+    (["--lr", "1e6"], "1e+06 is not a learning rate for AdamW; use a value below 1"),
+    (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
+    (["--temperature", "0"], "argument --temperature: must be > 0 (got 0.0)"),
+    (["--group_size", "3"], "K=3 must divide 1024"),
+    (["--loggers", "[console,tensorboard]"], "--loggers: unknown ['tensorboard']; use console and/or wandb"),
+])  # fmt: skip
+def test_trl_command_line_refusals_are_one_line(trl_inputs, capsys, extra, message):
+    from grpo_mse import cli
+    from grpo_mse.training.trl_train import main
+
+    with pytest.raises(SystemExit) as stop:
+        cli.run(lambda: main(trl_argv(trl_inputs, *extra)))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_trl_config_checks_library_callers(trl_inputs):
+    """TrlTrainConfig(...) from Python is held to the same checks as the command line."""
+    from grpo_mse.cli import UsageError
+    from grpo_mse.training.trl_train import TrlTrainConfig
+
+    assert TrlTrainConfig(**trl_inputs, loggers="[wandb]").logger_names == {"wandb"}
+    for kwargs, message in (({"lr": 1.0}, "below 1"), ({"group_size": 1}, "--group_size must be >= 2"),
+                            ({"budget": 100}, "multiple of 8"), ({"loggers": "[console,tb]"}, "unknown ['tb']"),
+                            ({"val_file": trl_inputs["val_file"] + ".missing"}, "not found")):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            TrlTrainConfig(**{**trl_inputs, **kwargs})

@@ -113,7 +113,7 @@ def test_original_style_file_names_base_and_repo_dir(tmp_path, data_dir):
 
 def test_attention_checkpoints_and_ray_env(tmp_path, data_dir):
     env = launcher_env(tmp_path, MODEL="m", DATA_DIR=data_dir, DRY_RUN="print", WANDB_API_KEY="secret-key-123",
-                       HF_TOKEN="hf_secret")  # fmt: skip
+                       HF_TOKEN="hf_secret", HF_HOME=tmp_path / "hf", TMPDIR="/tmp")  # fmt: skip
     out = run_launcher(env).stdout
     for expected in (
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
@@ -121,9 +121,9 @@ def test_attention_checkpoints_and_ray_env(tmp_path, data_dir):
         r"actor_rollout_ref.actor.checkpoint.save_contents=\[model\]",
         "trainer.max_actor_ckpt_to_keep=2",
         r"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_MODE=\'offline\'",
-        rf"+ray_kwargs.ray_init.runtime_env.env_vars.HF_HOME=\'{tmp_path}/hf_cache\'",
+        rf"+ray_kwargs.ray_init.runtime_env.env_vars.HF_HOME=\'{tmp_path}/hf\'",
         rf"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR=\'{tmp_path}/wandb\'",
-        rf"+ray_kwargs.ray_init.runtime_env.env_vars.TMPDIR=\'{tmp_path}/tmp\'",
+        r"+ray_kwargs.ray_init.runtime_env.env_vars.TMPDIR=\'/tmp\'",
         "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH=",
     ):  # fmt: skip
         assert expected.replace("\\\\", "\\") in out, expected
@@ -158,7 +158,7 @@ def test_print_only_budget_scaling_and_masking(tmp_path, data_dir):
     assert out.index("trainer.total_epochs=8") < out.index("trainer.total_epochs=2")  # user overrides last
     assert "secret-key-123" not in out + result.stderr and "hunter2" not in out
     assert "WANDB_API_KEY=****" in out
-    assert f"HF_HOME={tmp_path}/hf_cache" in out
+    assert "HF_HOME=default" in out  # the user's own cache, never redirected into BASE
 
 
 def test_conda_activation_only_when_configured(tmp_path, data_dir):
@@ -181,7 +181,7 @@ def test_dry_run_composes_and_validates_with_verl(tmp_path, data_dir):
     assert result.returncode == 0, result.stderr[-3000:]
     config = result.stdout
     for expected in ("adv_estimator: grpo", "train_batch_size: 32", "total_epochs: 2", "loss_mode: vanilla",
-                     "attn_implementation: sdpa", "max_actor_ckpt_to_keep: 2", f"HF_HOME: {tmp_path}/hf_cache",
+                     "attn_implementation: sdpa", "max_actor_ckpt_to_keep: 2", "resume_mode: disable",
                      "WANDB_MODE: offline"):  # fmt: skip
         assert expected in config, expected
     assert "save_contents:\n      - model\n      load_contents" in config
@@ -265,5 +265,9 @@ def test_trl_command_shares_the_settings(tmp_path, data_dir):
                      "--experiment_name grpo_tiny_policy_K8_seed2", "--max_steps 3", "--temperature 0.7",
                      "train_batch_size=32 ppo_mini_batch_size=8 total_epochs=4"):  # fmt: skip
         assert expected in result.stdout, expected
+    command = result.stdout.split("command: ", 1)[1]
+    assert " --save_model " in command + " " and "--save_model 1" not in command  # a switch, not a 0/1 value
+    no_save = run_launcher({**env, "SAVE_MODEL": "0"})
+    assert no_save.returncode == 0 and " --no-save_model" in no_save.stdout and "--save_model 0" not in no_save.stdout
     result = run_launcher(env, "--group_size", "4")
     assert result.returncode == 2 and "contradicts GROUP_SIZE/BUDGET" in result.stderr

@@ -62,6 +62,8 @@ def bca_levels(estimate: float, boot: np.ndarray, jackknife: np.ndarray, level: 
 def interval(draws: np.ndarray, weights: np.ndarray, level: float = 0.95) -> list[float] | None:
     """BCa interval from the bootstrap rows of ``draws`` (nan = undefined replicate, left out; inf allowed),
     widened if needed to contain the estimate (row 0); None when more than half the replicates are undefined."""
+    if weights.shape[1] < 2:  # one prompt: every resample is the data, so no interval (reported as n/a)
+        return None
     n_boot = n_boot_of(weights)
     boot, jackknife = np.asarray(draws[1:1 + n_boot], dtype=np.float64), np.asarray(draws[1 + n_boot:])
     boot = boot[~np.isnan(boot)]

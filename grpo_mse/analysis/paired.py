@@ -14,6 +14,8 @@ mean MSEs are paired: a replicate resamples prompts once and recomputes every st
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
@@ -145,14 +147,18 @@ def run_statistics(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, 
     prompts, _ = prompt_columns({k: records_by_k[k] for k in k_list})
     weights = bs.prompt_weights(len(prompts), n_boot, seed)
     out = {"paired": paired_summary(records_by_k, k_list, names, weights)}
-    if with_advisor:
+    if with_advisor and len(prompts) < 2:  # c1 and every interval need two prompts or more
+        print("note: the group-size advisor needs 2 or more prompts (--T 2+); skipped", file=sys.stderr)
+    elif with_advisor:
         out["group_size_advisor"] = advise(records_by_k, batches_by_k, budget=budget, allowed=allowed,
                                            weights=weights)
     return out
 
 
 def _cell(label: str, summary: dict) -> str:
-    low, high = summary["ci95"] or (None, None)
+    if not summary["ci95"]:  # one prompt, or too many undefined replicates: no interval
+        return f"{label}={rounded(summary['estimate'])} [n/a]"
+    low, high = summary["ci95"]
     return f"{label}={rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]"
 
 

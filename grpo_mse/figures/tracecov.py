@@ -31,7 +31,9 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
             ax.plot(theory["K"], theory[name], linestyle="--", alpha=0.7, color=style(name)["color"],
                     label=f"{style(name)['label']} (exact)")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    positive = any(v > 0 for means in result["conditional_on_x"].values() for v in means if v == v)
+    ax.set_yscale("log" if positive else "linear")  # all zero (e.g. every reward equal): a log axis cannot draw
+    ax.set_xlim(min(ks) / 1.25, max(ks) * 1.25)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
     unbiased_only = set(result["conditional_on_x"]) <= set(est.UNBIASED)
@@ -80,6 +82,7 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
     ax.axhline(1.0, color="gray", linestyle=":")
     ax.set_xscale("log", base=2)
     ks = sorted({k for _, result in results for k in result["K_list"]})
+    ax.set_xlim(min(ks) / 1.25, max(ks) * 1.25)  # also when every ratio is undefined (nothing drawn)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
     ax.set_ylabel("MSE GRPO / MSE oracle")

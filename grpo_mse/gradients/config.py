@@ -8,6 +8,8 @@ that cannot work with a one-line ``UsageError``. Importing this module is cheap 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,6 +23,8 @@ from grpo_mse.policy.vllm_sampler import check_backend
 ENGINES = ("fast", "reference")
 DTYPES = ("fp16", "bf16", "fp32")
 BACKENDS = ("hf", "vllm")
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
+MAX_SEED = 2 ** 32 - 1
 
 
 @dataclass(kw_only=True)
@@ -34,6 +38,10 @@ class ModelConfig(Flags):
     trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
     backend: str = option("hf", choices=BACKENDS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
     vllm_gpu_util: float = option(0.4, type=float, help="vLLM gpu_memory_utilization")
+    vllm_enforce_eager: bool = option(False, help="vLLM: no torch.compile or CUDA graphs (starts in seconds, "
+                                                  "samples slower; for short runs)")
+    vllm_max_model_len: int | None = option(None, type=int, help="vLLM max_model_len (default: the model's "
+                                                                 "context length; smaller saves KV-cache memory)")
     temperature: float = option(1.0, type=float, help="sampling temperature")
     top_p: float = option(0.95, type=float, help="nucleus sampling mass")
     max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
@@ -41,10 +49,28 @@ class ModelConfig(Flags):
     def __post_init__(self) -> None:
         super().__post_init__()  # choices
         cli.check_device(self.device)
-        check_backend(self.backend, self.device, self.vllm_gpu_util)
+        cli.launch_env()  # a WORLD_SIZE without RANK (not torchrun) is refused before any work
+        check_backend(self.backend, self.device, self.vllm_gpu_util, self.temperature, self.vllm_max_model_len)
         cli.check_model_path(self.model)
-        require(0 < self.top_p <= 1 and self.temperature > 0, "need 0 < --top_p <= 1 and --temperature > 0")
+        cli.check_range("--top_p", self.top_p, above=0, maximum=1)
+        # logits / T overflows float32 and the score grows like 1/T: below 0.01 traces turn NaN (docs/safety.md)
+        cli.check_range("--temperature", self.temperature, minimum=MIN_TEMPERATURE, maximum=MAX_TEMPERATURE)
         cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
+        seed = getattr(self, "seed", None)
+        if seed is not None:  # random streams take 32-bit words: a negative or larger seed would alias another
+            cli.check_range("--seed", seed, minimum=0, maximum=MAX_SEED)
+
+    @functools.cached_property
+    def model_fingerprint(self) -> str:
+        """Content hash of a local --model folder (weights, config, tokenizer; cached), ``hub:<id>@<revision>``
+        for a hub id: --resume and the oracle-table check compare it, so a changed folder is never mixed in."""
+        from grpo_mse.tables.resume import model_fingerprint
+
+        return model_fingerprint(self.model, self.revision)
+
+    def record(self) -> dict:
+        """Every field by name and the model's fingerprint (the ``config`` saved with the results)."""
+        return {**dataclasses.asdict(self), "model_fingerprint": self.model_fingerprint}
 
 
 @dataclass(kw_only=True)
@@ -64,8 +90,8 @@ class OracleConfig(ModelConfig):
     # Fields that change the numbers: --resume continues a file only when all of them are equal (the dataset
     # as its content fingerprint, saved beside the output in ``*.settings.json``).
     RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
-        "model", "revision", "dataset", "split", "n_oracle", "seed", "temperature", "top_p", "max_new_tokens",
-        "dtype", "backend")
+        "model", "model_fingerprint", "revision", "dataset", "split", "n_oracle", "seed", "temperature", "top_p",
+        "max_new_tokens", "dtype", "backend")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -83,7 +109,8 @@ class TracecovConfig(ModelConfig):
     # Fields that change the numbers: a resumed run must agree on all of them.
     # (the table as its content fingerprint ``oracle_table_fingerprint``, saved in the progress log's header)
     RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
-        "model", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list", "temperature", "top_p",
+        "model", "model_fingerprint", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list",
+        "temperature", "top_p",
         "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch", "no_advisor",
         "backend", "score_distribution")
 
@@ -134,11 +161,17 @@ class TracecovConfig(ModelConfig):
         misfits = [k for k in self.allowed_K or [] if self.budget % k]
         require(not misfits, f"every K in --allowed_K must divide --budget {self.budget} (B = N/K prompts per step; "
                              f"not {' '.join(map(str, misfits))})")
+        require(self.allowed_K is not None or self.budget % 2 == 0,
+                f"--budget {self.budget} is odd: no power-of-two group size divides it; give an even --budget "
+                "or list the sizes with --allowed_K")
         require(self.M >= 2, f"--M must be >= 2 (got {self.M})")
         require(all(k >= 2 for k in self.K_list), f"every K in --K_list must be >= 2 (got {self.K_list})")
         require(self.T >= 1, f"--T must be >= 1 (got {self.T})")
         require(self.groups_per_pass >= 0, f"--groups_per_pass must be >= 0 (got {self.groups_per_pass})")
         require(self.c1_batch >= 1, f"--c1_batch must be >= 1 (got {self.c1_batch})")
+        require(self.c1_batch >= 2 or not self.with_advisor,
+                "--c1_batch 1 leaves no pair of prompts to estimate c1 (between-prompt variance), so the advisor "
+                "would be empty; use --c1_batch 2 or more, or --no_advisor")
         require(self.skip_plot or bool(self.plot_path), "--plot_path is required unless --skip_plot")
         for flag, minimum in (("gen_bs", 1), ("subsample_prompts", 1)):
             if getattr(self, flag) is not None:

@@ -198,6 +198,31 @@ def add_pass(stats: dict[str, SumTrace], labels: list[str], plans, owner: list[l
             stats[name].add_pass(coefficients, rows, gram, torch.zeros(n, dtype=torch.float64), 0.0)
 
 
+def splits_by_reward(plans, rewards: torch.Tensor) -> bool:
+    """Whether a pass is one group that needs both a and s and has exactly two distinct rewards (binary
+    rewards, not all equal): ``reward_split_rows`` then gets the same two vectors for half the backward work."""
+    return len(plans) == 1 and plans[0][0] == ["a", "s"] and len(set(rewards[0].tolist())) == 2
+
+
+def reward_split_rows(logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor,
+                      plan) -> tuple[list[list[torch.Tensor]], list]:
+    """One group's gradient rows as w_r = (1/K) sum_{k: G_k = r} grad lp_k, one forward and one backward pass
+    per reward value r over its own continuations only (each sequence goes through one backward pass, where
+    computing a and s from one pass over all K costs two full backward passes). Since a = sum_r r w_r and
+    s = sum_r w_r, an estimator x = c_a a + c_s s is sum_r (c_a r + c_s) w_r: returns the rows and the plan
+    with those coefficients."""
+    kinds, coefficients = plan
+    k, values = len(group), sorted(set(rewards.tolist()))
+    rows = []
+    for value in values:
+        members = [tokens for tokens, reward in zip(group, rewards.tolist()) if reward == value]
+        unique, weights = distinct_continuations(members, torch.full((1, len(members)), 1.0 / k, dtype=torch.float64))
+        logprobs = logprob_fn(unique)
+        rows.append(_grad((weights[0].to(logprobs.device, logprobs.dtype) * logprobs).sum(), params, retain=False))
+    split = {name: [c[0] * value + c[1] for value in values] for name, c in coefficients.items()}
+    return rows, [(kinds, split)]
+
+
 def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list[int]]],
                   rewards: torch.Tensor, value: float | None, names=est.UNBIASED,
                   engine: str = "fast", per_pass: int = 0, measure_score: bool = False) -> PromptStats:
@@ -246,7 +271,9 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
             plans = [group_plan(group_weights(group_rewards), group_rewards) for group_rewards in chunk_rewards]
             cotangents, owner = group_cotangents(chunk_rewards, [kinds for kinds, _ in plans])
             rows = []
-            if len(cotangents):  # otherwise every estimator is exactly 0 for these groups: no pass at all
+            if splits_by_reward(plans, chunk_rewards):  # one group, two reward values: half-size backward passes
+                rows, plans = reward_split_rows(logprob_fn, params, groups[chunk][0], chunk_rewards[0], plans[0])
+            elif len(cotangents):  # otherwise every estimator is exactly 0 for these groups: no pass at all
                 unique, cotangents = distinct_continuations([c for group in groups[chunk] for c in group], cotangents)
                 logprobs = logprob_fn(unique)
                 rows = row_vjps(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype), len(owner) > 1).rows

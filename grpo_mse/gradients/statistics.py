@@ -8,32 +8,69 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+# Coordinates per float64 block of a Gram matrix (``block_coordinates``): on CUDA at least 2^24 (a few
+# dozen blocks at 0.5B, each one large matrix product: launch overhead vanishes); on the CPU a
+# 128 MiB float64 block, at least 2^20 coordinates (~300 blocks per pass at 0.5B for 5 vectors).
+CUDA_BLOCK = 1 << 24
+CPU_BLOCK_BYTES = 1 << 27
+CPU_MIN_BLOCK = 1 << 20
 
-def float64_blocks(pieces, block: int):
-    """Concatenate [R, n_i] pieces along columns into float64 [R, ~block] blocks (no model-sized copy)."""
-    pending, size = [], 0
-    for piece in pieces:
-        pending.append(piece)
-        size += piece.shape[1]
-        if size >= block:
-            yield torch.cat(pending, dim=1).double()
-            pending, size = [], 0
-    if pending:
-        yield torch.cat(pending, dim=1).double()
+
+def block_coordinates(count: int, device: torch.device | str) -> int:
+    """Coordinates per float64 block for a Gram matrix of ``count`` vectors on ``device``."""
+    if torch.device(device).type == "cuda":
+        return CUDA_BLOCK
+    return max(CPU_MIN_BLOCK, CPU_BLOCK_BYTES // (8 * max(count, 1)))
+
+
+def block_plan(sizes: list[int], coordinates: int) -> list[list[tuple[int, int, int]]]:
+    """Blocks of ``coordinates`` coordinates (the last may be smaller) over parameters of ``sizes`` in order:
+    each block a list of (parameter index, start, stop) spans; a parameter is split only at a block boundary,
+    so small parameters share a block and a block never holds a partial parameter it could hold whole."""
+    plan, spans, room = [], [], coordinates
+    for index, size in enumerate(sizes):
+        start = 0
+        while start < size:
+            stop = min(size, start + room)
+            spans.append((index, start, stop))
+            room -= stop - start
+            start = stop
+            if room == 0:
+                plan.append(spans)
+                spans, room = [], coordinates
+    if spans:
+        plan.append(spans)
+    return plan
 
 
 def gram64(vectors: list[list[torch.Tensor]], block: int | None = None) -> torch.Tensor:
     """[N, N] float64 Gram matrix <v_i, v_j> of vectors given as per-parameter tensor lists: exact float64
-    products, ~``block`` coordinates at a time (default: a 4 MiB float64 block, small enough to be
-    reused by the allocator instead of freshly mapped each time, and no model-sized float64 copy)."""
+    products, ``block`` coordinates at a time (default ``block_coordinates``: by device), copied into one
+    reused float64 buffer (no model-sized float64 copy)."""
     count = len(vectors)
-    block = block or max(4096, (1 << 19) // count)
-    pieces = (torch.stack([v[p].reshape(-1)[i:i + block] for v in vectors])
-              for p in range(len(vectors[0])) for i in range(0, vectors[0][p].numel(), block))
-    gram = torch.zeros((count, count), dtype=torch.float64, device=vectors[0][0].device)
-    for values in float64_blocks(pieces, block):
-        gram += values @ values.T
+    device = vectors[0][0].device
+    plan = block_plan([t.numel() for t in vectors[0]], block or block_coordinates(count, device))
+    gram = torch.zeros((count, count), dtype=torch.float64, device=device)
+    if not plan:
+        return gram
+    width = max(sum(stop - start for _, start, stop in spans) for spans in plan)
+    buffer = torch.empty((count, width), dtype=torch.float64, device=device)
+    for spans in plan:
+        filled = 0
+        for index, start, stop in spans:
+            end = filled + stop - start
+            for row, vector in enumerate(vectors):
+                buffer[row, filled:end].copy_(vector[index].reshape(-1)[start:stop])
+            filled = end
+        values = buffer[:, :filled]
+        gram.addmm_(values, values.T)
     return gram
+
+
+def blocks_per_gram(vectors: list[list[torch.Tensor]], block: int | None = None) -> int:
+    """How many float64 blocks (matrix products) ``gram64`` runs for these vectors."""
+    count, device = len(vectors), vectors[0][0].device
+    return len(block_plan([t.numel() for t in vectors[0]], block or block_coordinates(count, device)))
 
 
 def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int | None = None) -> float:

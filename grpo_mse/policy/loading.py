@@ -6,19 +6,20 @@ import os
 
 import torch
 
-from grpo_mse.cli import InputError, check_model_path
+from grpo_mse.cli import check_model_path
+from grpo_mse.errors import InputError, ModelError  # noqa: F401 - re-exported here (their old home)
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-class ModelError(InputError):
-    """The model cannot be loaded or used as asked; the message is one line."""
 
 
 def resolve_device(device: str) -> torch.device:
     """``cuda``/``cuda:N``/``cpu``/``mps``; a CUDA request without CUDA is a clear error."""
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelError(f"--device {device} requested but CUDA is not available; use --device cpu")
+    if device.startswith("cuda") and ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise ModelError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ModelError("--device mps requested but this machine has no MPS (Apple GPU) backend; use --device cpu")
     return torch.device(device)
 
 
@@ -37,7 +38,10 @@ def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: s
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype], **kwargs)
-    except (OSError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 - transformers raises OSError, ValueError, RuntimeError, safetensors
+        if not isinstance(error, (OSError, ValueError, RuntimeError)) and \
+                type(error).__module__.split(".")[0] != "safetensors":
+            raise
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         where = "" if local else f" (no local folder {name!r} either)"
         raise ModelError(f"cannot load model {name!r}{where}: {first}") from None

@@ -13,12 +13,20 @@ from grpo_mse.policy.sampling import nucleus_mask
 FAR = -1e30  # log q of a token outside the nucleus (never sampled; finite so that masked positions give 0)
 
 
-def token_log_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
-    """[..., V] log-softmax of logits / T, renormalised over the nucleus when top_p < 1 (outside: ``FAR``)."""
+def token_log_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
+                    targets: torch.Tensor | None = None) -> torch.Tensor:
+    """[..., V] log-softmax of logits / T, renormalised over the nucleus when top_p < 1 (outside: ``FAR``).
+
+    ``targets`` ([...], the tokens actually sampled): each is kept in its own position's nucleus. A token
+    sampled just inside the nucleus can fall just outside it when the logits are recomputed (teacher forcing
+    in bf16, another kernel or batch shape, vLLM); without this it would get the constant ``FAR``, an
+    absurd log-probability and no gradient. With it, its q is renormalised over the nucleus plus itself."""
     logp = torch.log_softmax(widen(logits) / temperature, dim=-1)
     if top_p >= 1.0:
         return logp
     keep = nucleus_mask(logits, temperature, top_p)
+    if targets is not None:
+        keep.scatter_(-1, targets.to(keep.device).unsqueeze(-1), True)
     log_mass = torch.logsumexp(logp.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
     return torch.where(keep, logp - log_mass, torch.full_like(logp, FAR))
 
@@ -62,7 +70,7 @@ def sequence_logprobs(model, prompt: list[int], continuations: list[list[int]], 
         targets[row, : len(tokens)] = torch.tensor(tokens)
     logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                    logits_to_keep=width + 1).logits[:, :-1, :]
-    logp = token_log_probs(logits, temperature, top_p)
+    logp = token_log_probs(logits, temperature, top_p, targets)
     token_logp = logp.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos).to(device)
     return (token_logp * mask).sum(-1)
@@ -121,8 +129,9 @@ def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
         predictors += [len(prompt) - 1] * bool(tokens) + list(range(start, start + len(tokens) - 1))
         targets += tokens
         start += max(len(tokens) - 1, 0)
-    token_logp = token_log_probs(logits[torch.tensor(predictors, device=device)], temperature, top_p)
-    token_logp = token_logp.gather(-1, torch.tensor(targets, device=device).unsqueeze(-1)).squeeze(-1)
+    targets = torch.tensor(targets, device=device)
+    token_logp = token_log_probs(logits[torch.tensor(predictors, device=device)], temperature, top_p, targets)
+    token_logp = token_logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos)
     kept = mask[continuation_mask(continuations, [], include_eos=True).bool()].to(device)
     owners = torch.repeat_interleave(torch.arange(len(continuations), device=device),
@@ -153,7 +162,7 @@ def cached_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
         next_logits = model(input_ids=tokens[:, :-1], attention_mask=attention[:, :-1],
                             position_ids=positions[:, :-1], past_key_values=cache).logits
         logits = torch.cat([logits, next_logits], dim=1)
-    logp = token_log_probs(logits, temperature, top_p)
+    logp = token_log_probs(logits, temperature, top_p, tokens)
     token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return (token_logp * continuation_mask(continuations, eos_ids, include_eos).to(device)).sum(-1)
 

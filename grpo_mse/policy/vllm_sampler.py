@@ -8,18 +8,31 @@ This module imports neither torch nor vLLM at load time (configs call ``check_ba
 
 from __future__ import annotations
 
-import os
+from grpo_mse.cli import check_range, launch_env, require
 
-from grpo_mse.cli import check_range, require
+# vLLM's SamplingParams raise above 2 and silently clamp 0 < T < 0.01 up to 0.01 (vllm/sampling_params.py).
+VLLM_TEMPERATURE = (0.01, 2.0)
 
 
-def check_backend(backend: str, device: str, gpu_util: float) -> None:
-    """Refuse vLLM without CUDA, a memory share outside (0, 1], and vLLM under torchrun (one GPU per rank)."""
+def check_backend(backend: str, device: str, gpu_util: float, temperature: float = 1.0,
+                  max_model_len: int | None = None) -> None:
+    """Refuse what vLLM would reject or silently change, before any model or vLLM import: no CUDA, a device
+    other than the first visible GPU, a temperature outside vLLM's range, a memory share outside (0, 1], and
+    vLLM under torchrun (one GPU per rank)."""
     if backend != "vllm":
         return
     require(device.startswith("cuda"), "--backend vllm needs --device cuda")
+    index = device.partition(":")[2]
+    require(index in ("", "0"), f"--backend vllm samples on the first visible GPU, so --device {device} would split "
+                                f"vLLM and the model over two GPUs; run CUDA_VISIBLE_DEVICES={index} ... --device cuda")
+    low, high = VLLM_TEMPERATURE
+    require(low <= temperature <= high,
+            f"--backend vllm needs {low} <= --temperature <= {high:g} (vLLM raises above {high:g} and silently "
+            f"clamps below {low} up to {low}); got {temperature:g}: use --backend hf")
     check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
-    require(int(os.environ.get("WORLD_SIZE", "1")) == 1,
+    if max_model_len is not None:
+        check_range("--vllm_max_model_len", max_model_len, minimum=1)
+    require(launch_env()[0] == 1,
             "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
             "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf")
 
@@ -29,9 +42,10 @@ def make_vllm(config, device: str, settings, requests_per_call: int = 1):
     run's ``sampling.SamplingSettings``)."""
     if config.backend != "vllm":
         return None
-    check_backend(config.backend, device, config.vllm_gpu_util)
+    check_backend(config.backend, device, config.vllm_gpu_util, config.temperature, config.vllm_max_model_len)
     return VLLMSampler(config.model, config.dtype, config.seed, settings, config.vllm_gpu_util,
-                       config.trust_remote_code, config.revision, requests_per_call=requests_per_call)
+                       config.trust_remote_code, config.revision, max_model_len=config.vllm_max_model_len,
+                       requests_per_call=requests_per_call, enforce_eager=config.vllm_enforce_eager)
 
 
 class VLLMSampler:
@@ -41,7 +55,7 @@ class VLLMSampler:
 
     def __init__(self, model: str, dtype: str, seed: int, settings, gpu_memory_utilization: float = 0.4,
                  trust_remote_code: bool = False, revision: str = "main", max_model_len: int | None = None,
-                 requests_per_call: int = 1):
+                 requests_per_call: int = 1, enforce_eager: bool = False):
         try:
             from vllm import LLM
         except ImportError:
@@ -50,7 +64,7 @@ class VLLMSampler:
         self.settings, self.requests_per_call = settings, max(1, requests_per_call)
         self.llm = LLM(model=model, dtype=names[dtype], seed=seed, revision=revision,
                        gpu_memory_utilization=gpu_memory_utilization, trust_remote_code=trust_remote_code,
-                       max_model_len=max_model_len, enable_prefix_caching=True)
+                       max_model_len=max_model_len, enforce_eager=enforce_eager, enable_prefix_caching=True)
 
     def stream(self, requests):
         """(request position, continuation) for every sample, in order, one engine call at a time."""

@@ -6,12 +6,7 @@ import json
 import os
 import random
 
-from grpo_mse.cli import InputError
-
-
-class DataError(InputError):
-    """Bad input data; the message is one line that names the problem."""
-
+from grpo_mse.errors import DataError, InputError  # noqa: F401 - both re-exported here (their old home)
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -31,40 +26,63 @@ def _plain(value):
     return value
 
 
+def _not_utf8(path: str, error: UnicodeDecodeError) -> DataError:
+    return DataError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8, e.g. "
+                     f"iconv -f latin1 -t utf-8")
+
+
 def read_jsonl(path: str) -> list[dict]:
     """Rows of a JSON-lines file; a malformed line raises DataError naming its line number."""
     rows = []
     with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path}: malformed JSON on line {number}: {error.msg}") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}: line {number} is not a JSON object")
-            rows.append(row)
+        try:
+            lines = handle.read().split("\n")  # not splitlines(): U+2028 may sit inside a JSON string
+        except UnicodeDecodeError as error:
+            raise _not_utf8(path, error) from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}: malformed JSON on line {number}: {error.msg}") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: line {number} is not a JSON object")
+        rows.append(row)
     return rows
+
+
+def _read_parquet(path: str) -> list[dict]:
+    import pandas as pd
+
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as error:  # pyarrow's errors derive from these
+        line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataError(f"{path}: not a readable parquet file ({line}); is it complete?") from None
+    return [_plain(r) for r in frame.to_dict(orient="records")]
 
 
 def read_file(path: str) -> list[dict]:
     """Rows of a local ``.jsonl``, ``.json`` (a list, or ``{"data": [...]}``) or ``.parquet`` file."""
     if path.endswith(".parquet"):
-        import pandas as pd
-
-        return [_plain(r) for r in pd.read_parquet(path).to_dict(orient="records")]
+        return _read_parquet(path)
     if path.endswith(".json"):
         with open(path, encoding="utf-8") as handle:
             try:
                 data = json.load(handle)
             except json.JSONDecodeError:
-                handle.seek(0)
                 return read_jsonl(path)
+            except UnicodeDecodeError as error:
+                raise _not_utf8(path, error) from None
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list):
             raise DataError(f"{path}: expected a JSON list of rows")
+        for index, row in enumerate(data):
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: row {index} is {type(row).__name__} {row!r:.40}, not a JSON object; "
+                                "each row needs prompt and ground_truth fields")
         return data
     if not path.endswith(".jsonl"):
         suffix = os.path.splitext(path)[1] or "(no suffix)"
@@ -108,9 +126,9 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         path = os.path.expanduser(source)
         if not os.path.exists(path):
             raise DataError(f"file not found: {source}")
-        if not os.path.isdir(path) and split != "train":  # a file has no splits: refuse rather than ignore
-            raise DataError(f"{source} is one file, without splits; split {split!r} is for dataset folders and "
-                            f"hub ids (drop --split, or give the dataset's folder)")
+        if split != "train" and os.path.isfile(path):
+            raise DataError(f"--split {split} selects a split of a dataset folder or hub id, but {source} is one "
+                            "file; drop --split (or point at the folder that holds the split)")
         rows = _read_folder(path, split) if os.path.isdir(path) else read_file(path)
     else:
         import datasets
@@ -194,12 +212,15 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
 
 
-SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens")
+SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens", "dtype", "backend")
+# Recorded since the dtype/backend check: tables made before it are not flagged for lacking them.
+RECENT_SETTINGS = ("dtype", "backend")
 
 
 def oracle_settings(args, n_oracle) -> dict:
     """The sampling settings an oracle table was made with (stored on every row as ``oracle_settings``)."""
-    return {**{name: getattr(args, name, None) for name in SAMPLING_SETTINGS}, "n_oracle": n_oracle}
+    return {**{name: getattr(args, name, None) for name in SAMPLING_SETTINGS}, "n_oracle": n_oracle,
+            "model_fingerprint": getattr(args, "model_fingerprint", None)}
 
 
 def settings_mismatch(rows: list[dict], run: dict) -> str | None:
@@ -210,11 +231,17 @@ def settings_mismatch(rows: list[dict], run: dict) -> str | None:
         return "oracle table records no sampling settings: V_oracle may come from another model or sampler"
 
     def same(name, value, wanted):
-        if name == "model":
-            return os.path.normpath(str(value)) == os.path.normpath(str(wanted))
+        if name == "model":  # a local folder named relatively and absolutely is one folder
+            return os.path.realpath(os.path.expanduser(str(value))) == os.path.realpath(os.path.expanduser(str(wanted)))
         return value == wanted or (isinstance(value, (int, float)) and isinstance(wanted, (int, float))
                                    and float(value) == float(wanted))
 
-    differ = sorted({f"{name}={settings.get(name)!r} (run: {run.get(name)!r})" for settings in stored if settings
-                     for name in SAMPLING_SETTINGS if name in run and not same(name, settings.get(name), run[name])})
+    def names(settings):  # one model named two ways (relative, absolute) is the same model: compare its content
+        both = settings.get("model_fingerprint") and run.get("model_fingerprint")
+        return [n for n in SAMPLING_SETTINGS if not (both and n == "model")] + (["model_fingerprint"] if both else [])
+
+    differ = sorted({f"{name}={settings.get(name)!r} (run: {run.get(name)!r})" for settings in stored
+                     if isinstance(settings, dict)
+                     for name in names(settings) if name in run and (name in settings or name not in RECENT_SETTINGS)
+                     and not same(name, settings.get(name), run[name])})
     return f"oracle table sampled with other settings: {', '.join(differ)}" if differ else None

@@ -36,9 +36,11 @@ def write_atomic(path: str, text: str | bytes) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(temporary):
             os.unlink(temporary)
+        if isinstance(error, OSError) and error.filename is None:  # a full disk names no file: name it
+            raise OSError(error.errno, error.strerror, path) from None
         raise
 
 
@@ -93,8 +95,13 @@ def append_jsonl(path: str, record: dict) -> None:
     No fsync (about 7 ms a line): only a machine crash can lose recent lines, and a torn or missing
     line is dropped by ``read_complete_jsonl`` and recomputed, identically, by a resumed run.
     """
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(to_json(record) + "\n")
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(to_json(record) + "\n")
+    except OSError as error:  # a full disk names no file: name it (a torn line is cut on --resume)
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, path) from None
 
 
 def read_complete_jsonl(path: str) -> list[dict]:
@@ -126,6 +133,7 @@ def read_complete_jsonl(path: str) -> list[dict]:
 
 def mean_ci(values: list[float]) -> dict:
     """Mean, sample sd, and 95% half-width 1.96 sd / sqrt(n) of ``values`` (n >= 1)."""
+    values = [math.nan if v is None else v for v in values]  # null in a log (a non-finite value): nan, not a crash
     n = len(values)
     mean = sum(values) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
+import tempfile
 
 from grpo_mse.cli import UsageError
 from grpo_mse.tables.inputs import looks_local
@@ -24,6 +26,64 @@ def fingerprint(source: str) -> str:
         with open(name, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _cache_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "grpo_mse", "fingerprints.json")
+
+
+def _file_digest(path: str, cache: dict) -> str:
+    """sha256 of one file, reused from ``cache`` while its device, inode, size, mtime and ctime are unchanged
+    (ctime moves on every write and cannot be set back, so a rewritten file is always hashed again)."""
+    info = os.stat(path)
+    key = os.path.realpath(path)
+    stamp = [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+    entry = cache.get(key)
+    if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
+        return entry["sha256"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    cache[key] = {"stamp": stamp, "sha256": digest.hexdigest()}
+    return cache[key]["sha256"]
+
+
+def model_fingerprint(model: str, revision: str = "main") -> str:
+    """``sha256:<hex>`` over a local model folder's files (weights, config, tokenizer, template; hidden files
+    and folders skipped), by relative path and content; ``hub:<id>@<revision>`` for a hub id.
+
+    Each file's hash is cached in ``$XDG_CACHE_HOME/grpo_mse/fingerprints.json`` (~/.cache by default) keyed
+    by inode, size, mtime and ctime, so a second run does not reread the weights; the cache is best effort."""
+    path = os.path.expanduser(model)
+    if not os.path.isdir(path):
+        return f"hub:{model}@{revision}"
+    files = sorted(os.path.relpath(os.path.join(folder, name), path)
+                   for folder, subfolders, names in os.walk(path)
+                   for name in names if not name.startswith(".")
+                   if not any(part.startswith(".") for part in os.path.relpath(folder, path).split(os.sep)
+                              if part != "."))
+    try:
+        with open(_cache_path(), encoding="utf-8") as handle:
+            cache = json.load(handle)
+        cache = cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError):
+        cache = {}
+    before = dict(cache)
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode() + b"\0" + _file_digest(os.path.join(path, name), cache).encode() + b"\n")
+    if cache != before:
+        try:  # atomic replace; a cache that cannot be written only costs a rehash next time
+            os.makedirs(os.path.dirname(_cache_path()), exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=os.path.dirname(_cache_path()), prefix=".tmp_")
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(cache, out)
+            os.replace(temporary, _cache_path())
+        except OSError:
+            pass
     return f"sha256:{digest.hexdigest()}"
 
 

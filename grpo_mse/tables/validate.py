@@ -17,9 +17,31 @@ def _empty_prompt(prompt) -> bool:
     return False  # other types are refused when the prompt is formatted
 
 
+def prompt_problem(prompt) -> str | None:
+    """Why ``prompt`` cannot be formatted (None when it can): a string, or a list of {"role", "content"}
+    messages (one such dict is taken as a list of one) whose role and content are strings."""
+    if isinstance(prompt, str):
+        return None
+    messages = [prompt] if isinstance(prompt, dict) else prompt
+    if not isinstance(messages, list):
+        return (f"the prompt is {type(prompt).__name__} {prompt!r:.40}; it must be a string or a list of "
+                "{'role', 'content'} messages")
+    for number, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"message {number} of the prompt is not a {{'role', 'content'}} object"
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                what = "no" if key not in message else f"a non-string ({type(message[key]).__name__})"
+                return f"message {number} of the prompt has {what} {key!r} field; each message needs role and content"
+    return None
+
+
 def check_prompts(rows: list[dict], source: str) -> None:
-    """DataError for a row whose prompt is empty (an empty string or messages without content)."""
+    """DataError for a row whose prompt cannot be formatted or is empty (an empty string or no content)."""
     for index, row in enumerate(rows):
+        problem = prompt_problem(row["prompt"])
+        if problem:
+            raise DataError(f"{source}: row {index}: {problem}")
         if _empty_prompt(row["prompt"]):
             raise DataError(f"{source}: row {index} has an empty prompt")
 

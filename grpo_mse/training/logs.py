@@ -23,6 +23,10 @@ import math
 import os
 import re
 import warnings
+from dataclasses import dataclass
+
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 
 COLUMNS = ["K", "seed", "step", "metric", "value"]
 DEFAULT_METRICS = r"^(val-core/|val-aux/.*/acc/|critic/score/mean$|critic/rewards/mean$)"
@@ -294,6 +298,23 @@ def merge_same_run(runs: dict, identity: tuple[int, int], path: str, records: di
                         f"(e.g. {clash[0][1]} at step {clash[0][0]}); collect them separately or name the runs "
                         f"..._K{k}_seed<N>")
     merged.update(records)
+
+
+@dataclass(kw_only=True)
+class CollectConfig(Flags):
+    """Policy_Optimization/collect_runs.py: which logs and wandb folders to read, which metrics to keep, where."""
+
+    paths: list[str] = option(positional=True, help="log files or folders (searched recursively)")
+    out: str = option("results/training_runs.csv", help="output CSV (replaced)")
+    metrics: str = option(DEFAULT_METRICS, help="regex of metric names to keep ('.' keeps all)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            re.compile(self.metrics)
+        except re.error as error:
+            raise cli.UsageError(f"argument --metrics: not a regular expression ({error})") from None
+        cli.writable_file(self.out, "--out")
 
 
 def collect(paths: list[str], metric_regex: str = DEFAULT_METRICS):

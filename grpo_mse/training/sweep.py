@@ -7,12 +7,64 @@ Batch sizes come from grpo_mse.training.budget (the launcher's own numbers). Run
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+from dataclasses import dataclass
 
+from grpo_mse import cli
+from grpo_mse.cli import require
+from grpo_mse.flags import Flags, option
 from grpo_mse.training.budget import budget_settings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(REPO_ROOT, "Policy_Optimization", "grpo_train.sh")
+DRY_RUN_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False,
+                  "1": True, "true": True, "yes": True, "on": True, "print": True}
+
+
+def env_dry_run(environ=None) -> bool:
+    """DRY_RUN from the environment (0/1, true/false, yes/no, on/off, print); anything else is a UsageError."""
+    raw = (os.environ if environ is None else environ).get("DRY_RUN", "0")
+    text = raw.strip().lower()
+    require(text in DRY_RUN_VALUES, f"DRY_RUN={raw!r}: use 1 or print (dry run) or 0")
+    return DRY_RUN_VALUES[text]
+
+
+@dataclass(kw_only=True)
+class SweepConfig(Flags):
+    """Policy_Optimization/sweep_group_size.py: which (K, seed) runs to launch, at which budget, and how.
+
+    On construction: repeated K or seeds are dropped (with a note), every K is checked against the budget,
+    ``dry_run`` also follows ``DRY_RUN`` in the environment, ``run_tag`` defaults to ``$RUN_TAG`` (else
+    ``grpo``) and ``launcher`` to this repository's grpo_train.sh.
+    """
+
+    K_list: list[int] = option([4, 8, 16, 32, 64, 128], minimum=2, help="group sizes")
+    seeds: list[int] = option([0, 1, 2, 3, 4], minimum=0, help="training seeds")
+    budget: int = option(1024, minimum=8, help="sequences per step")
+    run_tag: str | None = option(None, help="runs are named TAG_K{K}_seed{S} (default: $RUN_TAG, else grpo)")
+    dry_run: bool = option(False, help="print every run, have VERL validate the first (also DRY_RUN=1 in the "
+                                       "environment)")
+    validate_all: bool = option(False, help="dry run: have VERL validate every run")
+    keep_going: bool = option(False, help="continue after a failed run")
+    launcher: str | None = option(None, help="script run once per (K, seed) (default: Policy_Optimization/"
+                                             "grpo_train.sh of this repository)")
+    overrides: list[str] = option([], positional=True, help="Hydra overrides (or TRL flags after --) for every run")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # bounds
+        self.dry_run = self.dry_run or env_dry_run()
+        self.K_list, self.seeds = cli.unique(self.K_list, "--K_list"), cli.unique(self.seeds, "--seeds")
+        self.run_tag = os.environ.get("RUN_TAG", "grpo") if self.run_tag is None else self.run_tag
+        require(bool(re.fullmatch(r"[A-Za-z0-9_.-]+", self.run_tag)),
+                f"--run_tag {self.run_tag!r}: use letters, digits, '_', '.' or '-'")
+        self.launcher = LAUNCHER if self.launcher is None else self.launcher
+        require(os.path.isfile(self.launcher), f"launcher not found: {self.launcher}")
+        for k in self.K_list:
+            try:
+                budget_settings(k, self.budget)
+            except ValueError as exc:
+                raise cli.UsageError(str(exc)) from None
 
 
 def plan(k_list: list[int], seeds: list[int], run_tag: str = "grpo", budget: int = 1024) -> list[dict]:

@@ -5,7 +5,9 @@
 
 Settings mirror the VERL launcher (see grpo_mse.training.trl_backend for the mapping). Prints
 VERL-style metric lines, logs to wandb when ``--loggers`` names it (``WANDB_MODE=offline`` works
-with no network) and saves the final model in ``--output_dir`` unless ``--save_model 0``.
+with no network) and saves the final model in ``--output_dir`` unless ``--no-save_model``. Booleans
+are switches (``--no-norm_adv_by_std``); the older ``--save_model 0`` / ``--norm_adv_by_std 0`` form
+still works.
 """
 
 from __future__ import annotations
@@ -15,64 +17,83 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared CPU
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 from grpo_mse import cli  # noqa: E402
+from grpo_mse.cli import require  # noqa: E402
+from grpo_mse.flags import Flags, option  # noqa: E402
 from grpo_mse.training import trl_backend as backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
 
+LOGGERS = ("console", "wandb")
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--model", required=True, help="hub id or local folder of the policy")
-    p.add_argument("--train_file", required=True, help="VERL parquet (Policy_Optimization/prepare_data.py)")
-    p.add_argument("--val_file", required=True, help="VERL parquet for held-out accuracy")
-    p.add_argument("--group_size", type=cli.integer(minimum=2), default=32, help="K samples per prompt")
-    p.add_argument("--budget", type=cli.integer(minimum=2), default=1024, help="sequences per step")
-    p.add_argument("--seed", type=cli.integer(minimum=0), default=0, help="training seed")
-    p.add_argument("--lr", type=cli.number(above=0), default=1e-6, help="learning rate")
-    p.add_argument("--max_steps", type=cli.integer(minimum=0), default=0,
-                   help="stop after this many steps (0: the epochs)")
-    p.add_argument("--max_prompt_length", type=cli.integer(minimum=1), default=512, help="longer prompts are dropped")
-    p.add_argument("--max_response_length", type=cli.integer(minimum=1), default=512, help="tokens per response")
-    p.add_argument("--temperature", type=cli.number(above=0), default=1.0,
-                   help="sampling temperature of the training rollouts (validation is greedy)")
-    p.add_argument("--test_freq", type=cli.integer(minimum=1), default=5, help="validate every N steps")
-    p.add_argument("--norm_adv_by_std", type=int, choices=(0, 1), default=1,
-                   help="1: GRPO's std-normalised advantage; 0: unnormalised (Dr.GRPO)")
-    p.add_argument("--reward_path", required=True, help="file with the reward function")
-    p.add_argument("--reward_name", default="compute_score", help="the reward function's name in that file")
-    p.add_argument("--project_name", default="demystifying_grpo", help="wandb project")
-    p.add_argument("--experiment_name", default="grpo_trl", help="wandb run name")
-    p.add_argument("--loggers", default="[console,wandb]", help="subset of [console,wandb]")
-    p.add_argument("--output_dir", required=True, help="final model folder")
-    p.add_argument("--save_model", type=int, choices=(0, 1), default=1, help="1: save the final model")
-    p.add_argument("--threads", type=cli.integer(minimum=0), default=0, help="torch threads (0: torch's choice)")
-    p.add_argument("--dry_run", action="store_true", help="check the settings and data, build the config, exit")
-    args = p.parse_args(argv)
-    try:
-        budget_settings(args.group_size, args.budget)
-    except ValueError as exc:
-        p.error(str(exc))
-    if args.lr >= 1:
-        p.error(f"argument --lr: {args.lr:g} is not a learning rate for AdamW; use a value below 1 (the paper: 1e-6)")
-    args.loggers = {x.strip() for x in args.loggers.strip("[]").split(",") if x.strip()}
-    if args.loggers - {"console", "wandb"}:
-        p.error(f"--loggers: unknown {sorted(args.loggers - {'console', 'wandb'})}; use console and/or wandb")
-    for path in (args.train_file, args.val_file, args.reward_path):
-        if not os.path.isfile(path):
-            p.error(f"{path} not found")
-    return args
+
+@dataclass(kw_only=True)
+class TrlTrainConfig(Flags):
+    """One TRL training run (the flags of ``python -m grpo_mse.training.trl_train``), checked on construction.
+
+    Refused here, before any model is loaded: a K that does not fit the budget, a learning rate of 1 or
+    more, an unknown logger, a missing data or reward file. Fewer training rows than prompts per step is
+    refused once the data is read (``trl_backend.grpo_config``), still before the model is loaded.
+    """
+
+    model: str = option(help="hub id or local folder of the policy")
+    train_file: str = option(help="VERL parquet (Policy_Optimization/prepare_data.py)")
+    val_file: str = option(help="VERL parquet for held-out accuracy")
+    group_size: int = option(32, minimum=2, help="K samples per prompt")
+    budget: int = option(1024, minimum=2, help="sequences per step")
+    seed: int = option(0, minimum=0, help="training seed")
+    lr: float = option(1e-6, above=0, help="learning rate")
+    max_steps: int = option(0, minimum=0, help="stop after this many steps (0: the epochs)")
+    max_prompt_length: int = option(512, minimum=1, help="longer prompts are dropped")
+    max_response_length: int = option(512, minimum=1, help="tokens per response")
+    temperature: float = option(1.0, above=0,
+                                help="sampling temperature of the training rollouts (validation is greedy)")
+    test_freq: int = option(5, minimum=1, help="validate every N steps")
+    norm_adv_by_std: bool = option(True, zero_one=True,
+                                   help="GRPO's std-normalised advantage; off: unnormalised (Dr.GRPO)")
+    reward_path: str = option(help="file with the reward function")
+    reward_name: str = option("compute_score", help="the reward function's name in that file")
+    project_name: str = option("demystifying_grpo", help="wandb project")
+    experiment_name: str = option("grpo_trl", help="wandb run name")
+    loggers: str = option("[console,wandb]", help="subset of [console,wandb]")
+    output_dir: str = option(help="final model folder")
+    save_model: bool = option(True, zero_one=True, help="save the final model in --output_dir")
+    threads: int = option(0, minimum=0, help="torch threads (0: torch's choice)")
+    dry_run: bool = option(False, help="check the settings and data, build the config, exit")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # bounds
+        try:
+            budget_settings(self.group_size, self.budget)
+        except ValueError as exc:
+            raise cli.UsageError(str(exc)) from None
+        require(self.lr < 1, f"argument --lr: {self.lr:g} is not a learning rate for AdamW; use a value below 1 "
+                             f"(the paper: 1e-6)")
+        unknown = sorted(self.logger_names - set(LOGGERS))
+        require(not unknown, f"--loggers: unknown {unknown}; use console and/or wandb")
+        for path in (self.train_file, self.val_file, self.reward_path):
+            require(os.path.isfile(path), f"{path} not found")
+
+    @property
+    def logger_names(self) -> set[str]:
+        """``--loggers`` as a set of names (``"[console,wandb]"`` -> {"console", "wandb"})."""
+        return {x.strip() for x in self.loggers.strip("[]").split(",") if x.strip()}
+
+
+def parse_args(argv=None) -> TrlTrainConfig:
+    """The run's settings from the command line (flags are TrlTrainConfig's fields)."""
+    return TrlTrainConfig.from_argv(argv, description=__doc__)
 
 
 class RunLogger:
     """Console lines and the wandb run, one record per VERL step."""
 
     def __init__(self, args, config: dict):
-        self.console, self.run = "console" in args.loggers, None
-        if "wandb" in args.loggers and os.environ.get("WANDB_MODE", "online") != "disabled":
+        self.console, self.run = "console" in args.logger_names, None
+        if "wandb" in args.logger_names and os.environ.get("WANDB_MODE", "online") != "disabled":
             import wandb
 
             self.run = wandb.init(project=args.project_name, name=args.experiment_name, config=config,
@@ -131,7 +152,7 @@ def quiet_progress():
     return QuietProgress()
 
 
-def run(args) -> dict:
+def run(args: TrlTrainConfig) -> dict:
     """Train one run; returns ``{"val_start", "val_end", "seconds"}`` (first validation metric)."""
     import torch
     from datasets import Dataset
@@ -162,8 +183,9 @@ def run(args) -> dict:
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     run_config = {"trainer": "trl", "budget": args.budget, "lr": args.lr, "steps": steps,
-                  "actor_rollout_ref": {"rollout": {"n": args.group_size}}, "data": {"seed": args.seed, **settings},
-                  "algorithm": {"norm_adv_by_std_in_grpo": bool(args.norm_adv_by_std)}}  # fmt: skip
+                  "actor_rollout_ref": {"rollout": {"n": args.group_size, "temperature": args.temperature}},
+                  "data": {"seed": args.seed, **settings},
+                  "algorithm": {"norm_adv_by_std_in_grpo": args.norm_adv_by_std}}  # fmt: skip
     logger = RunLogger(args, run_config)
     history = []
 

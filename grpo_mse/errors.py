@@ -1,0 +1,76 @@
+"""The package's error types and the one error boundary of every command line.
+
+``InputError`` (and its kinds) means "the user's input cannot work"; its message is one line. ``describe``
+turns the failures a library raises on bad input (a full disk, a file that is not UTF-8, a corrupt parquet or
+safetensors file, a tokenizer or template that cannot load, malformed YAML or JSON) into one line that names
+the file and what to do; anything else is a bug and keeps its traceback. Importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+
+
+class InputError(ValueError):
+    """Input that cannot work (a flag, a data file, a model); the message is one line."""
+
+
+class UsageError(InputError):
+    """A flag value that cannot work; the message is one line."""
+
+
+class DataError(InputError):
+    """Bad input data; the message is one line that names the problem."""
+
+
+class ModelError(InputError):
+    """The model cannot be loaded or used as asked; the message is one line."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of ``error``'s message (its type name when it has none)."""
+    for line in str(error).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__
+
+
+def _library(error: BaseException) -> str:
+    return type(error).__module__.split(".")[0]
+
+
+def _os_line(error: OSError, resume_hint: str | None) -> str:
+    where = f": {error.filename}" if error.filename not in (None, "") else ""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left on the device{where}; free some space, then "
+                f"{resume_hint or 'rerun the command'}")
+    if error.errno == errno.EROFS:
+        return f"read-only file system{where}; choose another output folder"
+    if error.filename == "":
+        return f"{error.strerror or type(error).__name__}: an empty path was given; name a file or folder"
+    if error.filename is not None:
+        return f"{error.strerror or type(error).__name__}: {error.filename}"
+    return first_line(error)
+
+
+def describe(error: BaseException, resume_hint: str | None = None) -> str | None:
+    """One line for an expected failure on bad input (no ``error:`` prefix), or None for anything else."""
+    if isinstance(error, InputError):
+        return first_line(error)
+    if isinstance(error, UnicodeDecodeError):
+        return f"an input file is not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
+    if isinstance(error, json.JSONDecodeError):
+        return f"malformed JSON in an input ({error.msg}, line {error.lineno}); repair or regenerate it"
+    library = _library(error)
+    if library == "pyarrow":
+        return f"cannot read a parquet/arrow input: {first_line(error)}; is the file complete?"
+    if library == "safetensors":
+        return f"cannot read the model weights (safetensors): {first_line(error)}; re-download or rebuild the model"
+    if library == "jinja2":
+        return f"the tokenizer's chat template failed: {first_line(error)}; check the prompt messages' fields"
+    if library == "yaml":
+        return f"malformed YAML: {first_line(error)}; repair or regenerate the file"
+    if isinstance(error, OSError):
+        return _os_line(error, resume_hint)
+    return None
