@@ -4,7 +4,7 @@
 #
 #   bash scripts/k_validation.sh          # about 40 min on 2 free CPU cores; not part of CI
 #
-# Settings (environment, KVAL_ prefix): KVAL_SETTINGS ("train_mixed train_nodivision tiny_mixed"; POLICY_KINDS with POLICY train
+# Settings (environment, KVAL_ prefix): KVAL_SETTINGS ("train_mixed train_nodivision tiny_mixed train_mixed_t1.5"; POLICY_KINDS with POLICY train
 #   (assets/train_policy) or tiny (assets/tiny_policy) and KINDS mixed (all five problem kinds), division (exact
 #   division only) or nodivision (the other four kinds), optionally followed by _tTEMP (sampling temperature of the
 #   advisor and of the training rollouts; default 1.0) and _lrLR (learning rate; default KVAL_LR), e.g. tiny_mixed_lr1e-4)
@@ -27,7 +27,7 @@ die() { fail "k_validation.sh: $*"; }
 no_arguments "$0" 19 "$@"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${KVAL_PYTHON:-python}"
-SETTINGS="${KVAL_SETTINGS:-train_mixed train_nodivision tiny_mixed}"
+SETTINGS="${KVAL_SETTINGS:-train_mixed train_nodivision tiny_mixed train_mixed_t1.5}"
 K_LIST="${KVAL_K_LIST:-2 4 8 16}"
 SEEDS="${KVAL_SEEDS:-0 1 2 3 4 5 6 7}"
 PILOT_SEEDS="${KVAL_PILOT_SEEDS:-100}"

@@ -2,8 +2,10 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -207,3 +209,18 @@ def test_cli_summarize_two_settings_compares_them(tmp_path):
                    "pred_b.json", "t", "--out_dir", "out2", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 2 and done.stderr.startswith("error:") and "repeat" in done.stderr
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"KVAL_SETTINGS": "train_mixed_t0"}, "setting train_mixed_t0: the temperature must be positive"),
+    ({"KVAL_SETTINGS": "train_mixed_lr2"}, "setting train_mixed_lr2: the learning rate must be in (0, 1)"),
+    ({"KVAL_SETTINGS": "train_mixed_tx"}, "setting train_mixed_tx: use POLICY_KINDS[_tTEMP][_lrLR]"),
+    ({"KVAL_PILOT_SEEDS": "3"}, "pilot seed 3 is also a sweep seed"),
+])  # fmt: skip
+def test_script_refuses_bad_settings_before_writing(tmp_path, settings, message):
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KVAL_WORK": str(tmp_path / "work"), "KVAL_RESULTS": str(tmp_path / "results"), **settings}
+    done = subprocess.run(["bash", str(root / "scripts" / "k_validation.sh")], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
