@@ -51,6 +51,7 @@ SEED="${SEED:-}"                                      # empty: the trainer's def
 LR="${LR:-1e-6}"                                      # actor learning rate (the paper: 1e-6)
 MAX_PROMPT_LENGTH="${MAX_PROMPT_LENGTH:-512}"
 MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-512}"
+TEMPERATURE="${TEMPERATURE:-1.0}"                     # sampling temperature of the training rollouts (validation: greedy)
 TEST_FREQ="${TEST_FREQ:-5}"                           # held-out validation every TEST_FREQ steps
 REWARD_TIMEOUT="${REWARD_TIMEOUT:-5}"                 # seconds per MATH answer before it scores 0
 RUN_TAG="${RUN_TAG:-grpo}"
@@ -99,6 +100,7 @@ in_unit() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0 && x + 0 <= 1) }'; }
 positive() { is_number "$1" && awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
 { positive "${LR}" && awk -v x="${LR}" 'BEGIN { exit !(x + 0 < 1) }'; } \
   || die "LR=${LR} must be a positive number below 1 (the paper: 1e-6)"
+positive "${TEMPERATURE}" || die "TEMPERATURE=${TEMPERATURE} must be a positive number (1.0: the model's own distribution)"
 positive "${REWARD_TIMEOUT}" || die "REWARD_TIMEOUT=${REWARD_TIMEOUT} must be a positive number of seconds"
 [[ "${ATTN_IMPL}" =~ ^(sdpa|flash_attention_2|flash_attention_3|eager)$ ]] \
   || die "ATTN_IMPL=${ATTN_IMPL}: use sdpa, flash_attention_2, flash_attention_3 or eager"
@@ -222,6 +224,7 @@ if [[ "${TRAINER}" == "verl" ]]; then
     actor_rollout_ref.actor.checkpoint.save_contents="${SAVE_CONTENTS}"
     actor_rollout_ref.rollout.name=vllm
     actor_rollout_ref.rollout.n="${G}"
+    actor_rollout_ref.rollout.temperature="${TEMPERATURE}"
     actor_rollout_ref.rollout.gpu_memory_utilization="${GPU_UTIL}"
     actor_rollout_ref.rollout.tensor_model_parallel_size="${ROLLOUT_TP}"
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="${MICRO_BSZ}"
@@ -257,7 +260,7 @@ else
     --model "${MODEL}" --train_file "${TRAIN_FILE}" --val_file "${VAL_FILE}"
     --group_size "${G}" --budget "${BUDGET}" --seed "${SEED:-0}" --lr "${LR}"
     --max_prompt_length "${MAX_PROMPT_LENGTH}" --max_response_length "${MAX_RESPONSE_LENGTH}"
-    --test_freq "${TEST_FREQ}" --reward_path "${REWARD_PATH}" --reward_name compute_score
+    --temperature "${TEMPERATURE}" --test_freq "${TEST_FREQ}" --reward_path "${REWARD_PATH}" --reward_name compute_score
     --project_name "${PROJECT_NAME}" --experiment_name "${EXPERIMENT_NAME}" --loggers "${LOGGERS}"
     --output_dir "${CKPT_DIR}" "$([[ "${SAVE_MODEL}" == 1 ]] && echo --save_model || echo --no-save_model)"
   )

@@ -4,9 +4,10 @@
 #
 #   bash scripts/k_validation.sh          # about 40 min on 2 free CPU cores; not part of CI
 #
-# Settings (environment, KVAL_ prefix): KVAL_SETTINGS ("train_mixed train_nodivision tiny_mixed"; POLICY_KINDS with POLICY train
+# Settings (environment, KVAL_ prefix): KVAL_SETTINGS ("train_mixed train_nodivision tiny_mixed train_mixed_t1.5"; POLICY_KINDS with POLICY train
 #   (assets/train_policy) or tiny (assets/tiny_policy) and KINDS mixed (all five problem kinds), division (exact
-#   division only) or nodivision (the other four kinds))
+#   division only) or nodivision (the other four kinds), optionally followed by _tTEMP (sampling temperature of the
+#   advisor and of the training rollouts; default 1.0) and _lrLR (learning rate; default KVAL_LR), e.g. tiny_mixed_lr1e-4)
 #   KVAL_K_LIST ("2 4 8 16")  KVAL_SEEDS ("0 1 2 3 4 5 6 7")  KVAL_PILOT_SEEDS ("100")  KVAL_PILOT_K ("2 16")
 #   KVAL_BUDGET (128)  KVAL_STEPS (12)  KVAL_LR (1e-5)  KVAL_TEST_FREQ (3)  KVAL_N_TEST (200 held-out problems)
 #   KVAL_MAX_RESPONSE_LENGTH (16)  KVAL_JOBS (2 runs side by side, one thread each)
@@ -26,7 +27,7 @@ die() { fail "k_validation.sh: $*"; }
 no_arguments "$0" 19 "$@"
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 PY="${KVAL_PYTHON:-python}"
-SETTINGS="${KVAL_SETTINGS:-train_mixed train_nodivision tiny_mixed}"
+SETTINGS="${KVAL_SETTINGS:-train_mixed train_nodivision tiny_mixed train_mixed_t1.5}"
 K_LIST="${KVAL_K_LIST:-2 4 8 16}"
 SEEDS="${KVAL_SEEDS:-0 1 2 3 4 5 6 7}"
 PILOT_SEEDS="${KVAL_PILOT_SEEDS:-100}"
@@ -55,10 +56,17 @@ for s in ${SEEDS} ${PILOT_SEEDS}; do [[ "${s}" =~ ^[0-9]+$ ]] || die "seed ${s} 
 for s in ${PILOT_SEEDS}; do
   for t in ${SEEDS}; do [[ "${s}" != "${t}" ]] || die "pilot seed ${s} is also a sweep seed: the sweep must not reuse it"; done
 done
-for s in ${SETTINGS}; do
-  [[ "${s}" =~ ^(train|tiny)_(mixed|division|nodivision)$ ]] || die "setting ${s}: use POLICY_KINDS (train|tiny)_(mixed|division|nodivision)"
-done
 model_of() { echo "assets/${1%%_*}_policy"; }
+kinds_of() { local rest="${1#*_}"; echo "${rest%%_*}"; }
+field_of() { local f; for f in $(tr _ ' ' <<< "$1"); do [[ "${f}" =~ ^$2([0-9].*)$ ]] && { echo "${BASH_REMATCH[1]}"; return; }; done; echo "$3"; }
+temperature_of() { field_of "$1" t 1.0; }
+lr_of() { field_of "$1" lr "${LR}"; }
+for s in ${SETTINGS}; do
+  [[ "${s}" =~ ^(train|tiny)_(mixed|division|nodivision)(_t[0-9]*\.?[0-9]+)?(_lr[0-9.]+(e-?[0-9]+)?)?$ ]] \
+    || die "setting ${s}: use POLICY_KINDS[_tTEMP][_lrLR], POLICY_KINDS (train|tiny)_(mixed|division|nodivision)"
+  awk -v t="$(temperature_of "${s}")" 'BEGIN { exit !(t + 0 > 0) }' || die "setting ${s}: the temperature must be positive"
+  awk -v x="$(lr_of "${s}")" 'BEGIN { exit !(x + 0 > 0 && x + 0 < 1) }' || die "setting ${s}: the learning rate must be in (0, 1)"
+done
 for stage in ${STAGES}; do [[ "${stage}" =~ ^(advisor|pilot|sweep|summary)$ ]] || die "stage ${stage}: use advisor, pilot, sweep or summary"; done
 ALLOWED_K="${K_LIST}"
 has_stage() { [[ " ${STAGES} " == *" $1 "* ]]; }
@@ -78,7 +86,8 @@ START=$(date +%s)
 # run_one SETTING K SEED TAG: one TRL run through the sweep tool (DRY_RUN=0 is set: the sweep reads it)
 run_one() {
   local setting=$1 k=$2 seed=$3 tag=$4
-  MODEL="$(model_of "${setting}")" DATA_DIR="${WORK}/data_${setting#*_}" BASE="${WORK}/${tag}_${setting}" RUN_TAG="${tag}" \
+  LR="$(lr_of "${setting}")" TEMPERATURE="$(temperature_of "${setting}")" \
+  MODEL="$(model_of "${setting}")" DATA_DIR="${WORK}/data_$(kinds_of "${setting}")" BASE="${WORK}/${tag}_${setting}" RUN_TAG="${tag}" \
     "${PY}" Policy_Optimization/sweep_group_size.py --K_list "${k}" --seeds "${seed}" --budget "${BUDGET}" \
     --run_tag "${tag}" -- --max_steps "${STEPS}" --threads 1 > "${WORK}/${tag}_${setting}_K${k}_seed${seed}.log" 2>&1
 }
@@ -110,20 +119,21 @@ trap 'kill $(jobs -p) 2> /dev/null; echo "k_validation.sh: interrupted" >&2; exi
 if has_stage advisor; then
   echo "== data: arithmetic, zero-shot; settings ${SETTINGS}"
   "${PY}" Policy_Optimization/prepare_data.py --source arithmetic --n_train 8192 --n_test 2000 --out_dir "${WORK}/data_all"
-  for kinds in $(for s in ${SETTINGS}; do echo "${s#*_}"; done | sort -u); do
+  for kinds in $(for s in ${SETTINGS}; do kinds_of "${s}"; done | sort -u); do
     "${PY}" -m grpo_mse.figures.k_validation subset "${WORK}/data_all" "${WORK}/data_${kinds}" --kinds "${kinds}" \
       --n_test "${N_TEST}"
   done
   for setting in ${SETTINGS}; do
-    echo "== advisor, ${setting}: starting policy, held-out prompts, temperature 1, top-p 1 (the TRL sampler)"
+    temp="$(temperature_of "${setting}")"
+    echo "== advisor, ${setting}: starting policy, held-out prompts, temperature ${temp}, top-p 1 (the TRL sampler)"
     out="${WORK}/advisor_${setting}" MODEL="$(model_of "${setting}")"
     mkdir -p "${out}"
-    "${PY}" Gradient_evaluation/calculate_oracle_v.py --model "${MODEL}" --dataset "${WORK}/data_${setting#*_}/test.parquet" \
-      --device cpu --dtype fp32 --limit "${ADVISOR_T}" --n_oracle 256 --batch_size 256 --temperature 1.0 --top_p 1.0 \
+    "${PY}" Gradient_evaluation/calculate_oracle_v.py --model "${MODEL}" --dataset "${WORK}/data_$(kinds_of "${setting}")/test.parquet" \
+      --device cpu --dtype fp32 --limit "${ADVISOR_T}" --n_oracle 256 --batch_size 256 --temperature "${temp}" --top_p 1.0 \
       --max_new_tokens "${MAX_RESPONSE_LENGTH}" --out_dir "${out}"
     # shellcheck disable=SC2086
     "${PY}" Gradient_evaluation/run_tracecov.py --model "${MODEL}" --oracle_table "${out}"/oracle_v_n*.jsonl \
-      --device cpu --dtype fp32 --T "${ADVISOR_T}" --M "${ADVISOR_M}" --K_list ${K_LIST} --temperature 1.0 --top_p 1.0 \
+      --device cpu --dtype fp32 --T "${ADVISOR_T}" --M "${ADVISOR_M}" --K_list ${K_LIST} --temperature "${temp}" --top_p 1.0 \
       --max_new_tokens "${MAX_RESPONSE_LENGTH}" --gen_bs 256 --save_json "${out}" --skip_plot --budget "${BUDGET}" \
       --allowed_K ${ALLOWED_K} | tee "${out}/run_tracecov.log"
     mkdir -p "${RESULTS}/advisor_${setting}"

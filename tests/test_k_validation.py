@@ -2,8 +2,10 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -152,3 +154,73 @@ def test_pilot_gain_and_cli(tmp_path):
     frame.to_csv(tmp_path / "p.csv", index=False)
     assert run_cli("pilot", "p.csv", cwd=tmp_path).returncode == 0
     assert run_cli("pilot", "p.csv", "--min_gain", "0.2", cwd=tmp_path).returncode == 1
+
+
+def runs_of(values: dict) -> pd.DataFrame:
+    """Per-run metrics as run_metric returns them: {K: [value per seed]}."""
+    return pd.DataFrame([{"K": k, "seed": s, "value": v} for k, vs in values.items() for s, v in enumerate(vs)])
+
+
+def test_best_k_bootstrap_resamples_seeds_within_each_k():
+    # K=2 seeds [0, 1]: a resampled mean of 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4; K=4 always 0.5.
+    # Ties go to the smaller K, so K=2 is best in 3/4 of the replicates.
+    draws = kv.best_k_draws(runs_of({2: [0.0, 1.0], 4: [0.5, 0.5]}), n_boot=4000)
+    shares = kv.best_k_shares(draws)
+    assert set(shares) == {"2", "4"} and shares["2"] == pytest.approx(0.75, abs=0.03)
+    assert sum(shares.values()) == pytest.approx(1.0)
+    exact = kv.best_k_draws(runs_of({2: [0.1, 0.1], 8: [0.3, 0.3], 16: [0.2, 0.2]}), n_boot=50)
+    assert kv.best_k_shares(exact) == {"8": 1.0}
+
+
+def test_compare_directions_of_advisor_and_sweep():
+    def summary(name, k_star, best):
+        return {"name": name, "advisor": {"K_star_exact": k_star}, "sweep": {"best_K": best}}
+
+    low, high = np.full(100, 4), np.full(100, 16)
+    out = kv.compare(summary("a", 4.2, 4), summary("b", 6.5, 16), low, high)
+    assert out["advisor_direction"] == 1 and out["sweep_direction"] == 1 and out["agree"]
+    assert out["bootstrap_best_K_shares"] == {"advisor_way": 1.0, "opposite_way": 0.0, "no_move": 0.0}
+    out = kv.compare(summary("a", 6.5, 4), summary("b", 4.2, 16), low, high)  # the sweep moves against the advisor
+    assert out["advisor_direction"] == -1 and not out["agree"]
+    assert out["bootstrap_best_K_shares"]["opposite_way"] == 1.0
+    mixed = np.array([4] * 30 + [8] * 50 + [16] * 20)  # against a first setting always at 8
+    shares = kv.compare(summary("a", 4.2, 8), summary("b", 6.5, 8), np.full(100, 8), mixed)["bootstrap_best_K_shares"]
+    assert shares == pytest.approx({"advisor_way": 0.2, "opposite_way": 0.3, "no_move": 0.5})
+
+
+def test_cli_summarize_two_settings_compares_them(tmp_path):
+    for name, c3, peak in (("a", 200.0, 4), ("b", 600.0, 16)):
+        (tmp_path / f"run_{name}.json").write_text(json.dumps(advisor_run(c3=c3)))
+        assert run_cli("predict", f"run_{name}.json", "--name", name, "--out", f"pred_{name}.json",
+                       cwd=tmp_path).returncode == 0  # fmt: skip
+        acc = {(k, s): 0.1 + 0.02 * (k == peak) + 0.001 * s for k in (2, 4, 8, 16) for s in range(4)}
+        frame_of(acc).to_csv(tmp_path / f"runs_{name}.csv", index=False)
+    args = ["summarize", "--setting", "a", "runs_a.csv", "pred_a.json", "t", "--setting", "b", "runs_b.csv",
+            "pred_b.json", "t"]  # fmt: skip
+    done = run_cli(*args, "--out_dir", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [s["sweep"]["best_K_bootstrap"] for s in summary["settings"]] == [{"4": 1.0}, {"16": 1.0}]
+    (comparison,) = summary["comparisons"]
+    assert comparison["settings"] == ["a", "b"] and comparison["agree"]
+    assert comparison["advisor_K_star"] == pytest.approx([1 + math.sqrt(200 / 15), 1 + math.sqrt(600 / 15)])
+    assert (tmp_path / "out" / "sweep_settings.png").stat().st_size > 0
+    done = run_cli("summarize", "--setting", "a", "runs_a.csv", "pred_a.json", "t", "--setting", "a", "runs_b.csv",
+                   "pred_b.json", "t", "--out_dir", "out2", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.startswith("error:") and "repeat" in done.stderr
+    assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"KVAL_SETTINGS": "train_mixed_t0"}, "setting train_mixed_t0: the temperature must be positive"),
+    ({"KVAL_SETTINGS": "train_mixed_lr2"}, "setting train_mixed_lr2: the learning rate must be in (0, 1)"),
+    ({"KVAL_SETTINGS": "train_mixed_tx"}, "setting train_mixed_tx: use POLICY_KINDS[_tTEMP][_lrLR]"),
+    ({"KVAL_PILOT_SEEDS": "3"}, "pilot seed 3 is also a sweep seed"),
+])  # fmt: skip
+def test_script_refuses_bad_settings_before_writing(tmp_path, settings, message):
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KVAL_WORK": str(tmp_path / "work"), "KVAL_RESULTS": str(tmp_path / "results"), **settings}
+    done = subprocess.run(["bash", str(root / "scripts" / "k_validation.sh")], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()

@@ -152,9 +152,10 @@ def test_trl_steps_per_epoch_drop_the_incomplete_batch():
 
     assert steps_per_epoch(33, 8) == 4 and steps_per_epoch(32, 8) == 4 and steps_per_epoch(39, 8) == 4
     args = argparse.Namespace(group_size=4, budget=32, seed=0, lr=1e-4, max_steps=0, output_dir="unused",
-                              experiment_name="x", norm_adv_by_std=1, max_response_length=8)
+                              experiment_name="x", norm_adv_by_std=1, max_response_length=8, temperature=0.7)
     # 39 rows, 8 prompts per step, 32/(8*4) = 1 epoch: 4 steps (ceil gave 5), 4 updates each
     assert grpo_config(args, 39).max_steps == 4 * UPDATES_PER_STEP
+    assert grpo_config(args, 39).temperature == 0.7  # the training rollouts' temperature reaches TRL
     from trl.trainer.grpo_trainer import RepeatSampler
 
     sampler = RepeatSampler(list(range(39)), mini_repeat_count=4, batch_size=8, repeat_count=4, shuffle=False)

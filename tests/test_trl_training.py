@@ -118,12 +118,16 @@ def test_trl_config_maps_the_switch_to_trl_advantages(trl_inputs):
     for extra, scale in (([], "group"), (["--no-norm_adv_by_std"], "none"), (["--norm_adv_by_std", "0"], "none")):
         config = parse_args(trl_argv(trl_inputs, "--group_size", "4", "--budget", "32", *extra))
         assert grpo_config(config, 16).scale_rewards == scale
+    assert grpo_config(parse_args(trl_argv(trl_inputs, "--group_size", "4", "--budget", "32")), 16).temperature == 1.0
+    config = parse_args(trl_argv(trl_inputs, "--group_size", "4", "--budget", "32", "--temperature", "1.5"))
+    assert config.temperature == 1.5 and grpo_config(config, 16).temperature == 1.5  # the rollouts' temperature
 
 
 @pytest.mark.parametrize("extra, message", [
     (["--save_model", "2"], "argument --save_model: expected 0, 1 or no value (got '2')"),
     (["--lr", "1e6"], "1e+06 is not a learning rate for AdamW; use a value below 1"),
     (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
+    (["--temperature", "0"], "argument --temperature: must be > 0 (got 0.0)"),
     (["--group_size", "3"], "K=3 must divide 1024"),
     (["--loggers", "[console,tensorboard]"], "--loggers: unknown ['tensorboard']; use console and/or wandb"),
 ])  # fmt: skip

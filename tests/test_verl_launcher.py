@@ -17,7 +17,8 @@ LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 CONFIG_VARS = (
     "BASE_DIR BASE REPO_DIR MODEL DATA_DIR TRAIN_FILE VAL_FILE GPUS CUDA_VISIBLE_DEVICES GPU_UTIL NNODES PYTHON_BIN "
     "GROUP_SIZE RUN_TAG EXPERIMENT_NAME PROJECT_NAME BUDGET SEED DRY_RUN CONDA_ROOT ENV_NAME WANDB_API_KEY LOG_FILE "
-    "TRAINER ATTN_IMPL SAVE_CONTENTS MAX_CKPT_TO_KEEP SAVE_FREQ LR TMPDIR HF_HOME WANDB_DIR REWARD_TIMEOUT CKPT_DIR"
+    "TRAINER ATTN_IMPL SAVE_CONTENTS MAX_CKPT_TO_KEEP SAVE_FREQ LR TMPDIR HF_HOME WANDB_DIR REWARD_TIMEOUT CKPT_DIR "
+    "TEMPERATURE"
 ).split()
 
 
@@ -67,6 +68,8 @@ def test_placeholders_refuse_to_run(tmp_path, data_dir):
         ({"MODEL": "./no_such_model"}, "MODEL=./no_such_model: no such local folder"),
         ({"MODEL": "/no/such/model"}, "MODEL=/no/such/model: no such local folder"),
         ({"REWARD_TIMEOUT": "0"}, "REWARD_TIMEOUT=0 must be a positive number"),
+        ({"TEMPERATURE": "0"}, "TEMPERATURE=0 must be a positive number"),
+        ({"TEMPERATURE": "-0.5"}, "TEMPERATURE=-0.5 must be a positive number"),
         ({"MAX_CKPT_TO_KEEP": "0"}, "MAX_CKPT_TO_KEEP=0 must be a positive integer"),
     ],
 )
@@ -133,7 +136,7 @@ def test_attention_checkpoints_and_ray_env(tmp_path, data_dir):
 
 def test_print_only_budget_scaling_and_masking(tmp_path, data_dir):
     env = launcher_env(
-        tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=16, SEED=3,
+        tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=16, SEED=3, TEMPERATURE="0.7",
         DRY_RUN="print", WANDB_API_KEY="secret-key-123",
     )  # fmt: skip
     result = run_launcher(env, "trainer.total_epochs=2", "+extra.api_key=hunter2")
@@ -147,6 +150,7 @@ def test_print_only_budget_scaling_and_masking(tmp_path, data_dir):
         "actor_rollout_ref.actor.ppo_epochs=1", "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.model.enable_gradient_checkpointing=True", "data.max_prompt_length=512",
         "data.max_response_length=512", "trainer.test_freq=5", "trainer.save_freq=100",
+        "actor_rollout_ref.rollout.temperature=0.7",
         "reward.custom_reward_function.name=compute_score", "data.seed=3", "grpo_Qwen2.5-1.5B-Instruct_K16_seed3",
         f"reward.custom_reward_function.path=\\'{ROOT / 'Policy_Optimization' / 'reward.py'}\\'",
     ):  # fmt: skip
@@ -253,12 +257,12 @@ def test_sweep_refuses_unknown_dry_run_value():
 
 def test_trl_command_shares_the_settings(tmp_path, data_dir):
     env = launcher_env(tmp_path, TRAINER="trl", MODEL=ROOT / "assets" / "tiny_policy", DATA_DIR=data_dir,
-                       GROUP_SIZE=8, BUDGET=256, SEED=2, LR="1e-4", DRY_RUN="print")  # fmt: skip
+                       GROUP_SIZE=8, BUDGET=256, SEED=2, LR="1e-4", TEMPERATURE="0.7", DRY_RUN="print")  # fmt: skip
     result = run_launcher(env, "--max_steps", "3")
     assert result.returncode == 0, result.stderr
     for expected in ("-m grpo_mse.training.trl_train", "--group_size 8 --budget 256 --seed 2 --lr 1e-4",
                      f"--train_file {data_dir}/train.parquet", f"--reward_path {ROOT}/Policy_Optimization/reward.py",
-                     "--experiment_name grpo_tiny_policy_K8_seed2", "--max_steps 3",
+                     "--experiment_name grpo_tiny_policy_K8_seed2", "--max_steps 3", "--temperature 0.7",
                      "train_batch_size=32 ppo_mini_batch_size=8 total_epochs=4"):  # fmt: skip
         assert expected in result.stdout, expected
     command = result.stdout.split("command: ", 1)[1]

@@ -10,6 +10,11 @@ over seeds with a 95% Student-t interval. Two K are "separated" when the 95% Wel
 their means excludes 0. The advisor's predicted budgeted error at K is c1 K + c2 + c3/(K - 1) (times 1/N, which
 does not change ranks); the check is Spearman's rank correlation between it and the observed mean across K
 (negative when the K with smaller predicted error train better).
+
+Across settings (``compare``): does the sweep's best K move the way the advisor's K* moves? Per pair of settings,
+the direction of K* (up, down, same) against the direction of the best K, with the share of 2000 bootstrap
+replicates (seeds resampled within each K of each setting) in which the best K moves the advisor's way, the
+opposite way, or not at all.
 """
 
 from __future__ import annotations
@@ -159,6 +164,37 @@ def sweep_summary(frame, metric: str, started_at: str) -> dict:
             "started_at": started_at, "separated_pairs": separated}  # fmt: skip
 
 
+def best_k_draws(runs, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """The best K (largest mean metric over seeds) in ``n_boot`` replicates that resample seeds within each K."""
+    rng = np.random.default_rng(seed)
+    ks = sorted(int(k) for k in runs["K"].unique())
+    values = [runs.loc[runs["K"] == k, "value"].to_numpy(float) for k in ks]
+    means = np.stack([v[rng.integers(0, len(v), size=(n_boot, len(v)))].mean(axis=1) for v in values], axis=1)
+    return np.asarray(ks)[means.argmax(axis=1)]
+
+
+def best_k_shares(draws) -> dict:
+    """{"K": share of replicates in which K is best}, every K that is best at least once."""
+    ks, counts = np.unique(draws, return_counts=True)
+    return {str(int(k)): float(c / len(draws)) for k, c in zip(ks, counts)}
+
+
+def compare(a: dict, b: dict, draws_a, draws_b) -> dict:
+    """Does the best K move from setting a to setting b in the direction of the advisor's K*?"""
+    k_a, k_b = a["advisor"]["K_star_exact"], b["advisor"]["K_star_exact"]
+    advisor = int(np.sign(k_b - k_a)) if k_a is not None and k_b is not None else 0
+    moves = np.sign(np.asarray(draws_b, float) - np.asarray(draws_a, float))
+    sweep = int(np.sign(b["sweep"]["best_K"] - a["sweep"]["best_K"]))
+    shares = {"advisor_way": float(np.mean(moves == advisor)) if advisor else float("nan"),
+              "opposite_way": float(np.mean(moves == -advisor)) if advisor else float("nan"),
+              "no_move": float(np.mean(moves == 0))}  # fmt: skip
+    return {"settings": [a["name"], b["name"]], "advisor_K_star": [k_a, k_b], "advisor_direction": advisor,
+            "sweep_best_K": [a["sweep"]["best_K"], b["sweep"]["best_K"]], "sweep_direction": sweep,
+            "agree": bool(advisor != 0 and sweep == advisor), "bootstrap_best_K_shares": shares,
+            "note": "direction: +1 up, -1 down, 0 same, from the first setting to the second; shares over "
+                    "replicates resampling seeds within each K"}  # fmt: skip
+
+
 def setting_summary(name: str, frame, prediction: dict, started_at: str, metric: str) -> dict:
     sweep = sweep_summary(frame, metric, started_at)
     ks = sorted(int(k) for k in sweep["per_K"])
@@ -208,6 +244,45 @@ def plot_setting(summary: dict, path: str, runs=None) -> None:
     plt.close(fig)
 
 
+def plot_settings(summaries: list, path: str) -> None:
+    """All settings on one axis: each sweep's mean metric minus its best mean, with the advisor's K* and interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    all_ks = sorted({int(k) for s in summaries for k in s["sweep"]["per_K"]})
+    right = max(all_ks) * 1.5
+    for i, summary in enumerate(summaries):
+        sweep, adv, color = summary["sweep"], summary["advisor"], f"C{i}"
+        ks = sorted(int(k) for k in sweep["per_K"])
+        top = max(sweep["per_K"][str(k)]["mean"] for k in ks)
+        means = np.array([sweep["per_K"][str(k)]["mean"] for k in ks]) - top
+        lo = np.array([sweep["per_K"][str(k)]["ci95"][0] for k in ks]) - top
+        hi = np.array([sweep["per_K"][str(k)]["ci95"][1] for k in ks]) - top
+        shift = 1 + 0.04 * (i - (len(summaries) - 1) / 2)  # side by side on the log axis
+        ax.errorbar(np.multiply(ks, shift), means, yerr=[means - lo, hi - means], fmt="o-", capsize=3, color=color,
+                    label=f"{summary['name']}: best K = {sweep['best_K']}")  # fmt: skip
+        k_star, ci = adv["K_star_exact"], adv["ci95"]
+        if ci and ci[0] is not None:
+            ax.axvspan(max(ci[0], min(all_ks) / 1.5), min(ci[1] if ci[1] is not None else right, right), color=color,
+                       alpha=0.08)  # fmt: skip
+        if k_star is not None and math.isfinite(k_star):
+            ax.axvline(k_star, color=color, ls="--", label=f"advisor K* = {k_star:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]")
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(all_ks, [str(k) for k in all_ks])
+    ax.set_xlim(min(all_ks) / 1.5, right)
+    ax.set_xlabel("group size K (fixed budget)")
+    ax.set_ylabel("held-out accuracy minus the setting's best\n(mean over validation steps, 95% t-interval)")
+    ax.set_title("does the training optimum move with the advisor's K*?", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def main(argv=None) -> None:
     p = cli.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -251,19 +326,32 @@ def main(argv=None) -> None:
     else:
         from grpo_mse.figures.training import read_training
 
-        settings = []
+        settings, draws = [], []
+        names = [setting[0] for setting in args.setting]
+        cli.require(len(set(names)) == len(names), f"--setting names repeat: {names}")
         os.makedirs(args.out_dir, exist_ok=True)
         for name, csv, pred_path, started_at in args.setting:
             pred = read_json(pred_path, ("K_star_exact", "c1", "c2", "c3"), "advisor prediction")
             frame = read_training(csv, args.metric)
             summary = setting_summary(name, frame, pred, started_at, args.metric)
-            plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), run_metric(frame, args.metric))
+            runs = run_metric(frame, args.metric)
+            draws.append(best_k_draws(runs))
+            summary["sweep"]["best_K_bootstrap"] = best_k_shares(draws[-1])
+            plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), runs)
             settings.append(summary)
             sw = summary["sweep"]
             print(f"{name}: advisor K* {pred['K_star_exact']:.2f} {pred['ci95']} best {pred['best_allowed_K']}; "
                   f"sweep best K {sw['best_K']}, separated {sw['separated_pairs']}, Spearman "
                   f"{summary['rank_correlation']['spearman_predicted_error_vs_metric']:.2f}")  # fmt: skip
-        write_atomic(os.path.join(args.out_dir, "summary.json"), to_json({"settings": settings}, indent=1))
+        comparisons = [compare(settings[i], settings[j], draws[i], draws[j])
+                       for i in range(len(settings)) for j in range(i + 1, len(settings))]  # fmt: skip
+        for c in comparisons:
+            print(f"{c['settings'][0]} -> {c['settings'][1]}: advisor K* {c['advisor_direction']:+d}, sweep best K "
+                  f"{c['sweep_direction']:+d}; bootstrap shares {c['bootstrap_best_K_shares']}")  # fmt: skip
+        if len(settings) > 1:
+            plot_settings(settings, os.path.join(args.out_dir, "sweep_settings.png"))
+        write_atomic(os.path.join(args.out_dir, "summary.json"),
+                     to_json({"settings": settings, "comparisons": comparisons}, indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":

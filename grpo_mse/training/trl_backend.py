@@ -125,7 +125,7 @@ def grpo_config(args, n_train: int):
         max_grad_norm=1.0,
         # sampling as VERL's rollout defaults
         max_completion_length=args.max_response_length,
-        temperature=1.0,
+        temperature=args.temperature,
         top_p=1.0,
         top_k=0,
         shuffle_dataset=True,

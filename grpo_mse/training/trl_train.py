@@ -49,6 +49,8 @@ class TrlTrainConfig(Flags):
     max_steps: int = option(0, minimum=0, help="stop after this many steps (0: the epochs)")
     max_prompt_length: int = option(512, minimum=1, help="longer prompts are dropped")
     max_response_length: int = option(512, minimum=1, help="tokens per response")
+    temperature: float = option(1.0, above=0,
+                                help="sampling temperature of the training rollouts (validation is greedy)")
     test_freq: int = option(5, minimum=1, help="validate every N steps")
     norm_adv_by_std: bool = option(True, zero_one=True,
                                    help="GRPO's std-normalised advantage; off: unnormalised (Dr.GRPO)")
@@ -181,7 +183,8 @@ def run(args: TrlTrainConfig) -> dict:
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     run_config = {"trainer": "trl", "budget": args.budget, "lr": args.lr, "steps": steps,
-                  "actor_rollout_ref": {"rollout": {"n": args.group_size}}, "data": {"seed": args.seed, **settings},
+                  "actor_rollout_ref": {"rollout": {"n": args.group_size, "temperature": args.temperature}},
+                  "data": {"seed": args.seed, **settings},
                   "algorithm": {"norm_adv_by_std_in_grpo": args.norm_adv_by_std}}  # fmt: skip
     logger = RunLogger(args, run_config)
     history = []
