@@ -51,9 +51,12 @@ stage_output() {
   printf -v "$2" '%s' "$stage"
 }
 
-# publish_output STAGE DIR: replace DIR by the finished STAGE
+# publish_output STAGE DIR: replace DIR by the finished STAGE; the staging path that the runs recorded in their
+# text outputs (configs, tables, logs) becomes DIR, so every recorded path points at the published files
 publish_output() {
   local old="$2.old.$$"
+  { grep -rlIF --null "$1" "$1" 2> /dev/null || true; } \
+    | FROM=$1 TO=$2 xargs -0 -r perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/g'
   if [ -e "$2" ]; then mv "$2" "$old"; fi
   mv "$1" "$2" && rm -rf "$old"
 }
