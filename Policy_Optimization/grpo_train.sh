@@ -17,6 +17,9 @@
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+case "${1:-}" in  # the header above is the help
+  -h|--help) awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
+esac
 PLACEHOLDER="<SET_ME>"
 
 # ============================== USER CONFIGURATION ==============================
@@ -107,6 +110,12 @@ positive "${REWARD_TIMEOUT}" || die "REWARD_TIMEOUT=${REWARD_TIMEOUT} must be a 
 [[ "${SAVE_CONTENTS}" =~ ^\[[a-z_,\'\ ]+\]$ ]] || die "SAVE_CONTENTS=${SAVE_CONTENTS}: a list such as [model]"
 [[ "${SAVE_MODEL}" =~ ^[01]$ ]] || die "SAVE_MODEL=${SAVE_MODEL}: use 1 or 0"
 [[ "${WANDB_MODE}" =~ ^(online|offline|disabled)$ ]] || die "WANDB_MODE=${WANDB_MODE}: use online, offline or disabled"
+# an online wandb run without a key fails only after the model loaded (a wandb traceback): refuse it here
+_wandb_host="${WANDB_BASE_URL:-https://api.wandb.ai}"; _wandb_host="${_wandb_host#*://}"; _wandb_host="${_wandb_host%%[:/]*}"
+if [[ "${DRY_RUN}" == 0 && "${WANDB_MODE}" == online && "${LOGGERS}" == *wandb* && -z "${WANDB_API_KEY:-}" ]] \
+    && ! grep -qsF "${_wandb_host}" "${NETRC:-${HOME:-/nonexistent}/.netrc}"; then
+  die "LOGGERS=${LOGGERS} with WANDB_MODE=online but no wandb key (WANDB_API_KEY unset, none in ~/.netrc): run \`wandb login\`, or set WANDB_MODE=offline, or LOGGERS=[console]"
+fi
 [[ "${RAY_TMP}" == /* && ${#RAY_TMP} -le 40 ]] \
   || die "RAY_TMP=${RAY_TMP} must be an absolute path of at most 40 characters (Ray's socket paths under it are limited to 107 bytes)"
 [[ -z "${TMPDIR:-}" || ${#TMPDIR} -le 60 ]] \

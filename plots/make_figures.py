@@ -46,6 +46,9 @@ class FiguresConfig(Flags):
                     "--labels needs one label per file")
         cli.require(self.advisor is None or self.budget is None or self.budget % 2 == 0,
                     f"--budget {self.budget} is odd: no power-of-two group size K divides it; give an even --budget")
+        cli.require(bool(self.name) and os.path.basename(self.name) == self.name and self.name not in (".", ".."),
+                    f"--name {self.name!r} must be a file stem without a folder (e.g. --name figure4); "
+                    "choose the folder with --out_dir")
         cli.writable_dir(self.out_dir, "--out_dir")
 
 

@@ -61,13 +61,14 @@ publish_output() {
   mv "$1" "$2" && rm -rf "$old"
 }
 
-# no_arguments SCRIPT HELP_LAST_LINE [ARGS...]: print the header comment (lines 2..HELP_LAST_LINE) for -h/--help
+# no_arguments SCRIPT HELP_LAST_LINE [ARGS...]: print the header comment (line 2 up to the first line that is not a
+# comment; HELP_LAST_LINE is no longer used) for -h/--help
 # and exit 0; refuse any other argument (settings are environment variables)
 no_arguments() {
   local script=$1 last=$2
   shift 2
   case "${1:-}" in
-    -h|--help) sed -n "2,${last}p" "$script" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$script"; exit 0 ;;
     "") ;;
     *) fail "$script takes no arguments (got '$1'); its settings are environment variables, see --help" ;;
   esac

@@ -32,9 +32,10 @@ def _not_utf8(path: str, error: UnicodeDecodeError) -> DataError:
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """Rows of a JSON-lines file; a malformed line raises DataError naming its line number."""
+    """Rows of a JSON-lines file (UTF-8; a leading byte-order mark is skipped); a malformed line raises DataError
+    naming its line number."""
     rows = []
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         try:
             lines = handle.read().split("\n")  # not splitlines(): U+2028 may sit inside a JSON string
         except UnicodeDecodeError as error:
@@ -68,7 +69,7 @@ def read_file(path: str) -> list[dict]:
     if path.endswith(".parquet"):
         return _read_parquet(path)
     if path.endswith(".json"):
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             try:
                 data = json.load(handle)
             except json.JSONDecodeError:

@@ -65,6 +65,7 @@ def read_json(path: str, keys: tuple[str, ...], what: str) -> dict:
     not an object, or lacks any of ``keys``."""
     from grpo_mse.cli import UsageError, require
 
+    require(not os.path.isdir(path), f"{path} is a folder; give the {what} JSON file in it")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{what} JSON not found: {path}")
     try:

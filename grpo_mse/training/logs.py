@@ -235,9 +235,12 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
     if summary.get("_step") is not None:
         step = _whole_step(summary["_step"], summary_path or run_dir)
         seen = {(s, m) for s, m, _ in records}
+        latest = {m: v for _, m, v in sorted(records, key=lambda r: r[0])}  # each metric's last logged value
         for key, raw in summary.items():
+            # wandb's summary holds each metric's LAST value at the run's current _step: a value equal to the
+            # history's last one is that old value (e.g. a validation of an earlier step), not one of this step
             if isinstance(raw, (int, float)) and not isinstance(raw, bool) and not key.startswith("_") \
-                    and (step, key) not in seen:
+                    and (step, key) not in seen and latest.get(key) != float(raw):
                 records.append((step, key, float(raw)))
     k, seed = run_identity(name, config)
     return k, seed, records
