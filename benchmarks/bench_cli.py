@@ -27,8 +27,11 @@ from grpo_mse.tables.outputs import write_json
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACECOV = os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py")
 ORACLE = os.path.join(ROOT, "Gradient_evaluation", "calculate_oracle_v.py")
-HELP_SCRIPTS = ("Gradient_evaluation/run_tracecov.py", "Gradient_evaluation/calculate_oracle_v.py",
-                "plots/make_figures.py")
+HELP_SCRIPTS = (
+    "Gradient_evaluation/run_tracecov.py",
+    "Gradient_evaluation/calculate_oracle_v.py",
+    "plots/make_figures.py",
+)
 ENGINES = ("fast", "reference")
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -36,10 +39,16 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=os.path.join(ROOT, "assets", "tiny_policy"), help="policy folder")
-    p.add_argument("--zero_shot_table", default=None,
-                   help="oracle table of the zero_shot case (default: results/demo/oracle_v_n256_tiny_policy_*.jsonl)")
-    p.add_argument("--few_shot_data", default=os.path.join(ROOT, "data", "arithmetic_few_shot.jsonl"),
-                   help="prompts of the few_shot case; their oracle table is built here")
+    p.add_argument(
+        "--zero_shot_table",
+        default=None,
+        help="oracle table of the zero_shot case (default: results/demo/oracle_v_n256_tiny_policy_*.jsonl)",
+    )
+    p.add_argument(
+        "--few_shot_data",
+        default=os.path.join(ROOT, "data", "arithmetic_few_shot.jsonl"),
+        help="prompts of the few_shot case; their oracle table is built here",
+    )
     p.add_argument("--n_oracle", type=int, default=64, help="samples per prompt of the few_shot oracle table")
     p.add_argument("--cases", nargs="+", default=["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"])
     p.add_argument("--T", type=int, default=16)
@@ -52,11 +61,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     cli.protect_tracked(args.out, args.overwrite, "--out")
     cli.require(args.repeats >= 1 and args.T >= 1 and args.n_oracle >= 1, "--repeats, --T and --n_oracle must be >= 1")
-    cli.require(os.path.isfile(os.path.join(args.model, "config.json")),
-                f"--model {args.model}: no config.json (python scripts/build_tiny_policy.py)")
+    cli.require(
+        os.path.isfile(os.path.join(args.model, "config.json")),
+        f"--model {args.model}: no config.json (python scripts/build_tiny_policy.py)",
+    )
     if "zero_shot" in args.cases:
         args.zero_shot_table = args.zero_shot_table or latest(
-            os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_*.jsonl"))
+            os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_*.jsonl")
+        )
         cli.require(os.path.isfile(args.zero_shot_table), f"zero-shot oracle table not found: {args.zero_shot_table}")
     if "few_shot" in args.cases:
         cli.require(os.path.isfile(args.few_shot_data), f"--few_shot_data not found: {args.few_shot_data}")
@@ -68,8 +80,14 @@ def max_relative_difference(fast: dict, reference: dict, rtol_floor: float = 1e-
     the largest value in the run) counts as equal: 0.0 against 6.8e-13 is rounding, not a relative difference 1."""
     values = [abs(v) for n in reference for v in (*fast[n], *reference[n])]
     atol = rtol_floor * max(values, default=0.0)
-    return max((abs(a - b) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > atol else 0.0
-                for n in reference for a, b in zip(fast[n], reference[n])), default=0.0)
+    return max(
+        (
+            abs(a - b) / max(abs(a), abs(b)) if max(abs(a), abs(b)) > atol else 0.0
+            for n in reference
+            for a, b in zip(fast[n], reference[n])
+        ),
+        default=0.0,
+    )
 
 
 def latest(pattern: str) -> str:
@@ -92,18 +110,61 @@ def timed(command: list[str]) -> float:
 def few_shot_table(args, work: str) -> str:
     """Oracle table of the first T few-shot prompts, built with calculate_oracle_v.py."""
     out_dir = os.path.join(work, "oracle_few_shot")
-    timed([sys.executable, ORACLE, "--model", args.model, "--dataset", args.few_shot_data, "--device", "cpu",
-           "--dtype", "fp32", "--limit", str(args.T), "--n_oracle", str(args.n_oracle), "--batch_size", "256",
-           "--max_new_tokens", str(args.max_new_tokens), "--out_dir", out_dir])
+    timed(
+        [
+            sys.executable,
+            ORACLE,
+            "--model",
+            args.model,
+            "--dataset",
+            args.few_shot_data,
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--limit",
+            str(args.T),
+            "--n_oracle",
+            str(args.n_oracle),
+            "--batch_size",
+            "256",
+            "--max_new_tokens",
+            str(args.max_new_tokens),
+            "--out_dir",
+            out_dir,
+        ]
+    )
     return latest(os.path.join(out_dir, "oracle_v_*.jsonl"))
 
 
 def tracecov_command(args, table: str, engine: str, out_dir: str, sizes=None) -> list[str]:
     """run_tracecov.py's command line; ``sizes`` = (T, M, K_list), by default the benchmark's."""
     t, m, k_list = sizes or (args.T, args.M, args.K_list)
-    return [sys.executable, TRACECOV, "--model", args.model, "--oracle_table", table, "--device", "cpu",
-            "--dtype", "fp32", "--T", str(t), "--M", str(m), "--K_list", *map(str, k_list),
-            "--max_new_tokens", str(args.max_new_tokens), "--engine", engine, "--skip_plot", "--save_json", out_dir]
+    return [
+        sys.executable,
+        TRACECOV,
+        "--model",
+        args.model,
+        "--oracle_table",
+        table,
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--T",
+        str(t),
+        "--M",
+        str(m),
+        "--K_list",
+        *map(str, k_list),
+        "--max_new_tokens",
+        str(args.max_new_tokens),
+        "--engine",
+        engine,
+        "--skip_plot",
+        "--save_json",
+        out_dir,
+    ]
 
 
 def mean_traces(out_dir: str) -> dict:
@@ -124,34 +185,55 @@ def run_case(args, table: str, work: str) -> dict:
     fast, reference = traces["fast"][0], traces["reference"][0]
     max_rel_diff = max_relative_difference(fast, reference)
     seconds = {e: min(runs[e]) for e in ENGINES}
-    return {"seconds": seconds, "runs": runs, "speedup": round(seconds["reference"] / seconds["fast"], 2),
-            "startup_seconds": round(min(floor), 3),
-            "max_rel_diff_between_engines": max_rel_diff,
-            "repeats_identical": all(t == traces[e][0] for e in ENGINES for t in traces[e])}
+    return {
+        "seconds": seconds,
+        "runs": runs,
+        "speedup": round(seconds["reference"] / seconds["fast"], 2),
+        "startup_seconds": round(min(floor), 3),
+        "max_rel_diff_between_engines": max_rel_diff,
+        "repeats_identical": all(t == traces[e][0] for e in ENGINES for t in traces[e]),
+    }
 
 
 def help_seconds(repeats: int) -> dict:
     """Min wall seconds of ``script --help`` for each script."""
-    return {script: round(min(timed([sys.executable, os.path.join(ROOT, script), "--help"])
-                              for _ in range(repeats)), 3) for script in HELP_SCRIPTS}
+    return {
+        script: round(min(timed([sys.executable, os.path.join(ROOT, script), "--help"]) for _ in range(repeats)), 3)
+        for script in HELP_SCRIPTS
+    }
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    report = {"settings": {"model": os.path.relpath(args.model, ROOT), "T": args.T, "M": args.M, "K_list": args.K_list,
-                           "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "device": "cpu",
-                           "dtype": "fp32", "threads": 1, "few_shot_n_oracle": args.n_oracle},
-              "machine": {"cpu_count": os.cpu_count(), "load_average_at_start": load},
-              "help_seconds": help_seconds(args.repeats), "cases": {}}
+    report = {
+        "settings": {
+            "model": os.path.relpath(args.model, ROOT),
+            "T": args.T,
+            "M": args.M,
+            "K_list": args.K_list,
+            "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats,
+            "device": "cpu",
+            "dtype": "fp32",
+            "threads": 1,
+            "few_shot_n_oracle": args.n_oracle,
+        },
+        "machine": {"cpu_count": os.cpu_count(), "load_average_at_start": load},
+        "help_seconds": help_seconds(args.repeats),
+        "cases": {},
+    }
     with tempfile.TemporaryDirectory(prefix="bench_cli_") as work:
         for case in args.cases:
             table = args.zero_shot_table if case == "zero_shot" else few_shot_table(args, work)
             report["cases"][case] = run_case(args, table, os.path.join(work, case))
             result = report["cases"][case]
-            print(f"{case}: fast {result['seconds']['fast']:.2f} s, reference {result['seconds']['reference']:.2f} s, "
-                  f"x{result['speedup']} (startup {result['startup_seconds']:.2f} s), "
-                  f"max rel diff {result['max_rel_diff_between_engines']:.2g}", flush=True)
+            print(
+                f"{case}: fast {result['seconds']['fast']:.2f} s, reference {result['seconds']['reference']:.2f} s, "
+                f"x{result['speedup']} (startup {result['startup_seconds']:.2f} s), "
+                f"max rel diff {result['max_rel_diff_between_engines']:.2g}",
+                flush=True,
+            )
     print("--help: " + ", ".join(f"{os.path.basename(s)} {t:.2f} s" for s, t in report["help_seconds"].items()))
     write_json(args.out, report)
     print(f"wrote {args.out}")

@@ -41,9 +41,17 @@ def qwen_shaped_model(device: str, dtype: str, seed: int = 0):
 
     from grpo_mse.policy.loading import DTYPES
 
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         tie_word_embeddings=True, rope_theta=1000000.0)
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
+    )
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(DTYPES[dtype]).eval()
@@ -56,7 +64,10 @@ class PromptOnlyTokenizer:
     def __init__(self, tokenizer):
         self.inner = tokenizer
         self.chat_template, self.eos_token_id, self.pad_token_id = (
-            tokenizer.chat_template, tokenizer.eos_token_id, tokenizer.pad_token_id)
+            tokenizer.chat_template,
+            tokenizer.eos_token_id,
+            tokenizer.pad_token_id,
+        )
 
     def apply_chat_template(self, *args, **kwargs):
         return self.inner.apply_chat_template(*args, **kwargs)
@@ -99,8 +110,12 @@ def float64_errors(checks, samplers_float64: dict[str, PromptSampler]) -> tuple[
     largest relative difference between the two engines in float64, over (ids, groups, rewards, V, traces)."""
     errors, worst = {"fast": 0.0, "reference": 0.0}, 0.0
     for ids, groups, rewards, value, traces in checks:
-        exact = {name: prompt_traces(sampler.logprob_fn(ids), list(sampler.model.parameters()), groups, rewards,
-                                     value, est.UNBIASED, name).traces for name, sampler in samplers_float64.items()}
+        exact = {
+            name: prompt_traces(
+                sampler.logprob_fn(ids), list(sampler.model.parameters()), groups, rewards, value, est.UNBIASED, name
+            ).traces
+            for name, sampler in samplers_float64.items()
+        }
         for name, n in ((name, n) for name in errors for n in est.UNBIASED):
             scale = max(abs(exact["reference"][n]), 1e-30)
             errors[name] = max(errors[name], abs(traces[name][n] - exact["reference"][n]) / scale)
@@ -108,8 +123,15 @@ def float64_errors(checks, samplers_float64: dict[str, PromptSampler]) -> tuple[
     return errors, worst
 
 
-def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, rows, args, device: str,
-             samplers_float64: dict[str, PromptSampler] | None = None) -> dict:
+def run_case(
+    model,
+    sampler_fast: PromptSampler,
+    sampler_ref: PromptSampler,
+    rows,
+    args,
+    device: str,
+    samplers_float64: dict[str, PromptSampler] | None = None,
+) -> dict:
     """Time both engines on identical samples for every prompt and K; compare their traces with each
     other and, given ``samplers_float64`` (per engine, on a float64 copy of the model), with the
     reference engine in float64, where the two engines must agree to rounding."""
@@ -132,7 +154,7 @@ def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, row
             rewards = torch.tensor([row_reward(row, t) for t in texts])
             if args.random_rewards:  # a random model never answers right: draw 0/1 rewards instead
                 rewards = torch.bernoulli(torch.full((args.M * k,), 0.5), generator=torch.Generator().manual_seed(k))
-            groups = [continuations[g * k:(g + 1) * k] for g in range(args.M)]
+            groups = [continuations[g * k : (g + 1) * k] for g in range(args.M)]
             by_k[k]["mean_length"] += sum(map(len, continuations)) / len(continuations) / len(rows)
             value = float(row.get("V_oracle", rewards.mean()))
             traces = {}
@@ -142,8 +164,16 @@ def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, row
                     synchronize(device)
                     start = time.perf_counter()
                     with PassCounter() as counter:
-                        stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards.view(args.M, k),
-                                              value, est.UNBIASED, name, args.groups_per_pass)
+                        stats = prompt_traces(
+                            sampler.logprob_fn(ids),
+                            params,
+                            groups,
+                            rewards.view(args.M, k),
+                            value,
+                            est.UNBIASED,
+                            name,
+                            args.groups_per_pass,
+                        )
                     synchronize(device)
                     best = min(best, time.perf_counter() - start)
                 if name == "fast":
@@ -165,7 +195,9 @@ def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, row
         error_vs_float64, worst_float64 = float64_errors(checks, samplers_float64)
     prompts = len(rows)
     return {
-        "prompts": prompts, "K_list": args.K_list, "M": args.M,
+        "prompts": prompts,
+        "K_list": args.K_list,
+        "M": args.M,
         "seconds": times,
         "seconds_by_K": by_k,
         # fast: one pass = a batch of groups through one forward and one batched backward call, blocks = its
@@ -175,7 +207,8 @@ def run_case(model, sampler_fast: PromptSampler, sampler_ref: PromptSampler, row
         "blocks_per_pass": {name: blocks[name] / max(passes[name], 1) for name in passes},
         "gradient_speedup": times["reference"] / times["fast"],
         "end_to_end_speedup": (times["sampling"] + times["reference"]) / (times["sampling"] + times["fast"]),
-        "stats_bytes": stats_bytes, "memory_ratio": stats_bytes["fast"] / stats_bytes["reference"],
+        "stats_bytes": stats_bytes,
+        "memory_ratio": stats_bytes["fast"] / stats_bytes["reference"],
         "max_rel_diff": worst,
         "max_rel_error_vs_float64": error_vs_float64,
         "max_rel_diff_float64": worst_float64,
@@ -188,19 +221,30 @@ def main(argv=None) -> None:
     p.add_argument("--qwen_shapes", action="store_true", help="random model with Qwen2.5-0.5B's shapes")
     p.add_argument("--device", default="cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
-    p.add_argument("--cases", nargs="+", default=["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"],
-                   help="built-in prompt sets")
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        default=["zero_shot", "few_shot"],
+        choices=["zero_shot", "few_shot"],
+        help="built-in prompt sets",
+    )
     p.add_argument("--T", type=cli.integer(minimum=1), default=3, help="prompts per case")
     p.add_argument("--M", type=cli.integer(minimum=2), default=8, help="groups per prompt")
     p.add_argument("--K_list", type=cli.integer(minimum=2), nargs="+", default=[2, 4, 8, 16], help="group sizes")
     p.add_argument("--max_new_tokens", type=cli.integer(minimum=1), default=32, help="tokens per continuation")
-    p.add_argument("--groups_per_pass", type=cli.integer(minimum=0), default=0,
-                   help="fast engine's groups per pass (0 = auto)")
-    p.add_argument("--repeats", type=cli.integer(minimum=1), default=3,
-                   help="time each engine this many times, keep the fastest")
-    p.add_argument("--float64_check", action=argparse.BooleanOptionalAction, default=None,
-                   help="also run the reference engine on a float64 copy of the model and report each engine's "
-                        "largest relative trace error against it (default: on, except with --qwen_shapes)")
+    p.add_argument(
+        "--groups_per_pass", type=cli.integer(minimum=0), default=0, help="fast engine's groups per pass (0 = auto)"
+    )
+    p.add_argument(
+        "--repeats", type=cli.integer(minimum=1), default=3, help="time each engine this many times, keep the fastest"
+    )
+    p.add_argument(
+        "--float64_check",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run the reference engine on a float64 copy of the model and report each engine's "
+        "largest relative trace error against it (default: on, except with --qwen_shapes)",
+    )
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
     args.K_list, args.cases = cli.unique(args.K_list, "--K_list"), cli.unique(args.cases, "--cases")
@@ -219,43 +263,71 @@ def main(argv=None) -> None:
         model, tokenizer = load_policy(args.model, args.device, args.dtype)
         eos = eos_token_ids(model, tokenizer)
         args.random_rewards = False
-    common = dict(model=model, tokenizer=tokenizer, eos_ids=eos, temperature=1.0, top_p=0.95,
-                  max_new_tokens=args.max_new_tokens, gen_bs=256, seed=0)
+    common = dict(
+        model=model,
+        tokenizer=tokenizer,
+        eos_ids=eos,
+        temperature=1.0,
+        top_p=0.95,
+        max_new_tokens=args.max_new_tokens,
+        gen_bs=256,
+        seed=0,
+    )
     fast, reference = PromptSampler(**common, shared_prompt=True), PromptSampler(**common, shared_prompt=False)
     float64 = None
     if not args.qwen_shapes if args.float64_check is None else args.float64_check:
         model64 = copy.deepcopy(model).double()
-        float64 = {name: PromptSampler(**{**common, "model": model64}, shared_prompt=name == "fast")
-                   for name in ("fast", "reference")}
+        float64 = {
+            name: PromptSampler(**{**common, "model": model64}, shared_prompt=name == "fast")
+            for name in ("fast", "reference")
+        }
     report = {}
     started = time.perf_counter()
     for case in args.cases:
         rows = load_rows(os.path.join(ROOT, "data", f"arithmetic_{case}.jsonl"))[: args.T]
         report[case] = run_case(model, fast, reference, rows, args, args.device, float64)
         r = report[case]
-        print(f"[{case}] T={r['prompts']} M={args.M} K={args.K_list}  "
-              f"sampling {r['seconds']['sampling']:.1f}s  reference {r['seconds']['reference']:.1f}s  "
-              f"fast {r['seconds']['fast']:.1f}s")
-        print(f"[{case}] gradient phase speed-up x{r['gradient_speedup']:.2f}   end-to-end speed-up "
-              f"x{r['end_to_end_speedup']:.2f}   statistics memory fast/reference = {r['memory_ratio']:.2f} "
-              f"({r['stats_bytes']['fast'] / 2**20:.1f} / {r['stats_bytes']['reference'] / 2**20:.1f} MiB)   "
-              f"max relative trace difference {r['max_rel_diff']:.2e}")
+        print(
+            f"[{case}] T={r['prompts']} M={args.M} K={args.K_list}  "
+            f"sampling {r['seconds']['sampling']:.1f}s  reference {r['seconds']['reference']:.1f}s  "
+            f"fast {r['seconds']['fast']:.1f}s"
+        )
+        print(
+            f"[{case}] gradient phase speed-up x{r['gradient_speedup']:.2f}   end-to-end speed-up "
+            f"x{r['end_to_end_speedup']:.2f}   statistics memory fast/reference = {r['memory_ratio']:.2f} "
+            f"({r['stats_bytes']['fast'] / 2**20:.1f} / {r['stats_bytes']['reference'] / 2**20:.1f} MiB)   "
+            f"max relative trace difference {r['max_rel_diff']:.2e}"
+        )
         if r["max_rel_error_vs_float64"]:
             errors = r["max_rel_error_vs_float64"]
-            print(f"[{case}] largest relative trace error against the reference engine in float64: "
-                  f"fast {errors['fast']:.2e}   reference {errors['reference']:.2e}   "
-                  f"(both engines in float64 differ by at most {r['max_rel_diff_float64']:.1e})")
-        print(f"[{case}] per pass: fast {r['seconds_per_pass']['fast']:.2f}s, "
-              f"{r['blocks_per_pass']['fast']:.0f} float64 blocks ({r['passes']['fast']} passes)   reference "
-              f"{r['seconds_per_pass']['reference']:.2f}s, {r['blocks_per_pass']['reference']:.0f} parameter updates "
-              f"({r['passes']['reference']} passes)")
+            print(
+                f"[{case}] largest relative trace error against the reference engine in float64: "
+                f"fast {errors['fast']:.2e}   reference {errors['reference']:.2e}   "
+                f"(both engines in float64 differ by at most {r['max_rel_diff_float64']:.1e})"
+            )
+        print(
+            f"[{case}] per pass: fast {r['seconds_per_pass']['fast']:.2f}s, "
+            f"{r['blocks_per_pass']['fast']:.0f} float64 blocks ({r['passes']['fast']} passes)   reference "
+            f"{r['seconds_per_pass']['reference']:.2f}s, {r['blocks_per_pass']['reference']:.0f} parameter updates "
+            f"({r['passes']['reference']} passes)"
+        )
         for k, t in r["seconds_by_K"].items():
-            print(f"[{case}]   K={k:<3d} mean continuation length {t['mean_length']:.1f}  "
-                  f"reference {t['reference']:.2f}s  fast {t['fast']:.2f}s  x{t['reference'] / t['fast']:.2f}")
+            print(
+                f"[{case}]   K={k:<3d} mean continuation length {t['mean_length']:.1f}  "
+                f"reference {t['reference']:.2f}s  fast {t['fast']:.2f}s  x{t['reference'] / t['fast']:.2f}"
+            )
         if args.out:  # after every case: a run stopped by a time limit keeps the cases it finished
-            write_json(args.out, {"device": args.device, "dtype": args.dtype, "qwen_shapes": args.qwen_shapes,
-                                  "complete": case == args.cases[-1], "seconds": time.perf_counter() - started,
-                                  "cases": report})
+            write_json(
+                args.out,
+                {
+                    "device": args.device,
+                    "dtype": args.dtype,
+                    "qwen_shapes": args.qwen_shapes,
+                    "complete": case == args.cases[-1],
+                    "seconds": time.perf_counter() - started,
+                    "cases": report,
+                },
+            )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_argument(self, *args, **kwargs):
         action = super().add_argument(*args, **kwargs)
-        if action.option_strings and not action.help and not any(
-                action.default is unset for unset in (None, False, argparse.SUPPRESS)):
+        if (
+            action.option_strings
+            and not action.help
+            and not any(action.default is unset for unset in (None, False, argparse.SUPPRESS))
+        ):
             action.help = "default: %(default)s"  # flags without help text still show their default
         return action
 
@@ -44,8 +47,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def check_range(flag: str, value, minimum=None, maximum=None, above=None) -> None:
     """UsageError unless ``value`` is finite, >= minimum, <= maximum and > above (each when given)."""
-    bounds = [f"{sign} {bound}" for sign, bound in ((">=", minimum), (">", above), ("<=", maximum))
-              if bound is not None]
+    bounds = [
+        f"{sign} {bound}" for sign, bound in ((">=", minimum), (">", above), ("<=", maximum)) if bound is not None
+    ]
     ok = isinstance(value, (int, float)) and math.isfinite(value)
     ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     ok = ok and (above is None or value > above)
@@ -63,6 +67,7 @@ def _typed(parse, kind: str, **bounds):
         except UsageError as error:
             raise argparse.ArgumentTypeError(str(error).removeprefix("value ")) from None
         return value
+
     convert.__name__ = kind
     return convert
 
@@ -99,10 +104,14 @@ def check_model_path(name: str) -> bool:
     path = os.path.expanduser(name)
     local = os.path.exists(path) or name.startswith((".", "/", "~")) or name.rstrip("/").count("/") > 1
     if local and not os.path.isdir(path):
-        raise UsageError(f"model folder not found: {name}" if not os.path.exists(path)
-                         else f"--model {name} is a file; give the model's folder")
-    require(not local or os.path.isfile(os.path.join(path, "config.json")),
-            f"{name} is not a model folder (no config.json)")
+        raise UsageError(
+            f"model folder not found: {name}"
+            if not os.path.exists(path)
+            else f"--model {name} is a file; give the model's folder"
+        )
+    require(
+        not local or os.path.isfile(os.path.join(path, "config.json")), f"{name} is not a model folder (no config.json)"
+    )
     if local:
         check_model_folder(path, name)
     return local
@@ -129,8 +138,10 @@ def _safetensors_shapes(path: str) -> dict:
         end = max((int(v["data_offsets"][1]) for v in (tensors or {}).values()), default=0)
     except (KeyError, TypeError, IndexError, ValueError):
         tensors = None
-    require(tensors is not None and 8 + length + end <= size,
-            f"{path} is cut short or corrupt ({size} bytes); copy or download the model again")
+    require(
+        tensors is not None and 8 + length + end <= size,
+        f"{path} is cut short or corrupt ({size} bytes); copy or download the model again",
+    )
     return {k: v.get("shape") for k, v in tensors.items() if isinstance(v, dict)}
 
 
@@ -139,9 +150,11 @@ def check_model_folder(path: str, name: str) -> None:
     cut short, or an embedding whose shape disagrees with config.json (another hidden_size or vocab_size)."""
     import json
 
-    require(any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES),
-            f"{name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); copy them from the model's "
-            "source next to config.json")
+    require(
+        any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES),
+        f"{name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); copy them from the model's "
+        "source next to config.json",
+    )
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
             config = json.load(handle)
@@ -156,8 +169,10 @@ def check_model_folder(path: str, name: str) -> None:
     want = [text.get("vocab_size"), text.get("hidden_size") or text.get("n_embd")]
     for tensor, shape in shapes.items():
         if tensor.endswith(("embed_tokens.weight", "wte.weight")) and None not in want and shape != want:
-            raise UsageError(f"{name}: {tensor} has shape {shape} but config.json says vocab_size x hidden_size = "
-                             f"{want[0]} x {want[1]}; the weights and config.json come from different models")
+            raise UsageError(
+                f"{name}: {tensor} has shape {shape} but config.json says vocab_size x hidden_size = "
+                f"{want[0]} x {want[1]}; the weights and config.json come from different models"
+            )
 
 
 def unique(values: list, flag: str) -> list:
@@ -174,9 +189,12 @@ def writable_dir(path: str, flag: str) -> None:
     target = os.path.abspath(os.path.expanduser(path))
     probe = target
     while not os.path.exists(probe):
-        require(not os.path.islink(probe), f"{flag} {path}: {probe} is a broken symbolic link (its target "
-                                           f"{os.readlink(probe) if os.path.islink(probe) else ''} does not exist); "
-                                           "create the target or choose another folder")
+        require(
+            not os.path.islink(probe),
+            f"{flag} {path}: {probe} is a broken symbolic link (its target "
+            f"{os.readlink(probe) if os.path.islink(probe) else ''} does not exist); "
+            "create the target or choose another folder",
+        )
         probe = os.path.dirname(probe)
     require(os.path.isdir(probe), f"{flag} {path}: {probe} is a file, not a folder")
     require(os.access(probe, os.W_OK | os.X_OK), f"{flag} {path}: folder {probe} is not writable")
@@ -200,8 +218,9 @@ def tracked_files(path: str) -> list[str]:
     while not os.path.isdir(probe):
         probe = os.path.dirname(probe)
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--", target], cwd=probe, capture_output=True, text=True,
-                                timeout=30, check=False)
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", target], cwd=probe, capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     if listed.returncode != 0:
@@ -215,8 +234,11 @@ def protect_tracked(path: str, overwrite: bool, flag: str) -> None:
         return
     tracked = tracked_files(path)
     shown = ", ".join(tracked[:3]) + (", ..." if len(tracked) > 3 else "")
-    require(not tracked, f"{flag} {path} would replace files tracked by git ({shown}); choose another {flag}, "
-                         "or pass --overwrite to replace them")
+    require(
+        not tracked,
+        f"{flag} {path} would replace files tracked by git ({shown}); choose another {flag}, "
+        "or pass --overwrite to replace them",
+    )
 
 
 def progress(items=None, **kwargs):
@@ -226,8 +248,9 @@ def progress(items=None, **kwargs):
     return tqdm(items, dynamic_ncols=True, **kwargs)
 
 
-def add_model_flags(parser, model: str | None, device: str, dtype: str,
-                    model_help: str = "hub id or local folder") -> None:
+def add_model_flags(
+    parser, model: str | None, device: str, dtype: str, model_help: str = "hub id or local folder"
+) -> None:
     """--model (required when ``model`` is None), --revision, --device, --dtype, --trust_remote_code."""
     parser.add_argument("--model", default=model, required=model is None, help=model_help)
     parser.add_argument("--revision", default="main", help="hub revision (branch, tag or commit) of --model")
@@ -245,16 +268,19 @@ def launch_env() -> tuple[int, int, int]:
         try:
             values[name] = None if text is None else int(text)
         except ValueError:
-            raise UsageError(f"environment variable {name}={text!r} is not an integer; unset it or start the "
-                             "command with torchrun") from None
+            raise UsageError(
+                f"environment variable {name}={text!r} is not an integer; unset it or start the command with torchrun"
+            ) from None
     world, rank, local = values["WORLD_SIZE"], values["RANK"], values["LOCAL_RANK"]
     if world < 1:
         raise UsageError(f"WORLD_SIZE={world} must be >= 1; unset it or start the command with torchrun")
     if world == 1:
         return 1, 0, 0
     if rank is None or not 0 <= rank < world or local < 0:
-        raise UsageError(f"WORLD_SIZE={world} with RANK={os.environ.get('RANK')} and LOCAL_RANK={local}: set by "
-                         "hand? start the command with torchrun --nproc_per_node N, or unset WORLD_SIZE")
+        raise UsageError(
+            f"WORLD_SIZE={world} with RANK={os.environ.get('RANK')} and LOCAL_RANK={local}: set by "
+            "hand? start the command with torchrun --nproc_per_node N, or unset WORLD_SIZE"
+        )
     return world, rank, local
 
 

@@ -43,8 +43,7 @@ def _library(error: BaseException) -> str:
 def _os_line(error: OSError, resume_hint: str | None) -> str:
     where = f": {error.filename}" if error.filename not in (None, "") else ""
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left on the device{where}; free some space, then "
-                f"{resume_hint or 'rerun the command'}")
+        return f"no space left on the device{where}; free some space, then {resume_hint or 'rerun the command'}"
     if error.errno == errno.EROFS:
         return f"read-only file system{where}; choose another output folder"
     if error.filename == "":

@@ -96,8 +96,10 @@ def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
     """Add one flag per field of the dataclass ``config_class`` to ``parser``, in field order."""
     specs = dataclasses.fields(config_class)
     used = {kind for spec in specs for kind in ("positional", "zero_one") if spec.metadata.get(kind)}
-    require(used != {"positional", "zero_one"},  # in "--x 1": is 1 the switch's value or a positional argument?
-            f"{config_class.__name__}: a zero_one switch takes an optional value, so no positional field may join it")
+    require(
+        used != {"positional", "zero_one"},  # in "--x 1": is 1 the switch's value or a positional argument?
+        f"{config_class.__name__}: a zero_one switch takes an optional value, so no positional field may join it",
+    )
     for spec in specs:
         meta = {k: v for k, v in spec.metadata.items() if v is not None}
         bounds = {k: meta.pop(k) for k in BOUNDS if k in meta}
@@ -116,8 +118,13 @@ def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
             action = "store_true" if default is False else SwitchZeroOne if zero_one else argparse.BooleanOptionalAction
             parser.add_argument(*names, action=action, default=default, **meta)
             if zero_one:
-                parser.add_argument(f"--no-{spec.name}", dest=spec.name, action="store_false", default=default,
-                                    help=f"turn --{spec.name} off")
+                parser.add_argument(
+                    f"--no-{spec.name}",
+                    dest=spec.name,
+                    action="store_false",
+                    default=default,
+                    help=f"turn --{spec.name} off",
+                )
         else:
             kind, nargs, _ = _annotation(spec)
             meta.setdefault("type", _converter(kind, bounds))
@@ -152,8 +159,10 @@ def check_fields(config) -> None:
             continue
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         choices = spec.metadata.get("choices")
-        require(choices is None or all(v in choices for v in values),
-                f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})")
+        require(
+            choices is None or all(v in choices for v in values),
+            f"--{spec.name} must be among {', '.join(map(str, choices or ()))} (got {value})",
+        )
         bounds = {k: spec.metadata[k] for k in BOUNDS if spec.metadata.get(k) is not None}
         for item in values if bounds else ():
             cli.check_range(f"--{spec.name}", item, **bounds)
@@ -208,8 +217,11 @@ def markdown(config_class) -> str:
         if meta.get("choices"):
             many = _annotation(spec)[1] or meta.get("nargs")
             text += f"; {'any' if many else 'one'} of {', '.join(f'`{c}`' for c in meta['choices'])}"
-        bounds = [f"{sign} {meta[k]}" for k, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="))
-                  if meta.get(k) is not None]
+        bounds = [
+            f"{sign} {meta[k]}"
+            for k, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="))
+            if meta.get(k) is not None
+        ]
         if bounds:
             text += f"; {' and '.join(bounds)}"
         if meta.get("zero_one"):
@@ -258,11 +270,15 @@ BLOCK = re.compile(r"^(<!-- flags: (\S+) -->\n)(.*?)^(<!-- end flags -->)$", re.
 
 
 def main(argv=None) -> int:
-    parser = cli.ArgumentParser(description="The markdown flag tables of config dataclasses, as docs/ shows them "
-                                            "(run from the repository root).")
-    parser.add_argument("--markdown", metavar="MODULE:CLASS",
-                        help="print one table, e.g. grpo_mse.gradients.config:TracecovConfig or "
-                             "plots/make_figures.py:FiguresConfig")
+    parser = cli.ArgumentParser(
+        description="The markdown flag tables of config dataclasses, as docs/ shows them "
+        "(run from the repository root)."
+    )
+    parser.add_argument(
+        "--markdown",
+        metavar="MODULE:CLASS",
+        help="print one table, e.g. grpo_mse.gradients.config:TracecovConfig or plots/make_figures.py:FiguresConfig",
+    )
     parser.add_argument("--update", nargs="+", metavar="DOC", help="rewrite the generated blocks of these files")
     parser.add_argument("--check", nargs="+", metavar="DOC", help="exit 1 when a generated block is out of date")
     args = parser.parse_args(argv)
@@ -281,8 +297,9 @@ def main(argv=None) -> int:
         elif new != text:
             stale.append(path)
     for path in stale:
-        print(f"{path}: flag tables differ from the code; run python -m grpo_mse.flags --update {path}",
-              file=sys.stderr)
+        print(
+            f"{path}: flag tables differ from the code; run python -m grpo_mse.flags --update {path}", file=sys.stderr
+        )
     return 1 if stale else 0
 
 

@@ -1,10 +1,10 @@
 """Draw the paper's figures from saved results only (nothing is recomputed).
 
-  Figure 4: --tracecov RUN.json [RUN.json ...]  -> one MSE-vs-K panel per run + a GRPO/oracle ratio panel
-            --paper CSV overlays the published values (paper_figure4.csv) as an extra panel set
-            --theory THEORY.json overlays exact curves (scripts/exact_theory.py) on the --tracecov panels
-  Advisor:  --advisor RUN.json [--budget N]     -> predicted error against K with K* marked (N: the run's)
-  Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
+Figure 4: --tracecov RUN.json [RUN.json ...]  -> one MSE-vs-K panel per run + a GRPO/oracle ratio panel
+          --paper CSV overlays the published values (paper_figure4.csv) as an extra panel set
+          --theory THEORY.json overlays exact curves (scripts/exact_theory.py) on the --tracecov panels
+Advisor:  --advisor RUN.json [--budget N]     -> predicted error against K with K* marked (N: the run's)
+Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
 """
 
 import argparse
@@ -26,10 +26,15 @@ class FiguresConfig(Flags):
     tracecov: list[str] = option([], nargs="*", help="main JSON files written by run_tracecov.py")
     labels: list[str] | None = option(None, nargs="*", help="panel titles, one per --tracecov file")
     advisor: str | None = option(None, help="main JSON with group_size_advisor: draw the bound and K*")
-    budget: int | None = option(None, minimum=2, help="sequences per step N for --advisor (default: the run's own, "
-                                                     "saved in its JSON; a different N is named in the figure's title)")
-    theory: str | None = option(None, help="theory JSON of scripts/exact_theory.py: dashed exact curves on the "
-                                           "--tracecov panels")
+    budget: int | None = option(
+        None,
+        minimum=2,
+        help="sequences per step N for --advisor (default: the run's own, "
+        "saved in its JSON; a different N is named in the figure's title)",
+    )
+    theory: str | None = option(
+        None, help="theory JSON of scripts/exact_theory.py: dashed exact curves on the --tracecov panels"
+    )
     paper: str | None = option(None, help="paper_figure4.csv: add the published Figure 4 panels")
     training_csv: str | None = option(None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
     metric: str | None = option(None, help="metric of --training_csv to plot (default: first val accuracy)")
@@ -39,16 +44,21 @@ class FiguresConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
-        cli.require(bool(self.tracecov or self.paper or self.training_csv or self.advisor),
-                    "give --tracecov files, --paper, --advisor and/or --training_csv")
+        cli.require(
+            bool(self.tracecov or self.paper or self.training_csv or self.advisor),
+            "give --tracecov files, --paper, --advisor and/or --training_csv",
+        )
         cli.require(self.theory is None or bool(self.tracecov), "--theory needs --tracecov runs to overlay")
-        cli.require(self.labels is None or len(self.labels) == len(self.tracecov),
-                    "--labels needs one label per file")
-        cli.require(self.advisor is None or self.budget is None or self.budget % 2 == 0,
-                    f"--budget {self.budget} is odd: no power-of-two group size K divides it; give an even --budget")
-        cli.require(bool(self.name) and os.path.basename(self.name) == self.name and self.name not in (".", ".."),
-                    f"--name {self.name!r} must be a file stem without a folder (e.g. --name figure4); "
-                    "choose the folder with --out_dir")
+        cli.require(self.labels is None or len(self.labels) == len(self.tracecov), "--labels needs one label per file")
+        cli.require(
+            self.advisor is None or self.budget is None or self.budget % 2 == 0,
+            f"--budget {self.budget} is odd: no power-of-two group size K divides it; give an even --budget",
+        )
+        cli.require(
+            bool(self.name) and os.path.basename(self.name) == self.name and self.name not in (".", ".."),
+            f"--name {self.name!r} must be a file stem without a folder (e.g. --name figure4); "
+            "choose the folder with --out_dir",
+        )
         cli.writable_dir(self.out_dir, "--out_dir")
 
 
@@ -61,14 +71,19 @@ def load_curves(path: str, curves: str, what: str) -> dict:
     """A JSON with ``K_list`` and one list per estimator in ``curves``, each as long as K_list."""
     loaded = read_json(path, ("K_list", curves), what)
     ks, values = loaded["K_list"], loaded[curves]
-    ok = isinstance(ks, list) and isinstance(values, dict) and all(
-        isinstance(v, list) and len(v) == len(ks) for v in values.values())
+    ok = (
+        isinstance(ks, list)
+        and isinstance(values, dict)
+        and all(isinstance(v, list) and len(v) == len(ks) for v in values.values())
+    )
     cli.require(ok, f"{path}: {what} JSON is incomplete ({curves} does not give one value per K)")
     cli.require(bool(ks) and all(_number(k) and k >= 1 for k in ks), f"{path}: K_list must hold group sizes >= 1")
     for table in (values, loaded.get("ci95") if isinstance(loaded.get("ci95"), dict) else {}):
         for name, series in table.items():
-            cli.require(isinstance(series, list) and all(v is None or _number(v) for v in series),
-                        f"{path}: {name} holds a value that is not a number")
+            cli.require(
+                isinstance(series, list) and all(v is None or _number(v) for v in series),
+                f"{path}: {name} holds a value that is not a number",
+            )
             table[name] = [float("nan") if v is None else v for v in series]  # null (undefined) -> not drawn
     return loaded
 
@@ -90,14 +105,16 @@ def load_theory(path: str) -> dict:
 def check_one_token(result: dict, theory: dict, label: str) -> None:
     """Warn when a run was not sampled as the exact theory assumes (one token, same temperature, top_p, score)."""
     config, want = result.get("config", {}), theory.get("config", {}).get("matching_run_flags", {})
+
     def differs(flag, value):
         got = config.get(flag, "model" if flag == "score_distribution" else None)
         if got is None:
             return False
         return float(got) != float(value) if isinstance(value, (int, float)) else str(got) != str(value)
 
-    differ = [f"{flag}={config.get(flag, 'model')} (theory: {value})" for flag, value in want.items()
-              if differs(flag, value)]
+    differ = [
+        f"{flag}={config.get(flag, 'model')} (theory: {value})" for flag, value in want.items() if differs(flag, value)
+    ]
     if differ:
         print(f"warning: {label}: the exact curves assume other settings: {', '.join(differ)}", file=sys.stderr)
 
@@ -116,12 +133,16 @@ def paper_results(path: str) -> list[tuple[str, dict]]:
         with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: a BOM before the header is fine
             reader = csv.DictReader(handle)
             missing = [c for c in PAPER_COLUMNS if c not in (reader.fieldnames or [])]
-            cli.require(not missing, f"--paper {path}: no {', '.join(missing)} column (need "
-                                     f"{', '.join(PAPER_COLUMNS)}[, ci_halfwidth])")
+            cli.require(
+                not missing,
+                f"--paper {path}: no {', '.join(missing)} column (need {', '.join(PAPER_COLUMNS)}[, ci_halfwidth])",
+            )
             for line, row in enumerate(reader, start=2):
                 where = f"--paper {path} line {line}"
-                cli.require(row["estimator"] in PAPER_NAMES, f"{where}: unknown estimator {row['estimator']!r} "
-                                                             f"(use {', '.join(PAPER_NAMES)})")
+                cli.require(
+                    row["estimator"] in PAPER_NAMES,
+                    f"{where}: unknown estimator {row['estimator']!r} (use {', '.join(PAPER_NAMES)})",
+                )
                 k, mse = _parse(row["K"], where, "K"), _parse(row["mse"], where, "mse")
                 half = _parse(row.get("ci_halfwidth") or "nan", where, "ci_halfwidth", missing_ok=True)
                 cli.require(k.is_integer() and k >= 1, f"{where}: K must be a whole number >= 1 (got {row['K']})")
@@ -133,9 +154,11 @@ def paper_results(path: str) -> list[tuple[str, dict]]:
     runs = []
     for model, by_name in table.items():
         ks = sorted({k for values in by_name.values() for k in values})
-        result = {"K_list": ks,
-                  "conditional_on_x": {n: [v.get(k, (float("nan"),))[0] for k in ks] for n, v in by_name.items()},
-                  "ci95": {n: [v.get(k, (0, float("nan")))[1] for k in ks] for n, v in by_name.items()}}
+        result = {
+            "K_list": ks,
+            "conditional_on_x": {n: [v.get(k, (float("nan"),))[0] for k in ks] for n, v in by_name.items()},
+            "ci95": {n: [v.get(k, (0, float("nan")))[1] for k in ks] for n, v in by_name.items()},
+        }
         runs.append((f"paper: {model}", result))
     return runs
 
@@ -146,8 +169,10 @@ def _parse(text, where: str, column: str, missing_ok: bool = False) -> float:
         value = float(text)
     except (TypeError, ValueError):
         raise cli.UsageError(f"{where}: {column} {text!r} is not a number") from None
-    cli.require((missing_ok and math.isnan(value)) or (math.isfinite(value) and value >= 0),
-                f"{where}: {column} must be a finite number >= 0 (got {text})")
+    cli.require(
+        (missing_ok and math.isnan(value)) or (math.isfinite(value) and value >= 0),
+        f"{where}: {column} must be a finite number >= 0 (got {text})",
+    )
     return value
 
 
@@ -175,18 +200,25 @@ def check_advisor(result: dict, path: str) -> None:
     config = result.get("config") if isinstance(result.get("config"), dict) else {}
     if "group_size_advisor" not in result:
         estimators = config.get("estimators") or list(result["conditional_on_x"])
-        cli.require(not config.get("no_advisor"), f"{path}: no group_size_advisor (it ran with --no_advisor; "
-                                                  "rerun run_tracecov.py without it)")
-        cli.require({"grpo", "oracleV"} <= set(estimators),
-                    f"{path}: no group_size_advisor: the advisor needs the grpo and oracleV estimators and this run "
-                    f"has {' '.join(estimators)}; rerun run_tracecov.py with --estimators including grpo oracleV")
-        raise cli.UsageError(f"{path}: no group_size_advisor (fewer than 2 prompts? rerun run_tracecov.py with "
-                             "--T 2 or more)")
+        cli.require(
+            not config.get("no_advisor"),
+            f"{path}: no group_size_advisor (it ran with --no_advisor; rerun run_tracecov.py without it)",
+        )
+        cli.require(
+            {"grpo", "oracleV"} <= set(estimators),
+            f"{path}: no group_size_advisor: the advisor needs the grpo and oracleV estimators and this run "
+            f"has {' '.join(estimators)}; rerun run_tracecov.py with --estimators including grpo oracleV",
+        )
+        raise cli.UsageError(
+            f"{path}: no group_size_advisor (fewer than 2 prompts? rerun run_tracecov.py with --T 2 or more)"
+        )
     advice = result["group_size_advisor"]
     pooled = advice.get("pooled") if isinstance(advice, dict) else None
-    cli.require(isinstance(pooled, dict) and all(_number(pooled.get(c)) for c in ("c1", "c2", "c3")),
-                f"{path}: the advisor's constants c1, c2, c3 are undefined (too few prompts or c1 batches of 2+ "
-                "prompts); rerun run_tracecov.py with more prompts (--T) and --c1_batch 2 or more")
+    cli.require(
+        isinstance(pooled, dict) and all(_number(pooled.get(c)) for c in ("c1", "c2", "c3")),
+        f"{path}: the advisor's constants c1, c2, c3 are undefined (too few prompts or c1 batches of 2+ "
+        "prompts); rerun run_tracecov.py with more prompts (--T) and --c1_batch 2 or more",
+    )
 
 
 def main(argv=None) -> None:
@@ -218,8 +250,16 @@ def main(argv=None) -> None:
         for path in plot_advisor(advisor, os.path.join(args.out_dir, "group_size_advisor"), args.budget):
             print(f"wrote {path}")
     if args.training_csv:
-        main_training(argparse.Namespace(csv=args.training_csv, out_dir=args.out_dir, name="figure5_accuracy_vs_K",
-                                         metric=args.metric, steps=args.steps), training)
+        main_training(
+            argparse.Namespace(
+                csv=args.training_csv,
+                out_dir=args.out_dir,
+                name="figure5_accuracy_vs_K",
+                metric=args.metric,
+                steps=args.steps,
+            ),
+            training,
+        )
 
 
 if __name__ == "__main__":

@@ -22,16 +22,22 @@ from grpo_mse.builtin.defaults import TINY_STEPS as DEFAULT_STEPS
 def main(argv=None) -> None:
     parser = cli.ArgumentParser(description=__doc__)
     parser.add_argument("--out_dir", default="assets/tiny_policy", help="output folder (files inside replaced)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace files tracked by git (the shipped assets/tiny_policy) in --out_dir")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files tracked by git (the shipped assets/tiny_policy) in --out_dir",
+    )
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--steps", type=cli.integer(minimum=1), default=DEFAULT_STEPS, help="training steps")
-    parser.add_argument("--lr", type=cli.number(above=0), default=None,
-                        help="AdamW peak learning rate (default: built-in)")
-    parser.add_argument("--batch_size", type=cli.integer(minimum=1), default=None,
-                        help="training batch size (default: built-in)")
-    parser.add_argument("--n_train_rows", type=cli.integer(minimum=1), default=None,
-                        help="training rows (default: built-in)")
+    parser.add_argument(
+        "--lr", type=cli.number(above=0), default=None, help="AdamW peak learning rate (default: built-in)"
+    )
+    parser.add_argument(
+        "--batch_size", type=cli.integer(minimum=1), default=None, help="training batch size (default: built-in)"
+    )
+    parser.add_argument(
+        "--n_train_rows", type=cli.integer(minimum=1), default=None, help="training rows (default: built-in)"
+    )
     parser.add_argument(
         "--threads",
         type=cli.integer(minimum=1),
@@ -39,15 +45,15 @@ def main(argv=None) -> None:
         help="torch threads; the weights depend (slightly) on it, and 1 reproduces the shipped checkpoint bit for bit",
     )
     parser.add_argument("--eval_prompts", type=cli.integer(minimum=0), default=50, help="0 skips the V summary")
-    parser.add_argument("--eval_samples", type=cli.integer(minimum=1), default=32,
-                        help="samples per prompt of the V summary")
+    parser.add_argument(
+        "--eval_samples", type=cli.integer(minimum=1), default=32, help="samples per prompt of the V summary"
+    )
     args = parser.parse_args(argv)
     cli.writable_dir(args.out_dir, "--out_dir")
     cli.protect_tracked(args.out_dir, args.overwrite, "--out_dir")
     import torch  # after the flags are checked
 
     from grpo_mse.builtin.tiny_policy import build_and_save, estimate_v, v_summary
-
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -65,13 +65,27 @@ def main(argv=None) -> None:
         return
     rows = make_rows(args.eval_prompts, seed=0, style="zero_shot")
     start = time.time()
-    values, eos_rate = estimate_v(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed,
-                                  max_new_tokens=args.max_new_tokens, top_p=1.0)  # fmt: skip
-    print(f"V zero_shot ({args.eval_prompts} held-out prompts x {args.eval_samples} samples, T=1, top-p 1, "
-          f"{time.time() - start:.1f}s, EOS rate {eos_rate:.2f}): {v_summary(values)}")  # fmt: skip
+    values, eos_rate = estimate_v(
+        model,
+        tokenizer,
+        rows,
+        n_samples=args.eval_samples,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        top_p=1.0,
+    )
+    print(
+        f"V zero_shot ({args.eval_prompts} held-out prompts x {args.eval_samples} samples, T=1, top-p 1, "
+        f"{time.time() - start:.1f}s, EOS rate {eos_rate:.2f}): {v_summary(values)}"
+    )
     val = [{**r, "data_source": "arithmetic_zero_shot"} for r in rows]
-    acc = greedy_accuracy(model, tokenizer, val, lambda data_source, solution_str, ground_truth: score(
-        data_source, solution_str, ground_truth), args.max_new_tokens)  # fmt: skip
+    acc = greedy_accuracy(
+        model,
+        tokenizer,
+        val,
+        lambda data_source, solution_str, ground_truth: score(data_source, solution_str, ground_truth),
+        args.max_new_tokens,
+    )
     print(f"greedy accuracy on the same prompts: {next(iter(acc.values())):.3f}")
 
 

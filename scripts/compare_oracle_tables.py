@@ -33,8 +33,7 @@ def proportion(row: dict, path: str) -> tuple[float, int]:
     return min(max(value, 0.5 / n), 1 - 0.5 / n), n
 
 
-def compare(rows_a: list[dict], rows_b: list[dict], path_a: str = "a", path_b: str = "b",
-            level: float = LEVEL) -> dict:
+def compare(rows_a: list[dict], rows_b: list[dict], path_a: str = "a", path_b: str = "b", level: float = LEVEL) -> dict:
     """The agreement report of two oracle tables (see the module docstring)."""
     by_id = {row["id"]: row for row in rows_b if "id" in row}
     pairs = [(row, by_id[row["id"]]) for row in rows_a if row.get("id") in by_id]
@@ -44,8 +43,15 @@ def compare(rows_a: list[dict], rows_b: list[dict], path_a: str = "a", path_b: s
         (va, na), (vb, nb) = proportion(row_a, path_a), proportion(row_b, path_b)
         var = va * (1 - va) / na + vb * (1 - vb) / nb
         d = float(row_a["V_oracle"]) - float(row_b["V_oracle"])
-        prompts.append({"id": row_a["id"], "V_a": float(row_a["V_oracle"]), "V_b": float(row_b["V_oracle"]),
-                        "difference": d, "z": d / math.sqrt(var)})
+        prompts.append(
+            {
+                "id": row_a["id"],
+                "V_a": float(row_a["V_oracle"]),
+                "V_b": float(row_b["V_oracle"]),
+                "difference": d,
+                "z": d / math.sqrt(var),
+            }
+        )
         total_var += var
     count = len(prompts)
     mean = sum(p["difference"] for p in prompts) / count
@@ -54,10 +60,19 @@ def compare(rows_a: list[dict], rows_b: list[dict], path_a: str = "a", path_b: s
     z_prompt_limit = NormalDist().inv_cdf(1 - level / (2 * count))
     worst = max(abs(p["z"]) for p in prompts)
     agree = abs(mean) <= z_mean_limit * se_mean and worst <= z_prompt_limit
-    return {"a": path_a, "b": path_b, "prompts": count, "mean_difference": mean, "se_mean_difference": se_mean,
-            "mean_interval": [mean - z_mean_limit * se_mean, mean + z_mean_limit * se_mean],
-            "max_abs_z": worst, "z_limit_per_prompt": z_prompt_limit, "level": level, "agree": agree,
-            "per_prompt": prompts}
+    return {
+        "a": path_a,
+        "b": path_b,
+        "prompts": count,
+        "mean_difference": mean,
+        "se_mean_difference": se_mean,
+        "mean_interval": [mean - z_mean_limit * se_mean, mean + z_mean_limit * se_mean],
+        "max_abs_z": worst,
+        "z_limit_per_prompt": z_prompt_limit,
+        "level": level,
+        "agree": agree,
+        "per_prompt": prompts,
+    }
 
 
 def main(argv=None) -> int:
@@ -70,9 +85,11 @@ def main(argv=None) -> int:
         cli.writable_file(args.out, "--out")
     report = compare(load_rows(args.table_a), load_rows(args.table_b), args.table_a, args.table_b)
     low, high = report["mean_interval"]
-    print(f"{report['prompts']} prompts: mean V difference {report['mean_difference']:+.4f} "
-          f"(99.9% interval {low:+.4f} .. {high:+.4f}), largest per-prompt |z| {report['max_abs_z']:.2f} "
-          f"(limit {report['z_limit_per_prompt']:.2f}): {'agree' if report['agree'] else 'DISAGREE'}")
+    print(
+        f"{report['prompts']} prompts: mean V difference {report['mean_difference']:+.4f} "
+        f"(99.9% interval {low:+.4f} .. {high:+.4f}), largest per-prompt |z| {report['max_abs_z']:.2f} "
+        f"(limit {report['z_limit_per_prompt']:.2f}): {'agree' if report['agree'] else 'DISAGREE'}"
+    )
     if args.out:
         write_json(args.out, report)
     return 0 if report["agree"] else 1

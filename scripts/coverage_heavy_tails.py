@@ -41,8 +41,8 @@ def truth(types, sigma: float) -> dict[str, float]:
 
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     gradients = np.stack([(p * G) @ s for p, G, s in types])
-    scale_sq, scale = np.exp(2 * sigma ** 2), np.exp(sigma ** 2 / 2)  # E[scale^2], E[scale]
-    c1 = scale_sq * np.mean((gradients ** 2).sum(1)) - scale ** 2 * (gradients.mean(0) ** 2).sum()
+    scale_sq, scale = np.exp(2 * sigma**2), np.exp(sigma**2 / 2)  # E[scale^2], E[scale]
+    c1 = scale_sq * np.mean((gradients**2).sum(1)) - scale**2 * (gradients.mean(0) ** 2).sum()
     c3 = scale_sq * 2 * np.mean([m["var_zeta2"] for m in moments])
     out = {"c1": c1, "c3": c3, "K_star_exact": 1 + np.sqrt(c3 / c1)}
     for k in K_LIST:
@@ -57,13 +57,17 @@ def traces(rng, types, chosen, scales, k):
     p = np.stack([types[t][0] for t in chosen])
     G = np.stack([types[t][1] for t in chosen])
     s = np.stack([types[t][2] for t in chosen]) * scales[:, None, None]
-    draws = np.minimum((rng.random((len(chosen), M, k))[..., None] > np.cumsum(p, 1)[:, None, None, :]).sum(-1),
-                       OUTCOMES - 1)
+    draws = np.minimum(
+        (rng.random((len(chosen), M, k))[..., None] > np.cumsum(p, 1)[:, None, None, :]).sum(-1), OUTCOMES - 1
+    )
     rewards = np.take_along_axis(G[:, None, :], draws.reshape(len(chosen), 1, -1), 2).reshape(draws.shape)
     scores = np.take_along_axis(s, draws.reshape(len(chosen), -1, 1), 1).reshape(*draws.shape, DIM)
     value = (p * G).sum(1)[:, None, None]
-    weights = {"naive": rewards / k, "grpo": (rewards - rewards.mean(2, keepdims=True)) / (k - 1),
-               "oracleV": (rewards - value) / k}
+    weights = {
+        "naive": rewards / k,
+        "grpo": (rewards - rewards.mean(2, keepdims=True)) / (k - 1),
+        "oracleV": (rewards - value) / k,
+    }
     vectors = {n: np.einsum("tmk,tmkd->tmd", w, scores) for n, w in weights.items()}
     return {n: v.var(1, ddof=1).sum(-1) for n, v in vectors.items()}, vectors["oracleV"].mean(1)
 
@@ -77,16 +81,25 @@ def simulated_run(rng, types, n_prompts: int, sigma: float, n_boot: int) -> tupl
     for k in K_LIST:
         per_prompt, means = traces(rng, types, chosen, scales, k)
         share = share if share is not None else paired.largest_share(per_prompt["oracleV"])
-        records[k] = [{"K": k, "prompt_index": i, "V_oracle": 0.5,
-                       "tr_cov": {n: float(v[i]) for n, v in per_prompt.items()}} for i in range(n_prompts)]
+        records[k] = [
+            {"K": k, "prompt_index": i, "V_oracle": 0.5, "tr_cov": {n: float(v[i]) for n, v in per_prompt.items()}}
+            for i in range(n_prompts)
+        ]
         batches[k] = []
         for start in range(0, n_prompts, BATCH):
             index = list(range(start, min(start + BATCH, n_prompts)))
             gram = means[index] @ means[index].T
-            batches[k].append({"n": len(index), "prompt_indices": index, "gram": gram.tolist(),
-                               "within_each": (per_prompt["oracleV"][index] / M).tolist()})
-    out = paired.run_statistics(records, batches, list(K_LIST), list(NAMES), seed=int(rng.integers(1 << 30)),
-                                n_boot=n_boot, budget=64)
+            batches[k].append(
+                {
+                    "n": len(index),
+                    "prompt_indices": index,
+                    "gram": gram.tolist(),
+                    "within_each": (per_prompt["oracleV"][index] / M).tolist(),
+                }
+            )
+    out = paired.run_statistics(
+        records, batches, list(K_LIST), list(NAMES), seed=int(rng.integers(1 << 30)), n_boot=n_boot, budget=64
+    )
     return out, share
 
 
@@ -118,17 +131,28 @@ def coverage(n_prompts: int, runs: int, sigma: float, n_boot: int, seed: int) ->
         shares.append(share)
         for name, interval in intervals(out).items():
             hits[name] += covers(interval, true[name])
-    return {"T": n_prompts, "sigma": sigma, "runs": runs, "largest_share_median": float(np.median(shares)),
-            "largest_share_quartiles": [float(q) for q in np.quantile(shares, [0.25, 0.75])],
-            "coverage": {name: count / runs for name, count in hits.items()}, "truth": true}
+    return {
+        "T": n_prompts,
+        "sigma": sigma,
+        "runs": runs,
+        "largest_share_median": float(np.median(shares)),
+        "largest_share_quartiles": [float(q) for q in np.quantile(shares, [0.25, 0.75])],
+        "coverage": {name: count / runs for name, count in hits.items()},
+        "truth": true,
+    }
 
 
 def main(argv=None) -> None:
     parser = cli.ArgumentParser(description=__doc__)
     parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[192, 512], help="prompts per run")
     parser.add_argument("--runs", type=cli.integer(minimum=1), default=200, help="simulated runs per T")
-    parser.add_argument("--sigma", type=cli.number(minimum=0), nargs="+", default=[1.0],
-                        help="lognormal sigma(s) of the score scale (one row per sigma and T)")
+    parser.add_argument(
+        "--sigma",
+        type=cli.number(minimum=0),
+        nargs="+",
+        default=[1.0],
+        help="lognormal sigma(s) of the score scale (one row per sigma and T)",
+    )
     parser.add_argument("--n_boot", type=cli.integer(minimum=50), default=1000, help="bootstrap replicates")
     parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
     parser.add_argument("--out", default=None, help="JSON file for the table (default: print only)")
@@ -138,8 +162,10 @@ def main(argv=None) -> None:
     rows = [coverage(t, args.runs, sigma, args.n_boot, args.seed + t) for sigma in args.sigma for t in args.T]
     for row in rows:
         cells = "  ".join(f"{name}={value:.3f}" for name, value in row["coverage"].items())
-        print(f"T={row['T']} sigma={row['sigma']} runs={row['runs']} largest share (median) "
-              f"{row['largest_share_median']:.3f}: {cells}")
+        print(
+            f"T={row['T']} sigma={row['sigma']} runs={row['runs']} largest share (median) "
+            f"{row['largest_share_median']:.3f}: {cells}"
+        )
     if args.out:
         write_json(args.out, {"rows": rows, "note": __doc__.split("\n\n")[1]})
 

@@ -47,13 +47,16 @@ class ExactTheoryConfig(Flags):
     reachable_only: bool = option(False, help="skip rows whose ground truth no single token can produce")
     temperature: float = option(1.0, above=0, help="sampling temperature")
     top_p: float = option(1.0, above=0, maximum=1, help="nucleus of the sampled law (1: the whole vocabulary)")
-    score_distribution: str = option("model", choices=("model", "sampling"),
-                                     help="score of log pi_T (untruncated) or of the sampled law q (run_tracecov.py's "
-                                          "flag)")
+    score_distribution: str = option(
+        "model",
+        choices=("model", "sampling"),
+        help="score of log pi_T (untruncated) or of the sampled law q (run_tracecov.py's flag)",
+    )
     K_list: list[int] = option([2, 3, 4, 6, 8, 12, 16, 24, 32], minimum=2, help="group sizes of the exact curves")
     estimators: list[str] = option(list(est.ALL), choices=est.ALL, help="estimators of the exact curves")
-    max_jacobian_gb: float = option(4.0, above=0, help="refuse models whose logit Jacobian (vocab x parameters, "
-                                                       "fp32) is larger")
+    max_jacobian_gb: float = option(
+        4.0, above=0, help="refuse models whose logit Jacobian (vocab x parameters, fp32) is larger"
+    )
     out_dir: str = option("results/theory", help="output folder")
 
     def __post_init__(self) -> None:
@@ -89,8 +92,11 @@ def main(argv=None) -> None:
     check_answers(rows, args.dataset)
     model, tokenizer = load_policy(args.model, args.device, args.dtype, args.revision, args.trust_remote_code)
     size = ot.jacobian_bytes(model) / 2**30
-    cli.require(size <= args.max_jacobian_gb, f"the logit Jacobian needs {size:.3g} GiB > --max_jacobian_gb "
-                f"{args.max_jacobian_gb:g}; exact enumeration is for small models")
+    cli.require(
+        size <= args.max_jacobian_gb,
+        f"the logit Jacobian needs {size:.3g} GiB > --max_jacobian_gb "
+        f"{args.max_jacobian_gb:g}; exact enumeration is for small models",
+    )
     texts = ot.token_texts(tokenizer, model.config.vocab_size)
     rows = select(rows, texts, args.T, args.reachable_only)
     if len(rows) < args.T:
@@ -104,21 +110,31 @@ def main(argv=None) -> None:
         gradients.append(enum.g)
         settings = {**oracle_settings(args, None), "max_new_tokens": 1}
         oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1]["V"], settings)) + "\n")
-    config = {**vars(args), "n_rows_used": len(rows), "matching_run_flags": {
-        "max_new_tokens": 1, "top_p": args.top_p, "temperature": args.temperature,
-        "score_distribution": args.score_distribution}}
+    config = {
+        **vars(args),
+        "n_rows_used": len(rows),
+        "matching_run_flags": {
+            "max_new_tokens": 1,
+            "top_p": args.top_p,
+            "temperature": args.temperature,
+            "score_distribution": args.score_distribution,
+        },
+    }
     summary = ot.theory_summary(prompts, gradient_gram(gradients), args.K_list, args.estimators, config)
     os.makedirs(args.out_dir, exist_ok=True)
     theory_stem = claim(os.path.join(args.out_dir, f"theory_{model_basename_tag(args.model)}_{timestamp()}"), ".json")
     theory_path = theory_stem + ".json"  # claimed: a run started in the same second gets its own name
-    oracle_path = os.path.join(args.out_dir, "oracle_exact_" + os.path.basename(theory_stem).removeprefix("theory_")
-                               + ".jsonl")
+    oracle_path = os.path.join(
+        args.out_dir, "oracle_exact_" + os.path.basename(theory_stem).removeprefix("theory_") + ".jsonl"
+    )
     write_atomic(oracle_path, "".join(oracle_lines))
     write_json(theory_path, summary)
     c = summary["scaling_constants"]
-    print(f"{len(rows)} prompts, mean V = {summary['mean_V']:.3f}; exact c1={c['c1']:.4g} c2={c['c2']:.4g} "
-          f"c3={c['c3']:.4g}; K* = 1+sqrt(c3/c1) = {c['K_star_exact']:.3g} "
-          f"(paper's sqrt(c3/c1) = {c['K_star_paper']:.3g})")
+    print(
+        f"{len(rows)} prompts, mean V = {summary['mean_V']:.3f}; exact c1={c['c1']:.4g} c2={c['c2']:.4g} "
+        f"c3={c['c3']:.4g}; K* = 1+sqrt(c3/c1) = {c['K_star_exact']:.3g} "
+        f"(paper's sqrt(c3/c1) = {c['K_star_paper']:.3g})"
+    )
     for i, k in enumerate(args.K_list):
         print(f"K={k:3d}  " + "  ".join(f"{est.get(n).label}={summary['mse'][n][i]:.4g}" for n in args.estimators))
     print(f"oracle table: {oracle_path}\ntheory: {theory_path}")

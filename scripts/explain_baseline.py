@@ -69,20 +69,34 @@ def main(argv=None) -> None:
         rewards, norms = score_norms(sampler, row, row.get("id", index), args.n)
         value = float(row["V_oracle"])
         right = float(norms[rewards == 1].mean()) if rewards.any() else float("nan")
-        per_prompt.append({"id": row.get("id"), "V_oracle": value, "E_norm2": float(norms.mean()),
-                           "E_norm2_given_correct": right,
-                           "E_norm2_given_wrong": float(norms[rewards == 0].mean()) if (rewards == 0).any() else None,
-                           "K_times_vanilla_minus_oracle": value * (2 * float((rewards * norms).mean())
-                                                                    - value * float(norms.mean()))})
-        print(f"id {row.get('id')}: V={value:.2f}  E||s||^2={norms.mean():.1f}  given correct={right:.1f}  "
-              f"K*(MSE_vanilla - MSE_oracle)={per_prompt[-1]['K_times_vanilla_minus_oracle']:.1f}")
+        per_prompt.append(
+            {
+                "id": row.get("id"),
+                "V_oracle": value,
+                "E_norm2": float(norms.mean()),
+                "E_norm2_given_correct": right,
+                "E_norm2_given_wrong": float(norms[rewards == 0].mean()) if (rewards == 0).any() else None,
+                "K_times_vanilla_minus_oracle": value
+                * (2 * float((rewards * norms).mean()) - value * float(norms.mean())),
+            }
+        )
+        print(
+            f"id {row.get('id')}: V={value:.2f}  E||s||^2={norms.mean():.1f}  given correct={right:.1f}  "
+            f"K*(MSE_vanilla - MSE_oracle)={per_prompt[-1]['K_times_vanilla_minus_oracle']:.1f}"
+        )
     mean_gap = float(np.mean([r["K_times_vanilla_minus_oracle"] for r in per_prompt]))
-    summary = {"per_prompt": per_prompt, "mean_K_times_vanilla_minus_oracle": mean_gap,
-               "oracle_helps_on": sum(r["K_times_vanilla_minus_oracle"] > 0 for r in per_prompt),
-               "prompts": len(per_prompt), "note": __doc__.strip().splitlines()[2]}
+    summary = {
+        "per_prompt": per_prompt,
+        "mean_K_times_vanilla_minus_oracle": mean_gap,
+        "oracle_helps_on": sum(r["K_times_vanilla_minus_oracle"] > 0 for r in per_prompt),
+        "prompts": len(per_prompt),
+        "note": __doc__.strip().splitlines()[2],
+    }
     write_json(args.out, summary)
-    print(f"mean K*(MSE_vanilla - MSE_oracle) = {mean_gap:.1f}; oracle helps on "
-          f"{summary['oracle_helps_on']}/{len(per_prompt)} prompts -> {args.out}")
+    print(
+        f"mean K*(MSE_vanilla - MSE_oracle) = {mean_gap:.1f}; oracle helps on "
+        f"{summary['oracle_helps_on']}/{len(per_prompt)} prompts -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

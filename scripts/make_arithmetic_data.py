@@ -43,8 +43,10 @@ def main(argv=None) -> None:
     for style in args.styles:
         path = os.path.join(args.out_dir, f"arithmetic_{style}.jsonl")
         texts[path] = "".join(json.dumps(r) + "\n" for r in make_rows(args.n, args.seed, style))
-        cli.require(args.overwrite or not changed(path, texts[path]),
-                    f"{path} exists with other rows; pass --overwrite to replace it or choose another --out_dir")
+        cli.require(
+            args.overwrite or not changed(path, texts[path]),
+            f"{path} exists with other rows; pass --overwrite to replace it or choose another --out_dir",
+        )
     for path, text in texts.items():
         write_atomic(path, text)
         print(f"wrote {text.count(chr(10))} rows to {path}")

@@ -30,11 +30,15 @@ class Args(SimulationConfig):
     threads: int = option(1, minimum=1, help="torch.set_num_threads (1 is fastest here)")
     out_dir: str = option("results/simulation", help="output folder")
     overwrite: bool = option(False, help="replace files tracked by git (the committed results/simulation) in --out_dir")
-    records_csv: str | None = option(None, help="summarise this earlier algorithm1.csv (same settings) instead of "
-                                                "running the SGD sweep again: the runs do not depend on the advisor, "
-                                                "only the summary does")
-    advisor_json: list[str] | None = option(None, nargs="*", help="tracecov results JSON with group_size_advisor "
-                                                                   "(K* measured at the starting policy)")
+    records_csv: str | None = option(
+        None,
+        help="summarise this earlier algorithm1.csv (same settings) instead of "
+        "running the SGD sweep again: the runs do not depend on the advisor, "
+        "only the summary does",
+    )
+    advisor_json: list[str] | None = option(
+        None, nargs="*", help="tracecov results JSON with group_size_advisor (K* measured at the starting policy)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -50,36 +54,48 @@ def parse_args(argv=None) -> Args:
 
 def advisor_path(patterns) -> str | None:
     """The newest file matching the --advisor_json arguments (shell globs expanded here too), or None."""
-    paths = sorted({p for pattern in patterns or [] for p in (glob.glob(pattern) or [pattern]) if os.path.isfile(p)},
-                   key=os.path.getmtime)
+    paths = sorted(
+        {p for pattern in patterns or [] for p in (glob.glob(pattern) or [pattern]) if os.path.isfile(p)},
+        key=os.path.getmtime,
+    )
     return paths[-1] if paths else None
 
 
 def oracle_note(args) -> str:
     """How the oracle baseline was approximated and what that costs."""
     if args.oracle == "mc":
-        return (f"oracleV uses a noisy oracle: V_theta(x) estimated at the current policy from n_v={args.n_v} extra "
-                f"samples per prompt, independent of the K samples (the estimate stays unbiased); these "
-                f"{args.n_v}*B extra sequences per step are not counted in the budget N={args.budget}.")
-    return ("oracleV uses a per-prompt running average of rewards from earlier visits (stale but fixed before the "
-            "draw, so the estimate stays unbiased; no extra samples).")
+        return (
+            f"oracleV uses a noisy oracle: V_theta(x) estimated at the current policy from n_v={args.n_v} extra "
+            f"samples per prompt, independent of the K samples (the estimate stays unbiased); these "
+            f"{args.n_v}*B extra sequences per step are not counted in the budget N={args.budget}."
+        )
+    return (
+        "oracleV uses a per-prompt running average of rewards from earlier visits (stale but fixed before the "
+        "draw, so the estimate stays unbiased; no extra samples)."
+    )
 
 
 def build_note(summary: dict, args) -> str:
     """One paragraph: what was run, the agreement statement and its caveats."""
-    parts = [f"Algorithm 1 (plain SGD, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences per step, "
-             f"seeds {list(args.seeds)}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
-             f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds (Student t); {summary['learning']}.",
-             oracle_note(args),
-             summary["agreement"]["statement"] + "."]
+    parts = [
+        f"Algorithm 1 (plain SGD, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences per step, "
+        f"seeds {list(args.seeds)}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
+        f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds (Student t); {summary['learning']}.",
+        oracle_note(args),
+        summary["agreement"]["statement"] + ".",
+    ]
     if summary["learning"].startswith("no measurable learning"):
-        parts.append("No run improved on the starting policy, so the best K is the group size whose gradient noise "
-                      "hurt least, not the one that learned most.")
+        parts.append(
+            "No run improved on the starting policy, so the best K is the group size whose gradient noise "
+            "hurt least, not the one that learned most."
+        )
     if summary["advisor"]:
-        parts.append("K* = 1 + sqrt(c3/c1) minimises the exact GRPO gradient error c1 K/N + c2/N + c3/(N(K-1)) at the "
-                     "starting policy "
-                     "(sampling settings of the advisor run may differ); the best K after training also depends "
-                     "on lr, the number of steps and the policy's drift, so agreement is a check, not a proof.")
+        parts.append(
+            "K* = 1 + sqrt(c3/c1) minimises the exact GRPO gradient error c1 K/N + c2/N + c3/(N(K-1)) at the "
+            "starting policy "
+            "(sampling settings of the advisor run may differ); the best K after training also depends "
+            "on lr, the number of steps and the policy's drift, so agreement is a check, not a proof."
+        )
     else:
         parts.append("No advisor JSON given: K* not compared.")
     return " ".join(parts)
@@ -96,13 +112,22 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
         mean = [by_k[str(k)]["mean"] for k in ks]
         half = [sim.half_width(by_k[str(k)]) for k in ks]
         ax.plot(ks, mean, marker="o", **style(name))
-        ax.fill_between(ks, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
-                        color=style(name)["color"], alpha=0.15)
+        ax.fill_between(
+            ks,
+            [m - h for m, h in zip(mean, half)],
+            [m + h for m, h in zip(mean, half)],
+            color=style(name)["color"],
+            alpha=0.15,
+        )
     ax.axhline(summary["initial_reward"], color="gray", linestyle=":", label="starting policy")
     advisor = summary["advisor"]
     if advisor and advisor.get("K_star"):
-        ax.axvline(advisor["K_star"], color="tab:red", linestyle="--",
-                   label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}")
+        ax.axvline(
+            advisor["K_star"],
+            color="tab:red",
+            linestyle="--",
+            label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}",
+        )
         if advisor.get("K_star_ci95"):
             ax.axvspan(*advisor["K_star_ci95"], color="tab:red", alpha=0.08, label="K* 95% interval")
     ax.set_xscale("log", base=2)
@@ -140,8 +165,16 @@ def read_records(path: str) -> dict:
     import json
 
     with open(path, encoding="utf-8") as handle:
-        records = [{"K": int(r["K"]), "seed": int(r["seed"]), "estimator": r["estimator"], "step": int(r["step"]),
-                    "heldout_reward": float(r["heldout_reward"])} for r in csv.DictReader(handle)]
+        records = [
+            {
+                "K": int(r["K"]),
+                "seed": int(r["seed"]),
+                "estimator": r["estimator"],
+                "step": int(r["step"]),
+                "heldout_reward": float(r["heldout_reward"]),
+            }
+            for r in csv.DictReader(handle)
+        ]
     summary = os.path.join(os.path.dirname(path), "algorithm1_summary.json")
     wall = json.load(open(summary, encoding="utf-8")).get("wall_s") if os.path.exists(summary) else None
     return {"records": records, "wall_s": wall if wall is not None else float("nan")}

@@ -69,10 +69,15 @@ def main() -> None:
             running[pid] = (index, paths)
         pid, status = os.wait()
         index, (out_path, err_path) = running.pop(pid)
-        with open(out_path, encoding="utf-8", errors="replace") as out, \
-                open(err_path, encoding="utf-8", errors="replace") as err:
-            results[index] = {"returncode": os.waitstatus_to_exitcode(status), "stdout": out.read(),
-                              "stderr": err.read()}
+        with (
+            open(out_path, encoding="utf-8", errors="replace") as out,
+            open(err_path, encoding="utf-8", errors="replace") as err,
+        ):
+            results[index] = {
+                "returncode": os.waitstatus_to_exitcode(status),
+                "stdout": out.read(),
+                "stderr": err.read(),
+            }
     json.dump(results, sys.stdout)
 
 

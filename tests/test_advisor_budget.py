@@ -48,7 +48,7 @@ def _enumerated_error(prompts, k: int, budget: int) -> float:
     for p, G, s in prompts:
         for counts in _compositions(k, len(p)):
             c = np.array(counts, dtype=float)
-            prob = math.factorial(k) / np.prod([math.factorial(n) for n in counts]) * np.prod(p ** c)
+            prob = math.factorial(k) / np.prod([math.factorial(n) for n in counts]) * np.prod(p**c)
             x = (c * (G - c @ G / k) / (k - 1)) @ s
             total += prob * float(((x - mean_g) ** 2).sum()) / len(prompts)
     return k / budget * total
@@ -58,8 +58,11 @@ def _enumerated_error(prompts, k: int, budget: int) -> float:
 def constants():
     prompts = _case()
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in prompts]
-    c = theory.scaling_constants(theory.gradient_gram([(p * G) @ s for p, G, s in prompts]),
-                                 [m["sigma_o2"] for m in moments], [m["var_zeta2"] for m in moments])
+    c = theory.scaling_constants(
+        theory.gradient_gram([(p * G) @ s for p, G, s in prompts]),
+        [m["sigma_o2"] for m in moments],
+        [m["var_zeta2"] for m in moments],
+    )
     errors = {k: _enumerated_error(prompts, k, BUDGET) for k in range(2, 17)}
     return c, errors
 
@@ -116,7 +119,7 @@ def test_between_prompt_batch_gram_and_weighted_c1():
     c1 = advisor.batch_c1(weights, batches, position)
     assert c1[0] == pytest.approx(np.mean([b["c1"] for b in batches]), rel=1e-12)
     w, within = weights[1], np.tile([0.0, 0.1, 0.2, 0.3], 2)
-    diag = (w * ((vectors ** 2).sum(1) - within)).sum() / w.sum()
+    diag = (w * ((vectors**2).sum(1) - within)).sum() / w.sum()
     pairs = [(i, j) for b in (range(4), range(4, 8)) for i in b for j in b if i != j]
     cross = sum(w[i] * w[j] * vectors[i] @ vectors[j] for i, j in pairs) / sum(w[i] * w[j] for i, j in pairs)
     assert c1[1] == pytest.approx(diag - cross, rel=1e-12)

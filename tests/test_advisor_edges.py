@@ -36,9 +36,35 @@ def _write(path, rows):
 
 
 def _run(table, out, *extra):
-    run_tracecov.main(["--model", BUILTIN_POLICY, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32",
-                       "--T", "6", "--M", "3", "--K_list", "2", "4", "--max_new_tokens", "8", "--c1_batch", "6",
-                       "--save_json", str(out), "--skip_plot", "--budget", "64", *extra])
+    run_tracecov.main(
+        [
+            "--model",
+            BUILTIN_POLICY,
+            "--oracle_table",
+            table,
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--T",
+            "6",
+            "--M",
+            "3",
+            "--K_list",
+            "2",
+            "4",
+            "--max_new_tokens",
+            "8",
+            "--c1_batch",
+            "6",
+            "--save_json",
+            str(out),
+            "--skip_plot",
+            "--budget",
+            "64",
+            *extra,
+        ]
+    )
     (main_json,) = glob.glob(str(out / "tracecov_*[0-9].json"))
     return json.load(open(main_json)), main_json
 
@@ -47,15 +73,22 @@ def _run(table, out, *extra):
 def runs(tmp_path_factory, builtin_policy):
     folder = tmp_path_factory.mktemp("edges")
     rows = make_rows(12, seed=5)
-    zero = _write(folder / "zero.jsonl", [{**r, "ground_truth": NEVER, "V_oracle": 0.0, "n_oracle": 256}
-                                          for r in rows[:6]])
-    one = _write(folder / "one.jsonl", [{**r, "ground_truth": NEVER, "V_oracle": 1.0, "n_oracle": 256}
-                                        for r in rows[:6]])
+    zero = _write(
+        folder / "zero.jsonl", [{**r, "ground_truth": NEVER, "V_oracle": 0.0, "n_oracle": 256} for r in rows[:6]]
+    )
+    one = _write(
+        folder / "one.jsonl", [{**r, "ground_truth": NEVER, "V_oracle": 1.0, "n_oracle": 256} for r in rows[:6]]
+    )
     # rows[10] has V about 0.74 under the tiny policy (128 samples: 95/128); six copies, independent samples
-    same = _write(folder / "same.jsonl", [{**rows[10], "id": i, "V_oracle": 95 / 128, "n_oracle": 128.0}
-                                          for i in range(6)])
-    return {"zero": _run(zero, folder / "zero"), "one": _run(one, folder / "one"),
-            "same": _run(same, folder / "same", "--seed", "1"), "folder": folder}
+    same = _write(
+        folder / "same.jsonl", [{**rows[10], "id": i, "V_oracle": 95 / 128, "n_oracle": 128.0} for i in range(6)]
+    )
+    return {
+        "zero": _run(zero, folder / "zero"),
+        "one": _run(one, folder / "one"),
+        "same": _run(same, folder / "same", "--seed", "1"),
+        "folder": folder,
+    }
 
 
 def test_all_v_zero_is_a_tie_not_a_best_k(runs):
@@ -109,13 +142,14 @@ def test_vanilla_reports_trace_and_mse_under_model_score_at_top_p_below_one(runs
     records = json.load(open(f"{main_json[:-5]}_K4_detailed.json"))["prompt_results"]
     value = 95 / 128
     for r in records:
-        assert r["bias2"]["naive"] == pytest.approx(value ** 2 * r["mean_score_sq"])
+        assert r["bias2"]["naive"] == pytest.approx(value**2 * r["mean_score_sq"])
         assert r["mse"]["naive"] == pytest.approx(r["tr_cov"]["naive"] + r["bias2"]["naive"])
         assert r["mse"]["grpo"] == r["tr_cov"]["grpo"]
     assert result["mse"]["naive"] != result["conditional_on_x"]["naive"]
     assert set(result["paired"]["trace_ratio"]) == {"naive/oracleV"}
     assert result["paired"]["mean"]["naive"][1]["estimate"] == pytest.approx(
-        np.mean([r["mse"]["naive"] for r in records]))
+        np.mean([r["mse"]["naive"] for r in records])
+    )
 
 
 def test_make_figures_reads_the_runs_budget_and_says_when_overridden(runs, monkeypatch):
@@ -138,13 +172,29 @@ def test_make_figures_reads_the_runs_budget_and_says_when_overridden(runs, monke
 
 def test_allowed_k_must_divide_budget_before_any_work(tmp_path):
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "Gradient_evaluation/run_tracecov.py"),
-                           "--oracle_table", "missing.jsonl", "--save_json", str(out), "--skip_plot",
-                           "--budget", "64", "--allowed_K", "4", "24"], capture_output=True, text=True,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "Gradient_evaluation/run_tracecov.py"),
+            "--oracle_table",
+            "missing.jsonl",
+            "--save_json",
+            str(out),
+            "--skip_plot",
+            "--budget",
+            "64",
+            "--allowed_K",
+            "4",
+            "24",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: every K in --allowed_K must divide --budget 64 (B = N/K prompts per step; not 24)"]
+        "error: every K in --allowed_K must divide --budget 64 (B = N/K prompts per step; not 24)"
+    ]
     assert not out.exists()
 
 

@@ -24,8 +24,13 @@ from grpo_mse.builtin.arithmetic import make_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICY = os.path.join(ROOT, "assets", "tiny_policy")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.exists(os.path.join(POLICY, "model.safetensors")),
-                                reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(POLICY, "model.safetensors")),
+        reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)",
+    ),
+]
 
 PROMPTS, COPIES, M, K_LIST = 4, 8, 32, (2, 4)
 # z-tests below use the standard error of the Monte Carlo error alone (prompts fixed), over 64 per-row values for
@@ -56,10 +61,19 @@ def _run_advisor(model, tokenizer, rows, progress):
     from grpo_mse.policy.loading import eos_token_ids
     from grpo_mse.runs.tracecov import PromptSampler, TracecovRun, prompt_batches
 
-    sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
-                      max_new_tokens=1, gen_bs=256, seed=0)
-    config = TracecovConfig(oracle_table="rows", save_json="unused", skip_plot=True, M=M,
-                            estimators=["grpo", "oracleV"], engine="fast")
+    sampler = PromptSampler(
+        model,
+        tokenizer,
+        eos_token_ids(model, tokenizer),
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=1,
+        gen_bs=256,
+        seed=0,
+    )
+    config = TracecovConfig(
+        oracle_table="rows", save_json="unused", skip_plot=True, M=M, estimators=["grpo", "oracleV"], engine="fast"
+    )
     keys = [row["id"] for row in rows]
     run = TracecovRun(config, sampler, rows, keys, progress=progress)
     for k in K_LIST:
@@ -86,13 +100,19 @@ def case(tmp_path_factory):
         exact = theory.scaling_constants(gram, [m["sigma_o2"] for m in moments], [m["var_zeta2"] for m in moments])
         rows = [{**chosen[j % PROMPTS][0], "id": 1000 + j} for j in range(PROMPTS * COPIES)]
         row_gram = theory.gradient_gram([chosen[j % PROMPTS][1].g for j in range(len(rows))])
-        records, batches = _run_advisor(model, tokenizer, rows,
-                                        str(tmp_path_factory.mktemp("advisor") / "progress.jsonl"))
+        records, batches = _run_advisor(
+            model, tokenizer, rows, str(tmp_path_factory.mktemp("advisor") / "progress.jsonl")
+        )
     finally:
         torch.set_num_threads(threads)
     c1_target = one_token.batch_c1_target(row_gram, PROMPTS)
-    return {"exact": exact, "c1_target": c1_target, "records": records, "batches": batches,
-            "advice": advise(records, batches, seed=0)}
+    return {
+        "exact": exact,
+        "c1_target": c1_target,
+        "records": records,
+        "batches": batches,
+        "advice": advise(records, batches, seed=0),
+    }
 
 
 def _stratified(records_by_k, value_fn) -> tuple[float, float]:
@@ -133,8 +153,11 @@ def test_batch_target_is_the_unbiased_spread(case):
 
 def _constant_stats(case) -> dict[str, tuple[float, float]]:
     """(mean, s.e.): c1 over the c1 batches, c2 and c3 over the per-row values (advisor.per_prompt_constants)."""
-    return {"c1": _batches(case["batches"], lambda b: b["c1"]), "c2": _stratified(case["records"], _c2),
-            "c3": _stratified(case["records"], _c3)}
+    return {
+        "c1": _batches(case["batches"], lambda b: b["c1"]),
+        "c2": _stratified(case["records"], _c2),
+        "c3": _stratified(case["records"], _c3),
+    }
 
 
 def test_advisor_constants_match_exact_values(case):

@@ -17,9 +17,15 @@ def _batches(rng, n_prompts, size):
     vectors = rng.normal(size=(n_prompts, 3)) + 0.5
     within = rng.random(n_prompts)
     gram = vectors @ vectors.T
-    return [{"n": len(index), "prompt_indices": index, "gram": gram[np.ix_(index, index)].tolist(),
-             "within_each": within[index].tolist()}
-            for index in (list(range(s, min(s + size, n_prompts))) for s in range(0, n_prompts, size))]
+    return [
+        {
+            "n": len(index),
+            "prompt_indices": index,
+            "gram": gram[np.ix_(index, index)].tolist(),
+            "within_each": within[index].tolist(),
+        }
+        for index in (list(range(s, min(s + size, n_prompts))) for s in range(0, n_prompts, size))
+    ]
 
 
 def test_c1_weight_derivative_matches_finite_differences():
@@ -52,9 +58,10 @@ def test_influence_variance_of_a_mean_and_of_a_ratio():
     variance = bs.influence_covariance(weights, bs.mean_gradient(weights, x, mean))
     assert variance[0] == pytest.approx(x.var(ddof=1) / 30, rel=1e-12)
     ratio, se = bs.ratio_of_means(weights, x, y)
-    d_ratio = (bs.mean_gradient(weights, x, bs.weighted_mean(weights, x))
-               - ratio[:, None] * bs.mean_gradient(weights, y, bs.weighted_mean(weights, y))) \
-        / bs.weighted_mean(weights, y)[:, None]
+    d_ratio = (
+        bs.mean_gradient(weights, x, bs.weighted_mean(weights, x))
+        - ratio[:, None] * bs.mean_gradient(weights, y, bs.weighted_mean(weights, y))
+    ) / bs.weighted_mean(weights, y)[:, None]
     assert np.sqrt(bs.influence_covariance(weights, d_ratio)) == pytest.approx(se, rel=1e-10)
 
 
@@ -66,7 +73,7 @@ def test_log_scale_interval_divides_the_standard_error_by_the_estimate():
     mean = bs.weighted_mean(weights, x)
     se = np.sqrt(bs.influence_covariance(weights, bs.mean_gradient(weights, x, mean)))
     n_boot = bs.n_boot_of(weights)
-    t = (np.log(mean[1:1 + n_boot]) - np.log(mean[0])) / (se[1:1 + n_boot] / mean[1:1 + n_boot])
+    t = (np.log(mean[1 : 1 + n_boot]) - np.log(mean[0])) / (se[1 : 1 + n_boot] / mean[1 : 1 + n_boot])
     low, high = np.quantile(t, [0.025, 0.975])
     expect = np.exp([np.log(mean[0]) - high * se[0] / mean[0], np.log(mean[0]) - low * se[0] / mean[0]])
     summary = bs.studentized_summary(mean, se, weights, log=True)
@@ -88,12 +95,15 @@ def test_k_star_interval_is_the_studentized_log_k_star_minus_one():
     with se(L)^2 = (var c3 / c3^2 + var c1 / c1^2 - 2 cov / (c1 c3)) / 4, computed here by hand."""
     c1, c3, d1, d3, weights = _constants(2.0)
     n_boot = bs.n_boot_of(weights)
-    assert np.all(c1[:1 + n_boot] > 0)
-    cov = {(a, b): bs.influence_covariance(weights, da, db) for a, da in (("1", d1), ("3", d3))
-           for b, db in (("1", d1), ("3", d3))}
-    se = 0.5 * np.sqrt(cov["3", "3"] / c3 ** 2 + cov["1", "1"] / c1 ** 2 - 2 * cov["1", "3"] / (c1 * c3))
+    assert np.all(c1[: 1 + n_boot] > 0)
+    cov = {
+        (a, b): bs.influence_covariance(weights, da, db)
+        for a, da in (("1", d1), ("3", d3))
+        for b, db in (("1", d1), ("3", d3))
+    }
+    se = 0.5 * np.sqrt(cov["3", "3"] / c3**2 + cov["1", "1"] / c1**2 - 2 * cov["1", "3"] / (c1 * c3))
     log_k = 0.5 * np.log(c3 / c1)
-    t = (log_k[1:1 + n_boot] - log_k[0]) / se[1:1 + n_boot]
+    t = (log_k[1 : 1 + n_boot] - log_k[0]) / se[1 : 1 + n_boot]
     low, high = np.quantile(t, [0.025, 0.975])
     expect = 1 + np.exp([log_k[0] - high * se[0], log_k[0] - low * se[0]])
     summary = advisor.k_star_summary(c1, c3, d1, d3, weights)
@@ -131,9 +141,14 @@ def test_simulated_coverage_is_read_at_the_nearest_largest_share(tmp_path):
     import json
 
     def row(share, c1):
-        return {"T": 192, "sigma": 1.0, "runs": 100, "largest_share_median": share,
-                "largest_share_quartiles": [share * 0.8, share * 1.25],
-                "coverage": {"c1": c1, "c3": c1 + 0.01, "K_star_exact": c1 + 0.02, "grpo/oracleV@2": 0.5}}
+        return {
+            "T": 192,
+            "sigma": 1.0,
+            "runs": 100,
+            "largest_share_median": share,
+            "largest_share_quartiles": [share * 0.8, share * 1.25],
+            "coverage": {"c1": c1, "c3": c1 + 0.01, "K_star_exact": c1 + 0.02, "grpo/oracleV@2": 0.5},
+        }
 
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"rows": [row(0.02, 0.95), row(0.06, 0.91), row(0.2, 0.85)]}))
@@ -143,9 +158,13 @@ def test_simulated_coverage_is_read_at_the_nearest_largest_share(tmp_path):
     assert advisor.simulated_coverage(0.3, str(path))["beyond_table"]
     assert advisor.simulated_coverage(float("nan"), str(path)) is None
     assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
-    advice = {"pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
-              "ci95": {"K_star_exact": [2.5, 4.0]}, "allowed_K": [2, 4], "simulated_coverage": found,
-              "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0}}
+    advice = {
+        "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
+        "ci95": {"K_star_exact": [2.5, 4.0]},
+        "allowed_K": [2, 4],
+        "simulated_coverage": found,
+        "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
+    }
     text = advisor.describe(advice)
     assert "3 [2.5, 4] (simulated coverage ~87% at this run's tail)" in text
     assert "share 0.200 (T=192, sigma=1.0, 100 runs)" in text

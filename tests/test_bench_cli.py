@@ -11,8 +11,26 @@ pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durati
 def test_bench_cli_smoke(builtin_policy, tmp_path):
     bench_cli = load_script("benchmarks/bench_cli.py")
     out = tmp_path / "cli.json"
-    bench_cli.main(["--T", "2", "--M", "2", "--K_list", "2", "--repeats", "1", "--cases", "few_shot", "--n_oracle", "8",
-                    "--max_new_tokens", "4", "--out", str(out)])
+    bench_cli.main(
+        [
+            "--T",
+            "2",
+            "--M",
+            "2",
+            "--K_list",
+            "2",
+            "--repeats",
+            "1",
+            "--cases",
+            "few_shot",
+            "--n_oracle",
+            "8",
+            "--max_new_tokens",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     case = report["cases"]["few_shot"]
     assert set(case["seconds"]) == {"fast", "reference"} and min(case["seconds"].values()) > 0

@@ -12,8 +12,9 @@ def test_benchmark_smoke(builtin_policy, tmp_path):
     bench_engines = load_script("benchmarks/bench_engines.py")
 
     out = tmp_path / "bench.json"
-    bench_engines.main(["--T", "1", "--M", "3", "--K_list", "2", "4", "--repeats", "1", "--cases", "few_shot",
-                        "--out", str(out)])
+    bench_engines.main(
+        ["--T", "1", "--M", "3", "--K_list", "2", "4", "--repeats", "1", "--cases", "few_shot", "--out", str(out)]
+    )
     case = json.loads(out.read_text())["cases"]["few_shot"]
     assert case["memory_ratio"] <= 0.5
     assert case["max_rel_diff"] < 1e-4

@@ -30,8 +30,11 @@ def _population(rng):
 
 def _truth(types) -> dict:
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
-    consts = theory.scaling_constants(theory.gradient_gram([(p * G) @ s for p, G, s in types]),
-                                      [m["sigma_o2"] for m in moments], [m["var_zeta2"] for m in moments])
+    consts = theory.scaling_constants(
+        theory.gradient_gram([(p * G) @ s for p, G, s in types]),
+        [m["sigma_o2"] for m in moments],
+        [m["var_zeta2"] for m in moments],
+    )
     truth = {"c1": consts["c1"], "c3": consts["c3"], "K_star_exact": consts["K_star_exact"]}
     for k in K_LIST:
         mse = {n: np.mean([theory.closed_form_mse(m, k, n) for m in moments]) for n in ("naive", "grpo", "oracleV")}
@@ -51,8 +54,11 @@ def _traces(rng, types, chosen, k):
     rewards = np.take_along_axis(G[:, None, :], draws.reshape(len(chosen), 1, -1), 2).reshape(draws.shape)
     scores = np.take_along_axis(s, draws.reshape(len(chosen), -1, 1), 1).reshape(*draws.shape, DIM)
     value = (p * G).sum(1)[:, None, None]
-    weights = {"naive": rewards / k, "grpo": (rewards - rewards.mean(2, keepdims=True)) / (k - 1),
-               "oracleV": (rewards - value) / k}
+    weights = {
+        "naive": rewards / k,
+        "grpo": (rewards - rewards.mean(2, keepdims=True)) / (k - 1),
+        "oracleV": (rewards - value) / k,
+    }
     vectors = {n: np.einsum("tmk,tmkd->tmd", w, scores) for n, w in weights.items()}
     traces = {n: v.var(1, ddof=1).sum(-1) for n, v in vectors.items()}
     return traces, vectors["oracleV"].mean(1)
@@ -64,18 +70,33 @@ def _simulated_run(rng, types):
     records, batches = {}, {}
     for k in K_LIST:
         traces, means = _traces(rng, types, chosen, k)
-        records[k] = [{"K": k, "prompt_index": i, "tr_cov": {n: float(v[i]) for n, v in traces.items()}}
-                      for i in range(T)]
+        records[k] = [
+            {"K": k, "prompt_index": i, "tr_cov": {n: float(v[i]) for n, v in traces.items()}} for i in range(T)
+        ]
         batches[k] = []
         for start in range(0, T, BATCH):
             index = list(range(start, start + BATCH))
             gram = means[index] @ means[index].T
             within = (traces["oracleV"][index] / M).tolist()
             between = (np.trace(gram) - gram.sum() / BATCH) / (BATCH - 1)
-            batches[k].append({"n": BATCH, "prompt_indices": index, "gram": gram.tolist(), "within_each": within,
-                               "c1": between - np.mean(within)})
-    return paired.run_statistics(records, batches, list(K_LIST), ["naive", "grpo", "oracleV"],
-                                 seed=int(rng.integers(1 << 30)), n_boot=N_BOOT, budget=64)
+            batches[k].append(
+                {
+                    "n": BATCH,
+                    "prompt_indices": index,
+                    "gram": gram.tolist(),
+                    "within_each": within,
+                    "c1": between - np.mean(within),
+                }
+            )
+    return paired.run_statistics(
+        records,
+        batches,
+        list(K_LIST),
+        ["naive", "grpo", "oracleV"],
+        seed=int(rng.integers(1 << 30)),
+        n_boot=N_BOOT,
+        budget=64,
+    )
 
 
 def _intervals(out) -> dict:
@@ -124,8 +145,12 @@ def test_advisor_flags_k_star_below_two():
 
     def advice(k_star):
         pooled = {"c1": 1.0, "c2": 1.0, "c3": 0.25, "K_star_exact": k_star, "K_star_paper": k_star - 1, "K_best": 2.0}
-        return {"pooled": pooled, "ci95": {}, "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
-                "allowed_K": [2, 4]}
+        return {
+            "pooled": pooled,
+            "ci95": {},
+            "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
+            "allowed_K": [2, 4],
+        }
 
     assert "use the smallest allowed K" in advisor.describe(advice(1.5))
     assert "use the smallest allowed K" not in advisor.describe(advice(3.0))

@@ -27,8 +27,15 @@ GB = 1e9
 def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                         intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True)
+    config = Qwen2Config(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    )
     with torch.device("meta"):
         model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -38,13 +45,14 @@ def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
     assert batch == 16
     plan = c1_memory(params, batch)
     assert plan["vector_bytes"] == 4 * count  # bf16 weights, float32 statistics
-    everything = c1_memory(params, batch, host_bytes=10 ** 15)  # the old layout: all copies in memory
+    everything = c1_memory(params, batch, host_bytes=10**15)  # the old layout: all copies in memory
     assert everything["on_disk"] == 0 and everything["host_bytes"] > 98 * GB
     assert plan["host_bytes"] <= 32 * GB
     assert plan["in_memory"] == statistics.C1_HOST_BYTES // plan["vector_bytes"] == 1
     assert plan["in_memory"] + plan["on_disk"] == batch and plan["disk_bytes"] == 15 * 4 * count
-    line = tracecov_job.c1_memory_line(params, tracecov_job.TracecovConfig(
-        oracle_table="t.jsonl", save_json="out", skip_plot=True), "out/tracecov_x")
+    line = tracecov_job.c1_memory_line(
+        params, tracecov_job.TracecovConfig(oracle_table="t.jsonl", save_json="out", skip_plot=True), "out/tracecov_x"
+    )
     assert "\n" not in line and "c1 memory per rank:" in line and f"{plan['host_bytes'] / GB:.3g} GB host" in line
     assert f"{plan['disk_bytes'] / GB:.3g} GB disk" in line
 
@@ -52,8 +60,9 @@ def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
 def _vectors(n, dtype=torch.float32):
     generator = torch.Generator().manual_seed(3)
     shapes = [(7, 5), (11,), (3, 2, 4)]
-    return [[torch.randn(s, generator=generator, dtype=torch.float64).to(dtype) * (1 + i) for s in shapes]
-            for i in range(n)]
+    return [
+        [torch.randn(s, generator=generator, dtype=torch.float64).to(dtype) * (1 + i) for s in shapes] for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("host_vectors", [0, 2, 5])
@@ -78,8 +87,9 @@ def test_spilled_batch_is_bit_identical_and_holds_what_the_estimate_says(tmp_pat
     expected = in_memory.result()
     assert spilled.result() == expected  # every float of the Gram matrix and c1, bit for bit
     assert not glob.glob(str(tmp_path / "*.bin"))
-    gram = np.array([[sum(float((a.double() * b.double()).sum()) for a, b in zip(u, v)) for v in vectors]
-                     for u in vectors])
+    gram = np.array(
+        [[sum(float((a.double() * b.double()).sum()) for a, b in zip(u, v)) for v in vectors] for u in vectors]
+    )
     np.testing.assert_allclose(expected["gram"], gram, rtol=1e-12)
 
 
@@ -96,7 +106,7 @@ def test_large_parameter_is_written_in_chunks(tmp_path, monkeypatch):
     vector = [torch.arange(30, dtype=torch.float32).view(5, 6), torch.arange(3, dtype=torch.float32)]
     mapped = statistics.spill_to_file(vector, str(tmp_path / "v.bin"))
     assert all(torch.equal(m, v) for m, v in zip(mapped, vector))
-    gram_blocks = 2 * 4 * (2 ** 19 // 4) * 8  # gram64's float64 working blocks for 4 vectors
+    gram_blocks = 2 * 4 * (2**19 // 4) * 8  # gram64's float64 working blocks for 4 vectors
     assert c1_memory(vector, 4, host_bytes=0)["host_bytes"] == gram_blocks + 7 * 4  # + one chunk of 7 floats
 
 
@@ -131,8 +141,16 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
 
     model, tokenizer = builtin_policy
     rows = [{**row, "V_oracle": 0.5} for row in make_rows(3, seed=2)]
-    config = TracecovConfig(oracle_table="rows", save_json=str(tmp_path), skip_plot=True, M=2, K_list=[2],
-                            max_new_tokens=4, device="cpu", estimators=["grpo", "oracleV"])
+    config = TracecovConfig(
+        oracle_table="rows",
+        save_json=str(tmp_path),
+        skip_plot=True,
+        M=2,
+        K_list=[2],
+        max_new_tokens=4,
+        device="cpu",
+        estimators=["grpo", "oracleV"],
+    )
 
     def batch_record(name):
         sampler = tracecov_job.PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 4, 64, 0)
@@ -157,6 +175,7 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
             raise KeyboardInterrupt("simulated crash")
         calls.append(index)
         return evaluate(run, index, k)
+
     monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", crashing)
     with pytest.raises(KeyboardInterrupt):
         batch_record("crash")

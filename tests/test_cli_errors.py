@@ -13,8 +13,12 @@ pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durati
 
 ORACLE = os.path.join(ROOT, "Gradient_evaluation", "calculate_oracle_v.py")
 TRACECOV = os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py")
-ROW = {"id": 0, "prompt": [{"role": "user", "content": "Solve the arithmetic problem.\n2 + 3 ="}],
-       "ground_truth": 5, "V_oracle": 0.5}
+ROW = {
+    "id": 0,
+    "prompt": [{"role": "user", "content": "Solve the arithmetic problem.\n2 + 3 ="}],
+    "ground_truth": 5,
+    "V_oracle": 0.5,
+}
 
 
 def _run(script, *args):
@@ -37,8 +41,27 @@ def _assert_one_line_error(result, *needles):
 
 def _tracecov(tmp_path, table, *extra):
     out = tmp_path / "out"
-    result = _run(TRACECOV, "--model", BUILTIN_POLICY, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32",
-                  "--save_json", out, "--skip_plot", "--T", 2, "--M", 2, "--K_list", 2, *extra)
+    result = _run(
+        TRACECOV,
+        "--model",
+        BUILTIN_POLICY,
+        "--oracle_table",
+        table,
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--save_json",
+        out,
+        "--skip_plot",
+        "--T",
+        2,
+        "--M",
+        2,
+        "--K_list",
+        2,
+        *extra,
+    )
     return result, out
 
 
@@ -47,11 +70,14 @@ def _needs_policy(builtin_policy):
     return builtin_policy
 
 
-@pytest.mark.parametrize("bad_row, needle", [
-    ({k: v for k, v in ROW.items() if k != "prompt"}, "no 'prompt' field"),
-    ({k: v for k, v in ROW.items() if k != "ground_truth"}, "no 'ground_truth' field"),
-    ({k: v for k, v in ROW.items() if k != "V_oracle"}, "no 'V_oracle' field"),
-])
+@pytest.mark.parametrize(
+    "bad_row, needle",
+    [
+        ({k: v for k, v in ROW.items() if k != "prompt"}, "no 'prompt' field"),
+        ({k: v for k, v in ROW.items() if k != "ground_truth"}, "no 'ground_truth' field"),
+        ({k: v for k, v in ROW.items() if k != "V_oracle"}, "no 'V_oracle' field"),
+    ],
+)
 def test_missing_fields(tmp_path, bad_row, needle):
     result, out = _tracecov(tmp_path, _table(tmp_path / "t.jsonl", [ROW, bad_row]))
     _assert_one_line_error(result, needle, "row 1")
@@ -71,8 +97,9 @@ def test_missing_file_and_malformed_line(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("flags, needle", [(["--M", 1], "--M must be >= 2"),
-                                           (["--K_list", 4, 1], "K_list must be >= 2")])
+@pytest.mark.parametrize(
+    "flags, needle", [(["--M", 1], "--M must be >= 2"), (["--K_list", 4, 1], "K_list must be >= 2")]
+)
 def test_m_and_k_below_two(tmp_path, flags, needle):
     result, out = _tracecov(tmp_path, _table(tmp_path / "t.jsonl", [ROW]), *flags)
     _assert_one_line_error(result, needle)
@@ -87,8 +114,24 @@ def test_message_prompt_without_chat_template(tmp_path):
     config.pop("chat_template", None)
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     table = _table(tmp_path / "t.jsonl", [ROW])
-    result = _run(TRACECOV, "--model", model, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32",
-                  "--save_json", tmp_path / "out", "--skip_plot", "--M", 2, "--K_list", 2)
+    result = _run(
+        TRACECOV,
+        "--model",
+        model,
+        "--oracle_table",
+        table,
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--save_json",
+        tmp_path / "out",
+        "--skip_plot",
+        "--M",
+        2,
+        "--K_list",
+        2,
+    )
     _assert_one_line_error(result, "no chat template")
     assert not (tmp_path / "out").exists()
     result = _run(ORACLE, "--model", model, "--dataset", table, "--device", "cpu", "--out_dir", tmp_path / "o")
@@ -98,10 +141,21 @@ def test_message_prompt_without_chat_template(tmp_path):
 
 def test_cuda_request_without_cuda_and_missing_model(tmp_path):
     table = _table(tmp_path / "t.jsonl", [ROW])
-    result = _run(TRACECOV, "--model", BUILTIN_POLICY, "--oracle_table", table, "--save_json", tmp_path / "out",
-                  "--skip_plot")
+    result = _run(
+        TRACECOV, "--model", BUILTIN_POLICY, "--oracle_table", table, "--save_json", tmp_path / "out", "--skip_plot"
+    )
     _assert_one_line_error(result, "CUDA is not available")
-    result = _run(TRACECOV, "--model", tmp_path / "nomodel", "--oracle_table", table, "--device", "cpu",
-                  "--save_json", tmp_path / "out", "--skip_plot")
+    result = _run(
+        TRACECOV,
+        "--model",
+        tmp_path / "nomodel",
+        "--oracle_table",
+        table,
+        "--device",
+        "cpu",
+        "--save_json",
+        tmp_path / "out",
+        "--skip_plot",
+    )
     _assert_one_line_error(result, "model folder not found")
     assert not (tmp_path / "out").exists()

@@ -5,8 +5,10 @@ import pytest
 
 from grpo_mse.tables.inputs import DataError, has_unique_ids, load_rows, prompt_text, row_keys
 
-ROWS = [{"id": 0, "prompt": [{"role": "user", "content": "1 + 1 ="}], "ground_truth": 2},
-        {"id": 1, "prompt": "plain 2 + 2 =", "ground_truth": 4}]
+ROWS = [
+    {"id": 0, "prompt": [{"role": "user", "content": "1 + 1 ="}], "ground_truth": 2},
+    {"id": 1, "prompt": "plain 2 + 2 =", "ground_truth": 4},
+]
 
 
 def _jsonl(path, rows):

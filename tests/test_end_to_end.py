@@ -27,8 +27,22 @@ def oracle_table(tmp_path_factory, builtin_policy):
     rows = make_rows(8, seed=5)
     rows[7] = {**rows[0], "id": 100}  # the same prompt twice under different ids
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    common = ["--model", BUILTIN_POLICY, "--dataset", str(data), "--device", "cpu", "--dtype", "fp32",
-              "--n_oracle", "24", "--batch_size", "20", "--out_dir", str(folder / "oracle")]
+    common = [
+        "--model",
+        BUILTIN_POLICY,
+        "--dataset",
+        str(data),
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--n_oracle",
+        "24",
+        "--batch_size",
+        "20",
+        "--out_dir",
+        str(folder / "oracle"),
+    ]
     calculate_oracle_v.main(common + ["--limit", "5"])
     calculate_oracle_v.main(common + ["--resume"])
     calculate_oracle_v.main(common[:-1] + [str(folder / "fresh")])
@@ -43,17 +57,46 @@ def test_oracle_fields_and_resume_equals_fresh_run(oracle_table):
     assert lines == open(fresh).read().splitlines() and len(lines) == 8
     records = [json.loads(line) for line in lines]
     for r in records:
-        assert {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correct_count",
-                "V_ci95_low", "V_ci95_high"} <= set(r)
+        assert {
+            "id",
+            "prompt",
+            "ground_truth",
+            "V_oracle",
+            "n_oracle",
+            "correct_count",
+            "V_ci95_low",
+            "V_ci95_high",
+        } <= set(r)
         assert r["n_oracle"] == 24 and r["V_oracle"] == r["correct_count"] / 24
         assert r["V_ci95_low"] <= r["V_oracle"] <= r["V_ci95_high"]
     assert any(0 < r["V_oracle"] < 1 for r in records)
 
 
 def _tracecov_args(table, out, *extra):
-    return ["--model", BUILTIN_POLICY, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32", "--T", "6",
-            "--M", "3", "--K_list", "2", "4", "--max_new_tokens", "8", "--c1_batch", "3", "--save_json", str(out),
-            *extra]
+    return [
+        "--model",
+        BUILTIN_POLICY,
+        "--oracle_table",
+        table,
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--T",
+        "6",
+        "--M",
+        "3",
+        "--K_list",
+        "2",
+        "4",
+        "--max_new_tokens",
+        "8",
+        "--c1_batch",
+        "3",
+        "--save_json",
+        str(out),
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +131,16 @@ def test_tracecov_outputs_have_every_documented_field(tracecov_run):
     # the duplicated prompt (ids 0 and 100) gets independent samples, hence different traces
     rows = table[(table.K == 4) & (table.estimator == "naive")].set_index("id")
     assert 100 not in rows.index or rows.loc[0, "trace"] != rows.loc[100, "trace"]
-    make_figures.main(["--tracecov", main_json, "--paper", os.path.join(ROOT, "results", "paper_figure4.csv"),
-                       "--out_dir", str(folder / "figs")])
+    make_figures.main(
+        [
+            "--tracecov",
+            main_json,
+            "--paper",
+            os.path.join(ROOT, "results", "paper_figure4.csv"),
+            "--out_dir",
+            str(folder / "figs"),
+        ]
+    )
     assert os.path.getsize(folder / "figs" / "figure4.png") > 1000 and os.path.exists(folder / "figs" / "figure4.pdf")
 
 
@@ -106,6 +157,7 @@ def test_resume_after_a_crash_gives_the_same_numbers(tracecov_run, monkeypatch):
             raise KeyboardInterrupt("simulated crash")
         calls.append(1)
         return original(*args, **kwargs)
+
     monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", crashing)
     with pytest.raises(KeyboardInterrupt):
         run_tracecov.main(_tracecov_args(table, folder / "crash", "--skip_plot"))
@@ -113,22 +165,39 @@ def test_resume_after_a_crash_gives_the_same_numbers(tracecov_run, monkeypatch):
     monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", original)
     run_tracecov.main(_tracecov_args(table, folder / "crash", "--skip_plot", "--resume"))
     (resumed,) = glob.glob(str(folder / "crash" / "tracecov_*[0-9].json"))
-    pd.testing.assert_frame_equal(_per_prompt(resumed).reset_index(drop=True),
-                                  _per_prompt(main_json).reset_index(drop=True))
-    assert json.load(open(resumed))["group_size_advisor"]["pooled"] == \
-        json.load(open(main_json))["group_size_advisor"]["pooled"]
+    pd.testing.assert_frame_equal(
+        _per_prompt(resumed).reset_index(drop=True), _per_prompt(main_json).reset_index(drop=True)
+    )
+    assert (
+        json.load(open(resumed))["group_size_advisor"]["pooled"]
+        == json.load(open(main_json))["group_size_advisor"]["pooled"]
+    )
 
 
 def test_torchrun_two_processes_write_the_same_files(tracecov_run):
     folder, table, main_json = tracecov_run
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-                    os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py"),
-                    *_tracecov_args(table, folder / "ddp", "--skip_plot")], check=True, env=env, timeout=600,
-                   capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29533",
+            os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py"),
+            *_tracecov_args(table, folder / "ddp", "--skip_plot"),
+        ],
+        check=True,
+        env=env,
+        timeout=600,
+        capture_output=True,
+    )
     (merged,) = glob.glob(str(folder / "ddp" / "tracecov_*[0-9].json"))
-    pd.testing.assert_frame_equal(_per_prompt(merged).reset_index(drop=True),
-                                  _per_prompt(main_json).reset_index(drop=True), rtol=1e-6)
+    pd.testing.assert_frame_equal(
+        _per_prompt(merged).reset_index(drop=True), _per_prompt(main_json).reset_index(drop=True), rtol=1e-6
+    )
     merged_means, single_means = (json.load(open(path))["conditional_on_x"] for path in (merged, main_json))
     for name, values in single_means.items():
         assert merged_means[name] == pytest.approx(values, rel=1e-6)

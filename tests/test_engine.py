@@ -13,8 +13,13 @@ from grpo_mse.policy.logprobs import sequence_logprobs
 def _setup(model, m, k, seed):
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(3, 23, (5,), generator=gen).tolist()
-    groups = [[torch.randint(3, 23, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen).tolist()
-               for _ in range(k)] for _ in range(m)]
+    groups = [
+        [
+            torch.randint(3, 23, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen).tolist()
+            for _ in range(k)
+        ]
+        for _ in range(m)
+    ]
     rewards = torch.randint(0, 2, (m, k), generator=gen).double()
     rewards[-1] = torch.arange(k) % 2  # one group with mixed rewards
     rewards[0] = 1.0  # one group with equal rewards: the fast engine's one-backward path
@@ -22,6 +27,7 @@ def _setup(model, m, k, seed):
 
     def logprob_fn(continuations):
         return sequence_logprobs(model, prompt, continuations, eos_ids=[1], pad_id=0)
+
     return prompt, groups, rewards, params, logprob_fn
 
 
@@ -60,8 +66,9 @@ def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     equal_groups = int(sum(bool(r.max() == r.min()) for r in rewards))
     rows = []
     original = engine.row_vjps
-    monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot))
-                        or original(out, ps, cot, batched))
+    monkeypatch.setattr(
+        engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot)) or original(out, ps, cot, batched)
+    )
     split = engine.reward_split_rows  # one group of two reward values: two half-size backward passes
     monkeypatch.setattr(engine, "reward_split_rows", lambda *args: rows.append(2) or split(*args))
     for per_pass, calls in ((1, 4), (3, 2), (4, 1)):
@@ -99,6 +106,7 @@ def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
         if kwargs.get("is_grads_batched"):
             raise RuntimeError("vmap: no batching rule")
         return real_grad(*args, **kwargs)
+
     monkeypatch.setattr(torch.autograd, "grad", no_vmap)
     looped = engine.row_vjps(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3], batched=True)
     assert looped.stacked is None
@@ -139,8 +147,9 @@ def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=9)
     calls, rows = [], []
     original = engine.row_vjps
-    monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot))
-                        or original(out, ps, cot, batched))
+    monkeypatch.setattr(
+        engine, "row_vjps", lambda out, ps, cot, batched: rows.append(len(cot)) or original(out, ps, cot, batched)
+    )
     split = engine.reward_split_rows  # one group of two reward values: two half-size backward passes
     monkeypatch.setattr(engine, "reward_split_rows", lambda *args: rows.append(2) or split(*args))
     counted = lambda cont: calls.append(1) or logprob_fn(cont)  # noqa: E731
@@ -164,8 +173,7 @@ def test_pass_slices_respect_group_count_and_token_budget():
     assert pass_slices(groups, step=8, token_budget=6) == [slice(0, 2), slice(2, 3), slice(3, 5)]
     assert pass_slices(groups, step=8, token_budget=1) == [slice(i, i + 1) for i in range(5)]  # >= 1 group
     # rows x tokens: 2 groups = 4 rows x 6 tokens = 24 fit in 30; 3 groups = 6 x 13 do not
-    assert pass_slices(groups, step=8, token_budget=100, row_token_budget=30) == [
-        slice(0, 2), slice(2, 3), slice(3, 5)]
+    assert pass_slices(groups, step=8, token_budget=100, row_token_budget=30) == [slice(0, 2), slice(2, 3), slice(3, 5)]
 
 
 @pytest.mark.slow
@@ -177,8 +185,11 @@ def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, 
     groups = [[group[0], group[1], group[0], groups[0][0]] for group in groups]  # many repeats
     distinct = {tuple(c) for group in groups for c in group}
     seen = []
-    monkeypatch.setattr(engine, "row_vjps", lambda out, ps, cot, batched, real=engine.row_vjps:
-                        seen.append(len(out)) or real(out, ps, cot, batched))
+    monkeypatch.setattr(
+        engine,
+        "row_vjps",
+        lambda out, ps, cot, batched, real=engine.row_vjps: seen.append(len(out)) or real(out, ps, cot, batched),
+    )
     fast = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=5)
     reference = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "reference")
     assert seen == [len(distinct)] and len(distinct) < 20
@@ -198,18 +209,22 @@ def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
 
     def shared_fn(continuations):
         return shared(random_lm, prompt, continuations, eos_ids=[1], pad_id=0)
+
     fast = prompt_traces(shared_fn, params, groups, rewards, 0.2, est.ALL, "fast").traces
     reference = prompt_traces(logprob_fn, params, groups, rewards, 0.2, est.ALL, "reference").traces
     for n in est.ALL:
         assert fast[n] == pytest.approx(reference[n], rel=1e-5, abs=1e-12)
 
 
-@pytest.mark.parametrize("error, falls_back", [
-    (RuntimeError("Batching rule not implemented for aten::foo. We could not generate a fallback."), True),
-    (RuntimeError("vmap: It looks like you're calling .item() on a Tensor"), True),
-    (RuntimeError("CUDA error: device-side assert triggered"), False),
-    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
-])
+@pytest.mark.parametrize(
+    "error, falls_back",
+    [
+        (RuntimeError("Batching rule not implemented for aten::foo. We could not generate a fallback."), True),
+        (RuntimeError("vmap: It looks like you're calling .item() on a Tensor"), True),
+        (RuntimeError("CUDA error: device-side assert triggered"), False),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
+    ],
+)
 def test_only_a_missing_vmap_rule_falls_back(random_lm, monkeypatch, error, falls_back):
     """The plain-pass fallback is for the no-batching-rule error only; OOM names --groups_per_pass."""
     import grpo_mse.gradients.engine as engine
@@ -221,6 +236,7 @@ def test_only_a_missing_vmap_rule_falls_back(random_lm, monkeypatch, error, fall
         if kwargs.get("is_grads_batched"):
             raise error
         return real_grad(*args, **kwargs)
+
     monkeypatch.setattr(torch.autograd, "grad", failing)
     output = logprob_fn(groups[0] + groups[1])
     if falls_back:

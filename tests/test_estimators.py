@@ -27,8 +27,10 @@ def test_formulas_of_each_estimator():
     std = torch.tensor([1.0, 0.0, 0.0, 1.0]).std()
     assert torch.allclose(est.grpo_std_weights(rewards), (rewards - 0.5) / (std + est.STD_EPS) / 4)
     batch = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
-    assert torch.allclose(est.oracle_weights(batch, torch.tensor([0.5, 0.1], dtype=torch.float64)),
-                          torch.tensor([[0.25, -0.25], [-0.05, -0.05]], dtype=torch.float64))
+    assert torch.allclose(
+        est.oracle_weights(batch, torch.tensor([0.5, 0.1], dtype=torch.float64)),
+        torch.tensor([[0.25, -0.25], [-0.05, -0.05]], dtype=torch.float64),
+    )
     with pytest.raises(ValueError, match="needs V_oracle"):
         est.weights("oracleV", rewards)
     with pytest.raises(ValueError, match="unknown estimator"):
@@ -48,7 +50,7 @@ def test_every_estimator_is_affine_in_rewards_within_a_group():
 def test_non_affine_weights_are_rejected():
     rewards = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
     with pytest.raises(ValueError, match="not affine"):
-        affine_coefficients(rewards ** 2 / 3, rewards)
+        affine_coefficients(rewards**2 / 3, rewards)
 
 
 def _explicit_weights(name: str, group: list[float], value: float) -> list[float]:
@@ -56,9 +58,13 @@ def _explicit_weights(name: str, group: list[float], value: float) -> list[float
     k = len(group)
     mean = sum(group) / k
     sd = (sum((g - mean) ** 2 for g in group) / (k - 1)) ** 0.5
-    per_sample = {"naive": lambda g: g / k, "grpo": lambda g: (g - (k * mean - g) / (k - 1)) / k,
-                  "oracleV": lambda g: (g - value) / k, "grpo_std": lambda g: (g - mean) / (sd + 1e-6) / k,
-                  "drgrpo": lambda g: (g - mean) / k}
+    per_sample = {
+        "naive": lambda g: g / k,
+        "grpo": lambda g: (g - (k * mean - g) / (k - 1)) / k,
+        "oracleV": lambda g: (g - value) / k,
+        "grpo_std": lambda g: (g - mean) / (sd + 1e-6) / k,
+        "drgrpo": lambda g: (g - mean) / k,
+    }
     return [per_sample[name](g) for g in group]
 
 
@@ -66,14 +72,19 @@ def _explicit_weights(name: str, group: list[float], value: float) -> list[float
 @pytest.mark.parametrize("name", est.ALL)
 def test_registry_weights_equal_explicit_formulas_on_random_rewards(name, k):
     gen = torch.Generator().manual_seed(k)
-    rewards = torch.cat([torch.randn(5, k, generator=gen, dtype=torch.float64),
-                         torch.randint(0, 2, (5, k), generator=gen).double()])
+    rewards = torch.cat(
+        [torch.randn(5, k, generator=gen, dtype=torch.float64), torch.randint(0, 2, (5, k), generator=gen).double()]
+    )
     values = torch.rand(10, generator=gen, dtype=torch.float64)
     got = est.weights(name, rewards, values)
     want = [_explicit_weights(name, row.tolist(), float(v)) for row, v in zip(rewards, values)]
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(est.REGISTRY[name].weights(*([rewards, values] if est.REGISTRY[name].needs_value
-                                                            else [rewards])), got, rtol=0, atol=0)
+    torch.testing.assert_close(
+        est.REGISTRY[name].weights(*([rewards, values] if est.REGISTRY[name].needs_value else [rewards])),
+        got,
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_registry_facts_and_derived_tuples():
@@ -91,8 +102,9 @@ def test_registry_facts_and_derived_tuples():
 
 
 def test_docs_page_lists_every_estimator():
-    with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "estimators.md"),
-              encoding="utf-8") as handle:
+    with open(
+        os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "estimators.md"), encoding="utf-8"
+    ) as handle:
         page = handle.read()
     for name, entry in est.REGISTRY.items():
         assert f"`{name}`" in page and entry.label in page, name

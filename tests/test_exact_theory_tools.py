@@ -22,9 +22,22 @@ ORACLE_FIELDS = {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correc
 @pytest.fixture(scope="module")
 def exact_outputs(tmp_path_factory, builtin_policy):
     out = tmp_path_factory.mktemp("theory")
-    load_script("scripts/exact_theory.py").main(["--model", BUILTIN_POLICY, "--dataset", os.path.join(ROOT, "data",
-                                  "arithmetic_zero_shot.jsonl"), "--T", "2", "--reachable_only",
-                                  "--K_list", "2", "4", "--out_dir", str(out)])
+    load_script("scripts/exact_theory.py").main(
+        [
+            "--model",
+            BUILTIN_POLICY,
+            "--dataset",
+            os.path.join(ROOT, "data", "arithmetic_zero_shot.jsonl"),
+            "--T",
+            "2",
+            "--reachable_only",
+            "--K_list",
+            "2",
+            "4",
+            "--out_dir",
+            str(out),
+        ]
+    )
     [oracle] = out.glob("oracle_exact_*.jsonl")
     [theory_json] = out.glob("theory_*.json")
     return oracle, json.loads(theory_json.read_text())
@@ -51,12 +64,17 @@ def test_theory_json_is_consistent(exact_outputs):
         for p in result["per_prompt"]:
             assert p["mse"]["oracleV"][i] == pytest.approx(p["sigma_o2"] / k, rel=1e-9)
     c = result["scaling_constants"]
-    expect = theory.scaling_constants(result["g_gram"], [p["sigma_o2"] for p in result["per_prompt"]],
-                                      [p["var_zeta2"] for p in result["per_prompt"]])
+    expect = theory.scaling_constants(
+        result["g_gram"], [p["sigma_o2"] for p in result["per_prompt"]], [p["var_zeta2"] for p in result["per_prompt"]]
+    )
     assert c == pytest.approx(expect) and c["c1"] > 0
     assert c["K_star_paper"] == pytest.approx(np.sqrt(c["c3"] / c["c1"]))
-    assert result["config"]["matching_run_flags"] == {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0,
-                                                      "score_distribution": "model"}
+    assert result["config"]["matching_run_flags"] == {
+        "max_new_tokens": 1,
+        "top_p": 1.0,
+        "temperature": 1.0,
+        "score_distribution": "model",
+    }
 
 
 def test_exact_theory_errors(tmp_path, builtin_policy):
@@ -71,11 +89,30 @@ def test_exact_theory_errors(tmp_path, builtin_policy):
     table_path = tmp_path / "rows.jsonl"
     table_path.write_text(json.dumps({"id": 0, "prompt": "2 * 60 =", "ground_truth": 120}) + "\n")
     with pytest.raises(cli.UsageError, match="no row has a ground truth that a single token can produce"):
-        script.main(["--model", BUILTIN_POLICY, "--dataset", str(table_path), "--reachable_only",
-                     "--out_dir", str(tmp_path / "out")])
+        script.main(
+            [
+                "--model",
+                BUILTIN_POLICY,
+                "--dataset",
+                str(table_path),
+                "--reachable_only",
+                "--out_dir",
+                str(tmp_path / "out"),
+            ]
+        )
     with pytest.raises(cli.UsageError, match="logit Jacobian needs"):
-        script.main(["--model", BUILTIN_POLICY, "--dataset", str(table_path), "--max_jacobian_gb", "0.01",
-                     "--out_dir", str(tmp_path / "out")])
+        script.main(
+            [
+                "--model",
+                BUILTIN_POLICY,
+                "--dataset",
+                str(table_path),
+                "--max_jacobian_gb",
+                "0.01",
+                "--out_dir",
+                str(tmp_path / "out"),
+            ]
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -92,15 +129,35 @@ def _synthetic(k_list=(2, 4)):
     for pid, scale in ((5, 1.0), (9, 3.0)):
         curve = {n: [scale * 100 / k for k in k_list] for n in ALL}
         bias = {n: [0.0 if n in UNBIASED else scale / k for k in k_list] for n in ALL}
-        prompts.append({"id": pid, "V": 0.5, "sigma_o2": scale * 100, "var_zeta2": scale * 10, "trace_cov": curve,
-                        "bias2": bias, "mse": {n: list(np.add(curve[n], bias[n])) for n in ALL}})
-    result = {"K_list": list(k_list), "per_prompt": prompts, "g_gram": [[4.0, 0.0], [0.0, 1.0]],
-              "config": {"matching_run_flags": {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0}},
-              **one_token.mean_curves(prompts, ALL)}
+        prompts.append(
+            {
+                "id": pid,
+                "V": 0.5,
+                "sigma_o2": scale * 100,
+                "var_zeta2": scale * 10,
+                "trace_cov": curve,
+                "bias2": bias,
+                "mse": {n: list(np.add(curve[n], bias[n])) for n in ALL},
+            }
+        )
+    result = {
+        "K_list": list(k_list),
+        "per_prompt": prompts,
+        "g_gram": [[4.0, 0.0], [0.0, 1.0]],
+        "config": {"matching_run_flags": {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0}},
+        **one_token.mean_curves(prompts, ALL),
+    }
     result["scaling_constants"] = one_token.constants(prompts, result["g_gram"])
-    mc = {(k, n, str(p["id"])): {"trace": p["trace_cov"][n][i] + sign, "bias2": p["bias2"][n][i],
-                                 "mse": p["mse"][n][i] + sign}
-          for i, k in enumerate(k_list) for n in ALL for p, sign in zip(prompts, (1.0, -1.0))}
+    mc = {
+        (k, n, str(p["id"])): {
+            "trace": p["trace_cov"][n][i] + sign,
+            "bias2": p["bias2"][n][i],
+            "mse": p["mse"][n][i] + sign,
+        }
+        for i, k in enumerate(k_list)
+        for n in ALL
+        for p, sign in zip(prompts, (1.0, -1.0))
+    }
     return result, mc
 
 
@@ -113,16 +170,31 @@ def test_estimator_table_rows_and_markdown():
     assert first["z_trace_cov"] == pytest.approx(0.0) and np.isnan(first["z_bias2"])
     drgrpo = next(r for r in rows if r["K"] == 4 and r["estimator"] == "drgrpo")
     assert drgrpo["exact_bias2"] == pytest.approx(0.5) and drgrpo["z_bias2"] == 0.0
-    run = {"config": {"c1_batch": 2}, "group_size_advisor": {
-        "pooled": {"c1": 5.0, "c2": 200.0, "c3": 40.0, "K_star_paper": 2.8, "K_star_exact": 3.8}, "per_K": {},
-        "ci95": {"c1": [2.0, 3.0], "c2": [150.0, 250.0], "c3": [10.0, 30.0], "K_star_paper": [3.5, 4.5],
-                 "K_star_exact": [3.5, 4.5]}}}
+    run = {
+        "config": {"c1_batch": 2},
+        "group_size_advisor": {
+            "pooled": {"c1": 5.0, "c2": 200.0, "c3": 40.0, "K_star_paper": 2.8, "K_star_exact": 3.8},
+            "per_K": {},
+            "ci95": {
+                "c1": [2.0, 3.0],
+                "c2": [150.0, 250.0],
+                "c3": [10.0, 30.0],
+                "K_star_paper": [3.5, 4.5],
+                "K_star_exact": [3.5, 4.5],
+            },
+        },
+    }
     check = table.advisor_check(result, run)
     assert check["exact"]["c1_fixed_prompts"] == pytest.approx(2.5)  # g = (2, 0), (0, 1): 2 x 1.25 / (2 - 1)
     assert check["exact"]["K_star_paper_fixed_prompts"] == pytest.approx(4.0)  # sqrt(c3 / 2.5), c3 = 2 x mean(10, 30)
     assert check["exact"]["K_star_exact_fixed_prompts"] == pytest.approx(5.0)  # 1 + sqrt(c3 / 2.5)
-    assert check["exact_inside_ci95"] == {"c1": True, "c2": True, "c3": False, "K_star_paper": True,
-                                          "K_star_exact": False}
+    assert check["exact_inside_ci95"] == {
+        "c1": True,
+        "c2": True,
+        "c3": False,
+        "K_star_paper": True,
+        "K_star_exact": False,
+    }
     text = table.markdown(rows, check)
     assert text.count("\n| 2 | ") == len(ALL) and "| c3 | 40 | 40 | 40 | [10, 30] |" in text
 
@@ -131,9 +203,12 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
     result, _ = _synthetic()
     theory_path = tmp_path / "theory.json"
     theory_path.write_text(json.dumps(result))
-    run = {"K_list": [2, 4], "conditional_on_x": {"grpo": [210.0, 99.0], "oracleV": [190.0, 101.0]},
-           "ci95": {"grpo": [20.0, 10.0], "oracleV": [20.0, 10.0]},
-           "config": {"model": "m", "max_new_tokens": 32, "top_p": 0.95, "temperature": 1.0}}
+    run = {
+        "K_list": [2, 4],
+        "conditional_on_x": {"grpo": [210.0, 99.0], "oracleV": [190.0, 101.0]},
+        "ci95": {"grpo": [20.0, 10.0], "oracleV": [20.0, 10.0]},
+        "config": {"model": "m", "max_new_tokens": 32, "top_p": 0.95, "temperature": 1.0},
+    }
     run_path = tmp_path / "run.json"
     run_path.write_text(json.dumps(run))
     overlay = theory_overlay(result, run["conditional_on_x"])
@@ -143,8 +218,9 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
     assert sum(line.get_linestyle() == "--" for line in ax.get_lines()) == 2
     plt.close(fig)
     make_figures = load_script("plots/make_figures.py")
-    make_figures.main(["--tracecov", str(run_path), "--theory", str(theory_path), "--out_dir", str(tmp_path),
-                       "--name", "overlay"])
+    make_figures.main(
+        ["--tracecov", str(run_path), "--theory", str(theory_path), "--out_dir", str(tmp_path), "--name", "overlay"]
+    )
     assert (tmp_path / "overlay.png").exists() and (tmp_path / "overlay.pdf").exists()
     assert "the exact curves assume other settings: max_new_tokens=32 (theory: 1)" in capsys.readouterr().err
     with pytest.raises(cli.UsageError, match="not a theory JSON"):

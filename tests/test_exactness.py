@@ -21,9 +21,13 @@ from grpo_mse.rewards.rules import last_integer, last_integer_reward
 from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import prompt_ids
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),
-                                 reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),
+        reason="assets/tiny_policy/model.safetensors not built (built-in policy missing)",
+    ),
+]
 
 K_LIST = (2, 4)
 COPIES, GROUPS = 32, 8  # T copies of one prompt, M groups per copy
@@ -57,14 +61,28 @@ def _build_case(model, tokenizer) -> dict:
 
     row, gold, _ = _choose_prompt(model, tokenizer)
     texts = token_texts(tokenizer, model.config.vocab_size)
-    enum = theory.one_token_enumeration(model, prompt_ids(tokenizer, row["prompt"]),
-                                        lambda token: last_integer_reward(texts[token], gold))
+    enum = theory.one_token_enumeration(
+        model, prompt_ids(tokenizer, row["prompt"]), lambda token: last_integer_reward(texts[token], gold)
+    )
     value = float(enum.p @ enum.G)
     assert 0.2 < value < 0.8, f"no prompt with a non-degenerate one-token V (best {value:.3f})"
-    sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), temperature=1.0, top_p=1.0,
-                      max_new_tokens=1, gen_bs=256, seed=0)
-    return {"row": {**row, "ground_truth": gold, "V_oracle": value}, "enum": enum, "value": value,
-            "exact": {k: {n: enum.estimator(k, n) for n in est.ALL} for k in K_LIST}, "sampler": sampler}
+    sampler = PromptSampler(
+        model,
+        tokenizer,
+        eos_token_ids(model, tokenizer),
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=1,
+        gen_bs=256,
+        seed=0,
+    )
+    return {
+        "row": {**row, "ground_truth": gold, "V_oracle": value},
+        "enum": enum,
+        "value": value,
+        "exact": {k: {n: enum.estimator(k, n) for n in est.ALL} for k in K_LIST},
+        "sampler": sampler,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -86,16 +104,47 @@ def test_enumeration_is_consistent(case):
     assert float(enum.g @ enum.g) == pytest.approx(moments["g_sq"], rel=1e-4)
     for k in K_LIST:
         for name in est.CLOSED_FORMS:
-            assert case["exact"][k][name]["mse"] == pytest.approx(theory.exact_mse(enum.p, enum.G, enum.Q, k, name),
-                                                                  rel=1e-8)
+            assert case["exact"][k][name]["mse"] == pytest.approx(
+                theory.exact_mse(enum.p, enum.G, enum.Q, k, name), rel=1e-8
+            )
 
 
 def _run_tracecov(table, out_dir):
     script = load_script("Gradient_evaluation/run_tracecov.py")
-    script.main(["--model", BUILTIN_POLICY, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32",
-                 "--seed", "0", "--T", str(COPIES), "--M", str(GROUPS), "--K_list", *map(str, K_LIST),
-                 "--temperature", "1.0", "--top_p", "1.0", "--max_new_tokens", "1", "--gen_bs", "64",
-                 "--estimators", *est.ALL, "--no_advisor", "--save_json", out_dir, "--skip_plot"])
+    script.main(
+        [
+            "--model",
+            BUILTIN_POLICY,
+            "--oracle_table",
+            table,
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--seed",
+            "0",
+            "--T",
+            str(COPIES),
+            "--M",
+            str(GROUPS),
+            "--K_list",
+            *map(str, K_LIST),
+            "--temperature",
+            "1.0",
+            "--top_p",
+            "1.0",
+            "--max_new_tokens",
+            "1",
+            "--gen_bs",
+            "64",
+            "--estimators",
+            *est.ALL,
+            "--no_advisor",
+            "--save_json",
+            out_dir,
+            "--skip_plot",
+        ]
+    )
 
 
 def test_pipeline_traces_match_exact_values(case, tmp_path):
@@ -130,7 +179,7 @@ def test_mean_gradients_match_exact_expectation(case):
     ids, continuations, texts = sampler.draw(row, (k, 7), m * k)
     rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts]).view(m, k)
     params = [p for p in sampler.model.parameters() if p.requires_grad]
-    groups = [continuations[i * k:(i + 1) * k] for i in range(m)]
+    groups = [continuations[i * k : (i + 1) * k] for i in range(m)]
     stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards, case["value"], est.ALL, "fast")
     for name in est.ALL:
         exact = case["exact"][k][name]
@@ -156,7 +205,7 @@ def test_bias_estimates_match_exact_bias(case):
     for name, k in (("drgrpo", 2), ("grpo_std", 4)):
         ids, continuations, texts = sampler.draw(row, (k, 11), m * k)
         rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts]).view(m, k)
-        groups = [continuations[i * k:(i + 1) * k] for i in range(m)]
+        groups = [continuations[i * k : (i + 1) * k] for i in range(m)]
         stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards, case["value"], [name], "fast")
         exact = case["exact"][k][name]["bias2"]
         if name == "drgrpo":

@@ -18,12 +18,21 @@ from grpo_mse.flags import Flags, option
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md"]
-ENTRY_POINTS = sorted(glob.glob("Gradient_evaluation/*.py", root_dir=ROOT) + glob.glob("Policy_Optimization/*.py",
-                      root_dir=ROOT) + ["plots/make_figures.py", "grpo_mse/training/trl_train.py"]
-                      + glob.glob("scripts/*.py", root_dir=ROOT))
+ENTRY_POINTS = sorted(
+    glob.glob("Gradient_evaluation/*.py", root_dir=ROOT)
+    + glob.glob("Policy_Optimization/*.py", root_dir=ROOT)
+    + ["plots/make_figures.py", "grpo_mse/training/trl_train.py"]
+    + glob.glob("scripts/*.py", root_dir=ROOT)
+)
 # every generated table each doc must hold (the check below also catches a table that is stale)
-TABLES = {"docs/training.md": ["grpo_mse.training.data:PrepareDataConfig", "grpo_mse.training.sweep:SweepConfig",
-                               "grpo_mse.training.logs:CollectConfig", "grpo_mse.training.trl_train:TrlTrainConfig"]}
+TABLES = {
+    "docs/training.md": [
+        "grpo_mse.training.data:PrepareDataConfig",
+        "grpo_mse.training.sweep:SweepConfig",
+        "grpo_mse.training.logs:CollectConfig",
+        "grpo_mse.training.trl_train:TrlTrainConfig",
+    ]
+}
 
 
 @dataclass(kw_only=True)
@@ -48,27 +57,69 @@ class Example(Flags):
 
 
 def test_fields_become_typed_flags():
-    config = Example.from_argv(["--name", "x", "--count", "7", "--rate", "0.25", "--sizes", "8", "16", "--pair", "5",
-                                "--modes", "a", "b", "--limit", "9", "--fast", "--no-color", "-o", "p"])
-    assert config == Example(name="x", count=7, rate=0.25, sizes=[8, 16], pair=(5,), mode="a", modes=["a", "b"],
-                             limit=9, fast=True, color=False, out="p")
+    config = Example.from_argv(
+        [
+            "--name",
+            "x",
+            "--count",
+            "7",
+            "--rate",
+            "0.25",
+            "--sizes",
+            "8",
+            "16",
+            "--pair",
+            "5",
+            "--modes",
+            "a",
+            "b",
+            "--limit",
+            "9",
+            "--fast",
+            "--no-color",
+            "-o",
+            "p",
+        ]
+    )
+    assert config == Example(
+        name="x",
+        count=7,
+        rate=0.25,
+        sizes=[8, 16],
+        pair=(5,),
+        mode="a",
+        modes=["a", "b"],
+        limit=9,
+        fast=True,
+        color=False,
+        out="p",
+    )
     assert isinstance(config.pair, tuple) and isinstance(config.sizes, list)
     defaults = Example.from_argv(["--name", "y"])
     assert (defaults.count, defaults.sizes, defaults.pair, defaults.limit, defaults.fast, defaults.color) == (
-        3, [2, 4], (1, 2), None, False, True)
+        3,
+        [2, 4],
+        (1, 2),
+        None,
+        False,
+        True,
+    )
     assert defaults.record()["sizes"] == [2, 4]
     assert Example(name="z").sizes is not Example(name="z").sizes  # list defaults are copied
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "the following arguments are required: --name"),
-    (["--name", "x", "--count", "0"], "argument --count: must be >= 1 (got 0)"),
-    (["--name", "x", "--count", "two"], "argument --count: expected an integer, got 'two'"),
-    (["--name", "x", "--rate", "0"], "argument --rate: must be > 0 and <= 1 (got 0.0)"),
-    (["--name", "x", "--rate", "nan"], "argument --rate: must be > 0 and <= 1 (got nan)"),
-    (["--name", "x", "--sizes", "2", "1"], "argument --sizes: must be >= 2 (got 1)"),
-    (["--name", "x", "--mode", "c"], "argument --mode: invalid choice: 'c'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "the following arguments are required: --name"),
+        (["--name", "x", "--count", "0"], "argument --count: must be >= 1 (got 0)"),
+        (["--name", "x", "--count", "two"], "argument --count: expected an integer, got 'two'"),
+        (["--name", "x", "--rate", "0"], "argument --rate: must be > 0 and <= 1 (got 0.0)"),
+        (["--name", "x", "--rate", "nan"], "argument --rate: must be > 0 and <= 1 (got nan)"),
+        (["--name", "x", "--sizes", "2", "1"], "argument --sizes: must be >= 2 (got 1)"),
+        (["--name", "x", "--mode", "c"], "argument --mode: invalid choice: 'c'"),
+    ],
+)
 def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
     with pytest.raises(SystemExit) as stop:
         Example.from_argv(argv)
@@ -77,17 +128,21 @@ def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
     assert message in err and err.count("\n") == 1 and err.startswith("error: ")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"count": 0}, "--count must be >= 1 (got 0)"),
-    ({"rate": 1.5}, "--rate must be > 0 and <= 1 (got 1.5)"),
-    ({"sizes": [4, 1]}, "--sizes must be >= 2 (got 1)"),
-    ({"mode": "c"}, "--mode must be among a, b (got c)"),
-    ({"modes": ["a", "z"]}, "--modes must be among a, b (got ['a', 'z'])"),
-    ({"count": 101}, "--count must be <= 100"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"count": 0}, "--count must be >= 1 (got 0)"),
+        ({"rate": 1.5}, "--rate must be > 0 and <= 1 (got 1.5)"),
+        ({"sizes": [4, 1]}, "--sizes must be >= 2 (got 1)"),
+        ({"mode": "c"}, "--mode must be among a, b (got c)"),
+        ({"modes": ["a", "z"]}, "--modes must be among a, b (got ['a', 'z'])"),
+        ({"count": 101}, "--count must be <= 100"),
+    ],
+)
 def test_library_callers_are_checked_as_the_command_line(kwargs, message):
-    with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
-                       .replace(")", r"\)")):
+    with pytest.raises(
+        UsageError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
+    ):
         Example(name="x", **kwargs)
 
 
@@ -107,19 +162,32 @@ class Positional(Flags):
     fast: bool = option(False, help="a switch")
 
 
-@pytest.mark.parametrize("argv, save", [([], True), (["--save"], True), (["--save", "1"], True),
-                                        (["--save", "0"], False), (["--no-save"], False),
-                                        (["--save", "0", "--save"], True), (["--no-save", "--save", "1"], True),
-                                        (["--save", "--out", "p"], True), (["--save", "0", "--out", "p"], False)])
+@pytest.mark.parametrize(
+    "argv, save",
+    [
+        ([], True),
+        (["--save"], True),
+        (["--save", "1"], True),
+        (["--save", "0"], False),
+        (["--no-save"], False),
+        (["--save", "0", "--save"], True),
+        (["--no-save", "--save", "1"], True),
+        (["--save", "--out", "p"], True),
+        (["--save", "0", "--out", "p"], False),
+    ],
+)
 def test_zero_one_switch_takes_both_forms(argv, save):
     assert Switches.from_argv(argv).save is save
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--save", "2"], "argument --save: expected 0, 1 or no value (got '2')"),
-    (["--save", "yes"], "argument --save: expected 0, 1 or no value (got 'yes')"),
-    (["--no-save", "0"], "unrecognized arguments: 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--save", "2"], "argument --save: expected 0, 1 or no value (got '2')"),
+        (["--save", "yes"], "argument --save: expected 0, 1 or no value (got 'yes')"),
+        (["--no-save", "0"], "unrecognized arguments: 0"),
+    ],
+)
 def test_zero_one_switch_refuses_other_values(capsys, argv, message):
     with pytest.raises(SystemExit) as stop:
         Switches.from_argv(argv)
@@ -151,7 +219,8 @@ def test_positional_fields():
 def test_markdown_of_positionals_switches_and_bars():
     assert flags.markdown(Positional).splitlines()[2] == "| `paths` (positional) | required | inputs |"
     assert flags.markdown(Switches).splitlines()[2] == (
-        "| `--save` | on | save the result; `--no-save` clears it (`--save 1` and `--save 0` also work) |")
+        "| `--save` | on | save the result; `--no-save` clears it (`--save 1` and `--save 0` also work) |"
+    )
 
     @dataclass(kw_only=True)
     class Bars(Flags):
@@ -221,11 +290,15 @@ def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
     startup = fastest([sys.executable, "-c", "pass"])  # the interpreter alone, under the machine's current load
     slow = {}
     for script in ENTRY_POINTS:
-        traced = subprocess.run([sys.executable, "-X", "importtime", script, "--help"], cwd=ROOT, env=env,
-                                capture_output=True, text=True)
+        traced = subprocess.run(
+            [sys.executable, "-X", "importtime", script, "--help"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
         assert traced.returncode == 0, f"{script} --help: {traced.stderr[-500:]}"
-        heavy = [line for line in traced.stderr.splitlines()
-                 if line.rsplit("|", 1)[-1].strip() in {"torch", "transformers", "matplotlib", "vllm"}]
+        heavy = [
+            line
+            for line in traced.stderr.splitlines()
+            if line.rsplit("|", 1)[-1].strip() in {"torch", "transformers", "matplotlib", "vllm"}
+        ]
         assert not heavy, f"{script} --help imports {heavy}"
         slow[script] = fastest([sys.executable, script, "--help"])
     # Target: under 0.3 s wall on an idle machine, where a bare `python -c pass` takes about 0.05 s. A loaded

@@ -33,13 +33,13 @@ TINY = str(ROOT / "assets" / "tiny_policy")
 
 
 def vllm_config(tmp_path, **changes):
-    flags = dict(model=TINY, dataset=str(tmp_path / "d.jsonl"), out_dir=str(tmp_path / "out"), backend="vllm",
-                 device="cuda")
+    flags = dict(
+        model=TINY, dataset=str(tmp_path / "d.jsonl"), out_dir=str(tmp_path / "out"), backend="vllm", device="cuda"
+    )
     return OracleConfig(**{**flags, **changes})
 
 
-@pytest.mark.parametrize("temperature,accepted", [(2.5, False), (2.0, True), (0.005, False), (0.01, True),
-                                                  (1.0, True)])
+@pytest.mark.parametrize("temperature,accepted", [(2.5, False), (2.0, True), (0.005, False), (0.01, True), (1.0, True)])
 def test_vllm_temperature_range(tmp_path, temperature, accepted):
     """vLLM raises above 2 and silently clamps 0 < T < 0.01 to 0.01: both refused up front, the HF path keeps them."""
     if accepted:
@@ -60,27 +60,64 @@ def test_vllm_device_and_engine_flags(tmp_path):
     assert vllm_config(tmp_path, device="cuda:0").device == "cuda:0"
     with pytest.raises(cli.UsageError, match="--vllm_max_model_len"):
         vllm_config(tmp_path, vllm_max_model_len=0)
-    config = TracecovConfig.from_argv(["--model", TINY, "--oracle_table", "t.jsonl", "--save_json", str(tmp_path),
-                                       "--skip_plot", "--backend", "vllm", "--vllm_enforce_eager",
-                                       "--vllm_max_model_len", "512"])
+    config = TracecovConfig.from_argv(
+        [
+            "--model",
+            TINY,
+            "--oracle_table",
+            "t.jsonl",
+            "--save_json",
+            str(tmp_path),
+            "--skip_plot",
+            "--backend",
+            "vllm",
+            "--vllm_enforce_eager",
+            "--vllm_max_model_len",
+            "512",
+        ]
+    )
     assert config.vllm_enforce_eager is True and config.vllm_max_model_len == 512
     assert config.record()["vllm_enforce_eager"] is True
 
 
-@pytest.mark.parametrize("script,extra", [
-    ("Gradient_evaluation/calculate_oracle_v.py", ["--dataset", "missing.jsonl"]),
-    ("Gradient_evaluation/run_tracecov.py", ["--oracle_table", "missing.jsonl", "--save_json", "OUT", "--skip_plot"]),
-])
+@pytest.mark.parametrize(
+    "script,extra",
+    [
+        ("Gradient_evaluation/calculate_oracle_v.py", ["--dataset", "missing.jsonl"]),
+        (
+            "Gradient_evaluation/run_tracecov.py",
+            ["--oracle_table", "missing.jsonl", "--save_json", "OUT", "--skip_plot"],
+        ),
+    ],
+)
 def test_vllm_checks_run_before_any_import(tmp_path, script, extra):
     """The scripts refuse a vLLM temperature with one line and exit 2, before loading anything (vLLM is not
     installed here: reaching an import would fail differently)."""
     extra = [str(tmp_path / "out") if a == "OUT" else a for a in extra]
-    result = subprocess.run([sys.executable, script, "--model", TINY, "--backend", "vllm", "--device", "cuda",
-                             "--temperature", "3", *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--model",
+            TINY,
+            "--backend",
+            "vllm",
+            "--device",
+            "cuda",
+            "--temperature",
+            "3",
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: --backend vllm needs 0.01 <= --temperature <= 2 (vLLM raises above 2 and silently clamps below "
-        "0.01 up to 0.01); got 3: use --backend hf"]
+        "0.01 up to 0.01); got 3: use --backend hf"
+    ]
     assert not (tmp_path / "out").exists()
 
 
@@ -99,12 +136,16 @@ def test_oracle_settings_record_dtype_and_backend(tmp_path):
     backend recorded) are not flagged for lacking them."""
     table = oracle_settings(vllm_config(tmp_path, backend="hf"), 100)
     assert table["dtype"] == "fp16" and table["backend"] == "hf"
-    run = {**TracecovConfig(model=TINY, oracle_table="t", save_json=str(tmp_path), skip_plot=True,
-                            backend="vllm", device="cuda").record()}
+    run = {
+        **TracecovConfig(
+            model=TINY, oracle_table="t", save_json=str(tmp_path), skip_plot=True, backend="vllm", device="cuda"
+        ).record()
+    }
     assert run["dtype"] == "bf16"  # the SPEC's defaults stay: oracle fp16, tracecov bf16
     message = settings_mismatch([{"oracle_settings": table}], run)
-    assert message == ("oracle table sampled with other settings: backend='hf' (run: 'vllm'), "
-                       "dtype='fp16' (run: 'bf16')")
+    assert message == (
+        "oracle table sampled with other settings: backend='hf' (run: 'vllm'), dtype='fp16' (run: 'bf16')"
+    )
     assert "\n" not in message
     same = {**table, "dtype": "bf16", "backend": "vllm"}
     assert settings_mismatch([{"oracle_settings": same}], run) is None
@@ -137,9 +178,15 @@ def test_block_sizes_by_device_at_qwen_shapes():
     """Qwen2.5-0.5B's parameter sizes (meta tensors: no memory): >= 2^24 coordinates per block on CUDA,
     <= 400 blocks per pass on the CPU for the 5 vectors of a one-group pass (a, s and 3 running sums)."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                                      num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                                      tie_word_embeddings=True)
+    config = transformers.Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     with torch.device("meta"):
         model = transformers.Qwen2ForCausalLM(config)
     sizes = [p.numel() for p in model.parameters()]
@@ -221,8 +268,10 @@ def test_all_logprob_paths_keep_the_sampled_token(builtin_policy):
     prompt = tokenizer("12 + 30 =")["input_ids"]
     continuations = [[5, 9, 11], [7, 3], [2, 2, 2, 4]]
     kwargs = dict(eos_ids=[tokenizer.eos_token_id], pad_id=0, temperature=1.0, top_p=0.01)
-    values = [fn(model, prompt, continuations, **kwargs) for fn in
-              (logprobs.sequence_logprobs, logprobs.packed_prompt_logprobs, logprobs.cached_prompt_logprobs)]
+    values = [
+        fn(model, prompt, continuations, **kwargs)
+        for fn in (logprobs.sequence_logprobs, logprobs.packed_prompt_logprobs, logprobs.cached_prompt_logprobs)
+    ]
     for value in values:
         assert torch.isfinite(value).all() and (value > -1e3).all()
         torch.testing.assert_close(value, values[0], rtol=1e-4, atol=1e-4)
@@ -231,8 +280,21 @@ def test_all_logprob_paths_keep_the_sampled_token(builtin_policy):
 # ---------------------------------------------------------------- VERL launcher: temporary paths, HF_HOME, resume
 
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
-KEEP_OUT = ("BASE_DIR", "BASE", "TMPDIR", "HF_HOME", "RAY_TMP", "RESUME_MODE", "CKPT_DIR", "LOG_FILE", "DRY_RUN",
-            "TRAINER", "REPO_DIR", "CUDA_VISIBLE_DEVICES", "WANDB_API_KEY")
+KEEP_OUT = (
+    "BASE_DIR",
+    "BASE",
+    "TMPDIR",
+    "HF_HOME",
+    "RAY_TMP",
+    "RESUME_MODE",
+    "CKPT_DIR",
+    "LOG_FILE",
+    "DRY_RUN",
+    "TRAINER",
+    "REPO_DIR",
+    "CUDA_VISIBLE_DEVICES",
+    "WANDB_API_KEY",
+)
 
 
 @pytest.fixture(scope="module")
@@ -250,11 +312,22 @@ def long_base(tmp_path_factory):
 
 def launch(base, *overrides, timeout=120, **settings):
     env = {k: v for k, v in os.environ.items() if k not in KEEP_OUT}
-    env.update(BASE=str(base), MODEL=TINY, DATA_DIR=str(base / "data"), PYTHON_BIN=sys.executable,
-               WANDB_MODE="disabled", LOGGERS="[console]", GPUS="1", GROUP_SIZE="8", BUDGET="64", DRY_RUN="print")
+    env.update(
+        BASE=str(base),
+        MODEL=TINY,
+        DATA_DIR=str(base / "data"),
+        PYTHON_BIN=sys.executable,
+        WANDB_MODE="disabled",
+        LOGGERS="[console]",
+        GPUS="1",
+        GROUP_SIZE="8",
+        BUDGET="64",
+        DRY_RUN="print",
+    )
     env.update({k: str(v) for k, v in settings.items()})
-    return subprocess.run(["bash", str(LAUNCHER), *overrides], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        ["bash", str(LAUNCHER), *overrides], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_temporary_paths_never_under_base(long_base):
@@ -266,9 +339,11 @@ def test_temporary_paths_never_under_base(long_base):
     assert "hf_cache" not in result.stdout and "HF_HOME=default" in result.stdout
     result = launch(long_base, HF_HOME="/data/hf", TMPDIR="/scratch/t")
     assert "env_vars.HF_HOME=\\'/data/hf\\'" in result.stdout and "env_vars.TMPDIR=\\'/scratch/t\\'" in result.stdout
-    for settings, message in (({"RAY_TMP": "/tmp/" + "r" * 40}, "RAY_TMP=/tmp/rrrr"),
-                              ({"RAY_TMP": "relative"}, "RAY_TMP=relative must be an absolute path"),
-                              ({"TMPDIR": str(long_base)}, "vLLM's IPC sockets")):
+    for settings, message in (
+        ({"RAY_TMP": "/tmp/" + "r" * 40}, "RAY_TMP=/tmp/rrrr"),
+        ({"RAY_TMP": "relative"}, "RAY_TMP=relative must be an absolute path"),
+        ({"TMPDIR": str(long_base)}, "vLLM's IPC sockets"),
+    ):
         result = launch(long_base, **settings)
         assert result.returncode == 2 and result.stdout == "", result.stdout
         assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
@@ -307,15 +382,22 @@ def test_real_verl_launch_from_long_base_passes_ray_init(long_base):
     pytest.importorskip("ray")
     if subprocess.run(["bash", "-c", "command -v nvidia-smi"], capture_output=True).returncode == 0:
         pytest.skip("a GPU machine: this emulates the launch on CPU")
-    result = launch(long_base, "trainer.total_training_steps=1", "+ray_kwargs.ray_init.include_dashboard=False",
-                    "+ray_kwargs.ray_init.num_cpus=2", DRY_RUN="0", timeout=300)
+    result = launch(
+        long_base,
+        "trainer.total_training_steps=1",
+        "+ray_kwargs.ray_init.include_dashboard=False",
+        "+ray_kwargs.ray_init.num_cpus=2",
+        DRY_RUN="0",
+        timeout=300,
+    )
     output = result.stdout + result.stderr
     assert "AF_UNIX path length" not in output and "validate_socket_filename" not in output
     assert "Started a local Ray instance" in output, output[-3000:]
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
         "grpo_train.sh: error: VERL stopped after ray.init on a machine without an NVIDIA GPU (no nvidia-smi); "
-        "its rollout and actor workers need CUDA")
+        "its rollout and actor workers need CUDA"
+    )
 
 
 # ---------------------------------------------------------------- scripts/gpu_check.sh
@@ -349,8 +431,13 @@ def test_reward_split_sends_each_sequence_through_one_backward(random_lm, monkey
 
     gen = torch.Generator().manual_seed(4)
     prompt = [3, 5, 7, 9]
-    groups = [[torch.randint(3, 23, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen).tolist()
-               for _ in range(4)] for _ in range(3)]
+    groups = [
+        [
+            torch.randint(3, 23, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen).tolist()
+            for _ in range(4)
+        ]
+        for _ in range(3)
+    ]
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]], dtype=torch.float64)
     params = list(random_lm.parameters())
     seen = []
@@ -363,8 +450,11 @@ def test_reward_split_sends_each_sequence_through_one_backward(random_lm, monkey
     real_grad = engine._grad
     monkeypatch.setattr(engine, "_grad", lambda *a, **kw: grads.append(1) or real_grad(*a, **kw))
     fast = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "fast", per_pass=1)
-    expected = [len({tuple(c) for c, r in zip(group, row.tolist()) if r == value})
-                for group, row in zip(groups, rewards) for value in sorted(set(row.tolist()))]
+    expected = [
+        len({tuple(c) for c, r in zip(group, row.tolist()) if r == value})
+        for group, row in zip(groups, rewards)
+        for value in sorted(set(row.tolist()))
+    ]
     assert seen == expected and len(grads) == 6  # per group: each reward value's own continuations, once
     monkeypatch.setattr(engine, "_grad", real_grad)
     batched = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "fast", per_pass=3)
@@ -384,8 +474,16 @@ def synthetic_table(values, n, seed):
     rows = []
     for index, value in enumerate(values):
         correct = int(torch.bernoulli(torch.full((n,), value), generator=generator).sum())
-        rows.append({"id": index, "prompt": f"{index} + 0 =", "ground_truth": index, "V_oracle": correct / n,
-                     "n_oracle": n, "correct_count": correct})
+        rows.append(
+            {
+                "id": index,
+                "prompt": f"{index} + 0 =",
+                "ground_truth": index,
+                "V_oracle": correct / n,
+                "n_oracle": n,
+                "correct_count": correct,
+            }
+        )
     return rows
 
 
@@ -394,8 +492,10 @@ def test_compare_oracle_tables(tmp_path):
 
     compare = load_script("scripts/compare_oracle_tables.py")
     values = [0.05, 0.3, 0.5, 0.8, 0.97, 0.0, 1.0, 0.6]
-    agreeing = [compare.compare(synthetic_table(values, 512, seed), synthetic_table(values, 512, seed + 100))
-                for seed in range(20)]
+    agreeing = [
+        compare.compare(synthetic_table(values, 512, seed), synthetic_table(values, 512, seed + 100))
+        for seed in range(20)
+    ]
     assert all(report["agree"] for report in agreeing)  # same V: a 0.1% false alarm each
     shifted = [min(1.0, v + 0.08) for v in values]  # vLLM sampling another distribution, e.g. another temperature
     report = compare.compare(synthetic_table(values, 512, 1), synthetic_table(shifted, 512, 2))
@@ -410,11 +510,21 @@ def test_compare_oracle_tables(tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     for path, rows in ((a, synthetic_table(values, 512, 1)), (b, synthetic_table(shifted, 512, 2))):
         path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
-    result = subprocess.run([sys.executable, "scripts/compare_oracle_tables.py", str(a), str(b), "--out",
-                             str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "scripts/compare_oracle_tables.py", str(a), str(b), "--out", str(tmp_path / "r.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1 and "DISAGREE" in result.stdout and (tmp_path / "r.json").exists()
-    result = subprocess.run([sys.executable, "scripts/compare_oracle_tables.py", str(a), str(tmp_path / "none.jsonl")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "scripts/compare_oracle_tables.py", str(a), str(tmp_path / "none.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and result.stderr.startswith("error: ")
 
 

@@ -21,8 +21,7 @@ ACC = "val-core/arithmetic_zero_shot/acc/mean@1"
 KEEP = {"PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}
 STEP_ACC = re.compile(r"step:(\d+) - .*" + re.escape(ACC) + r":([0-9.eE+-]+)")
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (POLICY / "config.json").exists(), reason="no built-in policy")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (POLICY / "config.json").exists(), reason="no built-in policy")]
 
 
 def run(args, env, cwd, timeout=600):
@@ -49,11 +48,42 @@ def test_sweep_collect_figures_table2(tmp_path, wandb_mode):
     for split, rows in arithmetic_splits(16, 8).items():
         write_parquet(rows, str(data / f"{split}.parquet"))
     env = {k: v for k, v in os.environ.items() if k in KEEP}
-    env.update(TRAINER="trl", MODEL=str(POLICY), DATA_DIR=str(data), BASE=str(tmp_path / "base"), LR="1e-3",
-               MAX_RESPONSE_LENGTH="4", TEST_FREQ="1", WANDB_MODE=wandb_mode, SAVE_MODEL="0", PYTHON_BIN=sys.executable,
-               OMP_NUM_THREADS="1", LOGGERS="[console,wandb]", RUN_TAG="journey")  # no DRY_RUN: a real sweep
-    run([sys.executable, "Policy_Optimization/sweep_group_size.py", "--K_list", "2", "4", "--seeds", "0", "1",
-         "--budget", "32", "--", "--max_steps", "2", "--threads", "1"], env, ROOT)
+    env.update(
+        TRAINER="trl",
+        MODEL=str(POLICY),
+        DATA_DIR=str(data),
+        BASE=str(tmp_path / "base"),
+        LR="1e-3",
+        MAX_RESPONSE_LENGTH="4",
+        TEST_FREQ="1",
+        WANDB_MODE=wandb_mode,
+        SAVE_MODEL="0",
+        PYTHON_BIN=sys.executable,
+        OMP_NUM_THREADS="1",
+        LOGGERS="[console,wandb]",
+        RUN_TAG="journey",
+    )  # no DRY_RUN: a real sweep
+    run(
+        [
+            sys.executable,
+            "Policy_Optimization/sweep_group_size.py",
+            "--K_list",
+            "2",
+            "4",
+            "--seeds",
+            "0",
+            "1",
+            "--budget",
+            "32",
+            "--",
+            "--max_steps",
+            "2",
+            "--threads",
+            "1",
+        ],
+        env,
+        ROOT,
+    )
     logs = tmp_path / "base" / "logs"
     assert len(list(logs.glob("*.log"))) == 4  # one log per run
     truth = accuracy_in_logs(logs)
@@ -67,7 +97,8 @@ def test_sweep_collect_figures_table2(tmp_path, wandb_mode):
     frame = pd.read_csv(csv)
     acc = frame[frame["metric"] == ACC]
     assert {(r.K, r.seed, r.step): r.value for r in acc.itertuples()} == pytest.approx(
-        {(k, s, step): v for (k, s), steps in truth.items() for step, v in steps.items()}, abs=5e-7)
+        {(k, s, step): v for (k, s), steps in truth.items() for step, v in steps.items()}, abs=5e-7
+    )
 
     out = tmp_path / "fig"
     run([sys.executable, "plots/make_figures.py", "--training_csv", str(csv), "--out_dir", str(out)], env, ROOT)

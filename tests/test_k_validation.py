@@ -54,8 +54,15 @@ def frame_of(acc: dict, steps=(0, 3, 6)) -> pd.DataFrame:
     rows = []
     for (k, seed), value in acc.items():
         for step in steps:
-            rows.append({"K": k, "seed": seed, "step": step, "metric": METRIC,
-                         "value": 0.05 if step == 0 else value + step / 1000})  # fmt: skip
+            rows.append(
+                {
+                    "K": k,
+                    "seed": seed,
+                    "step": step,
+                    "metric": METRIC,
+                    "value": 0.05 if step == 0 else value + step / 1000,
+                }
+            )
             rows.append({"K": k, "seed": seed, "step": step, "metric": "critic/rewards/mean", "value": 9.0})
     return pd.DataFrame(rows)
 
@@ -86,10 +93,20 @@ def test_unfinished_runs_are_left_out():
 
 def advisor_run(c1=15.0, c2=160.0, c3=380.0):
     k_star = 1 + math.sqrt(c3 / c1)
-    return {"group_size_advisor": {
-        "pooled": {"c1": c1, "c2": c2, "c3": c3, "K_star_exact": k_star, "K_star_paper": k_star - 1, "K_best": 8.0},
-        "ci95": {"c1": [5, 30], "c2": [80, 400], "c3": [160, 800], "K_star_exact": [5.4, 8.0], "K_best": [4.0, 8.0]},
-        "budget": 128, "allowed_K": [2, 4, 8, 16]}}  # fmt: skip
+    return {
+        "group_size_advisor": {
+            "pooled": {"c1": c1, "c2": c2, "c3": c3, "K_star_exact": k_star, "K_star_paper": k_star - 1, "K_best": 8.0},
+            "ci95": {
+                "c1": [5, 30],
+                "c2": [80, 400],
+                "c3": [160, 800],
+                "K_star_exact": [5.4, 8.0],
+                "K_best": [4.0, 8.0],
+            },
+            "budget": 128,
+            "allowed_K": [2, 4, 8, 16],
+        }
+    }
 
 
 def test_setting_summary_schema_and_rank_correlation():
@@ -105,9 +122,13 @@ def test_setting_summary_schema_and_rank_correlation():
 
 def test_subset_keeps_the_asked_kinds(tmp_path):
     def row(i, problem):
-        return {"data_source": "arithmetic_zero_shot", "ability": "math",
-                "prompt": [{"role": "user", "content": f"Solve the arithmetic problem.\n{problem}"}],
-                "reward_model": {"style": "rule", "ground_truth": "1"}, "extra_info": {"index": i}}  # fmt: skip
+        return {
+            "data_source": "arithmetic_zero_shot",
+            "ability": "math",
+            "prompt": [{"role": "user", "content": f"Solve the arithmetic problem.\n{problem}"}],
+            "reward_model": {"style": "rule", "ground_truth": "1"},
+            "extra_info": {"index": i},
+        }
 
     problems = ["24 / 8 =", "12 + 3 - 4 =", "50 - (18 + 7) =", "96 / 8 =", "12 * 7 =", "9 / 3 ="]
     for split in ("train", "test"):
@@ -122,8 +143,9 @@ def test_subset_keeps_the_asked_kinds(tmp_path):
 
 
 def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "grpo_mse.figures.k_validation", *args], cwd=cwd,
-                          capture_output=True, text=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_mse.figures.k_validation", *args], cwd=cwd, capture_output=True, text=True
+    )
 
 
 def test_cli_predict_and_summarize(tmp_path):
@@ -134,8 +156,7 @@ def test_cli_predict_and_summarize(tmp_path):
     assert pred["written_at"].endswith("Z") and pred["K_star_exact"] == pytest.approx(1 + math.sqrt(380 / 15))
     acc = {(k, s): 0.1 + 0.01 * (k == 8) + 0.001 * s for k in (2, 4, 8, 16) for s in range(3)}
     frame_of(acc).to_csv(tmp_path / "runs.csv", index=False)
-    done = run_cli("summarize", "--setting", "a", "runs.csv", "pred.json", "t", "--out_dir", "out",
-                   cwd=tmp_path)  # fmt: skip
+    done = run_cli("summarize", "--setting", "a", "runs.csv", "pred.json", "t", "--out_dir", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["settings"][0]["sweep"]["best_K"] == 8
@@ -191,12 +212,27 @@ def test_compare_directions_of_advisor_and_sweep():
 def test_cli_summarize_two_settings_compares_them(tmp_path):
     for name, c3, peak in (("a", 200.0, 4), ("b", 600.0, 16)):
         (tmp_path / f"run_{name}.json").write_text(json.dumps(advisor_run(c3=c3)))
-        assert run_cli("predict", f"run_{name}.json", "--name", name, "--out", f"pred_{name}.json",
-                       cwd=tmp_path).returncode == 0  # fmt: skip
+        assert (
+            run_cli(
+                "predict", f"run_{name}.json", "--name", name, "--out", f"pred_{name}.json", cwd=tmp_path
+            ).returncode
+            == 0
+        )
         acc = {(k, s): 0.1 + 0.02 * (k == peak) + 0.001 * s for k in (2, 4, 8, 16) for s in range(4)}
         frame_of(acc).to_csv(tmp_path / f"runs_{name}.csv", index=False)
-    args = ["summarize", "--setting", "a", "runs_a.csv", "pred_a.json", "t", "--setting", "b", "runs_b.csv",
-            "pred_b.json", "t"]  # fmt: skip
+    args = [
+        "summarize",
+        "--setting",
+        "a",
+        "runs_a.csv",
+        "pred_a.json",
+        "t",
+        "--setting",
+        "b",
+        "runs_b.csv",
+        "pred_b.json",
+        "t",
+    ]
     done = run_cli(*args, "--out_dir", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -205,22 +241,40 @@ def test_cli_summarize_two_settings_compares_them(tmp_path):
     assert comparison["settings"] == ["a", "b"] and comparison["agree"]
     assert comparison["advisor_K_star"] == pytest.approx([1 + math.sqrt(200 / 15), 1 + math.sqrt(600 / 15)])
     assert (tmp_path / "out" / "sweep_settings.png").stat().st_size > 0
-    done = run_cli("summarize", "--setting", "a", "runs_a.csv", "pred_a.json", "t", "--setting", "a", "runs_b.csv",
-                   "pred_b.json", "t", "--out_dir", "out2", cwd=tmp_path)  # fmt: skip
+    done = run_cli(
+        "summarize",
+        "--setting",
+        "a",
+        "runs_a.csv",
+        "pred_a.json",
+        "t",
+        "--setting",
+        "a",
+        "runs_b.csv",
+        "pred_b.json",
+        "t",
+        "--out_dir",
+        "out2",
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error:") and "repeat" in done.stderr
     assert not (tmp_path / "out2").exists()
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"KVAL_SETTINGS": "train_mixed_t0"}, "setting train_mixed_t0: the temperature must be positive"),
-    ({"KVAL_SETTINGS": "train_mixed_lr2"}, "setting train_mixed_lr2: the learning rate must be in (0, 1)"),
-    ({"KVAL_SETTINGS": "train_mixed_tx"}, "setting train_mixed_tx: use POLICY_KINDS[_tTEMP][_lrLR]"),
-    ({"KVAL_PILOT_SEEDS": "3"}, "pilot seed 3 is also a sweep seed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"KVAL_SETTINGS": "train_mixed_t0"}, "setting train_mixed_t0: the temperature must be positive"),
+        ({"KVAL_SETTINGS": "train_mixed_lr2"}, "setting train_mixed_lr2: the learning rate must be in (0, 1)"),
+        ({"KVAL_SETTINGS": "train_mixed_tx"}, "setting train_mixed_tx: use POLICY_KINDS[_tTEMP][_lrLR]"),
+        ({"KVAL_PILOT_SEEDS": "3"}, "pilot seed 3 is also a sweep seed"),
+    ],
+)
 def test_script_refuses_bad_settings_before_writing(tmp_path, settings, message):
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "KVAL_WORK": str(tmp_path / "work"), "KVAL_RESULTS": str(tmp_path / "results"), **settings}
-    done = subprocess.run(["bash", str(root / "scripts" / "k_validation.sh")], env=env, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(root / "scripts" / "k_validation.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()

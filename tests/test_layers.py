@@ -12,11 +12,19 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Room -> level; a module may import rooms of its own level or lower ones.
 LEVELS = {
-    "cli": 0, "errors": 0, "flags": 0, "distributed": 0, "rewards": 0, "tables": 0,
-    "policy": 1, "builtin": 1,
+    "cli": 0,
+    "errors": 0,
+    "flags": 0,
+    "distributed": 0,
+    "rewards": 0,
+    "tables": 0,
+    "policy": 1,
+    "builtin": 1,
     "gradients": 2,
     "analysis": 3,
-    "runs": 4, "training": 4, "figures": 4,
+    "runs": 4,
+    "training": 4,
+    "figures": 4,
 }
 
 
@@ -64,8 +72,10 @@ def upward_imports(root: str = PACKAGE) -> list[str]:
         own = room(module)
         for line, target in imported_modules(path, module):
             if LEVELS[room(target)] > LEVELS[own]:
-                problems.append(f"{os.path.relpath(path, os.path.dirname(root))}:{line}: {own} imports "
-                                f"{target} ({room(target)} is above {own})")
+                problems.append(
+                    f"{os.path.relpath(path, os.path.dirname(root))}:{line}: {own} imports "
+                    f"{target} ({room(target)} is above {own})"
+                )
     return problems
 
 
@@ -78,14 +88,17 @@ def test_no_room_imports_a_room_above_it():
     assert upward_imports() == []
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from grpo_mse.analysis.advisor import BetweenPromptBatch\n", 1),  # module level
-    ("def f():\n    from grpo_mse.figures import tracecov\n", 1),  # inside a function
-    ("import grpo_mse.runs.tracecov\n", 1),
-    ("from grpo_mse import runs\n", 1),
-    ("from ..analysis import paired\n", 1),  # relative
-    ("from grpo_mse.tables.outputs import write_json\nfrom . import statistics\n", 0),  # down and sideways
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from grpo_mse.analysis.advisor import BetweenPromptBatch\n", 1),  # module level
+        ("def f():\n    from grpo_mse.figures import tracecov\n", 1),  # inside a function
+        ("import grpo_mse.runs.tracecov\n", 1),
+        ("from grpo_mse import runs\n", 1),
+        ("from ..analysis import paired\n", 1),  # relative
+        ("from grpo_mse.tables.outputs import write_json\nfrom . import statistics\n", 0),  # down and sideways
+    ],
+)
 def test_the_check_finds_upward_imports(tmp_path, source, expected):
     """A fake package whose gradients room imports the given source: the checker reports exactly ``expected``."""
     root = tmp_path / "grpo_mse"

@@ -6,7 +6,7 @@ from grpo_mse.policy.logprobs import continuation_mask, sequence_logprobs
 
 def _manual(model, prompt, tokens, temperature=1.0):
     ids = torch.tensor([prompt + tokens])
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1] / temperature
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1] / temperature
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens).unsqueeze(-1)).sum()
 
 
@@ -60,8 +60,7 @@ def test_packed_and_cached_prompt_paths_give_the_same_values_and_gradients(rando
         assert packing_applies(random_lm, prompt, continuations)
         results = []
         for fn in (sequence_logprobs, cached_prompt_logprobs, packed_prompt_logprobs):
-            values = fn(random_lm, prompt, continuations, eos_ids=[1, 2], pad_id=0, include_eos=False,
-                        temperature=0.7)
+            values = fn(random_lm, prompt, continuations, eos_ids=[1, 2], pad_id=0, include_eos=False, temperature=0.7)
             grads = torch.autograd.grad((weights * values).sum(), params)
             results.append((values.detach(), torch.cat([g.reshape(-1) for g in grads])))
     finally:

@@ -67,9 +67,17 @@ def test_gsm8k_and_math_files(tmp_path):
     (tmp_path / "gsm_train.jsonl").write_text("\n".join(json.dumps(r) for r in gsm) + "\n")
     (tmp_path / "gsm_test.jsonl").write_text(json.dumps(gsm[0]) + "\n")
     paths = prepare_main()(
-        ["--source", "gsm8k", "--train_file", str(tmp_path / "gsm_train.jsonl"),
-         "--test_file", str(tmp_path / "gsm_test.jsonl"), "--out_dir", str(tmp_path / "gsm")]
-    )  # fmt: skip
+        [
+            "--source",
+            "gsm8k",
+            "--train_file",
+            str(tmp_path / "gsm_train.jsonl"),
+            "--test_file",
+            str(tmp_path / "gsm_test.jsonl"),
+            "--out_dir",
+            str(tmp_path / "gsm"),
+        ]
+    )
     train = pd.read_parquet(paths["train"])
     check_schema(train, "train")
     assert [r["ground_truth"] for r in train["reward_model"]] == ["7", "1234"]
@@ -83,9 +91,17 @@ def test_gsm8k_and_math_files(tmp_path):
     )
     math.to_parquet(tmp_path / "math.parquet")
     paths = prepare_main()(
-        ["--source", "math", "--train_file", str(tmp_path / "math.parquet"),
-         "--test_file", str(tmp_path / "math.parquet"), "--out_dir", str(tmp_path / "math")]
-    )  # fmt: skip
+        [
+            "--source",
+            "math",
+            "--train_file",
+            str(tmp_path / "math.parquet"),
+            "--test_file",
+            str(tmp_path / "math.parquet"),
+            "--out_dir",
+            str(tmp_path / "math"),
+        ]
+    )
     test = pd.read_parquet(paths["test"])
     check_schema(test, "test")
     assert [r["ground_truth"] for r in test["reward_model"]] == ["\\frac{1}{2}", "2"]
@@ -105,16 +121,34 @@ def test_bad_records_and_arguments(tmp_path):
 GSM_ROW = {"question": "1+1?", "answer": "#### 2"}
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--train_file", "g.jsonl", "--test_file", "g.jsonl"], "read with --source gsm8k or --source math"),
-    (["--train_file", "g.jsonl"], "--train_file are read with --source"),
-    (["--limit", "3"], "--limit is for GSM8K/MATH files"),
-    (["--data_source", "openai/gsm8k"], "--data_source is for GSM8K/MATH files only"),
-    (["--source", "gsm8k", "--train_file", "g.jsonl", "--test_file", "g.jsonl", "--n_train", "10"],
-     "--n_train applies to --source arithmetic only"),
-    (["--source", "math", "--train_file", "g.jsonl", "--test_file", "g.jsonl", "--style", "few_shot", "--seed", "1"],
-     "--style, --seed apply to --source arithmetic only"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--train_file", "g.jsonl", "--test_file", "g.jsonl"], "read with --source gsm8k or --source math"),
+        (["--train_file", "g.jsonl"], "--train_file are read with --source"),
+        (["--limit", "3"], "--limit is for GSM8K/MATH files"),
+        (["--data_source", "openai/gsm8k"], "--data_source is for GSM8K/MATH files only"),
+        (
+            ["--source", "gsm8k", "--train_file", "g.jsonl", "--test_file", "g.jsonl", "--n_train", "10"],
+            "--n_train applies to --source arithmetic only",
+        ),
+        (
+            [
+                "--source",
+                "math",
+                "--train_file",
+                "g.jsonl",
+                "--test_file",
+                "g.jsonl",
+                "--style",
+                "few_shot",
+                "--seed",
+                "1",
+            ],
+            "--style, --seed apply to --source arithmetic only",
+        ),
+    ],
+)
 def test_flags_of_the_other_source_are_refused_not_ignored(tmp_path, monkeypatch, flags, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "g.jsonl").write_text(json.dumps(GSM_ROW) + "\n")
@@ -131,8 +165,16 @@ def test_other_data_in_out_dir_is_replaced_only_with_overwrite(tmp_path):
     assert prepare_main()(small) == paths  # the same data again: accepted, files unchanged
     assert {split: open(path, "rb").read() for split, path in paths.items()} == before
     (tmp_path / "g.jsonl").write_text(json.dumps(GSM_ROW) + "\n")
-    gsm = ["--source", "gsm8k", "--train_file", str(tmp_path / "g.jsonl"), "--test_file", str(tmp_path / "g.jsonl"),
-           "--out_dir", str(out)]
+    gsm = [
+        "--source",
+        "gsm8k",
+        "--train_file",
+        str(tmp_path / "g.jsonl"),
+        "--test_file",
+        str(tmp_path / "g.jsonl"),
+        "--out_dir",
+        str(out),
+    ]
     with pytest.raises(UsageError, match="already hold other data; pass --overwrite"):
         prepare_main()(gsm)
     assert {split: open(path, "rb").read() for split, path in paths.items()} == before

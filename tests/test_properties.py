@@ -32,8 +32,15 @@ from grpo_mse import cli
 
 def bounded(examples: int):
     """Derandomized (same cases in CI every time), a bounded number of examples, no deadline, no database."""
-    return settings(derandomize=True, max_examples=examples, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+    return settings(
+        derandomize=True,
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
 GOOD_PROMPT = "Solve the arithmetic problem.\n2 + 3 ="
 TRACECOV = load_script("Gradient_evaluation/run_tracecov.py")
 ORACLE = load_script("Gradient_evaluation/calculate_oracle_v.py")
@@ -63,8 +70,9 @@ def one_error_line(stderr: str, names: str) -> None:
 
 
 def tracked_state() -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,23 +85,63 @@ def no_tracked_change():
 # ---- generated table rows -------------------------------------------------------------------------------------
 
 # (value, valid?) pools: the expected verdict is written down here, independently of the code under test.
-PROMPTS = [(GOOD_PROMPT, True), ("  ", False), ("", False), (7, False), (None, False), (3.5, False), ([], False),
-           ([{"role": "user", "content": "2 + 3 = ?"}], True), ([{"content": "2 + 3"}], False),
-           ([{"role": "user", "content": 5}], False), ([{"role": "user", "content": " "}], False), (["text"], False),
-           ({"role": "user", "content": "2 + 3 ="}, True), ("数学 2 + 3 = \u202e", True), (True, False),
-           ("2 +\u2028 3 =\r", True)]
-GOLDS = [(5, True), (-12, True), (3.0, True), (2.5, False), (float("nan"), False), (float("inf"), False),
-         (" 42 ", True), ("1,234", True), ("abc", False), ("", False), ("#### 72", False), (None, False),
-         ([5], False), (True, False), (10 ** 30, True), ("٣", True)]
-VALUES = [(0.5, True), (0, True), (1, True), (1.0000001, False), (-0.0, True), (float("nan"), False),
-          (float("inf"), False), ("0.5", False), (None, False), (True, False), (2, False)]
-IDS = st.one_of(st.none(), st.integers(-2 ** 70, 2 ** 70), st.text(max_size=3), st.floats(allow_nan=True),
-                st.booleans())
-EXTRA = st.dictionaries(st.text(min_size=1, max_size=5).filter(lambda k: k not in {"prompt", "ground_truth",
-                                                                                  "V_oracle", "id", "data_source",
-                                                                                  "reward_model", "extra_info"}),
-                        st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5), st.none()),
-                        max_size=2)
+PROMPTS = [
+    (GOOD_PROMPT, True),
+    ("  ", False),
+    ("", False),
+    (7, False),
+    (None, False),
+    (3.5, False),
+    ([], False),
+    ([{"role": "user", "content": "2 + 3 = ?"}], True),
+    ([{"content": "2 + 3"}], False),
+    ([{"role": "user", "content": 5}], False),
+    ([{"role": "user", "content": " "}], False),
+    (["text"], False),
+    ({"role": "user", "content": "2 + 3 ="}, True),
+    ("数学 2 + 3 = \u202e", True),
+    (True, False),
+    ("2 +\u2028 3 =\r", True),
+]
+GOLDS = [
+    (5, True),
+    (-12, True),
+    (3.0, True),
+    (2.5, False),
+    (float("nan"), False),
+    (float("inf"), False),
+    (" 42 ", True),
+    ("1,234", True),
+    ("abc", False),
+    ("", False),
+    ("#### 72", False),
+    (None, False),
+    ([5], False),
+    (True, False),
+    (10**30, True),
+    ("٣", True),
+]
+VALUES = [
+    (0.5, True),
+    (0, True),
+    (1, True),
+    (1.0000001, False),
+    (-0.0, True),
+    (float("nan"), False),
+    (float("inf"), False),
+    ("0.5", False),
+    (None, False),
+    (True, False),
+    (2, False),
+]
+IDS = st.one_of(st.none(), st.integers(-(2**70), 2**70), st.text(max_size=3), st.floats(allow_nan=True), st.booleans())
+EXTRA = st.dictionaries(
+    st.text(min_size=1, max_size=5).filter(
+        lambda k: k not in {"prompt", "ground_truth", "V_oracle", "id", "data_source", "reward_model", "extra_info"}
+    ),
+    st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5), st.none()),
+    max_size=2,
+)
 
 
 @st.composite
@@ -126,8 +174,28 @@ def write_table(folder: str, rows: list, form: str) -> str:
 
 
 def tracecov_argv(table: str, out: str, *flags) -> list[str]:
-    return ["--model", BUILTIN_POLICY, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32", "--save_json",
-            out, "--skip_plot", "--T", "3", "--M", "2", "--K_list", "2", "--max_new_tokens", "2", *flags]
+    return [
+        "--model",
+        BUILTIN_POLICY,
+        "--oracle_table",
+        table,
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--save_json",
+        out,
+        "--skip_plot",
+        "--T",
+        "3",
+        "--M",
+        "2",
+        "--K_list",
+        "2",
+        "--max_new_tokens",
+        "2",
+        *flags,
+    ]
 
 
 @bounded(120)
@@ -135,8 +203,7 @@ def tracecov_argv(table: str, out: str, *flags) -> list[str]:
 def test_generated_tables_are_run_or_refused_in_one_line(case, form):
     rows, valid = case
     COUNTS["tables"] = COUNTS.get("tables", 0) + 1
-    with tempfile.TemporaryDirectory() as folder, \
-            mock.patch("grpo_mse.runs.tracecov.load_policy", side_effect=Reached):
+    with tempfile.TemporaryDirectory() as folder, mock.patch("grpo_mse.runs.tracecov.load_policy", side_effect=Reached):
         table, out = write_table(folder, rows, form), os.path.join(folder, "out")
         try:
             code, stderr = boundary(TRACECOV.main, tracecov_argv(table, out))
@@ -151,12 +218,16 @@ def test_generated_tables_are_run_or_refused_in_one_line(case, form):
 
 # ---- generated flag values ------------------------------------------------------------------------------------
 
+
 def text_of(value) -> str:
     return value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
 
 
-NUMBERS = st.one_of(st.integers(-10 ** 12, 10 ** 12), st.floats(allow_nan=True, allow_infinity=True),
-                    st.sampled_from(["nan", "inf", "-inf", "1e400", "", "abc", "0x10", "1_000", "٣"]))
+NUMBERS = st.one_of(
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["nan", "inf", "-inf", "1e400", "", "abc", "0x10", "1_000", "٣"]),
+)
 INT_FLAGS = {"--T": 1, "--M": 2, "--c1_batch": 2, "--max_new_tokens": 1, "--gen_bs": 1}
 
 
@@ -182,7 +253,7 @@ def flag_ok(flag: str, text: str) -> bool:
         return value is not None and value >= INT_FLAGS[flag]
     if flag == "--seed":
         value = parse_int(text)
-        return value is not None and 0 <= value <= 2 ** 32 - 1
+        return value is not None and 0 <= value <= 2**32 - 1
     if flag == "--budget":
         value = parse_int(text)
         return value is not None and value >= 2 and value % 2 == 0
@@ -193,8 +264,11 @@ def flag_ok(flag: str, text: str) -> bool:
 
 
 @bounded(150)
-@given(st.sampled_from([*INT_FLAGS, "--seed", "--budget", "--temperature", "--top_p"]), NUMBERS,
-       st.sampled_from(["tracecov", "oracle"]))
+@given(
+    st.sampled_from([*INT_FLAGS, "--seed", "--budget", "--temperature", "--top_p"]),
+    NUMBERS,
+    st.sampled_from(["tracecov", "oracle"]),
+)
 def test_generated_flag_values_are_run_or_refused_in_one_line(flag, value, script):
     if script == "oracle" and flag not in ("--seed", "--temperature", "--top_p", "--max_new_tokens"):
         flag = "--seed"
@@ -223,9 +297,11 @@ def test_generated_flag_values_are_run_or_refused_in_one_line(flag, value, scrip
 
 # ---- generated --paper CSVs for make_figures ------------------------------------------------------------------
 
-CELLS = {"K": [("4", True), ("8", True), ("4.5", False), ("0", False), ("four", False), ("", False), ("1e3", True)],
-         "estimator": [("vanilla", True), ("grpo", True), ("oracle", True), ("naive", False), ("", False)],
-         "mse": [("4.88e5", True), ("0", True), ("abc", False), ("nan", False), ("-1", False), ("inf", False)]}
+CELLS = {
+    "K": [("4", True), ("8", True), ("4.5", False), ("0", False), ("four", False), ("", False), ("1e3", True)],
+    "estimator": [("vanilla", True), ("grpo", True), ("oracle", True), ("naive", False), ("", False)],
+    "mse": [("4.88e5", True), ("0", True), ("abc", False), ("nan", False), ("-1", False), ("inf", False)],
+}
 
 
 @st.composite
@@ -266,12 +342,18 @@ def test_generated_paper_csvs_are_drawn_or_refused_in_one_line(case):
         assert (code == 0) == valid, (columns, lines, code, stderr)
         if valid:  # the panels hold exactly the values of the file
             runs = draw.call_args[0][0]
-            got = {(label, k, name, value) for label, result in runs
-                   for name, values in result["conditional_on_x"].items()
-                   for k, value in zip(result["K_list"], values) if value == value}
+            got = {
+                (label, k, name, value)
+                for label, result in runs
+                for name, values in result["conditional_on_x"].items()
+                for k, value in zip(result["K_list"], values)
+                if value == value
+            }
             names = {"vanilla": "naive", "grpo": "grpo", "oracle": "oracleV"}
-            assert got == {(f"paper: {c['model']}", int(float(c["K"])), names[c["estimator"]], float(c["mse"]))
-                           for c in {(c["model"], c["K"], c["estimator"]): c for c in lines}.values()}
+            assert got == {
+                (f"paper: {c['model']}", int(float(c["K"])), names[c["estimator"]], float(c["mse"]))
+                for c in {(c["model"], c["K"], c["estimator"]): c for c in lines}.values()
+            }
         else:
             assert code == 2
             one_error_line(stderr, path)
@@ -280,17 +362,25 @@ def test_generated_paper_csvs_are_drawn_or_refused_in_one_line(case):
 
 # ---- end to end (subprocess): the real command lines ----------------------------------------------------------
 
+
 def run(script: str, *args, env=None, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})}, timeout=600)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": ROOT, **(env or {})},
+        timeout=600,
+    )
 
 
 def test_generated_like_tables_end_to_end(tmp_path):
     """A valid table with repeated ids, unicode and non-finite extra fields runs (finite JSON out); a bad one
     stops in one line with nothing written."""
-    rows = [{"id": 3, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5, "note": float("nan"),
-             "ünï": "数"}, {"id": 3, "prompt": "Solve the arithmetic problem.\n1 + 1 =", "ground_truth": "2",
-                           "V_oracle": 1}]
+    rows = [
+        {"id": 3, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5, "note": float("nan"), "ünï": "数"},
+        {"id": 3, "prompt": "Solve the arithmetic problem.\n1 + 1 =", "ground_truth": "2", "V_oracle": 1},
+    ]
     good = write_table(str(tmp_path), rows, "jsonl")
     done = run("Gradient_evaluation/run_tracecov.py", *tracecov_argv(good, str(tmp_path / "out"), "--T", "2"))
     assert done.returncode == 0, done.stderr
@@ -327,12 +417,18 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def test_full_disk_is_one_line_and_resume_finishes(tmp_path):
-    table = write_table(str(tmp_path), [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5}
-                                        for i in range(2)], "jsonl")
+    table = write_table(
+        str(tmp_path), [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5} for i in range(2)], "jsonl"
+    )
     argv = tracecov_argv(table, str(tmp_path / "out"), "--T", "2")
     script = os.path.join(ROOT, "Gradient_evaluation/run_tracecov.py")
-    done = subprocess.run([sys.executable, "-c", FULL_DISK, script, *argv], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ROOT, "FAIL_AT": "3"}, timeout=600)  # the 2nd prompt
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, script, *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT, "FAIL_AT": "3"},
+        timeout=600,
+    )  # the 2nd prompt
     assert done.returncode == 2, done.stderr
     one_error_line(done.stderr, "no space left on the device: ")
     assert "--resume" in done.stderr and ".progress.rank0.jsonl" in done.stderr
@@ -349,8 +445,9 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
     changed tokenizer file is refused, naming model_fingerprint."""
     model = tmp_path / "m"
     shutil.copytree(BUILTIN_POLICY, model)
-    table = write_table(str(tmp_path), [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5}
-                                        for i in range(2)], "jsonl")
+    table = write_table(
+        str(tmp_path), [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5} for i in range(2)], "jsonl"
+    )
     out = tmp_path / "out"
     out.mkdir()
     from grpo_mse.gradients.config import TracecovConfig
@@ -358,14 +455,21 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
     argv = tracecov_argv(table, str(out))
     argv[argv.index("--model") + 1] = str(model)
     config = TracecovConfig.from_argv(argv)
-    header = {"config": {**config.record(), "oracle_table_fingerprint": __import__(
-        "grpo_mse.tables.resume", fromlist=["fingerprint"]).fingerprint(table)}}
+    header = {
+        "config": {
+            **config.record(),
+            "oracle_table_fingerprint": __import__("grpo_mse.tables.resume", fromlist=["fingerprint"]).fingerprint(
+                table
+            ),
+        }
+    }
     (out / "tracecov_m_20260101_000000.progress.rank0.jsonl").write_text(json.dumps(header) + "\n")
     from grpo_mse.runs.folder import RunFolder
 
     def find_resumable(save_dir: str, current: dict) -> str | None:
-        folder = RunFolder(save_dir, "tracecov_", ".progress.rank0.jsonl", TracecovConfig.RESULT_FIELDS,
-                           settings_in_marker=True)
+        folder = RunFolder(
+            save_dir, "tracecov_", ".progress.rank0.jsonl", TracecovConfig.RESULT_FIELDS, settings_in_marker=True
+        )
         return folder.resumable(current)
 
     saved = header["config"]
@@ -394,8 +498,14 @@ def test_same_model_named_two_ways_is_one_model(tmp_path):
     relative = os.path.relpath(BUILTIN_POLICY)
     config = OracleConfig.from_argv(["--model", relative, "--dataset", "t.jsonl", "--out_dir", str(tmp_path)])
     rows = [{"oracle_settings": oracle_settings(config, 4)}]
-    run_settings = {"model": BUILTIN_POLICY, "revision": "main", "temperature": 1.0, "top_p": 0.95,
-                    "max_new_tokens": 32, "model_fingerprint": config.model_fingerprint}
+    run_settings = {
+        "model": BUILTIN_POLICY,
+        "revision": "main",
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "max_new_tokens": 32,
+        "model_fingerprint": config.model_fingerprint,
+    }
     assert settings_mismatch(rows, run_settings) is None
     assert "model_fingerprint" in settings_mismatch(rows, {**run_settings, "model_fingerprint": "sha256:0"})
 
@@ -405,9 +515,15 @@ def test_counts_reported():
     print("generated cases:", json.dumps(COUNTS))
 
 
-@pytest.mark.parametrize("damage, needle", [
-    ("no_tokenizer", "has no tokenizer files"), ("truncated", "is cut short or corrupt"),
-    ("hidden_size", "the weights and config.json come from different models"), ("bad_config", "not valid JSON")])
+@pytest.mark.parametrize(
+    "damage, needle",
+    [
+        ("no_tokenizer", "has no tokenizer files"),
+        ("truncated", "is cut short or corrupt"),
+        ("hidden_size", "the weights and config.json come from different models"),
+        ("bad_config", "not valid JSON"),
+    ],
+)
 def test_broken_model_folders_are_refused_before_loading(tmp_path, damage, needle):
     model = tmp_path / "m"
     shutil.copytree(BUILTIN_POLICY, model)
@@ -431,14 +547,17 @@ def _full_disk():
     raise OSError(28, "No space left on device", "out/x.jsonl")
 
 
-@pytest.mark.parametrize("make, needle", [
-    (_full_disk, "no space left on the device: out/x.jsonl; free some space, then rerun with --resume"),
-    (lambda: b"\xe9".decode("utf-8"), "not UTF-8 text"),
-    (lambda: json.loads("{"), "malformed JSON"),
-    (lambda: __import__("yaml").safe_load("a: [1"), "malformed YAML"),
-    (lambda: __import__("jinja2").Template("{% if %}"), "chat template failed"),
-    (lambda: __import__("pyarrow").parquet.read_table(io.BytesIO(b"PAR1 garbage")), "parquet/arrow"),
-])
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (_full_disk, "no space left on the device: out/x.jsonl; free some space, then rerun with --resume"),
+        (lambda: b"\xe9".decode("utf-8"), "not UTF-8 text"),
+        (lambda: json.loads("{"), "malformed JSON"),
+        (lambda: __import__("yaml").safe_load("a: [1"), "malformed YAML"),
+        (lambda: __import__("jinja2").Template("{% if %}"), "chat template failed"),
+        (lambda: __import__("pyarrow").parquet.read_table(io.BytesIO(b"PAR1 garbage")), "parquet/arrow"),
+    ],
+)
 def test_error_boundary_gives_one_line_for_library_failures(make, needle):
     import pyarrow.parquet  # noqa: F401 - the submodule the pyarrow case uses
 
@@ -467,10 +586,18 @@ def test_one_prompt_gives_no_interval():
 def test_make_figures_draws_a_one_prompt_run_and_no_empty_ratio_panel(tmp_path):
     """A --T 1 run (every interval null, every trace 0) is drawn; a run without grpo and oracleV gets no ratio
     panel (it would be empty under the title "GRPO approaches the oracle baseline")."""
-    one = {"K_list": [2], "conditional_on_x": {"naive": [0.0], "grpo": [0.0], "oracleV": [0.0]},
-           "ci95": {"naive": [None], "grpo": [None], "oracleV": [None]}, "config": {"model": "m", "T": 1}}
-    biased = {"K_list": [2, 4], "conditional_on_x": {"drgrpo": [1.0, 0.5]}, "ci95": {"drgrpo": [0.1, None]},
-              "config": {"model": "b", "estimators": ["drgrpo"]}}
+    one = {
+        "K_list": [2],
+        "conditional_on_x": {"naive": [0.0], "grpo": [0.0], "oracleV": [0.0]},
+        "ci95": {"naive": [None], "grpo": [None], "oracleV": [None]},
+        "config": {"model": "m", "T": 1},
+    }
+    biased = {
+        "K_list": [2, 4],
+        "conditional_on_x": {"drgrpo": [1.0, 0.5]},
+        "ci95": {"drgrpo": [0.1, None]},
+        "config": {"model": "b", "estimators": ["drgrpo"]},
+    }
     for name, result in (("one", one), ("biased", biased)):
         (tmp_path / f"{name}.json").write_text(json.dumps(result))
     code, stderr = boundary(FIGURES.main, ["--tracecov", str(tmp_path / "one.json"), "--out_dir", str(tmp_path / "a")])
@@ -478,11 +605,13 @@ def test_make_figures_draws_a_one_prompt_run_and_no_empty_ratio_panel(tmp_path):
     from grpo_mse.figures import tracecov as figures
 
     with mock.patch.object(figures, "draw_ratio_panel") as ratio:
-        code, stderr = boundary(FIGURES.main, ["--tracecov", str(tmp_path / "biased.json"), "--out_dir",
-                                               str(tmp_path / "b")])
+        code, stderr = boundary(
+            FIGURES.main, ["--tracecov", str(tmp_path / "biased.json"), "--out_dir", str(tmp_path / "b")]
+        )
     assert code == 0 and not ratio.called, stderr
-    code, stderr = boundary(FIGURES.main, ["--advisor", str(tmp_path / "biased.json"), "--out_dir",
-                                           str(tmp_path / "c")])
+    code, stderr = boundary(
+        FIGURES.main, ["--advisor", str(tmp_path / "biased.json"), "--out_dir", str(tmp_path / "c")]
+    )
     assert code == 2
     one_error_line(stderr, "the advisor needs the grpo and oracleV estimators and this run has drgrpo")
     assert not (tmp_path / "c").exists()
@@ -493,11 +622,31 @@ def test_oracle_full_disk_then_resume_equals_an_uninterrupted_run(tmp_path):
     table = write_table(str(tmp_path), rows, "jsonl")
 
     def argv(out):
-        return ["--model", BUILTIN_POLICY, "--dataset", table, "--device", "cpu", "--dtype", "fp32", "--n_oracle", "3",
-                "--max_new_tokens", "3", "--out_dir", str(tmp_path / out)]
+        return [
+            "--model",
+            BUILTIN_POLICY,
+            "--dataset",
+            table,
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--n_oracle",
+            "3",
+            "--max_new_tokens",
+            "3",
+            "--out_dir",
+            str(tmp_path / out),
+        ]
+
     script = os.path.join(ROOT, "Gradient_evaluation/calculate_oracle_v.py")
-    done = subprocess.run([sys.executable, "-c", FULL_DISK, script, *argv("a")], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ROOT, "FAIL_AT": "2"}, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, script, *argv("a")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT, "FAIL_AT": "2"},
+        timeout=600,
+    )
     assert done.returncode == 2, done.stderr
     one_error_line(done.stderr, "no space left on the device: ")
     assert "--resume" in done.stderr
@@ -508,4 +657,5 @@ def test_oracle_full_disk_then_resume_equals_an_uninterrupted_run(tmp_path):
         [name] = [n for n in os.listdir(tmp_path / out) if n.endswith(".jsonl")]
         with open(tmp_path / out / name, encoding="utf-8") as handle:
             return [json.loads(line) for line in handle]
+
     assert table_of("a") == table_of("b") and len(table_of("a")) == 2

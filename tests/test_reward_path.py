@@ -58,8 +58,16 @@ class FixedTextSampler(PromptSampler):
     """A sampler whose continuations are fixed tokens and whose decoded texts are given."""
 
     def __init__(self, model, texts):
-        super().__init__(model, SimpleNamespace(pad_token_id=0), eos_ids=[1], temperature=1.0, top_p=1.0,
-                         max_new_tokens=2, gen_bs=8, seed=0)
+        super().__init__(
+            model,
+            SimpleNamespace(pad_token_id=0),
+            eos_ids=[1],
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=2,
+            gen_bs=8,
+            seed=0,
+        )
         self.texts = texts
 
     def draw(self, row, stream, count):
@@ -67,14 +75,18 @@ class FixedTextSampler(PromptSampler):
         return [2, 3], [[4 + (i % 5), 5] for i in range(count)], self.texts
 
 
-@pytest.mark.parametrize("row, reward", [
-    ({"data_source": "openai/gsm8k", "ground_truth": "42"}, 1.0),  # the number after '####'
-    ({"ground_truth": 42}, 0.0),  # no data_source: the last integer (7)
-])
+@pytest.mark.parametrize(
+    "row, reward",
+    [
+        ({"data_source": "openai/gsm8k", "ground_truth": "42"}, 1.0),  # the number after '####'
+        ({"ground_truth": 42}, 0.0),  # no data_source: the last integer (7)
+    ],
+)
 def test_tracecov_reward_follows_the_data_source(random_lm, row, reward):
     texts = ["so #### 42 and 7"] * 4
-    config = TracecovConfig(oracle_table="rows", save_json="unused", skip_plot=True, M=2, K_list=[2],
-                            estimators=["naive"], engine="fast")
+    config = TracecovConfig(
+        oracle_table="rows", save_json="unused", skip_plot=True, M=2, K_list=[2], estimators=["naive"], engine="fast"
+    )
     run = TracecovRun(config, FixedTextSampler(random_lm, texts), [{**row, "prompt": "p", "V_oracle": 0.5}], [0])
     record, _ = run.evaluate_prompt(0, k=2)
     assert record["mean_reward"] == reward

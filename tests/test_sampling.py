@@ -12,7 +12,7 @@ def test_inverse_cdf_on_a_uniform_grid_reproduces_the_truncated_distribution():
     nucleus = torch.bincount(nucleus_sample(logits, grid, 1.0, 0.75), minlength=4) / 1000
     assert torch.allclose(nucleus, torch.tensor([0.0, 0.625, 0.0, 0.375]), atol=1.5e-3)
     hot = torch.bincount(nucleus_sample(logits, grid, 0.5, 1.0), minlength=4) / 1000
-    assert torch.allclose(hot, probs ** 2 / (probs ** 2).sum(), atol=1.5e-3)
+    assert torch.allclose(hot, probs**2 / (probs**2).sum(), atol=1.5e-3)
 
 
 def test_top_p_always_keeps_the_most_likely_token():
@@ -31,10 +31,13 @@ def test_continuations_do_not_depend_on_batching(random_lm):
     prompts = [[3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13]]
     kwargs = dict(temperature=1.0, top_p=0.9, max_new_tokens=6, eos_ids=[1, 2], pad_id=0)
     keys = [(0, 4, p) for p in range(3)]
-    together = sample_continuations(random_lm, prompts, [row_generators(*k, count=1)[0] for k in keys],
-                                    batch_size=8, **kwargs)
-    alone = [sample_continuations(random_lm, [p], row_generators(*k, count=1), batch_size=1, **kwargs)[0]
-             for p, k in zip(prompts, keys)]
+    together = sample_continuations(
+        random_lm, prompts, [row_generators(*k, count=1)[0] for k in keys], batch_size=8, **kwargs
+    )
+    alone = [
+        sample_continuations(random_lm, [p], row_generators(*k, count=1), batch_size=1, **kwargs)[0]
+        for p, k in zip(prompts, keys)
+    ]
     assert together == alone
     for tokens in together:
         assert 1 <= len(tokens) <= 6
@@ -45,6 +48,11 @@ def test_group_prefill_equals_padded_batch(random_lm):
     prompt, other = [3, 4, 5, 6], [7, 8]
     kwargs = dict(temperature=1.0, top_p=1.0, max_new_tokens=5, eos_ids=[1], pad_id=0)
     shared = sample_continuations(random_lm, [prompt] * 4, row_generators(9, 1, count=4), batch_size=4, **kwargs)
-    padded = sample_continuations(random_lm, [prompt] * 4 + [other], row_generators(9, 1, count=4)
-                                  + row_generators(9, 2, count=1), batch_size=5, **kwargs)
+    padded = sample_continuations(
+        random_lm,
+        [prompt] * 4 + [other],
+        row_generators(9, 1, count=4) + row_generators(9, 2, count=1),
+        batch_size=5,
+        **kwargs,
+    )
     assert shared == padded[:4]

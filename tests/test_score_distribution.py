@@ -48,7 +48,7 @@ def _reward(tokens, eos):
 def _manual_logprob(model, tokens, kind, eos, include_eos=True):
     """Differentiable sum over the tokens of log pi_T or log q, from one full forward pass (fp32 model)."""
     ids = torch.tensor([PROMPT + tokens])
-    logits = model(input_ids=ids).logits[0, len(PROMPT) - 1:-1] / TEMPERATURE
+    logits = model(input_ids=ids).logits[0, len(PROMPT) - 1 : -1] / TEMPERATURE
     total = torch.zeros(())
     for step, token in enumerate(tokens):
         if token == eos and not include_eos:
@@ -103,8 +103,16 @@ def test_pipeline_logprobs_are_log_q_or_log_pi(case, include_eos):
     for kind, top_p in (("sampling", TOP_P), ("model", 1.0)):
         manual = torch.stack([_manual_logprob(model, t, kind, eos, include_eos) for t in tokens]).detach()
         for function in (sequence_logprobs, shared_prompt_logprobs):
-            got = function(model, PROMPT, tokens, eos_ids=[eos], pad_id=0, include_eos=include_eos,
-                           temperature=TEMPERATURE, top_p=top_p).detach()
+            got = function(
+                model,
+                PROMPT,
+                tokens,
+                eos_ids=[eos],
+                pad_id=0,
+                include_eos=include_eos,
+                temperature=TEMPERATURE,
+                top_p=top_p,
+            ).detach()
             assert torch.allclose(got, manual.float(), atol=2e-5), (kind, function.__name__)
 
 
@@ -112,8 +120,17 @@ def test_sampler_draws_from_q(case):
     """Every sampled continuation has q > 0 and the share of an immediate EOS matches q([EOS])."""
     support = {tuple(t): p for t, p in zip(case["tokens"], case["q"])}
     n = 600
-    draws = sample_continuations(case["model"], [PROMPT] * n, row_generators(1, count=n), temperature=TEMPERATURE,
-                                 top_p=TOP_P, max_new_tokens=2, eos_ids=[case["eos"]], pad_id=0, batch_size=200)
+    draws = sample_continuations(
+        case["model"],
+        [PROMPT] * n,
+        row_generators(1, count=n),
+        temperature=TEMPERATURE,
+        top_p=TOP_P,
+        max_new_tokens=2,
+        eos_ids=[case["eos"]],
+        pad_id=0,
+        batch_size=200,
+    )
     assert all(tuple(d) in support for d in draws)
     p = support[(case["eos"],)]
     share = sum(d == [case["eos"]] for d in draws) / n
@@ -145,15 +162,24 @@ def test_engine_mean_score_and_traces_match_enumeration(case, kind):
     top_p = TOP_P if kind == "sampling" else 1.0
 
     def logprob_fn(continuations):
-        return shared_prompt_logprobs(model, PROMPT, continuations, eos_ids=[eos], pad_id=0,
-                                      temperature=TEMPERATURE, top_p=top_p)
+        return shared_prompt_logprobs(
+            model, PROMPT, continuations, eos_ids=[eos], pad_id=0, temperature=TEMPERATURE, top_p=top_p
+        )
 
     values = {"mean_score_sq": [], "grpo": [], "oracleV": []}
     for copy in range(COPIES):
-        draws = sample_continuations(model, [PROMPT] * (M * K), row_generators(7, copy, count=M * K),
-                                     temperature=TEMPERATURE, top_p=TOP_P, max_new_tokens=2, eos_ids=[eos],
-                                     pad_id=0, batch_size=M * K)
-        groups = [draws[g * K:(g + 1) * K] for g in range(M)]
+        draws = sample_continuations(
+            model,
+            [PROMPT] * (M * K),
+            row_generators(7, copy, count=M * K),
+            temperature=TEMPERATURE,
+            top_p=TOP_P,
+            max_new_tokens=2,
+            eos_ids=[eos],
+            pad_id=0,
+            batch_size=M * K,
+        )
+        groups = [draws[g * K : (g + 1) * K] for g in range(M)]
         rewards = torch.tensor([[_reward(t, eos) for t in group] for group in groups], dtype=torch.float64)
         stats = prompt_traces(logprob_fn, params, groups, rewards, value, ("grpo", "oracleV"), measure_score=True)
         values["mean_score_sq"].append(score_fields(stats, {"V_oracle": value})["mean_score_sq"])
@@ -196,15 +222,24 @@ def test_std_grpo_bias_against_its_own_target(case):
     exact_own = float(own @ gram @ own)
 
     def logprob_fn(continuations):
-        return shared_prompt_logprobs(model, PROMPT, continuations, eos_ids=[eos], pad_id=0,
-                                      temperature=TEMPERATURE, top_p=TOP_P)
+        return shared_prompt_logprobs(
+            model, PROMPT, continuations, eos_ids=[eos], pad_id=0, temperature=TEMPERATURE, top_p=TOP_P
+        )
 
     measured = []
     for copy in range(COPIES):
-        draws = sample_continuations(model, [PROMPT] * (M * K), row_generators(11, copy, count=M * K),
-                                     temperature=TEMPERATURE, top_p=TOP_P, max_new_tokens=2, eos_ids=[eos],
-                                     pad_id=0, batch_size=M * K)
-        groups = [draws[g * K:(g + 1) * K] for g in range(M)]
+        draws = sample_continuations(
+            model,
+            [PROMPT] * (M * K),
+            row_generators(11, copy, count=M * K),
+            temperature=TEMPERATURE,
+            top_p=TOP_P,
+            max_new_tokens=2,
+            eos_ids=[eos],
+            pad_id=0,
+            batch_size=M * K,
+        )
+        groups = [draws[g * K : (g + 1) * K] for g in range(M)]
         rewards = torch.tensor([[_reward(t, eos) for t in group] for group in groups], dtype=torch.float64)
         stats = prompt_traces(logprob_fn, params, groups, rewards, value, ("grpo_std", "oracleV"))
         fields = score_fields(stats, {"V_oracle": value})

@@ -34,12 +34,14 @@ def step_deltas(model, estimator: str, K: int, steps: int, baseline) -> np.ndarr
     """[steps, P] parameter changes (theta_after - theta_0) / lr of independent steps from the same theta_0."""
     params = list(model.parameters())
     start = torch.nn.utils.parameters_to_vector(params).detach().clone()
-    sampler = HFSampler(model, SamplingSettings(eos_ids=(22,), pad_id=0, temperature=1.0, top_p=1.0,
-                                                max_new_tokens=1), batch_size=64)
+    sampler = HFSampler(
+        model, SamplingSettings(eos_ids=(22,), pad_id=0, temperature=1.0, top_p=1.0, max_new_tokens=1), batch_size=64
+    )
     pool, deltas = one_token_pool(), []
     for step in range(steps):
-        run_sim.sgd_step(pool, [0], K=K, estimator=estimator, lr=LR, sampler=sampler, key=(7, step),
-                     baseline=baseline(sampler))
+        run_sim.sgd_step(
+            pool, [0], K=K, estimator=estimator, lr=LR, sampler=sampler, key=(7, step), baseline=baseline(sampler)
+        )
         with torch.no_grad():
             deltas.append(((torch.nn.utils.parameters_to_vector(params) - start) / LR).double().numpy())
             torch.nn.utils.vector_to_parameters(start.clone(), params)  # params become views of the copy
@@ -70,13 +72,17 @@ def one_token_case(random_lm):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("estimator,baseline", [
-    ("oracleV", "mc"), ("oracleV", "exact"), ("grpo", None), ("naive", None)])
+@pytest.mark.parametrize(
+    "estimator,baseline", [("oracleV", "mc"), ("oracleV", "exact"), ("grpo", None), ("naive", None)]
+)
 def test_sgd_step_follows_exact_gradient_in_expectation(one_token_case, estimator, baseline):
     """E[(theta' - theta) / lr] = g = sum_y p(y) G(y) grad log p(y): ||mean - g||^2 <= 4 tr Cov(mean)."""
     model, exact = one_token_case
-    make = {"mc": lambda sampler: run_sim.MonteCarloValue(4, sampler),
-            "exact": lambda sampler: ExactValue(exact.moments()["V"]), None: lambda sampler: None}[baseline]
+    make = {
+        "mc": lambda sampler: run_sim.MonteCarloValue(4, sampler),
+        "exact": lambda sampler: ExactValue(exact.moments()["V"]),
+        None: lambda sampler: None,
+    }[baseline]
     deltas = step_deltas(model, estimator, K=8, steps=150, baseline=make)
     mean = deltas.mean(0)
     trace_cov_of_mean = deltas.var(0, ddof=1).sum() / len(deltas)
@@ -103,8 +109,12 @@ def test_batched_logprobs_equal_shared_prompt_logprobs(random_lm):
     params = list(random_lm.parameters())
     batched = prompts_logprobs(random_lm, prompts, groups, eos_ids=[22], pad_id=0)
     grad_batched = torch.autograd.grad(batched.sum(), params)
-    single = torch.stack([shared_prompt_logprobs(random_lm, prompt, group, eos_ids=[22], pad_id=0)
-                          for prompt, group in zip(prompts, groups)])
+    single = torch.stack(
+        [
+            shared_prompt_logprobs(random_lm, prompt, group, eos_ids=[22], pad_id=0)
+            for prompt, group in zip(prompts, groups)
+        ]
+    )
     grad_single = torch.autograd.grad(single.sum(), params)
     torch.testing.assert_close(batched, single, atol=1e-5, rtol=1e-5)
     for a, b in zip(grad_batched, grad_single):
@@ -151,8 +161,16 @@ def tiny_model_dir(tmp_path_factory):
     rows = tp.training_rows(200)
     tokenizer = tp.build_tokenizer(tp.tokenizer_texts(rows), vocab_size=128)
     eos = tokenizer.convert_tokens_to_ids(tp.IM_END)
-    model = tp.build_model(len(tokenizer), hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
-                           intermediate_size=32, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
+    model = tp.build_model(
+        len(tokenizer),
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=32,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos,
+    )
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
     path = tmp_path_factory.mktemp("sim_model")
     tokenizer.save_pretrained(path)
@@ -169,9 +187,38 @@ def test_script_end_to_end(tiny_model_dir, tmp_path):
     pooled = {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0}
     advisor.write_text(json.dumps({"group_size_advisor": {"pooled": pooled, "ci95": {"K_star_exact": [2.0, 4.5]}}}))
     out = tmp_path / "out"
-    flags = ["--model", tiny_model_dir, "--budget", "8", "--K_list", "2", "4", "--seeds", "0", "1", "--steps", "2",
-             "--eval_every", "1", "--lr", "0.5", "--n_v", "2", "--train_prompts", "8", "--heldout_prompts", "3",
-             "--heldout_samples", "2", "--max_new_tokens", "3", "--out_dir", str(out), "--advisor_json", str(advisor)]
+    flags = [
+        "--model",
+        tiny_model_dir,
+        "--budget",
+        "8",
+        "--K_list",
+        "2",
+        "4",
+        "--seeds",
+        "0",
+        "1",
+        "--steps",
+        "2",
+        "--eval_every",
+        "1",
+        "--lr",
+        "0.5",
+        "--n_v",
+        "2",
+        "--train_prompts",
+        "8",
+        "--heldout_prompts",
+        "3",
+        "--heldout_samples",
+        "2",
+        "--max_new_tokens",
+        "3",
+        "--out_dir",
+        str(out),
+        "--advisor_json",
+        str(advisor),
+    ]
     summary = simulate_algorithm1.main(flags)
     again = simulate_algorithm1.main(flags + ["--records_csv", str(out / "algorithm1.csv")])  # summary only
     assert again["final_reward"] == summary["final_reward"] and again["wall_s"] == summary["wall_s"]
@@ -186,7 +233,7 @@ def test_script_end_to_end(tiny_model_dir, tmp_path):
     assert set(saved["final_reward"]) == {"naive", "grpo", "oracleV"}
     assert set(saved["final_reward"]["grpo"]["2"]) == {"mean", "sd", "ci95", "n"}
     cell = saved["final_reward"]["grpo"]["2"]
-    assert cell["n"] == 2 and cell["ci95"] == pytest.approx(12.706 * cell["sd"] / 2 ** 0.5)  # Student t, 1 df
+    assert cell["n"] == 2 and cell["ci95"] == pytest.approx(12.706 * cell["sd"] / 2**0.5)  # Student t, 1 df
     assert set(saved["best_K"].values()) <= {2, 4}
     assert saved["advisor"]["K_star"] == 3.0
     assert saved["agreement"]["verdict"] in {"agrees", "consistent within noise", "disagrees"}

@@ -100,7 +100,8 @@ def test_closed_forms_equal_conditioning_for_large_K():
     for k in (5, 16, 64):
         for name in est.CLOSED_FORMS:
             assert theory.exact_mse(p, G, Q, k, name) == pytest.approx(
-                theory.exact_estimator(p, G, Q, k, name)["mse"], rel=1e-9)
+                theory.exact_estimator(p, G, Q, k, name)["mse"], rel=1e-9
+            )
     curves = {n: np.array([theory.exact_mse(p, G, Q, k, n) for k in (2, 4, 8, 64)]) for n in ("grpo", "oracleV")}
     assert np.all(np.diff(curves["grpo"]) < 0) and np.all(curves["oracleV"] <= curves["grpo"] + 1e-15)
     assert curves["grpo"][-1] / curves["oracleV"][-1] == pytest.approx(1.0, abs=0.05)

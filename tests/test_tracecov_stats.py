@@ -9,7 +9,7 @@ def _as_params(flat: np.ndarray, shapes) -> list[torch.Tensor]:
     out, start = [], 0
     for shape in shapes:
         size = int(np.prod(shape))
-        out.append(torch.tensor(flat[start:start + size], dtype=torch.float32).reshape(shape))
+        out.append(torch.tensor(flat[start : start + size], dtype=torch.float32).reshape(shape))
         start += size
     return out
 
@@ -29,8 +29,9 @@ def test_trace_statistics_equal_numpy_trace_of_sample_covariance():
             sums.update(vector)
         assert np.isclose(welford.trace(), expected, rtol=1e-5)
         assert np.isclose(sums.trace(), expected, rtol=1e-5)
-        np.testing.assert_allclose(torch.cat([t.reshape(-1) for t in sums.mean()]).numpy(),
-                                   samples.mean(0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            torch.cat([t.reshape(-1) for t in sums.mean()]).numpy(), samples.mean(0), rtol=1e-5, atol=1e-5
+        )
     assert sums.nbytes() * 2 == welford.nbytes()
 
 
@@ -38,16 +39,24 @@ def test_pass_of_combinations_equals_explicit_vectors():
     """Passes of x_g = sum_r C[g, r] v_r (Gram scalars only) give the same trace, mean and M2 as the vectors."""
     rng = np.random.default_rng(1)
     rows = [[torch.tensor(rng.normal(size=(4, 3)), dtype=torch.float32)] for _ in range(4)]
-    passes = [torch.tensor([[1.0, -0.3, 0, 0], [0, 0, 2.0, 0.5]]), torch.tensor([[-1.5, 0, 0, 0]]),
-              torch.tensor([[0, 0, 0.7, 0.0], [0, 1.0, 0, 1.0], [0.2, 0.2, 0.2, 0.2]])]
+    passes = [
+        torch.tensor([[1.0, -0.3, 0, 0], [0, 0, 2.0, 0.5]]),
+        torch.tensor([[-1.5, 0, 0, 0]]),
+        torch.tensor([[0, 0, 0.7, 0.0], [0, 1.0, 0, 1.0], [0.2, 0.2, 0.2, 0.2]]),
+    ]
     combined, explicit = SumTrace(rows[0]), SumTrace(rows[0])
     for coefficients in passes:
         gram = gram64(rows + [combined.total])
         combined.add_pass(coefficients.double(), rows, gram[:4, :4], gram[4, :4], float(gram[4, 4]))
         for c in coefficients:
             explicit.update([sum(float(cr) * row[0] for cr, row in zip(c, rows))])
-    vectors = np.stack([sum(float(cr) * row[0].double().numpy().reshape(-1) for cr, row in zip(c, rows))
-                        for coefficients in passes for c in coefficients])
+    vectors = np.stack(
+        [
+            sum(float(cr) * row[0].double().numpy().reshape(-1) for cr, row in zip(c, rows))
+            for coefficients in passes
+            for c in coefficients
+        ]
+    )
     expected = np.trace(np.cov(vectors, rowvar=False, ddof=1))
     assert combined.count == explicit.count == 6
     assert np.isclose(combined.trace(), expected, rtol=1e-6) and np.isclose(explicit.trace(), expected, rtol=1e-6)
@@ -67,7 +76,7 @@ def test_running_sums_keep_float64_accuracy_when_the_spread_is_tiny():
         sums.update([torch.tensor(row, dtype=torch.float32)])
     assert sums.trace() == pytest.approx(expected, rel=1e-4)
     textbook_total = torch.tensor(samples, dtype=torch.float32).sum(0).double()
-    textbook = (float((samples ** 2).sum()) - float(textbook_total @ textbook_total) / 8) / 7
+    textbook = (float((samples**2).sum()) - float(textbook_total @ textbook_total) / 8) / 7
     assert abs(textbook - expected) > expected  # the rounding the merge avoids
     same = SumTrace([torch.zeros(5000)])
     for _ in range(3):

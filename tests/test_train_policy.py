@@ -94,13 +94,16 @@ def test_shipped_train_policy_stops_after_the_answer_less_often_than_half():
     assert _stop_probability(BUILTIN_POLICY) > 0.9
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--fraction", "1.5"], "argument --fraction: must be >= 0 and <= 1 (got 1.5)"),
-    (["--steps", "0"], "argument --steps: must be >= 1 (got 0)"),
-    (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
-    (["--eval_samples", "0"], "argument --eval_samples: must be >= 1 (got 0)"),
-    (["--base_dir", "/no/such/policy"], "model folder not found: /no/such/policy"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--fraction", "1.5"], "argument --fraction: must be >= 0 and <= 1 (got 1.5)"),
+        (["--steps", "0"], "argument --steps: must be >= 1 (got 0)"),
+        (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
+        (["--eval_samples", "0"], "argument --eval_samples: must be >= 1 (got 0)"),
+        (["--base_dir", "/no/such/policy"], "model folder not found: /no/such/policy"),
+    ],
+)
 def test_builder_refuses_bad_settings_before_loading(tmp_path, capsys, argv, message):
     """scripts/build_train_policy.py: one line and exit 2, no folder created (TrainPolicyConfig's checks)."""
     from conftest import load_script

@@ -112,8 +112,11 @@ def test_figures_module_cli(run_logs, tmp_path):
     collect([str(run_logs)]).to_csv(csv, index=False)
     result = subprocess.run(
         [sys.executable, "-m", "grpo_mse.figures.training", "--csv", str(csv), "--out_dir", str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "figure5_accuracy_vs_K.pdf").exists()
     assert "| 64 | 1 |" in (tmp_path / "out" / "figure5_accuracy_vs_K_table.md").read_text()

@@ -26,8 +26,12 @@ SWEEP = ROOT / "Policy_Optimization" / "sweep_group_size.py"
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 ACC = "val-core/arithmetic_zero_shot/acc/mean@1"
 SCORE = "critic/score/mean"
-PROPERTY = settings(max_examples=60, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 # TRL's console as trl_train writes it under transformers' progress bar (a real capture, shortened)
 TRL_CONSOLE = (
     "[grpo_train] TRAINER=trl EXPERIMENT_NAME=demo_K4_seed0 GROUP_SIZE=4 SEED=0 BUDGET=32\n"
@@ -57,8 +61,26 @@ def test_real_sweep_starts_without_dry_run(tmp_path):
     stub.write_text('echo "$EXPERIMENT_NAME DRY_RUN=$DRY_RUN LOG_FILE=${LOG_FILE:-} CKPT_DIR=${CKPT_DIR:-}"\n')
     env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "LOG_FILE", "CKPT_DIR")}
     env.update(LOG_FILE=str(tmp_path / "sweep.log"), CKPT_DIR=str(tmp_path / "ckpt"))
-    result = subprocess.run([sys.executable, str(SWEEP), "--K_list", "4", "8", "--seeds", "0", "1", "--budget", "64",
-                             "--launcher", str(stub)], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SWEEP),
+            "--K_list",
+            "4",
+            "8",
+            "--seeds",
+            "0",
+            "1",
+            "--budget",
+            "64",
+            "--launcher",
+            str(stub),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if "LOG_FILE=" in line]
     assert len(lines) == 4
@@ -89,8 +111,12 @@ def data_dir(tmp_path_factory):
 def launcher_env(tmp_path, **settings_) -> dict:
     drop = {"LOG_FILE", "CKPT_DIR", "EXPERIMENT_NAME", "DRY_RUN", "SEED", "LR", "BASE", "BASE_DIR", "TRAINER"}
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(BASE=str(tmp_path / "base"), PYTHON_BIN=sys.executable, WANDB_MODE="disabled",
-               MODEL=str(ROOT / "assets" / "tiny_policy"))
+    env.update(
+        BASE=str(tmp_path / "base"),
+        PYTHON_BIN=sys.executable,
+        WANDB_MODE="disabled",
+        MODEL=str(ROOT / "assets" / "tiny_policy"),
+    )
     env.update({k: str(v) for k, v in settings_.items()})
     return env
 
@@ -131,15 +157,37 @@ def test_absurd_learning_rates_are_refused(tmp_path, data_dir, lr):
 
 def test_trl_refuses_fewer_rows_than_prompts_per_step_and_lr_1e6(tmp_path, data_dir):
     """Item 8: 8 training rows, 16 prompts per step: refused in the dry run already (no model loaded)."""
-    base = [sys.executable, "-m", "grpo_mse.training.trl_train", "--model", str(ROOT / "assets" / "tiny_policy"),
-            "--train_file", str(data_dir / "train.parquet"), "--val_file", str(data_dir / "test.parquet"),
-            "--reward_path", str(ROOT / "Policy_Optimization" / "reward.py"), "--output_dir", str(tmp_path / "o")]
-    result = subprocess.run([*base, "--group_size", "4", "--budget", "64", "--dry_run"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    base = [
+        sys.executable,
+        "-m",
+        "grpo_mse.training.trl_train",
+        "--model",
+        str(ROOT / "assets" / "tiny_policy"),
+        "--train_file",
+        str(data_dir / "train.parquet"),
+        "--val_file",
+        str(data_dir / "test.parquet"),
+        "--reward_path",
+        str(ROOT / "Policy_Optimization" / "reward.py"),
+        "--output_dir",
+        str(tmp_path / "o"),
+    ]
+    result = subprocess.run(
+        [*base, "--group_size", "4", "--budget", "64", "--dry_run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     one_line_error(result)
     assert "8 training rows but 16 prompts per step" in result.stderr
-    result = subprocess.run([*base, "--group_size", "4", "--budget", "32", "--lr", "1e6", "--dry_run"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*base, "--group_size", "4", "--budget", "32", "--lr", "1e6", "--dry_run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     one_line_error(result)
     assert "below 1" in result.stderr and not (tmp_path / "o").exists()
 
@@ -151,8 +199,18 @@ def test_trl_steps_per_epoch_drop_the_incomplete_batch():
     from grpo_mse.training.trl_backend import UPDATES_PER_STEP, grpo_config, steps_per_epoch
 
     assert steps_per_epoch(33, 8) == 4 and steps_per_epoch(32, 8) == 4 and steps_per_epoch(39, 8) == 4
-    args = argparse.Namespace(group_size=4, budget=32, seed=0, lr=1e-4, max_steps=0, output_dir="unused",
-                              experiment_name="x", norm_adv_by_std=1, max_response_length=8, temperature=0.7)
+    args = argparse.Namespace(
+        group_size=4,
+        budget=32,
+        seed=0,
+        lr=1e-4,
+        max_steps=0,
+        output_dir="unused",
+        experiment_name="x",
+        norm_adv_by_std=1,
+        max_response_length=8,
+        temperature=0.7,
+    )
     # 39 rows, 8 prompts per step, 32/(8*4) = 1 epoch: 4 steps (ceil gave 5), 4 updates each
     assert grpo_config(args, 39).max_steps == 4 * UPDATES_PER_STEP
     assert grpo_config(args, 39).temperature == 0.7  # the training rollouts' temperature reaches TRL
@@ -166,8 +224,17 @@ def test_verl_dry_run_refuses_a_mistyped_override():
     from grpo_mse.training.verl_launch import check_override_types, main
 
     assert "must be an integer" in check_override_types(["trainer.total_epochs=abc"])
-    assert check_override_types(["trainer.total_epochs=3", "actor_rollout_ref.actor.optim.lr=2e-6",
-                                 "data.train_files='/a,b/x.parquet'", "algorithm.use_kl_in_reward=False"]) is None
+    assert (
+        check_override_types(
+            [
+                "trainer.total_epochs=3",
+                "actor_rollout_ref.actor.optim.lr=2e-6",
+                "data.train_files='/a,b/x.parquet'",
+                "algorithm.use_kl_in_reward=False",
+            ]
+        )
+        is None
+    )
     assert "finite number" in check_override_types(["actor_rollout_ref.actor.optim.lr=inf"])
     assert main(["trainer.total_epochs=abc"]) == 2
 
@@ -181,8 +248,14 @@ def test_trl_console_steps_after_progress_bars_are_read(tmp_path):
     log.write_text(TRL_CONSOLE)
     frame = collect([str(log)])
     got = {(r.step, r.metric): r.value for r in frame.itertuples()}
-    assert got == {(0, ACC): 0.1875, (1, SCORE): 0.125, (1, "critic/rewards/mean"): 0.125, (2, SCORE): 0.25,
-                   (2, "critic/rewards/mean"): 0.25, (2, ACC): 0.25}
+    assert got == {
+        (0, ACC): 0.1875,
+        (1, SCORE): 0.125,
+        (1, "critic/rewards/mean"): 0.125,
+        (2, SCORE): 0.25,
+        (2, "critic/rewards/mean"): 0.25,
+        (2, ACC): 0.25,
+    }
 
 
 @pytest.mark.parametrize(
@@ -220,8 +293,9 @@ def _wandb_run(tmp_path, summary=None, config=None, history=None) -> Path:
     rows = history if history is not None else [{"_step": 0, ACC: 0.25}, {"_step": 5, ACC: 0.5}]
     (run / "files" / "wandb-history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "files" / "wandb-summary.json").write_text(summary if summary is not None else json.dumps({"_step": 5}))
-    (run / "files" / "config.yaml").write_text(config if config is not None else
-                                               "actor_rollout_ref:\n  value:\n    rollout:\n      n: 8\n")
+    (run / "files" / "config.yaml").write_text(
+        config if config is not None else "actor_rollout_ref:\n  value:\n    rollout:\n      n: 8\n"
+    )
     return run
 
 
@@ -244,18 +318,36 @@ def test_damaged_wandb_files_are_one_line_errors(tmp_path, kind, text, message):
         run = _wandb_run(tmp_path, **{kind: text})
     with pytest.raises(DataError, match=message):
         collect([str(run.parent)])
-    result = subprocess.run([sys.executable, str(ROOT / "Policy_Optimization" / "collect_runs.py"), str(run.parent),
-                             "--out", str(tmp_path / "out.csv")], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "Policy_Optimization" / "collect_runs.py"),
+            str(run.parent),
+            "--out",
+            str(tmp_path / "out.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     one_line_error(result)
     assert not (tmp_path / "out.csv").exists()
 
 
 # Hypothesis: generated console logs. Either the collector returns exactly the logged values, or it refuses with a
 # DataError (one line in the scripts); it never returns a wrong value.
-PREFIXES = st.sampled_from(["", "(TaskRunner pid=12) ", "\r 50%|#####     | 4/8 [00:00<00:00, 29.09it/s]",
-                            "\r100%|##########| 8/8 [00:01<00:00,  6.20it/s]\n"])
-VALUES = st.one_of(st.floats(min_value=0, max_value=1, allow_nan=False).map(lambda x: round(x, 6)),
-                   st.sampled_from([math.nan, math.inf, -math.inf]))
+PREFIXES = st.sampled_from(
+    [
+        "",
+        "(TaskRunner pid=12) ",
+        "\r 50%|#####     | 4/8 [00:00<00:00, 29.09it/s]",
+        "\r100%|##########| 8/8 [00:01<00:00,  6.20it/s]\n",
+    ]
+)
+VALUES = st.one_of(
+    st.floats(min_value=0, max_value=1, allow_nan=False).map(lambda x: round(x, 6)),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+)
 
 
 @st.composite
@@ -266,8 +358,13 @@ def console_logs(draw):
         acc, score = draw(VALUES), draw(VALUES)
         truth[(step, ACC)], truth[(step, SCORE)] = acc, score
         fmt = draw(st.sampled_from(["{:.6g}", "np.float64({:.6g})", "{!r}"]))
-        parts = [f"step:{step}", f"actor/pg_loss:{draw(VALUES)}", f"{SCORE}:{fmt.format(score)}",
-                 f"training/global_step:{step}", f"{ACC}:{fmt.format(acc)}"]
+        parts = [
+            f"step:{step}",
+            f"actor/pg_loss:{draw(VALUES)}",
+            f"{SCORE}:{fmt.format(score)}",
+            f"training/global_step:{step}",
+            f"{ACC}:{fmt.format(acc)}",
+        ]
         lines.append(draw(PREFIXES) + " - ".join(parts) + "\n")
     tear = draw(st.sampled_from(["none", "last", "glue"]))
     where = draw(st.integers(min_value=0, max_value=len(lines) - 1))
@@ -304,8 +401,15 @@ def test_one_seed_says_n_a_and_a_bad_csv_is_one_line(tmp_path):
     from grpo_mse.figures.training import table2
     from grpo_mse.training.demo_summary import summary
 
-    frame = pd.DataFrame({"K": [4, 4, 8, 8], "seed": [0, 0, 0, 0], "step": [0, 2, 0, 2],
-                          "metric": [ACC] * 4, "value": [0.25, 0.5, 0.25, 0.375]})
+    frame = pd.DataFrame(
+        {
+            "K": [4, 4, 8, 8],
+            "seed": [0, 0, 0, 0],
+            "step": [0, 2, 0, 2],
+            "metric": [ACC] * 4,
+            "value": [0.25, 0.5, 0.25, 0.375],
+        }
+    )
     table = table2(frame)
     assert "**50.00 ± n/a**" in table and "37.50 ± n/a" in table and "± 0.00" not in table
     assert "| 4 | 1 | 0.250 ± n/a | 0.500 ± n/a | 0.250 ± n/a |" in summary(frame)
@@ -313,8 +417,19 @@ def test_one_seed_says_n_a_and_a_bad_csv_is_one_line(tmp_path):
     assert "n/a" not in table2(two)
     bad = tmp_path / "bad.csv"
     bad.write_text(f"K,seed,step,metric,value\nfour,0,1,{ACC},0.5\n")
-    result = subprocess.run([sys.executable, str(ROOT / "plots" / "make_figures.py"), "--training_csv", str(bad),
-                             "--out_dir", str(tmp_path / "fig")], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "plots" / "make_figures.py"),
+            "--training_csv",
+            str(bad),
+            "--out_dir",
+            str(tmp_path / "fig"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     one_line_error(result)
     assert "row 2: K 'four' is not a whole number" in result.stderr and not (tmp_path / "fig").exists()
 
@@ -325,8 +440,13 @@ def test_one_seed_says_n_a_and_a_bad_csv_is_one_line(tmp_path):
 def repository_state() -> str:
     """Tracked changes, untracked and ignored files (caches aside): equal before and after means byte-identical
     tracked files and nothing new."""
-    out = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return "\n".join(line for line in out.splitlines() if "__pycache__" not in line and ".pytest_cache" not in line)
 
 
@@ -353,8 +473,14 @@ DEMO_CASES = [
 def test_mistyped_demo_setting_leaves_the_repository_byte_identical(script, settings_, message):
     before = repository_state()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEMO_", "THEORY_"))}
-    result = subprocess.run(["bash", str(ROOT / "scripts" / script)], env={**env, **settings_}, cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / script)],
+        env={**env, **settings_},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     one_line_error(result)
     assert message in result.stderr
     assert repository_state() == before
@@ -366,8 +492,9 @@ def test_staged_output_is_published_only_on_success(tmp_path):
     out.mkdir()
     (out / ".grpo_mse_demo").write_text("old")
     (out / "old.txt").write_text("old result")
-    script = ('source "$1"; stage_output "$2" S; echo new > "$S/new.txt"; [ "$3" = ok ] || exit 3; '
-              'publish_output "$S" "$2"')
+    script = (
+        'source "$1"; stage_output "$2" S; echo new > "$S/new.txt"; [ "$3" = ok ] || exit 3; publish_output "$S" "$2"'
+    )
     guard = str(ROOT / "scripts" / "demo_guard.sh")
     failed = subprocess.run(["bash", "-c", script, "x", guard, str(out), "fail"], cwd=tmp_path, timeout=60)
     assert failed.returncode == 3 and sorted(os.listdir(out)) == [".grpo_mse_demo", "old.txt"]
@@ -392,7 +519,8 @@ def test_generated_demo_settings_run_or_refuse_without_changing_anything(t, m, k
     before = repository_state()
     env = {k_: v for k_, v in os.environ.items() if not k_.startswith("DEMO_")}
     env.update(DEMO_INSTALL="0", DEMO_T=t, DEMO_M=m, DEMO_K_LIST=k, DEMO_OUT="outputs/generated_demo_case")
-    result = subprocess.run(["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh")], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     one_line_error(result)
     assert repository_state() == before

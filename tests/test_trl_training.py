@@ -36,12 +36,25 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
         write_parquet(rows, str(data / f"{split}.parquet"))
     env = {k: v for k, v in os.environ.items() if k in KEEP}
     env.update(
-        TRAINER="trl", MODEL=BUILTIN_POLICY, DATA_DIR=str(data), GROUP_SIZE="4", BUDGET="32", SEED="1", LR="1e-3",
-        MAX_RESPONSE_LENGTH="8", TEST_FREQ="1", BASE=str(tmp_path / "base"), WANDB_MODE="offline",
-        PYTHON_BIN=sys.executable, OMP_NUM_THREADS="1", RUN_TAG="smoke", WANDB_API_KEY="secret-key-123",
-    )  # fmt: skip
-    result = subprocess.run(["bash", str(LAUNCHER), "--max_steps", "2"], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+        TRAINER="trl",
+        MODEL=BUILTIN_POLICY,
+        DATA_DIR=str(data),
+        GROUP_SIZE="4",
+        BUDGET="32",
+        SEED="1",
+        LR="1e-3",
+        MAX_RESPONSE_LENGTH="8",
+        TEST_FREQ="1",
+        BASE=str(tmp_path / "base"),
+        WANDB_MODE="offline",
+        PYTHON_BIN=sys.executable,
+        OMP_NUM_THREADS="1",
+        RUN_TAG="smoke",
+        WANDB_API_KEY="secret-key-123",
+    )
+    result = subprocess.run(
+        ["bash", str(LAUNCHER), "--max_steps", "2"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "secret-key-123" not in result.stdout + result.stderr
     run = "smoke_tiny_policy_K4_seed1"
@@ -79,28 +92,40 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
 
 # ---------------------------------------------------------------- the command line (TrlTrainConfig)
 
+
 @pytest.fixture(scope="module")
 def trl_inputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trl_inputs")
     for split, rows in arithmetic_splits(16, 4).items():
         write_parquet(rows, str(folder / f"{split}.parquet"))
-    return {"model": BUILTIN_POLICY, "train_file": str(folder / "train.parquet"),
-            "val_file": str(folder / "test.parquet"), "reward_path": str(ROOT / "Policy_Optimization" / "reward.py"),
-            "output_dir": str(folder / "out")}  # fmt: skip
+    return {
+        "model": BUILTIN_POLICY,
+        "train_file": str(folder / "train.parquet"),
+        "val_file": str(folder / "test.parquet"),
+        "reward_path": str(ROOT / "Policy_Optimization" / "reward.py"),
+        "output_dir": str(folder / "out"),
+    }
 
 
 def trl_argv(inputs: dict, *extra: str) -> list[str]:
     return [item for name, value in inputs.items() for item in (f"--{name}", value)] + list(extra)
 
 
-@pytest.mark.parametrize("extra, save, norm", [
-    ([], True, True),
-    (["--save_model", "0", "--norm_adv_by_std", "0"], False, False),  # the older 0/1 form, as grpo_train.sh passed it
-    (["--save_model", "1", "--norm_adv_by_std", "1"], True, True),
-    (["--no-save_model", "--no-norm_adv_by_std"], False, False),
-    (["--no-save_model", "--save_model"], True, True),
-    (["--save_model", "--norm_adv_by_std", "0", "--dry_run"], True, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra, save, norm",
+    [
+        ([], True, True),
+        (
+            ["--save_model", "0", "--norm_adv_by_std", "0"],
+            False,
+            False,
+        ),  # the older 0/1 form, as grpo_train.sh passed it
+        (["--save_model", "1", "--norm_adv_by_std", "1"], True, True),
+        (["--no-save_model", "--no-norm_adv_by_std"], False, False),
+        (["--no-save_model", "--save_model"], True, True),
+        (["--save_model", "--norm_adv_by_std", "0", "--dry_run"], True, False),
+    ],
+)
 def test_trl_booleans_are_switches_and_the_old_form_still_works(trl_inputs, extra, save, norm):
     from grpo_mse.training.trl_train import parse_args
 
@@ -123,14 +148,17 @@ def test_trl_config_maps_the_switch_to_trl_advantages(trl_inputs):
     assert config.temperature == 1.5 and grpo_config(config, 16).temperature == 1.5  # the rollouts' temperature
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--save_model", "2"], "argument --save_model: expected 0, 1 or no value (got '2')"),
-    (["--lr", "1e6"], "1e+06 is not a learning rate for AdamW; use a value below 1"),
-    (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
-    (["--temperature", "0"], "argument --temperature: must be > 0 (got 0.0)"),
-    (["--group_size", "3"], "K=3 must divide 1024"),
-    (["--loggers", "[console,tensorboard]"], "--loggers: unknown ['tensorboard']; use console and/or wandb"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--save_model", "2"], "argument --save_model: expected 0, 1 or no value (got '2')"),
+        (["--lr", "1e6"], "1e+06 is not a learning rate for AdamW; use a value below 1"),
+        (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
+        (["--temperature", "0"], "argument --temperature: must be > 0 (got 0.0)"),
+        (["--group_size", "3"], "K=3 must divide 1024"),
+        (["--loggers", "[console,tensorboard]"], "--loggers: unknown ['tensorboard']; use console and/or wandb"),
+    ],
+)
 def test_trl_command_line_refusals_are_one_line(trl_inputs, capsys, extra, message):
     from grpo_mse import cli
     from grpo_mse.training.trl_train import main
@@ -147,8 +175,12 @@ def test_trl_config_checks_library_callers(trl_inputs):
     from grpo_mse.training.trl_train import TrlTrainConfig
 
     assert TrlTrainConfig(**trl_inputs, loggers="[wandb]").logger_names == {"wandb"}
-    for kwargs, message in (({"lr": 1.0}, "below 1"), ({"group_size": 1}, "--group_size must be >= 2"),
-                            ({"budget": 100}, "multiple of 8"), ({"loggers": "[console,tb]"}, "unknown ['tb']"),
-                            ({"val_file": trl_inputs["val_file"] + ".missing"}, "not found")):
+    for kwargs, message in (
+        ({"lr": 1.0}, "below 1"),
+        ({"group_size": 1}, "--group_size must be >= 2"),
+        ({"budget": 100}, "multiple of 8"),
+        ({"loggers": "[console,tb]"}, "unknown ['tb']"),
+        ({"val_file": trl_inputs["val_file"] + ".missing"}, "not found"),
+    ):
         with pytest.raises(UsageError, match=re.escape(message)):
             TrlTrainConfig(**{**trl_inputs, **kwargs})

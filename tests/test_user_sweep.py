@@ -28,8 +28,12 @@ def test_a_running_wandb_run_does_not_repeat_its_last_validation(tmp_path):
 
     files = tmp_path / "wandb" / "offline-run-1-abc" / "files"
     files.mkdir(parents=True)
-    history = [{"_step": 0, ACC: 0.0}, {"_step": 1, "critic/score/mean": 0.1}, {"_step": 2, ACC: 0.125},
-               {"_step": 3, "critic/score/mean": 0.2}]
+    history = [
+        {"_step": 0, ACC: 0.0},
+        {"_step": 1, "critic/score/mean": 0.1},
+        {"_step": 2, ACC: 0.125},
+        {"_step": 3, "critic/score/mean": 0.2},
+    ]
     (files / "wandb-history.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
     (files / "config.yaml").write_text("actor_rollout_ref:\n  value:\n    rollout:\n      n: 8\n")
     # validation ran at steps 0 and 2; the summary holds its last value at the current step 3
@@ -65,8 +69,13 @@ def test_budget_error_names_the_budget():
 
 def _bash(script, *args, env=None):
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB", "DRY_RUN", "NETRC"))}
-    return subprocess.run(["bash", os.path.join(ROOT, script), *args], capture_output=True, text=True, timeout=120,
-                          env={**environment, **(env or {})})
+    return subprocess.run(
+        ["bash", os.path.join(ROOT, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environment, **(env or {})},
+    )
 
 
 @pytest.mark.parametrize("script", ["Policy_Optimization/grpo_train.sh", "scripts/demo.sh", "scripts/train_demo.sh"])
@@ -86,9 +95,16 @@ def test_online_wandb_without_a_key_is_refused_before_training(tmp_path):
     data.mkdir()
     for name in ("train.parquet", "test.parquet"):
         (data / name).write_bytes(b"x")
-    env = {"TRAINER": "trl", "MODEL": os.path.join(ROOT, "assets/train_policy"), "DATA_DIR": str(data),
-           "GROUP_SIZE": "2", "BUDGET": "32", "BASE": str(tmp_path / "base"), "HOME": str(tmp_path),
-           "PYTHON_BIN": sys.executable}
+    env = {
+        "TRAINER": "trl",
+        "MODEL": os.path.join(ROOT, "assets/train_policy"),
+        "DATA_DIR": str(data),
+        "GROUP_SIZE": "2",
+        "BUDGET": "32",
+        "BASE": str(tmp_path / "base"),
+        "HOME": str(tmp_path),
+        "PYTHON_BIN": sys.executable,
+    }
     done = _bash("Policy_Optimization/grpo_train.sh", env=env)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "WANDB_MODE=online but no wandb key" in done.stderr and not (tmp_path / "base").exists()

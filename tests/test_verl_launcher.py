@@ -94,8 +94,16 @@ def test_overrides_that_contradict_k_or_budget_are_refused(tmp_path, data_dir, o
 
 def test_original_style_file_names_base_and_repo_dir(tmp_path, data_dir):
     """TRAIN_FILE/VAL_FILE are names in DATA_DIR (as in the original); full paths keep working."""
-    env = launcher_env(tmp_path, MODEL="m", DATA_DIR=data_dir, TRAIN_FILE="train.parquet", VAL_FILE="test.parquet",
-                       BASE=tmp_path / "base", REPO_DIR=ROOT, DRY_RUN="print")  # fmt: skip
+    env = launcher_env(
+        tmp_path,
+        MODEL="m",
+        DATA_DIR=data_dir,
+        TRAIN_FILE="train.parquet",
+        VAL_FILE="test.parquet",
+        BASE=tmp_path / "base",
+        REPO_DIR=ROOT,
+        DRY_RUN="print",
+    )
     result = run_launcher(env)
     assert result.returncode == 0, result.stderr
     assert f"data.train_files=\\'{data_dir}/train.parquet\\'" in result.stdout  # paths quoted for Hydra
@@ -112,8 +120,16 @@ def test_original_style_file_names_base_and_repo_dir(tmp_path, data_dir):
 
 
 def test_attention_checkpoints_and_ray_env(tmp_path, data_dir):
-    env = launcher_env(tmp_path, MODEL="m", DATA_DIR=data_dir, DRY_RUN="print", WANDB_API_KEY="secret-key-123",
-                       HF_TOKEN="hf_secret", HF_HOME=tmp_path / "hf", TMPDIR="/tmp")  # fmt: skip
+    env = launcher_env(
+        tmp_path,
+        MODEL="m",
+        DATA_DIR=data_dir,
+        DRY_RUN="print",
+        WANDB_API_KEY="secret-key-123",
+        HF_TOKEN="hf_secret",
+        HF_HOME=tmp_path / "hf",
+        TMPDIR="/tmp",
+    )
     out = run_launcher(env).stdout
     for expected in (
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
@@ -125,7 +141,7 @@ def test_attention_checkpoints_and_ray_env(tmp_path, data_dir):
         rf"+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_DIR=\'{tmp_path}/wandb\'",
         r"+ray_kwargs.ray_init.runtime_env.env_vars.TMPDIR=\'/tmp\'",
         "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH=",
-    ):  # fmt: skip
+    ):
         assert expected.replace("\\\\", "\\") in out, expected
     assert "secret-key-123" not in out and "hf_secret" not in out and "WANDB_API_KEY=\\'" not in out
     env.update(ATTN_IMPL="flash_attention_2", SAVE_CONTENTS="[model,optimizer,extra]", MAX_CKPT_TO_KEEP="5")
@@ -136,24 +152,42 @@ def test_attention_checkpoints_and_ray_env(tmp_path, data_dir):
 
 def test_print_only_budget_scaling_and_masking(tmp_path, data_dir):
     env = launcher_env(
-        tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=16, SEED=3, TEMPERATURE="0.7",
-        DRY_RUN="print", WANDB_API_KEY="secret-key-123",
-    )  # fmt: skip
+        tmp_path,
+        MODEL="Qwen/Qwen2.5-1.5B-Instruct",
+        DATA_DIR=data_dir,
+        GROUP_SIZE=16,
+        SEED=3,
+        TEMPERATURE="0.7",
+        DRY_RUN="print",
+        WANDB_API_KEY="secret-key-123",
+    )
     result = run_launcher(env, "trainer.total_epochs=2", "+extra.api_key=hunter2")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for expected in (
-        "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=16", "trainer.total_epochs=8",
-        "actor_rollout_ref.rollout.n=16", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.optim.lr=1e-6",
-        "actor_rollout_ref.actor.use_kl_loss=False", "algorithm.use_kl_in_reward=False",
-        "actor_rollout_ref.actor.entropy_coeff=0", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
-        "actor_rollout_ref.actor.ppo_epochs=1", "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=True", "data.max_prompt_length=512",
-        "data.max_response_length=512", "trainer.test_freq=5", "trainer.save_freq=100",
+        "data.train_batch_size=64",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "trainer.total_epochs=8",
+        "actor_rollout_ref.rollout.n=16",
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "algorithm.use_kl_in_reward=False",
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        "data.max_prompt_length=512",
+        "data.max_response_length=512",
+        "trainer.test_freq=5",
+        "trainer.save_freq=100",
         "actor_rollout_ref.rollout.temperature=0.7",
-        "reward.custom_reward_function.name=compute_score", "data.seed=3", "grpo_Qwen2.5-1.5B-Instruct_K16_seed3",
+        "reward.custom_reward_function.name=compute_score",
+        "data.seed=3",
+        "grpo_Qwen2.5-1.5B-Instruct_K16_seed3",
         f"reward.custom_reward_function.path=\\'{ROOT / 'Policy_Optimization' / 'reward.py'}\\'",
-    ):  # fmt: skip
+    ):
         assert expected in out, expected
     assert out.index("trainer.total_epochs=8") < out.index("trainer.total_epochs=2")  # user overrides last
     assert "secret-key-123" not in out + result.stderr and "hunter2" not in out
@@ -175,14 +209,27 @@ def test_conda_activation_only_when_configured(tmp_path, data_dir):
 @pytest.mark.slow
 def test_dry_run_composes_and_validates_with_verl(tmp_path, data_dir):
     pytest.importorskip("verl")
-    env = launcher_env(tmp_path, MODEL="Qwen/Qwen2.5-1.5B-Instruct", DATA_DIR=data_dir, GROUP_SIZE=32, DRY_RUN=1,
-                       WANDB_API_KEY="secret-key-123")  # fmt: skip
+    env = launcher_env(
+        tmp_path,
+        MODEL="Qwen/Qwen2.5-1.5B-Instruct",
+        DATA_DIR=data_dir,
+        GROUP_SIZE=32,
+        DRY_RUN=1,
+        WANDB_API_KEY="secret-key-123",
+    )
     result = run_launcher(env, "trainer.total_epochs=2")
     assert result.returncode == 0, result.stderr[-3000:]
     config = result.stdout
-    for expected in ("adv_estimator: grpo", "train_batch_size: 32", "total_epochs: 2", "loss_mode: vanilla",
-                     "attn_implementation: sdpa", "max_actor_ckpt_to_keep: 2", "resume_mode: disable",
-                     "WANDB_MODE: offline"):  # fmt: skip
+    for expected in (
+        "adv_estimator: grpo",
+        "train_batch_size: 32",
+        "total_epochs: 2",
+        "loss_mode: vanilla",
+        "attn_implementation: sdpa",
+        "max_actor_ckpt_to_keep: 2",
+        "resume_mode: disable",
+        "WANDB_MODE: offline",
+    ):
         assert expected in config, expected
     assert "save_contents:\n      - model\n      load_contents" in config
     assert "secret-key-123" not in config + result.stderr
@@ -230,8 +277,10 @@ def test_sweep_dry_run_launches_each_run(tmp_path, monkeypatch):
 def test_sweep_script_rejects_bad_k(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "Policy_Optimization" / "sweep_group_size.py"), "--K_list", "8", "48", "--dry_run"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "K=48 must divide 1024" in result.stderr
 
 
@@ -239,10 +288,14 @@ def test_budget_cli_is_what_the_launcher_reads():
     from grpo_mse.training import budget, sweep
 
     assert Path(sweep.LAUNCHER).is_file()
-    result = subprocess.run([sys.executable, "-m", "grpo_mse.training.budget", "16", "512"],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_mse.training.budget", "16", "512"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and result.stdout.split() == [
-        "TRAIN_BATCH_SIZE=32", "PPO_MINI_BATCH_SIZE=8", "TOTAL_EPOCHS=4"]  # fmt: skip
+        "TRAIN_BATCH_SIZE=32",
+        "PPO_MINI_BATCH_SIZE=8",
+        "TOTAL_EPOCHS=4",
+    ]
     assert budget.main(["3", "1024"]) == 2 and budget.main(["8", "100"]) == 2 and budget.main(["8"]) == 2
     with pytest.raises(ValueError, match="at least 2"):
         budget.budget_settings(1)
@@ -250,20 +303,41 @@ def test_budget_cli_is_what_the_launcher_reads():
 
 def test_sweep_refuses_unknown_dry_run_value():
     script = ROOT / "Policy_Optimization" / "sweep_group_size.py"
-    result = subprocess.run([sys.executable, str(script), "--K_list", "8"], env={**os.environ, "DRY_RUN": "maybe"},
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(script), "--K_list", "8"],
+        env={**os.environ, "DRY_RUN": "maybe"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "DRY_RUN='maybe': use 1 or print" in result.stderr
 
 
 def test_trl_command_shares_the_settings(tmp_path, data_dir):
-    env = launcher_env(tmp_path, TRAINER="trl", MODEL=ROOT / "assets" / "tiny_policy", DATA_DIR=data_dir,
-                       GROUP_SIZE=8, BUDGET=256, SEED=2, LR="1e-4", TEMPERATURE="0.7", DRY_RUN="print")  # fmt: skip
+    env = launcher_env(
+        tmp_path,
+        TRAINER="trl",
+        MODEL=ROOT / "assets" / "tiny_policy",
+        DATA_DIR=data_dir,
+        GROUP_SIZE=8,
+        BUDGET=256,
+        SEED=2,
+        LR="1e-4",
+        TEMPERATURE="0.7",
+        DRY_RUN="print",
+    )
     result = run_launcher(env, "--max_steps", "3")
     assert result.returncode == 0, result.stderr
-    for expected in ("-m grpo_mse.training.trl_train", "--group_size 8 --budget 256 --seed 2 --lr 1e-4",
-                     f"--train_file {data_dir}/train.parquet", f"--reward_path {ROOT}/Policy_Optimization/reward.py",
-                     "--experiment_name grpo_tiny_policy_K8_seed2", "--max_steps 3", "--temperature 0.7",
-                     "train_batch_size=32 ppo_mini_batch_size=8 total_epochs=4"):  # fmt: skip
+    for expected in (
+        "-m grpo_mse.training.trl_train",
+        "--group_size 8 --budget 256 --seed 2 --lr 1e-4",
+        f"--train_file {data_dir}/train.parquet",
+        f"--reward_path {ROOT}/Policy_Optimization/reward.py",
+        "--experiment_name grpo_tiny_policy_K8_seed2",
+        "--max_steps 3",
+        "--temperature 0.7",
+        "train_batch_size=32 ppo_mini_batch_size=8 total_epochs=4",
+    ):
         assert expected in result.stdout, expected
     command = result.stdout.split("command: ", 1)[1]
     assert " --save_model " in command + " " and "--save_model 1" not in command  # a switch, not a 0/1 value

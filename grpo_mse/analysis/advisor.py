@@ -60,7 +60,7 @@ def allowed_group_sizes(budget: int, allowed=None) -> list[int]:
     """``allowed`` (sorted, >= 2), or the powers of two 2, 4, ... that divide ``budget``."""
     if allowed:
         return sorted({int(k) for k in allowed if int(k) >= 2})
-    return [2 ** j for j in range(1, int(math.log2(max(budget, 2))) + 1) if budget % 2 ** j == 0]
+    return [2**j for j in range(1, int(math.log2(max(budget, 2))) + 1) if budget % 2**j == 0]
 
 
 def clipped(c) -> np.ndarray:
@@ -89,29 +89,31 @@ def best_allowed_k(c1, c3, allowed) -> np.ndarray:
 def relative_errors(c1, c2, c3, allowed, budget: float) -> np.ndarray:
     """[R, n_allowed] exact error at each allowed K (c1, c3 clipped at 0) over its smallest value; nan where
     that smallest value is not positive (no relative error against 0 or a negative number)."""
-    errors = np.stack([exact_error(clipped(c1), np.asarray(c2, dtype=np.float64), clipped(c3), k, budget)
-                       for k in allowed], axis=-1)
+    errors = np.stack(
+        [exact_error(clipped(c1), np.asarray(c2, dtype=np.float64), clipped(c3), k, budget) for k in allowed], axis=-1
+    )
     low = errors.min(-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(low > 0, errors / np.where(low > 0, low, 1.0), np.nan)
 
 
 def _span(ks: list[int], allowed: list[int]) -> str:
-    """"any K >= 4", "any K <= 8", "K in [4, 8, 16]" or "every allowed K" for the set ``ks`` of allowed K."""
+    """ "any K >= 4", "any K <= 8", "K in [4, 8, 16]" or "every allowed K" for the set ``ks`` of allowed K."""
     if ks == allowed:
         return "every allowed K"
     if len(ks) == 1:
         return f"only K = {ks[0]}"
     start, stop = allowed.index(ks[0]), allowed.index(ks[-1])
-    if allowed[start:stop + 1] == ks and stop == len(allowed) - 1:
+    if allowed[start : stop + 1] == ks and stop == len(allowed) - 1:
         return f"any K >= {ks[0]}"
-    if allowed[start:stop + 1] == ks and start == 0:
+    if allowed[start : stop + 1] == ks and start == 0:
         return f"any K <= {ks[-1]}"
     return f"K in {ks}"
 
 
-def recommendation(c1: float, c2: float, c3: float, ci_c1, ci_c3, allowed: list[int], budget: float,
-                   tolerance: float = 0.10) -> dict:
+def recommendation(
+    c1: float, c2: float, c3: float, ci_c1, ci_c3, allowed: list[int], budget: float, tolerance: float = 0.10
+) -> dict:
     """What the data support about K, never more.
 
     ``identified`` only when c1 > 0 and c3 > 0 and neither 95% interval reaches 0 (then K_best is the unique
@@ -121,8 +123,14 @@ def recommendation(c1: float, c2: float, c3: float, ci_c1, ci_c3, allowed: list[
     >= 4 within 10%"; the relative errors need a positive smallest error (c2 or the clipped c1, c3 > 0)."""
     values = [c1, c2, c3]
     if any(v is None or not np.isfinite(v) for v in values):
-        return {"identified": False, "K_best": None, "ties": [], "near_best_K": [], "lean": "undefined",
-                "message": "best K not identified: c1, c2 or c3 is undefined"}
+        return {
+            "identified": False,
+            "K_best": None,
+            "ties": [],
+            "near_best_K": [],
+            "lean": "undefined",
+            "message": "best K not identified: c1, c2 or c3 is undefined",
+        }
     relative = relative_errors(c1, c2, c3, allowed, budget)
     near = [k for k, r in zip(allowed, relative) if np.isfinite(r) and r <= 1 + tolerance]
     scores = clipped(c1) * np.asarray(allowed, dtype=np.float64) + clipped(c3) / (np.asarray(allowed) - 1.0)
@@ -144,16 +152,26 @@ def recommendation(c1: float, c2: float, c3: float, ci_c1, ci_c3, allowed: list[
         lean = f"K near {1 + math.sqrt(c3 / c1):.3g}"
     identified = not (reaches_zero["c1"] or reaches_zero["c3"])
     best = tied[0] if identified and len(tied) == 1 else None
-    within = f"{_span(near, allowed)} within {tolerance:.0%} of the smallest error" if near else \
-        "no relative error (the smallest error is not positive)"
+    within = (
+        f"{_span(near, allowed)} within {tolerance:.0%} of the smallest error"
+        if near
+        else "no relative error (the smallest error is not positive)"
+    )
     if best is not None:
         message = f"best K = {best}; {within}"
     elif identified:
         message = f"tie: K in {tied} give the same error; {within}"
     else:
         message = f"best K not identified (an interval of c1 or c3 reaches 0); data lean to {lean}; {within}"
-    return {"identified": identified, "K_best": best, "ties": tied if len(tied) > 1 else [], "near_best_K": near,
-            "tolerance": tolerance, "lean": lean, "message": message}
+    return {
+        "identified": identified,
+        "K_best": best,
+        "ties": tied if len(tied) > 1 else [],
+        "near_best_K": near,
+        "tolerance": tolerance,
+        "lean": lean,
+        "message": message,
+    }
 
 
 def json_value(value):
@@ -207,7 +225,7 @@ def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient:
         diag_sum += w @ diag
         diag_mass += w.sum(1)
         cross_sum += np.einsum("ri,ij,rj->r", w, off, w)
-        cross_mass += w.sum(1) ** 2 - (w ** 2).sum(1)
+        cross_mass += w.sum(1) ** 2 - (w**2).sum(1)
         parts.append((cols, w, diag, off))
     with np.errstate(invalid="ignore", divide="ignore"):
         value = np.where(cross_mass > 0, diag_sum / diag_mass - cross_sum / cross_mass, np.nan)
@@ -217,8 +235,9 @@ def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient:
         derivative = np.zeros_like(weights)
         for cols, w, diag, off in parts:
             pairs = w.sum(1, keepdims=True) - w  # d(pairs)/dW_i / 2 = S_b - W_i
-            derivative[:, cols] += ((diag[None, :] - mean_diag[:, None]) / diag_mass[:, None]
-                                    - 2 * (w @ off - mean_cross[:, None] * pairs) / cross_mass[:, None])
+            derivative[:, cols] += (diag[None, :] - mean_diag[:, None]) / diag_mass[:, None] - 2 * (
+                w @ off - mean_cross[:, None] * pairs
+            ) / cross_mass[:, None]
     return value, np.where(np.isfinite(value)[:, None], derivative, np.nan)
 
 
@@ -241,9 +260,12 @@ def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarra
     with np.errstate(divide="ignore"):
         bounds = [1 + 1 / np.sqrt(high) if high > 0 else np.inf, 1 + 1 / np.sqrt(low) if low > 0 else np.inf]
     n_boot = bs.n_boot_of(weights)
-    return {"estimate": float(k[0]), "ci95": [float(v) for v in bounds],
-            "n_undefined": int(np.isnan(k[1:1 + n_boot]).sum()),
-            "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized"}
+    return {
+        "estimate": float(k[0]),
+        "ci95": [float(v) for v in bounds],
+        "n_undefined": int(np.isnan(k[1 : 1 + n_boot]).sum()),
+        "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized",
+    }
 
 
 CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
@@ -260,11 +282,13 @@ def simulated_coverage(share: float, path: str = CALIBRATION) -> dict | None:
     with open(path, encoding="utf-8") as handle:
         rows = json.load(handle)["rows"]
     row = min(rows, key=lambda r: abs(math.log(r["largest_share_median"] / share)))
-    return {"largest_prompt_share": float(share),
-            "calibration_row": {key: row[key] for key in ("T", "sigma", "runs", "largest_share_median")},
-            "coverage": {name: row["coverage"][name] for name in CALIBRATED},
-            "beyond_table": bool(share > max(r["largest_share_quartiles"][1] for r in rows)),
-            "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)"}
+    return {
+        "largest_prompt_share": float(share),
+        "calibration_row": {key: row[key] for key in ("T", "sigma", "runs", "largest_share_median")},
+        "coverage": {name: row["coverage"][name] for name in CALIBRATED},
+        "beyond_table": bool(share > max(r["largest_share_quartiles"][1] for r in rows)),
+        "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
+    }
 
 
 def tail_share(columns: list[np.ndarray]) -> float:
@@ -294,33 +318,46 @@ def slope(ks, values_by_k: np.ndarray) -> np.ndarray:
     return centred @ x / (x @ x)
 
 
-def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dict]], n_boot: int = 2000,
-           seed: int = 0, budget: int = 1024, allowed=None, weights: np.ndarray | None = None) -> dict:
+def advise(
+    records_by_k: dict[int, list[dict]],
+    batches_by_k: dict[int, list[dict]],
+    n_boot: int = 2000,
+    seed: int = 0,
+    budget: int = 1024,
+    allowed=None,
+    weights: np.ndarray | None = None,
+) -> dict:
     """c1, c2, c3 per K and pooled (plain means over K), K* (paper and exact), best allowed K, all with joint
     prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others)."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
         weights = bs.prompt_weights(len(prompts), n_boot, seed)
-    columns = {name: [column(records_by_k[k], position, lambda r, j=j: per_prompt_constants(r)[j]) for k in ks]
-               for j, name in ((0, "c2"), (1, "c3"))}
+    columns = {
+        name: [column(records_by_k[k], position, lambda r, j=j: per_prompt_constants(r)[j]) for k in ks]
+        for j, name in ((0, "c2"), (1, "c3"))
+    }
     c2, c3 = (np.stack([bs.weighted_mean(weights, c) for c in columns[name]], axis=1) for name in ("c2", "c3"))
     c1_parts = [batch_c1(weights, batches_by_k.get(k, []), position, gradient=True) for k in ks]
     c1 = np.stack([value for value, _ in c1_parts], axis=1)
     finite = np.isfinite(c1).sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):  # c1: plain mean over the K that have c1 batches
-        pooled = {"c1": np.where(finite > 0, np.where(np.isfinite(c1), c1, 0).sum(1) / finite, np.nan),
-                  "c2": c2.mean(1), "c3": c3.mean(1)}
+        pooled = {
+            "c1": np.where(finite > 0, np.where(np.isfinite(c1), c1, 0).sum(1) / finite, np.nan),
+            "c2": c2.mean(1),
+            "c3": c3.mean(1),
+        }
         derivative = {"c1": sum(np.nan_to_num(d) for _, d in c1_parts) / finite[:, None]}  # [R, n] in the weights
         for name, values in (("c2", c2), ("c3", c3)):
-            derivative[name] = sum(bs.mean_gradient(weights, c, values[:, i])
-                                   for i, c in enumerate(columns[name])) / len(ks)
+            derivative[name] = sum(
+                bs.mean_gradient(weights, c, values[:, i]) for i, c in enumerate(columns[name])
+            ) / len(ks)
     allowed_k = allowed_group_sizes(budget, allowed)
     pooled["K_star_paper"] = paper_k_star(pooled["c1"], pooled["c3"])
     pooled["K_star_exact"] = k_star(pooled["c1"], pooled["c3"])
     pooled["K_best"] = best_allowed_k(pooled["c1"], pooled["c3"], allowed_k)
     n_boot = bs.n_boot_of(weights)
-    best = pooled["K_best"][1:1 + n_boot]
+    best = pooled["K_best"][1 : 1 + n_boot]
     frequency = {str(k): float(np.mean(best == k)) for k in allowed_k if np.any(best == k)}
     if np.any(np.isnan(best)):
         frequency["undefined"] = float(np.mean(np.isnan(best)))  # ties (e.g. c1 = c3 = 0) or undefined constants
@@ -329,46 +366,69 @@ def advise(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dic
     summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights)
     for name in ("c2", "c3"):
         summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True)
-    summaries["K_star_exact"] = k_star_summary(pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"],
-                                               weights)
+    summaries["K_star_exact"] = k_star_summary(pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"], weights)
     paper = summaries["K_star_exact"]
     if paper["interval"] != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
-        summaries["K_star_paper"] = {**summaries["K_star_paper"], "interval": paper["interval"],
-                                     "ci95": [v - 1 for v in paper["ci95"]]}
+        summaries["K_star_paper"] = {
+            **summaries["K_star_paper"],
+            "interval": paper["interval"],
+            "ci95": [v - 1 for v in paper["ci95"]],
+        }
     relative = relative_errors(pooled["c1"], pooled["c2"], pooled["c3"], allowed_k, budget)
-    replicates = pooled["c1"][1:1 + n_boot], pooled["c3"][1:1 + n_boot]
+    replicates = pooled["c1"][1 : 1 + n_boot], pooled["c3"][1 : 1 + n_boot]
     point = {name: summaries[name]["estimate"] for name in ("c1", "c2", "c3")}
-    advice = recommendation(*(math.nan if point[n] is None else point[n] for n in ("c1", "c2", "c3")),
-                            summaries["c1"]["ci95"], summaries["c3"]["ci95"], allowed_k, budget)
-    return json_value({
-        "per_K": {str(k): {"c1": bs.summarise(c1[:, i], weights), "c2": bs.summarise(c2[:, i], weights),
-                           "c3": bs.summarise(c3[:, i], weights),
-                           "n_prompts": len(records_by_k[k]), "n_c1_batches": len(batches_by_k.get(k, []))}
-                  for i, k in enumerate(ks)},
-        "pooled": {name: s["estimate"] for name, s in summaries.items()},
-        "ci95": {name: s["ci95"] for name, s in summaries.items()},
-        "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
-        "simulated_coverage": simulated_coverage(tail_share(columns["c2"])),
-        "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
-        "budget": budget, "allowed_K": allowed_k,
-        "K_best_frequency": frequency,
-        "relative_error_at_allowed_K": {str(k): bs.summarise(relative[:, i], weights) for i, k in enumerate(allowed_k)},
-        "recommendation": advice,
-        "degenerate_replicates": {"n_boot": n_boot, "c1<=0": int(np.sum(replicates[0] <= 0)),
-                                  "c3<=0": int(np.sum(replicates[1] <= 0)),
-                                  "undefined": int(np.sum(np.isnan(replicates[0]) | np.isnan(replicates[1])))},
-        "note": ("Exact error at budget N: c1 K/N + c2/N + c3/(N (K-1)), minimised at K_star_exact = 1 + sqrt(c3/c1); "
-                 "K_star_paper = sqrt(c3/c1) is the paper's formula (it minimises c1 K/N + c3/(N K), a lower "
-                 "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
-                 "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
-                 "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
-                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
-                 "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share. "
-                 "Degenerate replicates (c1 or c3 <= 0) are counted "
-                 "(K*: inf or 1). Numbers: \"inf\" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. "
-                 "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
-                 "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."),
-    })
+    advice = recommendation(
+        *(math.nan if point[n] is None else point[n] for n in ("c1", "c2", "c3")),
+        summaries["c1"]["ci95"],
+        summaries["c3"]["ci95"],
+        allowed_k,
+        budget,
+    )
+    return json_value(
+        {
+            "per_K": {
+                str(k): {
+                    "c1": bs.summarise(c1[:, i], weights),
+                    "c2": bs.summarise(c2[:, i], weights),
+                    "c3": bs.summarise(c3[:, i], weights),
+                    "n_prompts": len(records_by_k[k]),
+                    "n_c1_batches": len(batches_by_k.get(k, [])),
+                }
+                for i, k in enumerate(ks)
+            },
+            "pooled": {name: s["estimate"] for name, s in summaries.items()},
+            "ci95": {name: s["ci95"] for name, s in summaries.items()},
+            "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
+            "simulated_coverage": simulated_coverage(tail_share(columns["c2"])),
+            "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
+            "budget": budget,
+            "allowed_K": allowed_k,
+            "K_best_frequency": frequency,
+            "relative_error_at_allowed_K": {
+                str(k): bs.summarise(relative[:, i], weights) for i, k in enumerate(allowed_k)
+            },
+            "recommendation": advice,
+            "degenerate_replicates": {
+                "n_boot": n_boot,
+                "c1<=0": int(np.sum(replicates[0] <= 0)),
+                "c3<=0": int(np.sum(replicates[1] <= 0)),
+                "undefined": int(np.sum(np.isnan(replicates[0]) | np.isnan(replicates[1]))),
+            },
+            "note": (
+                "Exact error at budget N: c1 K/N + c2/N + c3/(N (K-1)), minimised at K_star_exact = 1 + sqrt(c3/c1); "
+                "K_star_paper = sqrt(c3/c1) is the paper's formula (it minimises c1 K/N + c3/(N K), a lower "
+                "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
+                "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
+                "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
+                "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
+                "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share. "
+                "Degenerate replicates (c1 or c3 <= 0) are counted "
+                '(K*: inf or 1). Numbers: "inf" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. '
+                "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
+                "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."
+            ),
+        }
+    )
 
 
 def rounded(value, digits: int = 3) -> str:
@@ -397,10 +457,12 @@ def describe(advice: dict) -> str:
     slope_line = ""
     if advice.get("c3_slope_per_K"):
         s = advice["c3_slope_per_K"]
-        slope_line = ("\n  c3 per K: " + ", ".join(f"K={k}: {rounded(v['c3']['estimate'])}"
-                                                     for k, v in advice["per_K"].items())
-                      + f"; slope in K {rounded(s['estimate'])} [{', '.join(rounded(v) for v in s['ci95'] or [])}]"
-                      " (0 under the 1/(K(K-1)) law)")
+        slope_line = (
+            "\n  c3 per K: "
+            + ", ".join(f"K={k}: {rounded(v['c3']['estimate'])}" for k, v in advice["per_K"].items())
+            + f"; slope in K {rounded(s['estimate'])} [{', '.join(rounded(v) for v in s['ci95'] or [])}]"
+            " (0 under the 1/(K(K-1)) law)"
+        )
     bad = advice["degenerate_replicates"]
     k_star = number(pooled.get("K_star_exact"))
     small = " (below 2: use the smallest allowed K)" if k_star < 2 else ""
@@ -414,11 +476,15 @@ def describe(advice: dict) -> str:
     tail = ""
     if calibration:
         row = calibration["calibration_row"]
-        tail = (f"\n  largest prompt's share of c2 {calibration['largest_prompt_share']:.3f}: coverage simulated at "
-                f"share {row['largest_share_median']:.3f} (T={row['T']}, sigma={row['sigma']}, {row['runs']} runs)"
-                + (", this run's tail is heavier than any in the table" if calibration["beyond_table"] else ""))
-    return (f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
-            f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
-            f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
-            f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
-            f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line + tail)
+        tail = (
+            f"\n  largest prompt's share of c2 {calibration['largest_prompt_share']:.3f}: coverage simulated at "
+            f"share {row['largest_share_median']:.3f} (T={row['T']}, sigma={row['sigma']}, {row['runs']} runs)"
+            + (", this run's tail is heavier than any in the table" if calibration["beyond_table"] else "")
+        )
+    return (
+        f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
+        f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
+        f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
+        f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
+        f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line + tail
+    )

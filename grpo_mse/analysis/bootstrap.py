@@ -51,8 +51,8 @@ def bca_levels(estimate: float, boot: np.ndarray, jackknife: np.ndarray, level: 
         return tail, 1 - tail
     z0 = NORMAL.inv_cdf(below)
     spread = jackknife.mean() - jackknife
-    denominator = 6 * float((spread ** 2).sum()) ** 1.5
-    a = float((spread ** 3).sum()) / denominator if denominator > 0 else 0.0
+    denominator = 6 * float((spread**2).sum()) ** 1.5
+    a = float((spread**3).sum()) / denominator if denominator > 0 else 0.0
     levels = []
     for z in (NORMAL.inv_cdf(tail), NORMAL.inv_cdf(1 - tail)):
         levels.append(NORMAL.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))))
@@ -65,7 +65,7 @@ def interval(draws: np.ndarray, weights: np.ndarray, level: float = 0.95) -> lis
     if weights.shape[1] < 2:  # one prompt: every resample is the data, so no interval (reported as n/a)
         return None
     n_boot = n_boot_of(weights)
-    boot, jackknife = np.asarray(draws[1:1 + n_boot], dtype=np.float64), np.asarray(draws[1 + n_boot:])
+    boot, jackknife = np.asarray(draws[1 : 1 + n_boot], dtype=np.float64), np.asarray(draws[1 + n_boot :])
     boot = boot[~np.isnan(boot)]
     if not len(boot) or len(boot) < 0.5 * n_boot:
         return None
@@ -88,7 +88,7 @@ def ratio_of_means(weights: np.ndarray, numerator, denominator=None) -> tuple[np
     with np.errstate(invalid="ignore", divide="ignore"):
         top, bottom = w @ a, w @ b
         ratio = np.where(bottom != 0, top / np.where(bottom != 0, bottom, 1), np.nan)
-        spread = w @ (a * a) - 2 * ratio * (w @ (a * b)) + ratio ** 2 * (w @ (b * b))
+        spread = w @ (a * a) - 2 * ratio * (w @ (a * b)) + ratio**2 * (w @ (b * b))
         se = np.sqrt(np.maximum(spread, 0) / (n * (n - 1))) / np.abs(bottom / n)
     return ratio, np.where(n > 1, se, np.nan)
 
@@ -107,13 +107,14 @@ def t_interval(value: float, error: float, t: np.ndarray, n_boot: int, level: fl
         return [float(value - t_high * error), float(value - t_low * error)]
 
 
-def studentized_interval(estimates: np.ndarray, errors: np.ndarray, weights: np.ndarray, level: float = 0.95,
-                         log: bool = False) -> list[float] | None:
+def studentized_interval(
+    estimates: np.ndarray, errors: np.ndarray, weights: np.ndarray, level: float = 0.95, log: bool = False
+) -> list[float] | None:
     """Bootstrap-t interval [T - t_hi se, T - t_lo se] with t_r = (T_r - T) / se_r over the bootstrap rows
     (T = row 0); on the log scale (se / T) when ``log`` and every value is positive (ratios of positive MSEs);
     None when more than half the replicates are undefined."""
     n_boot = n_boot_of(weights)
-    values, errors = np.asarray(estimates[:1 + n_boot], dtype=np.float64), np.asarray(errors[:1 + n_boot])
+    values, errors = np.asarray(estimates[: 1 + n_boot], dtype=np.float64), np.asarray(errors[: 1 + n_boot])
     log = log and bool(np.all(values[np.isfinite(values)] > 0))
     if log:
         values, errors = np.log(values), errors / values  # se(log T) = se(T) / T
@@ -155,11 +156,15 @@ def studentized_summary(draws: np.ndarray, errors: np.ndarray, weights: np.ndarr
     ci = studentized_interval(draws, errors, weights, log=log)
     if ci is None:
         return {**summarise(draws, weights), "interval": "bca"}
-    rows = draws[:1 + n_boot_of(weights)]
+    rows = draws[: 1 + n_boot_of(weights)]
     log = log and bool(np.all(rows[np.isfinite(rows)] > 0))
     estimate = float(draws[0])
-    return {"estimate": None if np.isnan(estimate) else estimate, "ci95": ci,
-            "n_undefined": int(np.isnan(rows[1:]).sum()), "interval": "studentized-log" if log else "studentized"}
+    return {
+        "estimate": None if np.isnan(estimate) else estimate,
+        "ci95": ci,
+        "n_undefined": int(np.isnan(rows[1:]).sum()),
+        "interval": "studentized-log" if log else "studentized",
+    }
 
 
 def ratio_summary(weights: np.ndarray, numerator, denominator=None, log: bool = True) -> tuple[dict, np.ndarray]:
@@ -167,14 +172,23 @@ def ratio_summary(weights: np.ndarray, numerator, denominator=None, log: bool = 
     denominator); log scale for positive ratios."""
     ratio, se = ratio_of_means(weights, numerator, denominator)
     estimate = float(ratio[0])
-    return ({"estimate": None if np.isnan(estimate) else estimate,
-             "ci95": studentized_interval(ratio, se, weights, log=log),
-             "n_undefined": int(np.isnan(ratio[1:1 + n_boot_of(weights)]).sum()), "interval": "studentized"}, ratio)
+    return (
+        {
+            "estimate": None if np.isnan(estimate) else estimate,
+            "ci95": studentized_interval(ratio, se, weights, log=log),
+            "n_undefined": int(np.isnan(ratio[1 : 1 + n_boot_of(weights)]).sum()),
+            "interval": "studentized",
+        },
+        ratio,
+    )
 
 
 def summarise(draws: np.ndarray, weights: np.ndarray) -> dict:
     """{"estimate": row 0, "ci95": BCa interval, "n_undefined": bootstrap replicates that gave nan}."""
     draws = np.asarray(draws, dtype=np.float64)
     estimate = float(draws[0])
-    return {"estimate": None if np.isnan(estimate) else estimate, "ci95": interval(draws, weights),
-            "n_undefined": int(np.isnan(draws[1:1 + n_boot_of(weights)]).sum())}
+    return {
+        "estimate": None if np.isnan(estimate) else estimate,
+        "ci95": interval(draws, weights),
+        "n_undefined": int(np.isnan(draws[1 : 1 + n_boot_of(weights)]).sum()),
+    }

@@ -19,9 +19,23 @@ from grpo_mse.analysis.one_token import batch_c1_target
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import Z95, mean_ci
 
-COLUMNS = ["K", "estimator", "exact_trace_cov", "mc_trace_cov", "mc_trace_cov_ci95", "z_trace_cov",
-           "exact_bias2", "mc_bias2", "mc_bias2_ci95", "z_bias2", "exact_mse", "mc_mse", "mc_mse_ci95", "z_mse",
-           "n_prompts"]
+COLUMNS = [
+    "K",
+    "estimator",
+    "exact_trace_cov",
+    "mc_trace_cov",
+    "mc_trace_cov_ci95",
+    "z_trace_cov",
+    "exact_bias2",
+    "mc_bias2",
+    "mc_bias2_ci95",
+    "z_bias2",
+    "exact_mse",
+    "mc_mse",
+    "mc_mse_ci95",
+    "z_mse",
+    "n_prompts",
+]
 MC_FIELDS = {"trace_cov": "trace", "bias2": "bias2", "mse": "mse"}
 
 
@@ -33,8 +47,10 @@ def per_prompt_path(run_json: str) -> str:
 def read_per_prompt(path: str) -> dict[tuple[int, str, str], dict]:
     """{(K, estimator, str(id)): row} of run_tracecov's *_per_prompt.csv (trace, bias2, mse as floats)."""
     with open(path, encoding="utf-8") as handle:
-        return {(int(r["K"]), r["estimator"], str(r["id"])): {f: float(r[f]) for f in ("trace", "bias2", "mse")}
-                for r in csv.DictReader(handle)}
+        return {
+            (int(r["K"]), r["estimator"], str(r["id"])): {f: float(r[f]) for f in ("trace", "bias2", "mse")}
+            for r in csv.DictReader(handle)
+        }
 
 
 def paired_z(mc: np.ndarray, exact: np.ndarray) -> float:
@@ -62,8 +78,14 @@ def comparison_rows(theory: dict, mc: dict[tuple[int, str, str], dict], names) -
                 exact = np.array([p[quantity][name][index] for p, _ in pairs])
                 measured = np.array([m[field] for _, m in pairs])
                 stats = mean_ci(measured.tolist())
-                row.update({f"exact_{quantity}": float(exact.mean()), f"mc_{quantity}": stats["mean"],
-                            f"mc_{quantity}_ci95": stats["ci95"], f"z_{quantity}": paired_z(measured, exact)})
+                row.update(
+                    {
+                        f"exact_{quantity}": float(exact.mean()),
+                        f"mc_{quantity}": stats["mean"],
+                        f"mc_{quantity}_ci95": stats["ci95"],
+                        f"z_{quantity}": paired_z(measured, exact),
+                    }
+                )
             rows.append(row)
     return rows
 
@@ -83,12 +105,22 @@ def advisor_check(theory: dict, run: dict) -> dict | None:
     exact["c1_fixed_prompts"] = target
     exact["K_star_paper_fixed_prompts"] = float(paper_k_star(target, exact["c3"]))
     exact["K_star_exact_fixed_prompts"] = float(k_star(target, exact["c3"]))
-    targets = {"c1": target, "c2": exact["c2"], "c3": exact["c3"], "K_star_paper": exact["K_star_paper_fixed_prompts"],
-               "K_star_exact": exact["K_star_exact_fixed_prompts"]}
+    targets = {
+        "c1": target,
+        "c2": exact["c2"],
+        "c3": exact["c3"],
+        "K_star_paper": exact["K_star_paper_fixed_prompts"],
+        "K_star_exact": exact["K_star_exact_fixed_prompts"],
+    }
     ci = advice["ci95"]
     inside = {n: bool(ci[n][0] <= v <= ci[n][1]) for n, v in targets.items() if ci.get(n) and not math.isnan(v)}
-    return {"exact": exact, "estimated": advice["pooled"], "ci95": ci, "exact_inside_ci95": inside,
-            "per_K": advice["per_K"]}
+    return {
+        "exact": exact,
+        "estimated": advice["pooled"],
+        "ci95": ci,
+        "exact_inside_ci95": inside,
+        "per_K": advice["per_K"],
+    }
 
 
 def _fmt(value: float) -> str:
@@ -98,23 +130,40 @@ def _fmt(value: float) -> str:
 
 def markdown(rows: list[dict], check: dict | None) -> str:
     """The comparison as markdown tables (estimators, then the advisor's constants)."""
-    lines = ["| K | estimator | tr Cov exact | tr Cov MC ± 95% | z | bias² exact | bias² MC ± 95% | z "
-             "| MSE exact | MSE MC ± 95% | z |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| K | estimator | tr Cov exact | tr Cov MC ± 95% | z | bias² exact | bias² MC ± 95% | z "
+        "| MSE exact | MSE MC ± 95% | z |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         cells = [str(r["K"]), est.get(r["estimator"]).label]
         for q in MC_FIELDS:
             cells += [_fmt(r[f"exact_{q}"]), f"{_fmt(r[f'mc_{q}'])} ± {_fmt(r[f'mc_{q}_ci95'])}", _fmt(r[f"z_{q}"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"± = the run's 1.96 sd / sqrt(T) across prompts; z = paired (MC - exact) per prompt / its "
-              f"standard error (|z| < {Z95:.2f} in about 95% of correct runs)."]
+    lines += [
+        "",
+        f"± = the run's 1.96 sd / sqrt(T) across prompts; z = paired (MC - exact) per prompt / its "
+        f"standard error (|z| < {Z95:.2f} in about 95% of correct runs).",
+    ]
     if check:
         e, p, ci = check["exact"], check["estimated"], check["ci95"]
-        lines += ["", "| constant | exact (these prompts) | exact, fixed-prompt target of the estimator "
-                  "| advisor estimate | bootstrap 95% interval |", "|---|---|---|---|---|"]
-        for name, fixed in (("c1", e["c1_fixed_prompts"]), ("c2", e["c2"]), ("c3", e["c3"]),
-                            ("K_star_paper", e["K_star_paper_fixed_prompts"]),
-                            ("K_star_exact", e["K_star_exact_fixed_prompts"])):
+        lines += [
+            "",
+            "| constant | exact (these prompts) | exact, fixed-prompt target of the estimator "
+            "| advisor estimate | bootstrap 95% interval |",
+            "|---|---|---|---|---|",
+        ]
+        for name, fixed in (
+            ("c1", e["c1_fixed_prompts"]),
+            ("c2", e["c2"]),
+            ("c3", e["c3"]),
+            ("K_star_paper", e["K_star_paper_fixed_prompts"]),
+            ("K_star_exact", e["K_star_exact_fixed_prompts"]),
+        ):
             interval = ci.get(name)
-            lines.append(f"| {name} | {_fmt(e[name])} | {_fmt(fixed)} | {_fmt(p[name])} | "
-                         + (f"[{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "-") + " |")
+            lines.append(
+                f"| {name} | {_fmt(e[name])} | {_fmt(fixed)} | {_fmt(p[name])} | "
+                + (f"[{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "-")
+                + " |"
+            )
     return "\n".join(lines) + "\n"

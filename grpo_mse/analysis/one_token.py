@@ -46,19 +46,34 @@ def jacobian_bytes(model) -> int:
     return 4 * int(model.config.vocab_size) * params
 
 
-def enumerate_row(model, tokenizer, row: dict, texts: list[str], temperature: float, top_p: float = 1.0,
-                  score_distribution: str = "model") -> theory.OneTokenEnumeration:
+def enumerate_row(
+    model,
+    tokenizer,
+    row: dict,
+    texts: list[str],
+    temperature: float,
+    top_p: float = 1.0,
+    score_distribution: str = "model",
+) -> theory.OneTokenEnumeration:
     """p, G, Q, g of the row's one-token continuation space at ``temperature`` / ``top_p`` (theory)."""
     rewards = token_rewards(texts, row["ground_truth"])
-    return theory.one_token_enumeration(model, prompt_ids(tokenizer, row["prompt"]), lambda y: rewards[y],
-                                        temperature, top_p, score_distribution)
+    return theory.one_token_enumeration(
+        model, prompt_ids(tokenizer, row["prompt"]), lambda y: rewards[y], temperature, top_p, score_distribution
+    )
 
 
 def oracle_record(row: dict, value: float, settings: dict | None = None) -> dict:
     """A calculate_oracle_v.py line with the exact V: n_oracle/correct_count null, interval [V, V]."""
-    return {**row, "V_oracle": value, "n_oracle": None, "correct_count": None,
-            "V_ci95_low": value, "V_ci95_high": value, "V_method": "exact one-token enumeration",
-            **({"oracle_settings": settings} if settings else {})}
+    return {
+        **row,
+        "V_oracle": value,
+        "n_oracle": None,
+        "correct_count": None,
+        "V_ci95_low": value,
+        "V_ci95_high": value,
+        "V_method": "exact one-token enumeration",
+        **({"oracle_settings": settings} if settings else {}),
+    }
 
 
 def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> dict:
@@ -75,8 +90,12 @@ def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> dict:
 def prompt_summary(row: dict, enum: theory.OneTokenEnumeration, k_list, names) -> dict:
     """One prompt's id, gold, exact moments (V, ||g||^2, E||Gs||^2, sigma_O^2, tr Var zeta_2) and curves."""
     moments = enum.moments()
-    out = {"id": row.get("id"), "ground_truth": row["ground_truth"],
-           **{m: float(moments[m]) for m in MOMENTS}, **prompt_curves(enum, k_list, names)}
+    out = {
+        "id": row.get("id"),
+        "ground_truth": row["ground_truth"],
+        **{m: float(moments[m]) for m in MOMENTS},
+        **prompt_curves(enum, k_list, names),
+    }
     if est.GRPO_STD in names and 0.0 < moments["V"] < 1.0:
         out["grpo_std_own_target"] = own_target_curves(enum, k_list)
     return out
@@ -143,11 +162,13 @@ def theory_summary(prompts: list[dict], g_gram, k_list, names, config: dict) -> 
         "mean_V": float(np.mean([p["V"] for p in prompts])),
         "per_prompt": prompts,
         "config": config,
-        "note": ("Exact values for one generated token (run_tracecov.py --max_new_tokens 1 --top_p 1 at the same "
-                 "temperature): mse/trace_cov/bias2 = mean over prompts of each estimator's exact E||X - g||^2, "
-                 "tr Cov X and ||E X - g||^2 (the run's conditional_on_x is trace_cov). scaling_constants: c1 = "
-                 "mean ||g(x) - mean g||^2 over these prompts, c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2, "
-                 "K* = sqrt(c3/c1)."),
+        "note": (
+            "Exact values for one generated token (run_tracecov.py --max_new_tokens 1 --top_p 1 at the same "
+            "temperature): mse/trace_cov/bias2 = mean over prompts of each estimator's exact E||X - g||^2, "
+            "tr Cov X and ||E X - g||^2 (the run's conditional_on_x is trace_cov). scaling_constants: c1 = "
+            "mean ||g(x) - mean g||^2 over these prompts, c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2, "
+            "K* = sqrt(c3/c1)."
+        ),
     }
 
 

@@ -48,7 +48,7 @@ def score_law_mismatch(score_distribution: str, top_p: float, include_eos: bool 
 def vanilla_bias2(value: float, mean_score_sq: float) -> float:
     """Squared bias of vanilla against the baselined estimators' target: its mean exceeds the oracle's (with the
     table's V) by exactly V E_q[s_g], so bias^2 = V^2 ||E_q s||^2, from the unbiased ``mean_score_sq`` (0 at V = 0)."""
-    return 0.0 if value == 0 else value ** 2 * mean_score_sq
+    return 0.0 if value == 0 else value**2 * mean_score_sq
 
 
 def mse_of(record: dict, name: str) -> float:
@@ -78,14 +78,22 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
     """Per K: mean MSE per estimator, ratio / difference to the oracle, median per-prompt ratio, largest-prompt
     share, ||E s||^2, oracle noise and std-GRPO against its own target, each with a joint 95% interval."""
     _, position = prompt_columns({k: records_by_k[k] for k in k_list})
-    out = {"K_list": list(k_list), "n_boot": bs.n_boot_of(weights), "mean": {}, "ratio": {}, "difference": {},
-           "ratio_by_V_band": {"bands": [list(b) for b in V_BANDS], "n_prompts": [], "ratio": {}},
-           "largest_prompt_share": {}}
+    out = {
+        "K_list": list(k_list),
+        "n_boot": bs.n_boot_of(weights),
+        "mean": {},
+        "ratio": {},
+        "difference": {},
+        "ratio_by_V_band": {"bands": [list(b) for b in V_BANDS], "n_prompts": [], "ratio": {}},
+        "largest_prompt_share": {},
+    }
     columns = {n: [column(records_by_k[k], position, lambda r, n=n: mse_of(r, n)) for k in k_list] for n in names}
     means = {n: [bs.weighted_mean(weights, c) for c in columns[n]] for n in names}
     biased = [n for n in names if any(n in r.get("bias2", {}) for k in k_list for r in records_by_k[k])]
-    traces = {n: [bs.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r["tr_cov"][n]))
-                  for k in k_list] for n in set(biased) | {ORACLE} & set(names)}
+    traces = {
+        n: [bs.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r["tr_cov"][n])) for k in k_list]
+        for n in set(biased) | {ORACLE} & set(names)
+    }
     for n in names:
         out["mean"][n] = _series(means[n], weights)
         out["largest_prompt_share"][n] = [largest_share(c) for c in columns[n]]
@@ -99,17 +107,22 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
             if n == ORACLE:
                 continue
             with np.errstate(invalid="ignore", divide="ignore"):
-                out["ratio"][f"{n}/{ORACLE}"] = [bs.ratio_summary(weights, a, b)[0]
-                                                 for a, b in zip(columns[n], columns[ORACLE])]
+                out["ratio"][f"{n}/{ORACLE}"] = [
+                    bs.ratio_summary(weights, a, b)[0] for a, b in zip(columns[n], columns[ORACLE])
+                ]
                 if n in biased:
                     out.setdefault("trace_ratio", {})[f"{n}/{ORACLE}"] = _series(
-                        [a / b for a, b in zip(traces[n], traces[ORACLE])], weights)
+                        [a / b for a, b in zip(traces[n], traces[ORACLE])], weights
+                    )
                 out["ratio_by_V_band"]["ratio"][f"{n}/{ORACLE}"] = [
                     [bs.summarise(band_ratio(weights, a, b, mask), weights) for mask in per_k]
-                    for a, b, per_k in zip(columns[n], columns[ORACLE], bands)]
+                    for a, b, per_k in zip(columns[n], columns[ORACLE], bands)
+                ]
             out["difference"][f"{n}-{ORACLE}"] = _series([a - b for a, b in zip(means[n], means[ORACLE])], weights)
-    optional = {"mean_score_sq": lambda r: r.get("mean_score_sq", np.nan),
-                "oracle_noise": lambda r: r.get("oracle_noise", np.nan)}
+    optional = {
+        "mean_score_sq": lambda r: r.get("mean_score_sq", np.nan),
+        "oracle_noise": lambda r: r.get("oracle_noise", np.nan),
+    }
     for key, value_fn in optional.items():
         cols = [column(records_by_k[k], position, value_fn) for k in k_list]
         if any(np.isfinite(c).any() for c in cols):
@@ -120,9 +133,14 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
             if key == "oracle_noise" and ORACLE in names:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     out["oracle_noise_relative"] = _series(
-                        [bs.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights)
-    own = {key: [column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get(GRPO_STD, np.nan))
-                 for k in k_list] for key in ("mse_own", "bias2_own")}
+                        [bs.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights
+                    )
+    own = {
+        key: [
+            column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get(GRPO_STD, np.nan)) for k in k_list
+        ]
+        for key in ("mse_own", "bias2_own")
+    }
     if GRPO_STD in names and any(np.isfinite(c).any() for c in own["mse_own"]):
         out["grpo_std_own_target"] = {
             "mse": _series([bs.weighted_mean(weights, c) for c in own["mse_own"]], weights),
@@ -130,19 +148,29 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
             "n_prompts": [int(np.isfinite(c).sum()) for c in own["mse_own"]],
             "note": "MSE against g(x)/sqrt(V(1-V)), the gradient of E[2 arcsin sqrt(V)]; prompts with V in (0, 1) only",
         }
-    out["note"] = ("Joint prompt bootstrap (one resample of prompts per replicate, shared by every statistic and "
-                   "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval, except ratio: studentized "
-                   "bootstrap on the log scale (BCa undercovers under heavy tails). ratio = ratio of "
-                   "mean MSEs (tr Cov + bias^2) over prompts; trace_mean / trace_ratio = the same for tr Cov alone, "
-                   "given for estimators whose MSE differs from it; ratio_by_V_band = ratio of mean MSEs over the "
-                   "prompts with V_oracle in each band (last band includes 1); "
-                   "largest_prompt_share = max_x MSE(x) / sum_x MSE(x).")
+    out["note"] = (
+        "Joint prompt bootstrap (one resample of prompts per replicate, shared by every statistic and "
+        "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval, except ratio: studentized "
+        "bootstrap on the log scale (BCa undercovers under heavy tails). ratio = ratio of "
+        "mean MSEs (tr Cov + bias^2) over prompts; trace_mean / trace_ratio = the same for tr Cov alone, "
+        "given for estimators whose MSE differs from it; ratio_by_V_band = ratio of mean MSEs over the "
+        "prompts with V_oracle in each band (last band includes 1); "
+        "largest_prompt_share = max_x MSE(x) / sum_x MSE(x)."
+    )
     return out
 
 
-def run_statistics(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, list[dict]], k_list, names,
-                   seed: int = 0, n_boot: int = 2000, with_advisor: bool = True, budget: int = 1024,
-                   allowed=None) -> dict:
+def run_statistics(
+    records_by_k: dict[int, list[dict]],
+    batches_by_k: dict[int, list[dict]],
+    k_list,
+    names,
+    seed: int = 0,
+    n_boot: int = 2000,
+    with_advisor: bool = True,
+    budget: int = 1024,
+    allowed=None,
+) -> dict:
     """{"paired": paired_summary, "group_size_advisor": advise} from ONE set of bootstrap replicates."""
     prompts, _ = prompt_columns({k: records_by_k[k] for k in k_list})
     weights = bs.prompt_weights(len(prompts), n_boot, seed)
@@ -150,8 +178,7 @@ def run_statistics(records_by_k: dict[int, list[dict]], batches_by_k: dict[int, 
     if with_advisor and len(prompts) < 2:  # c1 and every interval need two prompts or more
         print("note: the group-size advisor needs 2 or more prompts (--T 2+); skipped", file=sys.stderr)
     elif with_advisor:
-        out["group_size_advisor"] = advise(records_by_k, batches_by_k, budget=budget, allowed=allowed,
-                                           weights=weights)
+        out["group_size_advisor"] = advise(records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights)
     return out
 
 
@@ -166,8 +193,11 @@ def describe(paired: dict) -> str:
     """One line per K: paired ratios and differences to the oracle (and ||E s||^2) with 95% intervals."""
     lines = []
     for i, k in enumerate(paired["K_list"]):
-        parts = [_cell(label, series[i]) for table in (paired["ratio"], paired["difference"])
-                 for label, series in table.items()]
+        parts = [
+            _cell(label, series[i])
+            for table in (paired["ratio"], paired["difference"])
+            for label, series in table.items()
+        ]
         if "mean_score_sq" in paired:
             parts.append(_cell("||E s||^2", paired["mean_score_sq"][i]))
         lines.append(f"K={k:4d}  " + "  ".join(parts))

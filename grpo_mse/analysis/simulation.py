@@ -23,7 +23,6 @@ def final_records(records: list[dict]) -> list[dict]:
     return list(last.values())
 
 
-
 def final_table(records: list[dict]) -> dict[str, dict[str, dict]]:
     """{estimator: {K: mean and Student-t 95% half-width of the final held-out reward over seeds}}."""
     from grpo_mse.tables.outputs import mean_t_ci
@@ -31,6 +30,7 @@ def final_table(records: list[dict]) -> dict[str, dict[str, dict]]:
     values: dict[str, dict[int, list[float]]] = {}
     for record in final_records(records):
         values.setdefault(record["estimator"], {}).setdefault(record["K"], []).append(record["heldout_reward"])
+
     def stats(rewards: list[float]) -> dict:
         return {key: (None if value != value else value) for key, value in mean_t_ci(rewards).items()}  # NaN -> null
 
@@ -65,8 +65,10 @@ def agreement(best: int, near_best: list[int], k_star: float | None, K_list) -> 
         verdict = "consistent within noise"
     else:
         verdict = "disagrees"
-    return verdict, (f"best K = {best} (K within its 95% interval: {near_best}); advisor K* = {k_star:.3g} "
-                     f"(nearest grid K = {grid}): {verdict}")
+    return verdict, (
+        f"best K = {best} (K within its 95% interval: {near_best}); advisor K* = {k_star:.3g} "
+        f"(nearest grid K = {grid}): {verdict}"
+    )
 
 
 def read_advisor(path: str) -> dict:
@@ -80,22 +82,32 @@ def read_advisor(path: str) -> dict:
     advice = result["group_size_advisor"]
     config = result.get("config", {})
     pooled, ci = advice["pooled"], advice.get("ci95", {})
-    return {"path": path, "K_star": pooled.get("K_star_exact"), "K_star_ci95": ci.get("K_star_exact"),
-            "K_star_paper": pooled.get("K_star_paper"), "K_best": pooled.get("K_best"),
-            **{c: advice["pooled"].get(c) for c in ("c1", "c2", "c3")},
-            "config": {k: config.get(k) for k in ("model", "temperature", "top_p", "max_new_tokens", "T", "M")}}
+    return {
+        "path": path,
+        "K_star": pooled.get("K_star_exact"),
+        "K_star_ci95": ci.get("K_star_exact"),
+        "K_star_paper": pooled.get("K_star_paper"),
+        "K_best": pooled.get("K_best"),
+        **{c: advice["pooled"].get(c) for c in ("c1", "c2", "c3")},
+        "config": {k: config.get(k) for k in ("model", "temperature", "top_p", "max_new_tokens", "T", "M")},
+    }
 
 
 def learning_statement(table: dict[str, dict], initial: float) -> str:
     """Whether some (estimator, K) ends above the starting reward by more than its 95% half-width."""
-    cells = [(stats["mean"] - half_width(stats), name, k, stats["mean"]) for name, by_k in table.items()
-             for k, stats in by_k.items()]
+    cells = [
+        (stats["mean"] - half_width(stats), name, k, stats["mean"])
+        for name, by_k in table.items()
+        for k, stats in by_k.items()
+    ]
     lower, name, k, mean = max(cells)
     if lower > initial:
         return f"learning happened: e.g. {name} K={k} ends at {mean:.4f} > start {initial:.4f} (beyond its 95% CI)"
     best = max(cells, key=lambda cell: cell[3])
-    return (f"no measurable learning: no final mean is above the start {initial:.4f} beyond its 95% CI "
-            f"(highest: {best[1]} K={best[2]} at {best[3]:.4f})")
+    return (
+        f"no measurable learning: no final mean is above the start {initial:.4f} beyond its 95% CI "
+        f"(highest: {best[1]} K={best[2]} at {best[3]:.4f})"
+    )
 
 
 def summarize(records: list[dict], K_list, advisor: dict | None = None, reference: str = est.GRPO) -> dict:

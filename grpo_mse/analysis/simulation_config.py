@@ -18,12 +18,14 @@ class SimulationConfig(Flags):
     budget: int = option(64, minimum=1, help="N = B*K sequences per step")
     K_list: tuple[int, ...] = option((2, 4, 8, 16, 32), minimum=2, help="group sizes (each divides --budget)")
     seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, help="SGD seeds")
-    estimators: tuple[str, ...] = option((NAIVE, GRPO, ORACLE), choices=UNBIASED,
-                                         help="gradient estimators compared")
+    estimators: tuple[str, ...] = option((NAIVE, GRPO, ORACLE), choices=UNBIASED, help="gradient estimators compared")
     steps: int = option(30, minimum=1, help="SGD steps")
     lr: float = option(1e-3, above=0, help="learning rate")
-    oracle: str = option("mc", choices=("mc", "running"),
-                         help="V stand-in of oracleV: n_v fresh samples (mc) or a running per-prompt average")
+    oracle: str = option(
+        "mc",
+        choices=("mc", "running"),
+        help="V stand-in of oracleV: n_v fresh samples (mc) or a running per-prompt average",
+    )
     n_v: int = option(8, minimum=1, help="extra samples per prompt for V")
     eval_every: int = option(0, minimum=0, help="held-out evaluation every n steps (0: at the end only)")
     train_prompts: int = option(256, minimum=1, help="training prompts")

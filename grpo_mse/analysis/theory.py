@@ -119,8 +119,13 @@ def exact_estimator(p, G, Q, K: int, name: str) -> dict:
     trace_cov = second - quad(mean, Q)
     bias2 = quad(mean - g, Q)
     g_sq = quad(g, Q)
-    return {"mse": trace_cov + bias2, "trace_cov": trace_cov, "bias2": bias2, "mean_coef": mean,
-            "mean_factor": quad(mean, Q, g) / g_sq if g_sq > 0 else float("nan")}
+    return {
+        "mse": trace_cov + bias2,
+        "trace_cov": trace_cov,
+        "bias2": bias2,
+        "mean_coef": mean,
+        "mean_factor": quad(mean, Q, g) / g_sq if g_sq > 0 else float("nan"),
+    }
 
 
 def exact_mse(p, G, Q, K: int, name: str) -> float:
@@ -148,8 +153,13 @@ def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, fl
     c1 = float(w @ np.diag(gram) - w @ gram @ w)
     c2 = float(w @ np.asarray(sigma_o2, dtype=np.float64))
     c3 = 2.0 * float(w @ np.asarray(var_zeta2, dtype=np.float64))
-    return {"c1": c1, "c2": c2, "c3": c3, "K_star_exact": float(k_star(c1, c3)),
-            "K_star_paper": float(paper_k_star(c1, c3)) if c1 > 0 else float("inf")}
+    return {
+        "c1": c1,
+        "c2": c2,
+        "c3": c3,
+        "K_star_exact": float(k_star(c1, c3)),
+        "K_star_paper": float(paper_k_star(c1, c3)) if c1 > 0 else float("inf"),
+    }
 
 
 @dataclass
@@ -174,27 +184,39 @@ def _jacobian_rows(z: torch.Tensor, params: list[torch.Tensor], rows: range, ret
     """[len(rows), P] fp32: d z[r] / d theta for r in ``rows`` (one batched vector-Jacobian product)."""
     seeds = torch.zeros((len(rows), z.shape[0]), dtype=z.dtype, device=z.device)
     seeds[torch.arange(len(rows)), torch.tensor(list(rows))] = 1.0
-    grads = torch.autograd.grad(z, params, grad_outputs=seeds, is_grads_batched=True, retain_graph=retain,
-                                allow_unused=True)
-    return torch.cat([(torch.zeros((len(rows), p.numel()), device=z.device) if d is None
-                       else d.reshape(len(rows), -1)).float().cpu() for d, p in zip(grads, params)], dim=1)
+    grads = torch.autograd.grad(
+        z, params, grad_outputs=seeds, is_grads_batched=True, retain_graph=retain, allow_unused=True
+    )
+    return torch.cat(
+        [
+            (torch.zeros((len(rows), p.numel()), device=z.device) if d is None else d.reshape(len(rows), -1))
+            .float()
+            .cpu()
+            for d, p in zip(grads, params)
+        ],
+        dim=1,
+    )
 
 
-def _logit_jacobian(model, prompt_ids: list[int], params: list[torch.Tensor], temperature: float,
-                    chunk: int = 32) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+def _logit_jacobian(
+    model, prompt_ids: list[int], params: list[torch.Tensor], temperature: float, chunk: int = 32
+) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
     """(softmax(z), J, logits) with z = last-position logits / T and J [n, P] = dz / dtheta in fp32."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(prompt_ids)], device=device)
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1).logits[0, -1]
     z = logits.float() / temperature
     n = z.shape[0]
-    blocks = [_jacobian_rows(z, params, range(start, min(start + chunk, n)), retain=start + chunk < n)
-              for start in range(0, n, chunk)]
+    blocks = [
+        _jacobian_rows(z, params, range(start, min(start + chunk, n)), retain=start + chunk < n)
+        for start in range(0, n, chunk)
+    ]
     return torch.softmax(z.detach().double(), dim=-1).cpu().numpy(), torch.cat(blocks), logits.detach()
 
 
-def _centred_gram_and_combination(jacobian: torch.Tensor, p: np.ndarray, coef: np.ndarray,
-                                  chunk: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
+def _centred_gram_and_combination(
+    jacobian: torch.Tensor, p: np.ndarray, coef: np.ndarray, chunk: int = 1 << 16
+) -> tuple[np.ndarray, np.ndarray]:
     """(S S^T, J^T coef) with score rows S = J - 1 (p^T J); fp32 products summed in float64 over column chunks.
 
     J is itself an fp32 backward result, so fp32 products (relative error ~1e-7 here) lose nothing that matters.
@@ -203,15 +225,21 @@ def _centred_gram_and_combination(jacobian: torch.Tensor, p: np.ndarray, coef: n
     gram, combo = torch.zeros((n, n), dtype=torch.float64), torch.empty(total, dtype=torch.float64)
     p32, coef32 = torch.as_tensor(p, dtype=torch.float32), torch.as_tensor(coef, dtype=torch.float32)
     for start in range(0, total, chunk):
-        block = jacobian[:, start:start + chunk]
-        combo[start:start + chunk] = coef32 @ block
+        block = jacobian[:, start : start + chunk]
+        combo[start : start + chunk] = coef32 @ block
         scores = block - p32 @ block
         gram += (scores @ scores.T).double()
     return gram.numpy(), combo.numpy()
 
 
-def one_token_enumeration(model, prompt_ids: list[int], reward_fn, temperature: float = 1.0, top_p: float = 1.0,
-                          score_distribution: str = "model") -> OneTokenEnumeration:
+def one_token_enumeration(
+    model,
+    prompt_ids: list[int],
+    reward_fn,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    score_distribution: str = "model",
+) -> OneTokenEnumeration:
     """Exact sampling law p, G, Q and g for a single generated token over all trainable parameters.
 
     p = q, the tempered softmax pi_T renormalised on the sampler's top_p nucleus (0 outside; q = pi_T at top_p 1).

@@ -13,9 +13,7 @@ KINDS = ("two_step", "three_step", "multiplication", "division", "parentheses")
 STYLES = ("zero_shot", "few_shot")
 
 ZERO_SHOT_INSTRUCTION = "Solve the arithmetic problem. Return ONLY the final integer."
-FEW_SHOT_INSTRUCTION = (
-    "You are a calculator. Solve each arithmetic problem and reply with ONLY the final integer."
-)
+FEW_SHOT_INSTRUCTION = "You are a calculator. Solve each arithmetic problem and reply with ONLY the final integer."
 # One worked example per kind, in the order of KINDS.
 FEW_SHOT_EXAMPLES = (
     ("15 + 25 =", 40),

@@ -75,11 +75,13 @@ def predict(run: dict, name: str, written_at: str | None = None) -> dict:
         "best_allowed_K": int(pooled["K_best"]),
         "best_allowed_K_ci95": ci.get("K_best"),
         "allowed_K": adv.get("allowed_K"),
-        "c1": pooled["c1"], "c2": pooled["c2"], "c3": pooled["c3"],
+        "c1": pooled["c1"],
+        "c2": pooled["c2"],
+        "c3": pooled["c3"],
         "c_ci95": {c: ci[c] for c in ("c1", "c2", "c3")},
         "budget": adv.get("budget"),
         "written_at": written_at or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }  # fmt: skip
+    }
 
 
 def run_metric(frame, metric: str):
@@ -160,8 +162,13 @@ def sweep_summary(frame, metric: str, started_at: str) -> dict:
             if lo > 0 or hi < 0:
                 separated.append([k1, k2])
     best = max(ks, key=lambda k: per_k[str(k)]["mean"])
-    return {"metric": f"mean of {metric} over validation steps > 0", "per_K": per_k, "best_K": best,
-            "started_at": started_at, "separated_pairs": separated}  # fmt: skip
+    return {
+        "metric": f"mean of {metric} over validation steps > 0",
+        "per_K": per_k,
+        "best_K": best,
+        "started_at": started_at,
+        "separated_pairs": separated,
+    }
 
 
 def best_k_draws(runs, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
@@ -185,14 +192,22 @@ def compare(a: dict, b: dict, draws_a, draws_b) -> dict:
     advisor = int(np.sign(k_b - k_a)) if k_a is not None and k_b is not None else 0
     moves = np.sign(np.asarray(draws_b, float) - np.asarray(draws_a, float))
     sweep = int(np.sign(b["sweep"]["best_K"] - a["sweep"]["best_K"]))
-    shares = {"advisor_way": float(np.mean(moves == advisor)) if advisor else float("nan"),
-              "opposite_way": float(np.mean(moves == -advisor)) if advisor else float("nan"),
-              "no_move": float(np.mean(moves == 0))}  # fmt: skip
-    return {"settings": [a["name"], b["name"]], "advisor_K_star": [k_a, k_b], "advisor_direction": advisor,
-            "sweep_best_K": [a["sweep"]["best_K"], b["sweep"]["best_K"]], "sweep_direction": sweep,
-            "agree": bool(advisor != 0 and sweep == advisor), "bootstrap_best_K_shares": shares,
-            "note": "direction: +1 up, -1 down, 0 same, from the first setting to the second; shares over "
-                    "replicates resampling seeds within each K"}  # fmt: skip
+    shares = {
+        "advisor_way": float(np.mean(moves == advisor)) if advisor else float("nan"),
+        "opposite_way": float(np.mean(moves == -advisor)) if advisor else float("nan"),
+        "no_move": float(np.mean(moves == 0)),
+    }
+    return {
+        "settings": [a["name"], b["name"]],
+        "advisor_K_star": [k_a, k_b],
+        "advisor_direction": advisor,
+        "sweep_best_K": [a["sweep"]["best_K"], b["sweep"]["best_K"]],
+        "sweep_direction": sweep,
+        "agree": bool(advisor != 0 and sweep == advisor),
+        "bootstrap_best_K_shares": shares,
+        "note": "direction: +1 up, -1 down, 0 same, from the first setting to the second; shares over "
+        "replicates resampling seeds within each K",
+    }
 
 
 def setting_summary(name: str, frame, prediction: dict, started_at: str, metric: str) -> dict:
@@ -201,10 +216,17 @@ def setting_summary(name: str, frame, prediction: dict, started_at: str, metric:
     errors = [predicted_error(prediction, k) for k in ks]
     observed = [sweep["per_K"][str(k)]["mean"] for k in ks]
     advisor = {key: prediction[key] for key in ("K_star_exact", "ci95", "best_allowed_K", "written_at")}
-    return {"name": name, "advisor": advisor, "sweep": sweep,
-            "rank_correlation": {"spearman_predicted_error_vs_metric": spearman(errors, observed), "K": ks,
-                                 "predicted_error_times_N": errors,
-                                 "note": "negative: K with smaller predicted error train better"}}  # fmt: skip
+    return {
+        "name": name,
+        "advisor": advisor,
+        "sweep": sweep,
+        "rank_correlation": {
+            "spearman_predicted_error_vs_metric": spearman(errors, observed),
+            "K": ks,
+            "predicted_error_times_N": errors,
+            "note": "negative: K with smaller predicted error train better",
+        },
+    }
 
 
 def plot_setting(summary: dict, path: str, runs=None) -> None:
@@ -221,13 +243,26 @@ def plot_setting(summary: dict, path: str, runs=None) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     if runs is not None:
         ax.scatter(runs["K"], runs["value"], s=10, color="0.6", label="one seed", zorder=1)
-    ax.errorbar(ks, means, yerr=[np.subtract(means, lo), np.subtract(hi, means)], fmt="o-", capsize=3,
-                color="C0", label="mean, 95% t-interval", zorder=3)  # fmt: skip
+    ax.errorbar(
+        ks,
+        means,
+        yerr=[np.subtract(means, lo), np.subtract(hi, means)],
+        fmt="o-",
+        capsize=3,
+        color="C0",
+        label="mean, 95% t-interval",
+        zorder=3,
+    )
     k_lo, k_hi = adv["ci95"] if adv["ci95"] else (None, None)
     right = max(ks) * 1.5
     if k_lo is not None:
-        ax.axvspan(max(k_lo, min(ks) / 1.5), min(k_hi if k_hi is not None else right, right), color="C1", alpha=0.15,
-                   label="advisor K* 95% interval")  # fmt: skip
+        ax.axvspan(
+            max(k_lo, min(ks) / 1.5),
+            min(k_hi if k_hi is not None else right, right),
+            color="C1",
+            alpha=0.15,
+            label="advisor K* 95% interval",
+        )
     if adv["K_star_exact"] is not None and math.isfinite(adv["K_star_exact"]):
         ax.axvline(adv["K_star_exact"], color="C1", label=f"advisor K* = {adv['K_star_exact']:.2f}")
     ax.axvline(adv["best_allowed_K"], color="C1", ls=":", label=f"advisor best allowed K = {adv['best_allowed_K']}")
@@ -262,12 +297,23 @@ def plot_settings(summaries: list, path: str) -> None:
         lo = np.array([sweep["per_K"][str(k)]["ci95"][0] for k in ks]) - top
         hi = np.array([sweep["per_K"][str(k)]["ci95"][1] for k in ks]) - top
         shift = 1 + 0.04 * (i - (len(summaries) - 1) / 2)  # side by side on the log axis
-        ax.errorbar(np.multiply(ks, shift), means, yerr=[means - lo, hi - means], fmt="o-", capsize=3, color=color,
-                    label=f"{summary['name']}: best K = {sweep['best_K']}")  # fmt: skip
+        ax.errorbar(
+            np.multiply(ks, shift),
+            means,
+            yerr=[means - lo, hi - means],
+            fmt="o-",
+            capsize=3,
+            color=color,
+            label=f"{summary['name']}: best K = {sweep['best_K']}",
+        )
         k_star, ci = adv["K_star_exact"], adv["ci95"]
         if ci and ci[0] is not None:
-            ax.axvspan(max(ci[0], min(all_ks) / 1.5), min(ci[1] if ci[1] is not None else right, right), color=color,
-                       alpha=0.08)  # fmt: skip
+            ax.axvspan(
+                max(ci[0], min(all_ks) / 1.5),
+                min(ci[1] if ci[1] is not None else right, right),
+                color=color,
+                alpha=0.08,
+            )
         if k_star is not None and math.isfinite(k_star):
             ax.axvline(k_star, color=color, ls="--", label=f"advisor K* = {k_star:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]")
     ax.axhline(0, color="0.7", lw=0.8)
@@ -300,9 +346,14 @@ def main(argv=None) -> None:
     s.add_argument("--min_gain", type=cli.number(), default=0.03)
     s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s = sub.add_parser("summarize", help="summary.json and one figure per setting")
-    s.add_argument("--setting", nargs=4, action="append", required=True,
-                   metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
-                   help="one setting: its runs, the advisor's prediction, when its sweep started")  # fmt: skip
+    s.add_argument(
+        "--setting",
+        nargs=4,
+        action="append",
+        required=True,
+        metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
+        help="one setting: its runs, the advisor's prediction, when its sweep started",
+    )
     s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s.add_argument("--out_dir", required=True)
     args = p.parse_args(argv)
@@ -321,8 +372,10 @@ def main(argv=None) -> None:
         run = read_json(args.run_json, ("group_size_advisor",), "run_tracecov result")
         pred = predict(run, args.name)
         write_atomic(args.out, to_json(pred, indent=1))
-        print(f"{args.name}: K*_exact = {pred['K_star_exact']:.2f} {pred['ci95']}, best allowed K = "
-              f"{pred['best_allowed_K']} (written {pred['written_at']}) -> {args.out}")  # fmt: skip
+        print(
+            f"{args.name}: K*_exact = {pred['K_star_exact']:.2f} {pred['ci95']}, best allowed K = "
+            f"{pred['best_allowed_K']} (written {pred['written_at']}) -> {args.out}"
+        )
     else:
         from grpo_mse.figures.training import read_training
 
@@ -340,18 +393,27 @@ def main(argv=None) -> None:
             plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), runs)
             settings.append(summary)
             sw = summary["sweep"]
-            print(f"{name}: advisor K* {pred['K_star_exact']:.2f} {pred['ci95']} best {pred['best_allowed_K']}; "
-                  f"sweep best K {sw['best_K']}, separated {sw['separated_pairs']}, Spearman "
-                  f"{summary['rank_correlation']['spearman_predicted_error_vs_metric']:.2f}")  # fmt: skip
-        comparisons = [compare(settings[i], settings[j], draws[i], draws[j])
-                       for i in range(len(settings)) for j in range(i + 1, len(settings))]  # fmt: skip
+            print(
+                f"{name}: advisor K* {pred['K_star_exact']:.2f} {pred['ci95']} best {pred['best_allowed_K']}; "
+                f"sweep best K {sw['best_K']}, separated {sw['separated_pairs']}, Spearman "
+                f"{summary['rank_correlation']['spearman_predicted_error_vs_metric']:.2f}"
+            )
+        comparisons = [
+            compare(settings[i], settings[j], draws[i], draws[j])
+            for i in range(len(settings))
+            for j in range(i + 1, len(settings))
+        ]
         for c in comparisons:
-            print(f"{c['settings'][0]} -> {c['settings'][1]}: advisor K* {c['advisor_direction']:+d}, sweep best K "
-                  f"{c['sweep_direction']:+d}; bootstrap shares {c['bootstrap_best_K_shares']}")  # fmt: skip
+            print(
+                f"{c['settings'][0]} -> {c['settings'][1]}: advisor K* {c['advisor_direction']:+d}, sweep best K "
+                f"{c['sweep_direction']:+d}; bootstrap shares {c['bootstrap_best_K_shares']}"
+            )
         if len(settings) > 1:
             plot_settings(settings, os.path.join(args.out_dir, "sweep_settings.png"))
-        write_atomic(os.path.join(args.out_dir, "summary.json"),
-                     to_json({"settings": settings, "comparisons": comparisons}, indent=1))  # fmt: skip
+        write_atomic(
+            os.path.join(args.out_dir, "summary.json"),
+            to_json({"settings": settings, "comparisons": comparisons}, indent=1),
+        )
 
 
 if __name__ == "__main__":

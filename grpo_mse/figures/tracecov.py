@@ -28,8 +28,14 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
     for name, means in result["conditional_on_x"].items():
         ax.errorbar(ks, means, yerr=result.get("ci95", {}).get(name), marker="o", capsize=3, **style(name))
         if theory and name in theory:
-            ax.plot(theory["K"], theory[name], linestyle="--", alpha=0.7, color=style(name)["color"],
-                    label=f"{style(name)['label']} (exact)")
+            ax.plot(
+                theory["K"],
+                theory[name],
+                linestyle="--",
+                alpha=0.7,
+                color=style(name)["color"],
+                label=f"{style(name)['label']} (exact)",
+            )
     ax.set_xscale("log", base=2)
     positive = any(v > 0 for means in result["conditional_on_x"].values() for v in means if v == v)
     ax.set_yscale("log" if positive else "linear")  # all zero (e.g. every reward equal): a log axis cannot draw
@@ -37,8 +43,9 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
     unbiased_only = set(result["conditional_on_x"]) <= set(est.UNBIASED)
-    ax.set_ylabel("MSE = tr Cov (mean over prompts)" if unbiased_only
-                  else "tr Cov, mean over prompts (= MSE if unbiased)")
+    ax.set_ylabel(
+        "MSE = tr Cov (mean over prompts)" if unbiased_only else "tr Cov, mean over prompts (= MSE if unbiased)"
+    )
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     crowded = len(ax.get_legend_handles_labels()[1]) > 6
@@ -72,13 +79,13 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
             line = ax.plot(result["K_list"], ratios, marker="o", label=label)[0]
             band = ratio_band(result)
             if band:
-                ax.fill_between(result["K_list"], *band, color=line.get_color(), alpha=0.15,
-                                label=f"{label}: paired 95% interval")
+                ax.fill_between(
+                    result["K_list"], *band, color=line.get_color(), alpha=0.15, label=f"{label}: paired 95% interval"
+                )
             theory = result.get("theory") or {}
             if est.GRPO in theory and est.ORACLE in theory:
                 exact = [g / o if o else float("nan") for g, o in zip(theory[est.GRPO], theory[est.ORACLE])]
-                ax.plot(theory["K"], exact,
-                        linestyle="--", color=line.get_color(), alpha=0.7, label=f"{label} (exact)")
+                ax.plot(theory["K"], exact, linestyle="--", color=line.get_color(), alpha=0.7, label=f"{label} (exact)")
     ax.axhline(1.0, color="gray", linestyle=":")
     ax.set_xscale("log", base=2)
     ks = sorted({k for _, result in results for k in result["K_list"]})
@@ -130,28 +137,52 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     allowed = allowed or adv.allowed_group_sizes(int(budget))
     ks = np.logspace(np.log2(1.5), np.log2(max(budget, 4)), 300, base=2)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    ax.plot(ks, adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget), color="tab:blue",
-            label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), N={budget:g}")
-    ax.plot(ks, adv.paper_bound(adv.clipped(c1), c2, adv.clipped(c3), ks, budget), color="tab:blue", linestyle=":",
-            label="paper: ... + c3/(N K)")
+    ax.plot(
+        ks,
+        adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget),
+        color="tab:blue",
+        label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), N={budget:g}",
+    )
+    ax.plot(
+        ks,
+        adv.paper_bound(adv.clipped(c1), c2, adv.clipped(c3), ks, budget),
+        color="tab:blue",
+        linestyle=":",
+        label="paper: ... + c3/(N K)",
+    )
     star = adv.number(pooled.get("K_star_exact"))
     if np.isfinite(star):
         ax.axvline(star, color="tab:red", linestyle="--", label=f"exact K* = 1 + sqrt(c3/c1) = {star:.3g}")
     if ci.get("K_star_exact"):
         low, high = (adv.number(v) for v in ci["K_star_exact"])
         if np.isfinite(low):
-            ax.axvspan(low, min(high, ks[-1]), color="tab:red", alpha=0.12,
-                       label="K* 95% joint bootstrap interval" + (" (to inf)" if np.isinf(high) else ""))
+            ax.axvspan(
+                low,
+                min(high, ks[-1]),
+                color="tab:red",
+                alpha=0.12,
+                label="K* 95% joint bootstrap interval" + (" (to inf)" if np.isinf(high) else ""),
+            )
     paper = adv.number(pooled.get("K_star_paper"))
     if np.isfinite(paper):
         ax.axvline(paper, color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = {paper:.3g}")
     saved_advice = advice.get("recommendation")
-    advice_now = adv.recommendation(c1, c2, c3, ci.get("c1"), ci.get("c3"), allowed, budget) if overridden or \
-        saved_advice is None else saved_advice
+    advice_now = (
+        adv.recommendation(c1, c2, c3, ci.get("c1"), ci.get("c3"), allowed, budget)
+        if overridden or saved_advice is None
+        else saved_advice
+    )
     best = advice_now["K_best"]
     if best is not None:
-        ax.plot([best], [float(adv.exact_error(c1, c2, c3, best, budget))], marker="*", markersize=12, color="tab:red",
-                linestyle="none", label=f"best allowed K = {best:g}")
+        ax.plot(
+            [best],
+            [float(adv.exact_error(c1, c2, c3, best, budget))],
+            marker="*",
+            markersize=12,
+            color="tab:red",
+            linestyle="none",
+            label=f"best allowed K = {best:g}",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("group size K")

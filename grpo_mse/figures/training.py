@@ -77,8 +77,13 @@ def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, ti
         ks, means, hws, _ = zip(*rows)
         (line,) = ax.plot(ks, means, marker="o", label=f"step {step}")
         if all(h is not None for h in hws):  # no band where a K has one seed
-            ax.fill_between(ks, [m - h for m, h in zip(means, hws)], [m + h for m, h in zip(means, hws)],
-                            color=line.get_color(), alpha=0.2)  # fmt: skip
+            ax.fill_between(
+                ks,
+                [m - h for m, h in zip(means, hws)],
+                [m + h for m, h in zip(means, hws)],
+                color=line.get_color(),
+                alpha=0.2,
+            )
     all_k = sorted(int(k) for k in sub["K"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(all_k, [str(k) for k in all_k])
@@ -140,8 +145,11 @@ def read_training(path: str, metric: str | None = None):
         raise DataError(f"{path}: not a readable CSV ({str(error).splitlines()[0]})") from None
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing or frame.empty:
-        raise DataError(f"{path}: " + (f"no {', '.join(missing)} column" if missing else "no rows")
-                        + " (expected the CSV of Policy_Optimization/collect_runs.py)")
+        raise DataError(
+            f"{path}: "
+            + (f"no {', '.join(missing)} column" if missing else "no rows")
+            + " (expected the CSV of Policy_Optimization/collect_runs.py)"
+        )
     for column in ("K", "seed", "step", "value"):
         numbers = pd.to_numeric(frame[column], errors="coerce")
         finite = numbers.abs() < math.inf  # False for NaN (not a number) and for infinities
@@ -149,8 +157,10 @@ def read_training(path: str, metric: str | None = None):
         if not whole.all():
             row = int((~whole).to_numpy().nonzero()[0][0])
             kind = "a finite number" if column == "value" else "a whole number"
-            raise DataError(f"{path} row {row + 2}: {column} {str(frame[column].iloc[row])!r} is not {kind} "
-                            "(expected the CSV of Policy_Optimization/collect_runs.py)")
+            raise DataError(
+                f"{path} row {row + 2}: {column} {str(frame[column].iloc[row])!r} is not {kind} "
+                "(expected the CSV of Policy_Optimization/collect_runs.py)"
+            )
         frame[column] = numbers if column == "value" else numbers.astype(int)
     try:
         pick_metric(frame, metric)
@@ -180,8 +190,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out_dir", default="results/figures", help="output folder")
     p.add_argument("--name", default="figure5_accuracy_vs_K", help="file stem of the outputs")
     p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
-    p.add_argument("--steps", type=cli.integer(minimum=0), nargs="*", default=None,
-                   help="default: four steps incl. the last")
+    p.add_argument(
+        "--steps", type=cli.integer(minimum=0), nargs="*", default=None, help="default: four steps incl. the last"
+    )
     args = p.parse_args(argv)
     cli.writable_dir(args.out_dir, "--out_dir")
     return args

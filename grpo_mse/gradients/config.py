@@ -24,7 +24,7 @@ ENGINES = ("fast", "reference")
 DTYPES = ("fp16", "bf16", "fp32")
 BACKENDS = ("hf", "vllm")
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
-MAX_SEED = 2 ** 32 - 1
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(kw_only=True)
@@ -38,10 +38,12 @@ class ModelConfig(Flags):
     trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
     backend: str = option("hf", choices=BACKENDS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
     vllm_gpu_util: float = option(0.4, type=float, help="vLLM gpu_memory_utilization")
-    vllm_enforce_eager: bool = option(False, help="vLLM: no torch.compile or CUDA graphs (starts in seconds, "
-                                                  "samples slower; for short runs)")
-    vllm_max_model_len: int | None = option(None, type=int, help="vLLM max_model_len (default: the model's "
-                                                                 "context length; smaller saves KV-cache memory)")
+    vllm_enforce_eager: bool = option(
+        False, help="vLLM: no torch.compile or CUDA graphs (starts in seconds, samples slower; for short runs)"
+    )
+    vllm_max_model_len: int | None = option(
+        None, type=int, help="vLLM max_model_len (default: the model's context length; smaller saves KV-cache memory)"
+    )
     temperature: float = option(1.0, type=float, help="sampling temperature")
     top_p: float = option(0.95, type=float, help="nucleus sampling mass")
     max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
@@ -84,14 +86,26 @@ class OracleConfig(ModelConfig):
     seed: int = option(0, type=int, help="random seed (sample j of row i uses stream (seed, key_i, j))")
     out_dir: str = option("oracle_v_results", help="output folder of the JSONL table")
     limit: int | None = option(None, type=int, help="only the first N rows")
-    resume: bool = option(False, help="continue the newest file in --out_dir with equal settings (docs/safety.md), "
-                                      "skipping done ids")
+    resume: bool = option(
+        False, help="continue the newest file in --out_dir with equal settings (docs/safety.md), skipping done ids"
+    )
 
     # Fields that change the numbers: --resume continues a file only when all of them are equal (the dataset
     # as its content fingerprint, saved beside the output in ``*.settings.json``).
     RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
-        "model", "model_fingerprint", "revision", "dataset", "split", "n_oracle", "seed", "temperature", "top_p",
-        "max_new_tokens", "dtype", "backend")
+        "model",
+        "model_fingerprint",
+        "revision",
+        "dataset",
+        "split",
+        "n_oracle",
+        "seed",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "dtype",
+        "backend",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -109,69 +123,114 @@ class TracecovConfig(ModelConfig):
     # Fields that change the numbers: a resumed run must agree on all of them.
     # (the table as its content fingerprint ``oracle_table_fingerprint``, saved in the progress log's header)
     RESULT_FIELDS: ClassVar[tuple[str, ...]] = (
-        "model", "model_fingerprint", "revision", "oracle_table_fingerprint", "dtype", "seed", "T", "M", "K_list",
-        "temperature", "top_p",
-        "max_new_tokens", "subsample_prompts", "drop_eos", "estimators", "shared_samples", "c1_batch", "no_advisor",
-        "backend", "score_distribution")
+        "model",
+        "model_fingerprint",
+        "revision",
+        "oracle_table_fingerprint",
+        "dtype",
+        "seed",
+        "T",
+        "M",
+        "K_list",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "subsample_prompts",
+        "drop_eos",
+        "estimators",
+        "shared_samples",
+        "c1_batch",
+        "no_advisor",
+        "backend",
+        "score_distribution",
+    )
 
     model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
     dtype: str = option("bf16", choices=DTYPES, help="model weights' dtype")
     oracle_table: str = option(help=".jsonl/.parquet with prompt, ground_truth, V_oracle (or VERL rows + V_oracle)")
     seed: int = option(0, type=int, help="random seed (sample j of prompt key at K uses stream (seed, K, key, j))")
-    T: int = option(500, type=int, help="prompts used: the first T of a shuffle seeded with --seed (all, in order, "
-                                        "if no more rows)")
+    T: int = option(
+        500, type=int, help="prompts used: the first T of a shuffle seeded with --seed (all, in order, if no more rows)"
+    )
     M: int = option(16, type=int, help="independent groups per prompt (>= 2)")
     K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", help="group sizes (>= 2)")
     gen_bs: int = option(64, type=int, help="max sequences per generation batch")
-    subsample_prompts: int | None = option(None, type=int,
-                                           help="randomly subsample this many rows of the table (seeded) before "
-                                                "taking T")
+    subsample_prompts: int | None = option(
+        None, type=int, help="randomly subsample this many rows of the table (seeded) before taking T"
+    )
     save_json: str = option(help="output DIRECTORY for the JSON/CSV results")
     plot_path: str | None = option(None, help="output directory of the PNG (required unless --skip_plot)")
     skip_plot: bool = option(False, help="write no PNG")
-    engine: str = option("fast", choices=ENGINES,
-                         help="fast: at most two vector-Jacobian products per group, several groups per batched "
-                              "backward call; reference: one backward pass per estimator (original)")
-    groups_per_pass: int = option(0, type=int,
-                                  help="fast engine: groups per forward pass and batched backward call (0 = auto: "
-                                       "up to 128 sequences, at most 64 groups, within 2 GiB of gradients)")
-    estimators: list[str] = option(list(UNBIASED), nargs="+", choices=ALL_ESTIMATORS,
-                                   help="estimators whose traces are computed")
+    engine: str = option(
+        "fast",
+        choices=ENGINES,
+        help="fast: at most two vector-Jacobian products per group, several groups per batched "
+        "backward call; reference: one backward pass per estimator (original)",
+    )
+    groups_per_pass: int = option(
+        0,
+        type=int,
+        help="fast engine: groups per forward pass and batched backward call (0 = auto: "
+        "up to 128 sequences, at most 64 groups, within 2 GiB of gradients)",
+    )
+    estimators: list[str] = option(
+        list(UNBIASED), nargs="+", choices=ALL_ESTIMATORS, help="estimators whose traces are computed"
+    )
     drop_eos: bool = option(False, help="reproduce the original: leave a sampled EOS token out of log pi(y|x)")
-    shared_samples: bool = option(False, help="draw M*max(K) continuations once per prompt and form every K's "
-                                              "groups from them")
+    shared_samples: bool = option(
+        False, help="draw M*max(K) continuations once per prompt and form every K's groups from them"
+    )
     no_advisor: bool = option(False, help="skip the group-size advisor (c1, c2, c3, K*)")
-    c1_batch: int = option(16, type=int, help="prompts per batch for c1 (between-prompt variance); under torchrun "
-                                              "a batch never spans two ranks")
-    score_distribution: str = option("model", choices=("model", "sampling"),
-                                     help="score of log pi_T, untruncated (the original's), or of the distribution "
-                                          "sampled (temperature and renormalised top_p nucleus)")
+    c1_batch: int = option(
+        16,
+        type=int,
+        help="prompts per batch for c1 (between-prompt variance); under torchrun a batch never spans two ranks",
+    )
+    score_distribution: str = option(
+        "model",
+        choices=("model", "sampling"),
+        help="score of log pi_T, untruncated (the original's), or of the distribution "
+        "sampled (temperature and renormalised top_p nucleus)",
+    )
     budget: int = option(1024, type=int, help="advisor: sequences per step N (the best allowed K divides it)")
-    allowed_K: list[int] | None = option(None, type=int, nargs="+",
-                                         help="advisor: group sizes to choose from (default: the powers of two "
-                                              "dividing --budget)")
-    resume: bool = option(False, help="continue the newest unfinished run in --save_json with equal settings "
-                                      "(docs/safety.md)")
+    allowed_K: list[int] | None = option(
+        None,
+        type=int,
+        nargs="+",
+        help="advisor: group sizes to choose from (default: the powers of two dividing --budget)",
+    )
+    resume: bool = option(
+        False, help="continue the newest unfinished run in --save_json with equal settings (docs/safety.md)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.budget >= 2, f"--budget must be >= 2 (got {self.budget})")
-        require(self.allowed_K is None or all(k >= 2 for k in self.allowed_K),
-                f"every K in --allowed_K must be >= 2 (got {self.allowed_K})")
+        require(
+            self.allowed_K is None or all(k >= 2 for k in self.allowed_K),
+            f"every K in --allowed_K must be >= 2 (got {self.allowed_K})",
+        )
         misfits = [k for k in self.allowed_K or [] if self.budget % k]
-        require(not misfits, f"every K in --allowed_K must divide --budget {self.budget} (B = N/K prompts per step; "
-                             f"not {' '.join(map(str, misfits))})")
-        require(self.allowed_K is not None or self.budget % 2 == 0,
-                f"--budget {self.budget} is odd: no power-of-two group size divides it; give an even --budget "
-                "or list the sizes with --allowed_K")
+        require(
+            not misfits,
+            f"every K in --allowed_K must divide --budget {self.budget} (B = N/K prompts per step; "
+            f"not {' '.join(map(str, misfits))})",
+        )
+        require(
+            self.allowed_K is not None or self.budget % 2 == 0,
+            f"--budget {self.budget} is odd: no power-of-two group size divides it; give an even --budget "
+            "or list the sizes with --allowed_K",
+        )
         require(self.M >= 2, f"--M must be >= 2 (got {self.M})")
         require(all(k >= 2 for k in self.K_list), f"every K in --K_list must be >= 2 (got {self.K_list})")
         require(self.T >= 1, f"--T must be >= 1 (got {self.T})")
         require(self.groups_per_pass >= 0, f"--groups_per_pass must be >= 0 (got {self.groups_per_pass})")
         require(self.c1_batch >= 1, f"--c1_batch must be >= 1 (got {self.c1_batch})")
-        require(self.c1_batch >= 2 or not self.with_advisor,
-                "--c1_batch 1 leaves no pair of prompts to estimate c1 (between-prompt variance), so the advisor "
-                "would be empty; use --c1_batch 2 or more, or --no_advisor")
+        require(
+            self.c1_batch >= 2 or not self.with_advisor,
+            "--c1_batch 1 leaves no pair of prompts to estimate c1 (between-prompt variance), so the advisor "
+            "would be empty; use --c1_batch 2 or more, or --no_advisor",
+        )
         require(self.skip_plot or bool(self.plot_path), "--plot_path is required unless --skip_plot")
         for flag, minimum in (("gen_bs", 1), ("subsample_prompts", 1)):
             if getattr(self, flag) is not None:

@@ -81,8 +81,7 @@ def lacks_vmap_rule(error: RuntimeError) -> bool:
     return "batching rule" in text or text.startswith("vmap:")
 
 
-def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch.Tensor,
-             batched: bool) -> RowGradients:
+def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch.Tensor, batched: bool) -> RowGradients:
     """Rows grad <cotangents[b], output>: one batched backward call (``is_grads_batched``, a vmap) when
     ``batched``, else one backward pass per row (also the fallback for an operation without a vmap rule).
 
@@ -91,20 +90,25 @@ def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch
     count = len(cotangents)
     if batched and count > 1:
         try:
-            grads = torch.autograd.grad(output, params, grad_outputs=cotangents, is_grads_batched=True,
-                                        allow_unused=True)
+            grads = torch.autograd.grad(
+                output, params, grad_outputs=cotangents, is_grads_batched=True, allow_unused=True
+            )
         except RuntimeError as error:
             if isinstance(error, torch.OutOfMemoryError):
-                raise torch.OutOfMemoryError(f"{str(error).splitlines()[0]} (batched backward of {count} rows; "
-                                             "lower --groups_per_pass, e.g. 1)") from error
+                raise torch.OutOfMemoryError(
+                    f"{str(error).splitlines()[0]} (batched backward of {count} rows; lower --groups_per_pass, e.g. 1)"
+                ) from error
             if not lacks_vmap_rule(error):
                 raise
         else:
-            stacked = [torch.zeros((count, *p.shape), dtype=p.dtype, device=p.device) if g is None else g
-                       for g, p in zip(grads, params)]
+            stacked = [
+                torch.zeros((count, *p.shape), dtype=p.dtype, device=p.device) if g is None else g
+                for g, p in zip(grads, params)
+            ]
             return RowGradients([[g[b] for g in stacked] for b in range(count)], stacked)
-    return RowGradients([_grad((row * output).sum(), params, retain=index < count - 1)
-                         for index, row in enumerate(cotangents)])
+    return RowGradients(
+        [_grad((row * output).sum(), params, retain=index < count - 1) for index, row in enumerate(cotangents)]
+    )
 
 
 # Continuation tokens one pass may hold, and (rows x tokens) for its batched backward call, whose
@@ -113,7 +117,7 @@ PASS_TOKEN_BUDGET = 4096
 PASS_ROW_TOKEN_BUDGET = 1 << 16
 
 
-def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: float = 2 ** 31) -> int:
+def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: float = 2**31) -> int:
     """Groups whose gradients share one forward and one batched backward call.
 
     ``requested`` > 0 is used as is; 0 (auto) packs up to 128 sequences per call (at most 64 groups),
@@ -125,16 +129,21 @@ def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: flo
     return max(1, min(64, 128 // k, by_memory))
 
 
-def pass_slices(groups: list[list[list[int]]], step: int, token_budget: int = PASS_TOKEN_BUDGET,
-                row_token_budget: int = PASS_ROW_TOKEN_BUDGET) -> list[slice]:
+def pass_slices(
+    groups: list[list[list[int]]],
+    step: int,
+    token_budget: int = PASS_TOKEN_BUDGET,
+    row_token_budget: int = PASS_ROW_TOKEN_BUDGET,
+) -> list[slice]:
     """Consecutive runs of at most ``step`` groups, ``token_budget`` continuation tokens and
     ``row_token_budget`` (2 rows per group) x tokens; always at least one group."""
     slices, start, tokens = [], 0, 0
     for index, group in enumerate(groups):
         size = sum(len(c) for c in group)
         count = index - start
-        if count and (count == step or tokens + size > token_budget
-                      or 2 * (count + 1) * (tokens + size) > row_token_budget):
+        if count and (
+            count == step or tokens + size > token_budget or 2 * (count + 1) * (tokens + size) > row_token_budget
+        ):
             slices.append(slice(start, index))
             start, tokens = index, 0
         tokens += size
@@ -164,13 +173,14 @@ def group_cotangents(rewards: torch.Tensor, kinds: list[list[str]]) -> tuple[tor
         owner.append(list(range(len(rows), len(rows) + len(group_kinds))))
         for kind in group_kinds:
             row = torch.zeros(count * k, dtype=rewards.dtype)
-            row[g * k:(g + 1) * k] = (group_rewards if kind == "a" else torch.ones_like(group_rewards)) / k
+            row[g * k : (g + 1) * k] = (group_rewards if kind == "a" else torch.ones_like(group_rewards)) / k
             rows.append(row)
     return (torch.stack(rows) if rows else torch.zeros((0, count * k), dtype=rewards.dtype)), owner
 
 
-def distinct_continuations(continuations: list[list[int]], cotangents: torch.Tensor
-                           ) -> tuple[list[list[int]], torch.Tensor]:
+def distinct_continuations(
+    continuations: list[list[int]], cotangents: torch.Tensor
+) -> tuple[list[list[int]], torch.Tensor]:
     """Each distinct continuation once, with the cotangent columns of its copies summed:
     sum_n c_bn grad lp_n = sum_u (sum_{n: y_n = y_u} c_bn) grad lp_u, since lp depends on the tokens only."""
     first: dict[tuple[int, ...], int] = {}
@@ -204,8 +214,9 @@ def splits_by_reward(plans, rewards: torch.Tensor) -> bool:
     return len(plans) == 1 and plans[0][0] == ["a", "s"] and len(set(rewards[0].tolist())) == 2
 
 
-def reward_split_rows(logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor,
-                      plan) -> tuple[list[list[torch.Tensor]], list]:
+def reward_split_rows(
+    logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor, plan
+) -> tuple[list[list[torch.Tensor]], list]:
     """One group's gradient rows as w_r = (1/K) sum_{k: G_k = r} grad lp_k, one forward and one backward pass
     per reward value r over its own continuations only (each sequence goes through one backward pass, where
     computing a and s from one pass over all K costs two full backward passes). Since a = sum_r r w_r and
@@ -223,9 +234,17 @@ def reward_split_rows(logprob_fn, params: list[torch.Tensor], group: list[list[i
     return rows, [(kinds, split)]
 
 
-def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list[int]]],
-                  rewards: torch.Tensor, value: float | None, names=est.UNBIASED,
-                  engine: str = "fast", per_pass: int = 0, measure_score: bool = False) -> PromptStats:
+def prompt_traces(
+    logprob_fn,
+    params: list[torch.Tensor],
+    groups: list[list[list[int]]],
+    rewards: torch.Tensor,
+    value: float | None,
+    names=est.UNBIASED,
+    engine: str = "fast",
+    per_pass: int = 0,
+    measure_score: bool = False,
+) -> PromptStats:
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
     The fast engine runs ``per_pass`` groups (0: auto; fewer when over ``PASS_TOKEN_BUDGET`` or
@@ -280,8 +299,9 @@ def prompt_traces(logprob_fn, params: list[torch.Tensor], groups: list[list[list
             add_pass(stats, labels, plans, owner, rows)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
-    out = PromptStats(traces, stats, bias2,
-                      bias2_own={est.GRPO_STD: bias_squared(stats[OWN], len(groups))} if own else None)
+    out = PromptStats(
+        traces, stats, bias2, bias2_own={est.GRPO_STD: bias_squared(stats[OWN], len(groups))} if own else None
+    )
     if measure_score:
         out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], len(groups)), stats[SCORE].trace()
     return out

@@ -59,6 +59,7 @@ def drgrpo_weights(rewards: torch.Tensor) -> torch.Tensor:
 
 # Exact MSEs from the moments of ``analysis.theory.exact_moments`` (E[s] = 0, K >= 2).
 
+
 def vanilla_exact_mse(m: dict[str, float], K: int) -> float:
     """MSE_vanilla = (E||G s||^2 - ||g||^2) / K."""
     return (m["vanilla_m2"] - m["g_sq"]) / K
@@ -93,19 +94,61 @@ class Estimator:
     trainer: str  # the VERL / TRL setting whose advantage gives the same gradient
 
 
-REGISTRY: dict[str, Estimator] = {e.name: e for e in (
-    Estimator(NAIVE, "vanilla", "tab:blue", vanilla_weights, biased=False, needs_value=False,
-              closed_form=vanilla_exact_mse, trainer="none (no baseline)"),
-    Estimator(GRPO, "GRPO", "tab:orange", grpo_weights, biased=False, needs_value=False, closed_form=grpo_exact_mse,
-              trainer="VERL adv_estimator=rloo (exactly); = K/(K-1) x VERL grpo with norm_adv_by_std_in_grpo=False"),
-    Estimator(ORACLE, "oracle baseline", "tab:green", oracle_weights, biased=False, needs_value=True,
-              closed_form=oracle_exact_mse, trainer="none (needs the true V(x); a learned critic approximates it)"),
-    Estimator(GRPO_STD, "GRPO (std-normalised)", "tab:red", grpo_std_weights, biased=True, needs_value=False,
-              closed_form=None, trainer="VERL adv_estimator=grpo (default), TRL scale_rewards=\"group\" (default)"),
-    Estimator(DRGRPO, "Dr.GRPO", "tab:purple", drgrpo_weights, biased=True, needs_value=False,
-              closed_form=drgrpo_exact_mse,
-              trainer="VERL grpo with norm_adv_by_std_in_grpo=False, TRL scale_rewards=\"none\""),
-)}
+REGISTRY: dict[str, Estimator] = {
+    e.name: e
+    for e in (
+        Estimator(
+            NAIVE,
+            "vanilla",
+            "tab:blue",
+            vanilla_weights,
+            biased=False,
+            needs_value=False,
+            closed_form=vanilla_exact_mse,
+            trainer="none (no baseline)",
+        ),
+        Estimator(
+            GRPO,
+            "GRPO",
+            "tab:orange",
+            grpo_weights,
+            biased=False,
+            needs_value=False,
+            closed_form=grpo_exact_mse,
+            trainer="VERL adv_estimator=rloo (exactly); = K/(K-1) x VERL grpo with norm_adv_by_std_in_grpo=False",
+        ),
+        Estimator(
+            ORACLE,
+            "oracle baseline",
+            "tab:green",
+            oracle_weights,
+            biased=False,
+            needs_value=True,
+            closed_form=oracle_exact_mse,
+            trainer="none (needs the true V(x); a learned critic approximates it)",
+        ),
+        Estimator(
+            GRPO_STD,
+            "GRPO (std-normalised)",
+            "tab:red",
+            grpo_std_weights,
+            biased=True,
+            needs_value=False,
+            closed_form=None,
+            trainer='VERL adv_estimator=grpo (default), TRL scale_rewards="group" (default)',
+        ),
+        Estimator(
+            DRGRPO,
+            "Dr.GRPO",
+            "tab:purple",
+            drgrpo_weights,
+            biased=True,
+            needs_value=False,
+            closed_form=drgrpo_exact_mse,
+            trainer='VERL grpo with norm_adv_by_std_in_grpo=False, TRL scale_rewards="none"',
+        ),
+    )
+}
 ALL = tuple(REGISTRY)
 UNBIASED = tuple(name for name, e in REGISTRY.items() if not e.biased)
 BIASED = tuple(name for name, e in REGISTRY.items() if e.biased)

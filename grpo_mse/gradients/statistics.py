@@ -128,8 +128,14 @@ class SumTrace:
         self.m2 = 0.0
         self.total = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in shapes_like]
 
-    def add_pass(self, coefficients: torch.Tensor, rows: list[list[torch.Tensor]], gram: torch.Tensor,
-                 total_dots: torch.Tensor, total_sq: float) -> None:
+    def add_pass(
+        self,
+        coefficients: torch.Tensor,
+        rows: list[list[torch.Tensor]],
+        gram: torch.Tensor,
+        total_dots: torch.Tensor,
+        total_sq: float,
+    ) -> None:
         """Add x_g = sum_r coefficients[g, r] rows[r] for every g, given gram = <v_r, v_s>,
         total_dots = <T, v_r> and total_sq = <T, T> (all float64)."""
         coefficients = coefficients.to(torch.float64)
@@ -139,7 +145,7 @@ class SumTrace:
         within = float(torch.einsum("gr,rs,gs->", coefficients, gram, coefficients)) - sum_sq / n_pass
         if n_before:
             cross = float(summed @ total_dots) if len(summed) else 0.0
-            gap = total_sq / n_before ** 2 - 2 * cross / (n_before * n_pass) + sum_sq / n_pass ** 2
+            gap = total_sq / n_before**2 - 2 * cross / (n_before * n_pass) + sum_sq / n_pass**2
             within += gap * n_before * n_pass / (n_before + n_pass)
         self.m2 += within
         self.count += n_pass
@@ -187,8 +193,13 @@ def c1_memory(params, batch_size: int, host_bytes: int = C1_HOST_BYTES) -> dict:
     block = max(4096, (1 << 19) // max(batch_size, 1))
     chunk = max((min(p.numel(), SPILL_CHUNK) * element_bytes(stats_dtype(p)) for p in params), default=0)
     work = 2 * batch_size * block * 8 + (chunk if spilled else 0)
-    return {"vector_bytes": each, "in_memory": kept, "on_disk": spilled, "host_bytes": kept * each + work,
-            "disk_bytes": spilled * each}
+    return {
+        "vector_bytes": each,
+        "in_memory": kept,
+        "on_disk": spilled,
+        "host_bytes": kept * each + work,
+        "disk_bytes": spilled * each,
+    }
 
 
 def spill_to_file(vector: list[torch.Tensor], path: str) -> list[torch.Tensor]:
@@ -199,12 +210,12 @@ def spill_to_file(vector: list[torch.Tensor], path: str) -> list[torch.Tensor]:
         for tensor in vector:
             flat = tensor.detach().reshape(-1)
             for start in range(0, flat.numel(), SPILL_CHUNK):
-                f.write(flat[start:start + SPILL_CHUNK].to("cpu").contiguous().view(torch.uint8).numpy())
+                f.write(flat[start : start + SPILL_CHUNK].to("cpu").contiguous().view(torch.uint8).numpy())
     total = sum(t.numel() for t in vector)
     flat = torch.from_file(path, shared=False, size=total, dtype=dtype) if total else torch.zeros(0, dtype=dtype)
     views, offset = [], 0
     for tensor in vector:
-        views.append(flat[offset:offset + tensor.numel()].view(tensor.shape))
+        views.append(flat[offset : offset + tensor.numel()].view(tensor.shape))
         offset += tensor.numel()
     return views
 
@@ -241,8 +252,15 @@ class BetweenPromptBatch:
         n = len(gram)
         between = float(np.trace(gram) - gram.sum() / n) / (n - 1)
         within = float(np.mean(self.within))
-        return {"n": n, "prompt_indices": list(self.prompt_indices), "gram": gram.tolist(),
-                "within_each": list(self.within), "between": between, "within": within, "c1": between - within}
+        return {
+            "n": n,
+            "prompt_indices": list(self.prompt_indices),
+            "gram": gram.tolist(),
+            "within_each": list(self.within),
+            "between": between,
+            "within": within,
+            "c1": between - within,
+        }
 
     def discard(self) -> None:
         """Drop the mean gradients and remove their files."""

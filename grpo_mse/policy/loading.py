@@ -23,8 +23,9 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: str = "main",
-                trust_remote_code: bool = False):
+def load_policy(
+    name: str, device: str = "cpu", dtype: str = "fp32", revision: str = "main", trust_remote_code: bool = False
+):
     """(model in eval mode on ``device``, tokenizer with a pad token) for ``name``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -39,8 +40,10 @@ def load_policy(name: str, device: str = "cpu", dtype: str = "fp32", revision: s
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[dtype], **kwargs)
     except Exception as error:  # noqa: BLE001 - transformers raises OSError, ValueError, RuntimeError, safetensors
-        if not isinstance(error, (OSError, ValueError, RuntimeError)) and \
-                type(error).__module__.split(".")[0] != "safetensors":
+        if (
+            not isinstance(error, (OSError, ValueError, RuntimeError))
+            and type(error).__module__.split(".")[0] != "safetensors"
+        ):
             raise
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         where = "" if local else f" (no local folder {name!r} either)"

@@ -13,8 +13,9 @@ from grpo_mse.policy.sampling import nucleus_mask
 FAR = -1e30  # log q of a token outside the nucleus (never sampled; finite so that masked positions give 0)
 
 
-def token_log_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
-                    targets: torch.Tensor | None = None) -> torch.Tensor:
+def token_log_probs(
+    logits: torch.Tensor, temperature: float, top_p: float = 1.0, targets: torch.Tensor | None = None
+) -> torch.Tensor:
     """[..., V] log-softmax of logits / T, renormalised over the nucleus when top_p < 1 (outside: ``FAR``).
 
     ``targets`` ([...], the tokens actually sampled): each is kept in its own position's nucleus. A token
@@ -49,9 +50,17 @@ def continuation_mask(continuations: list[list[int]], eos_ids: list[int], includ
     return mask
 
 
-def sequence_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                      pad_id: int, include_eos: bool = True, temperature: float = 1.0,
-                      top_p: float = 1.0) -> torch.Tensor:
+def sequence_logprobs(
+    model,
+    prompt: list[int],
+    continuations: list[list[int]],
+    *,
+    eos_ids: list[int],
+    pad_id: int,
+    include_eos: bool = True,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> torch.Tensor:
     """[K] log-probabilities of the continuations given one prompt (log-softmax of logits / T; nucleus-renormalised
     when top_p < 1).
 
@@ -68,8 +77,9 @@ def sequence_logprobs(model, prompt: list[int], continuations: list[list[int]], 
         input_ids[row, : len(prompt) + len(tokens)] = torch.tensor(prompt + tokens)
         attention[row, : len(prompt) + len(tokens)] = 1
         targets[row, : len(tokens)] = torch.tensor(tokens)
-    logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                   logits_to_keep=width + 1).logits[:, :-1, :]
+    logits = model(
+        input_ids=input_ids.to(device), attention_mask=attention.to(device), logits_to_keep=width + 1
+    ).logits[:, :-1, :]
     logp = token_log_probs(logits, temperature, top_p, targets)
     token_logp = logp.gather(-1, targets.to(device).unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos).to(device)
@@ -81,15 +91,31 @@ PACKED_MAX_TOKENS = 4096
 PACKED_ATTENTION = ("sdpa", "eager")  # implementations that accept a custom 4D mask
 
 
-def shared_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                           pad_id: int, include_eos: bool = True, temperature: float = 1.0,
-                           top_p: float = 1.0) -> torch.Tensor:
+def shared_prompt_logprobs(
+    model,
+    prompt: list[int],
+    continuations: list[list[int]],
+    *,
+    eos_ids: list[int],
+    pad_id: int,
+    include_eos: bool = True,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> torch.Tensor:
     """Same values as ``sequence_logprobs`` with the prompt run once and attended to by all continuations
     (gradients flow back through it): one packed sequence when the model allows it, else a repeated
     key/value cache."""
     function = packed_prompt_logprobs if packing_applies(model, prompt, continuations) else cached_prompt_logprobs
-    return function(model, prompt, continuations, eos_ids=eos_ids, pad_id=pad_id, include_eos=include_eos,
-                    temperature=temperature, top_p=top_p)
+    return function(
+        model,
+        prompt,
+        continuations,
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        include_eos=include_eos,
+        temperature=temperature,
+        top_p=top_p,
+    )
 
 
 def packing_applies(model, prompt: list[int], continuations: list[list[int]]) -> bool:
@@ -99,13 +125,24 @@ def packing_applies(model, prompt: list[int], continuations: list[list[int]]) ->
     packed = len(prompt) + sum(max(len(c) - 1, 0) for c in continuations)
     window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
     reach = len(prompt) + max(len(c) for c in continuations)
-    return (getattr(config, "_attn_implementation", None) in PACKED_ATTENTION and packed <= PACKED_MAX_TOKENS
-            and (window is None or reach <= window))
+    return (
+        getattr(config, "_attn_implementation", None) in PACKED_ATTENTION
+        and packed <= PACKED_MAX_TOKENS
+        and (window is None or reach <= window)
+    )
 
 
-def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                           pad_id: int = 0, include_eos: bool = True, temperature: float = 1.0,
-                           top_p: float = 1.0) -> torch.Tensor:
+def packed_prompt_logprobs(
+    model,
+    prompt: list[int],
+    continuations: list[list[int]],
+    *,
+    eos_ids: list[int],
+    pad_id: int = 0,
+    include_eos: bool = True,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> torch.Tensor:
     """Same values as ``sequence_logprobs`` from ONE sequence [prompt | y_1[:-1] | y_2[:-1] | ...]:
     y_k's tokens sit at positions len(prompt) + t and attend to the prompt and to y_k's earlier tokens
     only (a block 4D mask); the prompt's last logits predict every y_k's first token."""
@@ -113,8 +150,9 @@ def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
     bodies = [c[:-1] for c in continuations]
     size = len(prompt) + sum(len(b) for b in bodies)
     owner = torch.tensor([-1] * len(prompt) + [k for k, b in enumerate(bodies) for _ in b], device=device)
-    positions = torch.tensor(list(range(len(prompt))) + [len(prompt) + t for b in bodies for t in range(len(b))],
-                             device=device)
+    positions = torch.tensor(
+        list(range(len(prompt))) + [len(prompt) + t for b in bodies for t in range(len(b))], device=device
+    )
     index = torch.arange(size, device=device)
     allowed = (index[None, :] <= index[:, None]) & ((owner[None, :] == -1) | (owner[None, :] == owner[:, None]))
     if model.config._attn_implementation == "eager":  # additive mask
@@ -134,15 +172,24 @@ def packed_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
     token_logp = token_logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     mask = continuation_mask(continuations, eos_ids, include_eos)
     kept = mask[continuation_mask(continuations, [], include_eos=True).bool()].to(device)
-    owners = torch.repeat_interleave(torch.arange(len(continuations), device=device),
-                                     torch.tensor([len(c) for c in continuations], device=device))
+    owners = torch.repeat_interleave(
+        torch.arange(len(continuations), device=device), torch.tensor([len(c) for c in continuations], device=device)
+    )
     totals = torch.zeros(len(continuations), dtype=token_logp.dtype, device=device)
     return totals.index_add(0, owners, token_logp * kept)
 
 
-def cached_prompt_logprobs(model, prompt: list[int], continuations: list[list[int]], *, eos_ids: list[int],
-                           pad_id: int, include_eos: bool = True, temperature: float = 1.0,
-                           top_p: float = 1.0) -> torch.Tensor:
+def cached_prompt_logprobs(
+    model,
+    prompt: list[int],
+    continuations: list[list[int]],
+    *,
+    eos_ids: list[int],
+    pad_id: int,
+    include_eos: bool = True,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> torch.Tensor:
     """Same values as ``sequence_logprobs``: the prompt runs once (batch 1) and its key/value cache is
     repeated for the K continuations; gradients flow back through the shared prompt computation."""
     device = next(model.parameters()).device
@@ -159,16 +206,27 @@ def cached_prompt_logprobs(model, prompt: list[int], continuations: list[list[in
     if width > 1:  # the last continuation token predicts nothing: feed all but it
         cache = prompt_out.past_key_values
         cache.batch_repeat_interleave(count)
-        next_logits = model(input_ids=tokens[:, :-1], attention_mask=attention[:, :-1],
-                            position_ids=positions[:, :-1], past_key_values=cache).logits
+        next_logits = model(
+            input_ids=tokens[:, :-1],
+            attention_mask=attention[:, :-1],
+            position_ids=positions[:, :-1],
+            past_key_values=cache,
+        ).logits
         logits = torch.cat([logits, next_logits], dim=1)
     logp = token_log_probs(logits, temperature, top_p, tokens)
     token_logp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return (token_logp * continuation_mask(continuations, eos_ids, include_eos).to(device)).sum(-1)
 
 
-def prompts_logprobs(model, prompts: list[list[int]], groups: list[list[list[int]]], *, eos_ids: list[int],
-                     pad_id: int, temperature: float = 1.0) -> torch.Tensor:
+def prompts_logprobs(
+    model,
+    prompts: list[list[int]],
+    groups: list[list[list[int]]],
+    *,
+    eos_ids: list[int],
+    pad_id: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """[B, K] lp_bk of group b's continuations given prompt b, every group in one forward pass (EOS included).
 
     Rows are [left-padded prompt | right-padded continuation], so every continuation starts at the same
@@ -180,8 +238,8 @@ def prompts_logprobs(model, prompts: list[list[int]], groups: list[list[list[int
     ids = torch.full((len(rows), left + width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, (prompt, y) in enumerate(rows):
-        ids[row, left - len(prompt):left + len(y)] = torch.tensor(prompt + y)
-        mask[row, left - len(prompt):left + len(y)] = 1
+        ids[row, left - len(prompt) : left + len(y)] = torch.tensor(prompt + y)
+        mask[row, left - len(prompt) : left + len(y)] = 1
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp_(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=width + 1).logits

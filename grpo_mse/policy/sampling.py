@@ -83,12 +83,11 @@ def _prefill(model, prompts: list[list[int]], pad_id: int):
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, ids in enumerate(prompts):  # left padding: every row's next token is at the end
-        input_ids[row, width - len(ids):] = torch.tensor(ids)
-        mask[row, width - len(ids):] = 1
+        input_ids[row, width - len(ids) :] = torch.tensor(ids)
+        mask[row, width - len(ids) :] = 1
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     return out.logits[:, -1, :], out.past_key_values, mask, positions[:, -1:]
 
 
@@ -110,23 +109,39 @@ def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens
         next_ids = torch.where(finished, torch.full_like(tokens, pad_id), tokens).unsqueeze(-1)
         positions = positions + 1
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-        out = model(input_ids=next_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
+        out = model(
+            input_ids=next_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache, logits = out.past_key_values, out.logits[:, -1, :]
     return outputs
 
 
-def sample_continuations(model, prompts: list[list[int]], generators: list[torch.Generator], *,
-                         temperature: float, top_p: float, max_new_tokens: int, eos_ids: list[int],
-                         pad_id: int, batch_size: int) -> list[list[int]]:
+def sample_continuations(
+    model,
+    prompts: list[list[int]],
+    generators: list[torch.Generator],
+    *,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    eos_ids: list[int],
+    pad_id: int,
+    batch_size: int,
+) -> list[list[int]]:
     """One continuation per (prompt ids, generator) pair; a sampled EOS token is kept at the end."""
     if len(prompts) != len(generators):
         raise ValueError("need one generator per prompt row")
     continuations = []
     for start in range(0, len(prompts), batch_size):
         stop = start + batch_size
-        continuations += _sample_batch(model, prompts[start:stop], generators[start:stop],
-                                       temperature, top_p, max_new_tokens, eos_ids, pad_id)
+        continuations += _sample_batch(
+            model, prompts[start:stop], generators[start:stop], temperature, top_p, max_new_tokens, eos_ids, pad_id
+        )
     return continuations
 
 
@@ -147,10 +162,18 @@ class HFSampler:
         rows = [(position, ids, (*key, j)) for position, (ids, n, key) in enumerate(requests) for j in range(n)]
         s = self.settings
         for start in range(0, len(rows), self.batch_size):
-            batch = rows[start:start + self.batch_size]
+            batch = rows[start : start + self.batch_size]
             generators = [torch.Generator().manual_seed(stream_seed(*key)) for _, _, key in batch]
-            continuations = _sample_batch(self.model, [ids for _, ids, _ in batch], generators, s.temperature,
-                                          s.top_p, s.max_new_tokens, list(s.eos_ids), s.pad_id)
+            continuations = _sample_batch(
+                self.model,
+                [ids for _, ids, _ in batch],
+                generators,
+                s.temperature,
+                s.top_p,
+                s.max_new_tokens,
+                list(s.eos_ids),
+                s.pad_id,
+            )
             yield from ((position, c) for (position, _, _), c in zip(batch, continuations))
 
     def sample(self, requests: list[Request]) -> list[list[list[int]]]:

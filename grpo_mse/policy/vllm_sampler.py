@@ -14,8 +14,9 @@ from grpo_mse.cli import check_range, launch_env, require
 VLLM_TEMPERATURE = (0.01, 2.0)
 
 
-def check_backend(backend: str, device: str, gpu_util: float, temperature: float = 1.0,
-                  max_model_len: int | None = None) -> None:
+def check_backend(
+    backend: str, device: str, gpu_util: float, temperature: float = 1.0, max_model_len: int | None = None
+) -> None:
     """Refuse what vLLM would reject or silently change, before any model or vLLM import: no CUDA, a device
     other than the first visible GPU, a temperature outside vLLM's range, a memory share outside (0, 1], and
     vLLM under torchrun (one GPU per rank)."""
@@ -23,18 +24,25 @@ def check_backend(backend: str, device: str, gpu_util: float, temperature: float
         return
     require(device.startswith("cuda"), "--backend vllm needs --device cuda")
     index = device.partition(":")[2]
-    require(index in ("", "0"), f"--backend vllm samples on the first visible GPU, so --device {device} would split "
-                                f"vLLM and the model over two GPUs; run CUDA_VISIBLE_DEVICES={index} ... --device cuda")
+    require(
+        index in ("", "0"),
+        f"--backend vllm samples on the first visible GPU, so --device {device} would split "
+        f"vLLM and the model over two GPUs; run CUDA_VISIBLE_DEVICES={index} ... --device cuda",
+    )
     low, high = VLLM_TEMPERATURE
-    require(low <= temperature <= high,
-            f"--backend vllm needs {low} <= --temperature <= {high:g} (vLLM raises above {high:g} and silently "
-            f"clamps below {low} up to {low}); got {temperature:g}: use --backend hf")
+    require(
+        low <= temperature <= high,
+        f"--backend vllm needs {low} <= --temperature <= {high:g} (vLLM raises above {high:g} and silently "
+        f"clamps below {low} up to {low}); got {temperature:g}: use --backend hf",
+    )
     check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
     if max_model_len is not None:
         check_range("--vllm_max_model_len", max_model_len, minimum=1)
-    require(launch_env()[0] == 1,
-            "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
-            "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf")
+    require(
+        launch_env()[0] == 1,
+        "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
+        "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf",
+    )
 
 
 def make_vllm(config, device: str, settings, requests_per_call: int = 1):
@@ -43,9 +51,18 @@ def make_vllm(config, device: str, settings, requests_per_call: int = 1):
     if config.backend != "vllm":
         return None
     check_backend(config.backend, device, config.vllm_gpu_util, config.temperature, config.vllm_max_model_len)
-    return VLLMSampler(config.model, config.dtype, config.seed, settings, config.vllm_gpu_util,
-                       config.trust_remote_code, config.revision, max_model_len=config.vllm_max_model_len,
-                       requests_per_call=requests_per_call, enforce_eager=config.vllm_enforce_eager)
+    return VLLMSampler(
+        config.model,
+        config.dtype,
+        config.seed,
+        settings,
+        config.vllm_gpu_util,
+        config.trust_remote_code,
+        config.revision,
+        max_model_len=config.vllm_max_model_len,
+        requests_per_call=requests_per_call,
+        enforce_eager=config.vllm_enforce_eager,
+    )
 
 
 class VLLMSampler:
@@ -53,29 +70,50 @@ class VLLMSampler:
 
     ``stream`` sends ``requests_per_call`` requests to the engine at a time and yields after each call."""
 
-    def __init__(self, model: str, dtype: str, seed: int, settings, gpu_memory_utilization: float = 0.4,
-                 trust_remote_code: bool = False, revision: str = "main", max_model_len: int | None = None,
-                 requests_per_call: int = 1, enforce_eager: bool = False):
+    def __init__(
+        self,
+        model: str,
+        dtype: str,
+        seed: int,
+        settings,
+        gpu_memory_utilization: float = 0.4,
+        trust_remote_code: bool = False,
+        revision: str = "main",
+        max_model_len: int | None = None,
+        requests_per_call: int = 1,
+        enforce_eager: bool = False,
+    ):
         try:
             from vllm import LLM
         except ImportError:
             raise ImportError("--backend vllm needs vLLM: pip install -r requirements-gpu.txt") from None
         names = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
         self.settings, self.requests_per_call = settings, max(1, requests_per_call)
-        self.llm = LLM(model=model, dtype=names[dtype], seed=seed, revision=revision,
-                       gpu_memory_utilization=gpu_memory_utilization, trust_remote_code=trust_remote_code,
-                       max_model_len=max_model_len, enforce_eager=enforce_eager, enable_prefix_caching=True)
+        self.llm = LLM(
+            model=model,
+            dtype=names[dtype],
+            seed=seed,
+            revision=revision,
+            gpu_memory_utilization=gpu_memory_utilization,
+            trust_remote_code=trust_remote_code,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=True,
+        )
 
     def stream(self, requests):
         """(request position, continuation) for every sample, in order, one engine call at a time."""
         for first in range(0, len(requests), self.requests_per_call):
-            outputs = self._generate(requests[first:first + self.requests_per_call])
+            outputs = self._generate(requests[first : first + self.requests_per_call])
             yield from ((first + offset, c) for offset, continuations in enumerate(outputs) for c in continuations)
 
     def sample(self, requests) -> list[list[list[int]]]:
         """For each (prompt ids, n, stream key): n continuations (token ids, EOS kept)."""
-        return [c for first in range(0, len(requests), self.requests_per_call)
-                for c in self._generate(requests[first:first + self.requests_per_call])]
+        return [
+            c
+            for first in range(0, len(requests), self.requests_per_call)
+            for c in self._generate(requests[first : first + self.requests_per_call])
+        ]
 
     def _generate(self, requests) -> list[list[list[int]]]:
         from vllm import SamplingParams
@@ -85,12 +123,24 @@ class VLLMSampler:
 
         s, eos_ids = self.settings, list(self.settings.eos_ids)
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _, _ in requests]
-        params = [SamplingParams(n=n, temperature=s.temperature, top_p=s.top_p, top_k=-1, max_tokens=s.max_new_tokens,
-                                 seed=stream_seed(*key), stop_token_ids=eos_ids, skip_special_tokens=True)
-                  for _, n, key in requests]
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                top_k=-1,
+                max_tokens=s.max_new_tokens,
+                seed=stream_seed(*key),
+                stop_token_ids=eos_ids,
+                skip_special_tokens=True,
+            )
+            for _, n, key in requests
+        ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [[with_eos(list(c.token_ids), c.finish_reason, c.stop_reason, eos_ids) for c in out.outputs]
-                for out in outputs]
+        return [
+            [with_eos(list(c.token_ids), c.finish_reason, c.stop_reason, eos_ids) for c in out.outputs]
+            for out in outputs
+        ]
 
 
 def with_eos(tokens: list[int], finish_reason: str | None, stop_reason, eos_ids: list[int]) -> list[int]:

@@ -37,8 +37,11 @@ def run_oracle(config: OracleConfig) -> dict | None:
     start = time.time()
     run.sample_all()
     run.close()
-    return {"path": run.path, "new": len(run.todo), "total": len(run.rows), "seconds": time.time() - start} \
-        if run.rank == 0 else None
+    return (
+        {"path": run.path, "new": len(run.todo), "total": len(run.rows), "seconds": time.time() - start}
+        if run.rank == 0
+        else None
+    )
 
 
 @dataclass
@@ -91,12 +94,19 @@ class OracleRun:
         if done_keys:
             print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
         os.makedirs(config.out_dir, exist_ok=True)
-        sampling = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id,
-                                    config.temperature, config.top_p, config.max_new_tokens)
-        sampler = make_vllm(config, device, sampling, requests_per_call=config.batch_size) \
-            or HFSampler(model, sampling, config.batch_size)
-        return cls(config, rows, keys, ids, sampler, tokenizer, path, shard_path, key_field, todo, rank, world,
-                   run_lock)
+        sampling = SamplingSettings(
+            tuple(eos_token_ids(model, tokenizer)),
+            tokenizer.pad_token_id,
+            config.temperature,
+            config.top_p,
+            config.max_new_tokens,
+        )
+        sampler = make_vllm(config, device, sampling, requests_per_call=config.batch_size) or HFSampler(
+            model, sampling, config.batch_size
+        )
+        return cls(
+            config, rows, keys, ids, sampler, tokenizer, path, shard_path, key_field, todo, rank, world, run_lock
+        )
 
     def sample_all(self) -> None:
         """Score n_oracle samples of every row to do; append a row's line as soon as its last sample is scored."""
@@ -118,9 +128,19 @@ class OracleRun:
         n = self.config.n_oracle
         low, high = wilson_interval(correct, n)
         extra = {"row_index": i} if self.key_field == "row_index" else {}
-        append_jsonl(self.shard_path, {**self.rows[i], **extra, "V_oracle": correct / n, "n_oracle": n,
-                                       "correct_count": correct, "V_ci95_low": low, "V_ci95_high": high,
-                                       "oracle_settings": oracle_settings(self.config, n)})
+        append_jsonl(
+            self.shard_path,
+            {
+                **self.rows[i],
+                **extra,
+                "V_oracle": correct / n,
+                "n_oracle": n,
+                "correct_count": correct,
+                "V_ci95_low": low,
+                "V_ci95_high": high,
+                "oracle_settings": oracle_settings(self.config, n),
+            },
+        )
 
     def close(self) -> None:
         dist.barrier()

@@ -63,8 +63,13 @@ class SimulationRun:
         model, tokenizer = load_policy(config.model, "cpu", "fp32")
         train = text_pool(tokenizer, make_rows(config.train_prompts, seed=config.train_seed, style=config.style))
         heldout = text_pool(tokenizer, make_rows(config.heldout_prompts, seed=config.heldout_seed, style=config.style))
-        settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id,
-                                    config.temperature, config.top_p, config.max_new_tokens)
+        settings = SamplingSettings(
+            tuple(eos_token_ids(model, tokenizer)),
+            tokenizer.pad_token_id,
+            config.temperature,
+            config.top_p,
+            config.max_new_tokens,
+        )
         return cls(config, train, heldout, HFSampler(model, settings, SAMPLING_BATCH))
 
     def sweep(self, progress=None) -> list[dict]:
@@ -80,8 +85,9 @@ class SimulationRun:
             for seed in config.seeds:
                 for estimator in config.estimators:
                     model.load_state_dict(initial)
-                    records.append({"K": K, "seed": seed, "estimator": estimator, "step": 0,
-                                    "heldout_reward": start_value})
+                    records.append(
+                        {"K": K, "seed": seed, "estimator": estimator, "step": 0, "heldout_reward": start_value}
+                    )
                     records += self.train(K, seed, estimator, progress)
         model.load_state_dict(initial)
         return records
@@ -93,12 +99,21 @@ class SimulationRun:
         checkpoints = eval_steps(config)
         for step in range(config.steps):
             indices = step_prompts(len(self.train_pool), batch, seed, step)
-            rewards = sgd_step(self.train_pool, indices, K=K, estimator=estimator, lr=config.lr,
-                               sampler=self.sampler, key=(seed, step), baseline=baseline)
+            rewards = sgd_step(
+                self.train_pool,
+                indices,
+                K=K,
+                estimator=estimator,
+                lr=config.lr,
+                sampler=self.sampler,
+                key=(seed, step),
+                baseline=baseline,
+            )
             baseline.observe(indices, rewards)
             if step + 1 in checkpoints:
-                records.append({"K": K, "seed": seed, "estimator": estimator, "step": step + 1,
-                                "heldout_reward": self.evaluate()})
+                records.append(
+                    {"K": K, "seed": seed, "estimator": estimator, "step": step + 1, "heldout_reward": self.evaluate()}
+                )
             if progress is not None:
                 progress(1)
         return records
@@ -141,8 +156,17 @@ def eval_steps(config: SimulationConfig) -> set[int]:
     return {s for s in range(every, config.steps + 1, every)} | {config.steps}
 
 
-def sgd_step(pool: PromptPool, indices: list[int], *, K: int, estimator: str, lr: float, sampler: HFSampler,
-             key: tuple[int, ...], baseline=None) -> torch.Tensor:
+def sgd_step(
+    pool: PromptPool,
+    indices: list[int],
+    *,
+    K: int,
+    estimator: str,
+    lr: float,
+    sampler: HFSampler,
+    key: tuple[int, ...],
+    baseline=None,
+) -> torch.Tensor:
     """One step of Algorithm 1 on prompts ``indices``: draw K continuations each, theta += lr g_hat; returns G [B, K].
 
     g_hat = (1/B) sum_b sum_k w_bk grad lp_bk; for the oracle baseline, V comes from ``baseline(pool, indices, key)``.
@@ -154,8 +178,9 @@ def sgd_step(pool: PromptPool, indices: list[int], *, K: int, estimator: str, lr
     return rewards
 
 
-def draw_groups(pool: PromptPool, indices: list[int], count: int, sampler: HFSampler,
-                key: tuple[int, ...]) -> list[list[list[int]]]:
+def draw_groups(
+    pool: PromptPool, indices: list[int], count: int, sampler: HFSampler, key: tuple[int, ...]
+) -> list[list[list[int]]]:
     """count continuations of each prompt pool.ids[i]; row j of slot b uses stream (*key, b) sample j.
 
     Large groups are drawn one prompt at a time (the sampler then runs the prompt once for the group),
@@ -176,15 +201,22 @@ def group_logprobs(prompts: list[list[int]], groups: list[list[list[int]]], samp
     """[B, K] lp_bk: one pass over all rows for small groups, else one shared-prompt pass per group (faster on CPU)."""
     s = sampler.settings
     if len(groups[0]) < SHARED_PROMPT_MIN_K:
-        return prompts_logprobs(sampler.model, prompts, groups, eos_ids=list(s.eos_ids), pad_id=s.pad_id,
-                                temperature=s.temperature)
-    return torch.stack([shared_prompt_logprobs(sampler.model, prompt, group, eos_ids=list(s.eos_ids),
-                                               pad_id=s.pad_id, temperature=s.temperature)
-                        for prompt, group in zip(prompts, groups)])
+        return prompts_logprobs(
+            sampler.model, prompts, groups, eos_ids=list(s.eos_ids), pad_id=s.pad_id, temperature=s.temperature
+        )
+    return torch.stack(
+        [
+            shared_prompt_logprobs(
+                sampler.model, prompt, group, eos_ids=list(s.eos_ids), pad_id=s.pad_id, temperature=s.temperature
+            )
+            for prompt, group in zip(prompts, groups)
+        ]
+    )
 
 
-def ascend(prompts: list[list[int]], groups: list[list[list[int]]], w: torch.Tensor, lr: float,
-           sampler: HFSampler) -> None:
+def ascend(
+    prompts: list[list[int]], groups: list[list[list[int]]], w: torch.Tensor, lr: float, sampler: HFSampler
+) -> None:
     """theta <- theta + lr (1/B) sum_b sum_k w_bk grad lp_bk (groups whose weights are all 0 are left out)."""
     model = sampler.model
     model.zero_grad(set_to_none=True)

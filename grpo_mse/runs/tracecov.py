@@ -35,9 +35,11 @@ from grpo_mse.tables.validate import (
     model_positions,
 )
 
-NOTE = ("tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
-        "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
-        "ci95 = 1.96 sd / sqrt(T) across prompts.")
+NOTE = (
+    "tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
+    "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
+    "ci95 = 1.96 sd / sqrt(T) across prompts."
+)
 
 
 @dataclass
@@ -63,8 +65,9 @@ class PromptSampler:
             self.backend = HFSampler(self.model, self.settings(), self.gen_bs)
 
     def settings(self) -> SamplingSettings:
-        return SamplingSettings(tuple(self.eos_ids), self.tokenizer.pad_token_id, self.temperature, self.top_p,
-                                self.max_new_tokens)
+        return SamplingSettings(
+            tuple(self.eos_ids), self.tokenizer.pad_token_id, self.temperature, self.top_p, self.max_new_tokens
+        )
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
@@ -77,10 +80,17 @@ class PromptSampler:
         function = shared_prompt_logprobs if self.shared_prompt else sequence_logprobs
 
         def logprobs(continuations):
-            return function(self.model, ids, continuations, eos_ids=self.eos_ids,
-                            pad_id=self.tokenizer.pad_token_id, include_eos=self.include_eos,
-                            temperature=self.temperature,
-                            top_p=self.top_p if self.score_distribution == "sampling" else 1.0)
+            return function(
+                self.model,
+                ids,
+                continuations,
+                eos_ids=self.eos_ids,
+                pad_id=self.tokenizer.pad_token_id,
+                include_eos=self.include_eos,
+                temperature=self.temperature,
+                top_p=self.top_p if self.score_distribution == "sampling" else 1.0,
+            )
+
         return logprobs
 
 
@@ -90,8 +100,10 @@ def score_fields(stats: PromptStats, row: dict) -> dict:
     its own target g / sqrt(V (1 - V))."""
     value = float(row["V_oracle"])
     noise = paired.oracle_value_variance(value, row.get("n_oracle"))
-    fields = {"mean_score_sq": stats.mean_score_sq if 0.0 < value < 1.0 else float("nan"),
-              "oracle_noise": noise * stats.score_trace if noise else 0.0}
+    fields = {
+        "mean_score_sq": stats.mean_score_sq if 0.0 < value < 1.0 else float("nan"),
+        "oracle_noise": noise * stats.score_trace if noise else 0.0,
+    }
     if stats.bias2_own:
         fields["bias2_own"] = stats.bias2_own
         fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
@@ -136,20 +148,27 @@ def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
 def c1_memory_line(params, config: TracecovConfig, base: str) -> str:
     """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``)."""
     plan, gb = c1_memory(params, config.c1_batch, C1_HOST_BYTES), 1e9
-    line = (f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of --c1_batch "
-            f"{config.c1_batch} mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most "
-            f"{C1_HOST_BYTES / 2 ** 30:g} GiB)")
+    line = (
+        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of --c1_batch "
+        f"{config.c1_batch} mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most "
+        f"{C1_HOST_BYTES / 2**30:g} GiB)"
+    )
     if plan["on_disk"]:
-        line += (f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
-                 f"{os.path.dirname(base) or '.'}, removed after each batch)")
+        line += (
+            f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
+            f"{os.path.dirname(base) or '.'}, removed after each batch)"
+        )
     return line
 
 
 def detailed(records: list[dict], k: int, names) -> dict:
     """The per-K file: every prompt's record and the average trace per estimator."""
     ordered = sorted(records, key=lambda r: r["prompt_index"])
-    return {"K": k, "prompt_results": ordered,
-            "avg_traces": {n: mean_ci([r["tr_cov"][n] for r in ordered])["mean"] for n in names}}
+    return {
+        "K": k,
+        "prompt_results": ordered,
+        "avg_traces": {n: mean_ci([r["tr_cov"][n] for r in ordered])["mean"] for n in names},
+    }
 
 
 def summary(records_by_k: dict[int, list[dict]], k_list: list[int], names, config: dict) -> dict:
@@ -183,10 +202,21 @@ def biased_summary(records_by_k: dict[int, list[dict]], k_list: list[int], names
 
 def tidy_rows(records: list[dict], names) -> list[dict]:
     """Long table: one row per (prompt, K, estimator); mse = trace (+ bias2 for biased estimators)."""
-    return [{"prompt_index": r["prompt_index"], "id": r["id"], "K": r["K"], "estimator": n,
-             "trace": r["tr_cov"][n], "bias2": r.get("bias2", {}).get(n, 0.0),
-             "mse": r.get("mse", r["tr_cov"])[n], "V_oracle": r["V_oracle"], "mean_reward": r["mean_reward"]}
-            for r in sorted(records, key=lambda r: (r["K"], r["prompt_index"])) for n in names]
+    return [
+        {
+            "prompt_index": r["prompt_index"],
+            "id": r["id"],
+            "K": r["K"],
+            "estimator": n,
+            "trace": r["tr_cov"][n],
+            "bias2": r.get("bias2", {}).get(n, 0.0),
+            "mse": r.get("mse", r["tr_cov"])[n],
+            "V_oracle": r["V_oracle"],
+            "mean_reward": r["mean_reward"],
+        }
+        for r in sorted(records, key=lambda r: (r["K"], r["prompt_index"]))
+        for n in names
+    ]
 
 
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
@@ -247,13 +277,22 @@ class TracecovRun:
         model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
         lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
         check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
-        saved_config = {**config.record(), "device": device, "world_size": world,
-                        "oracle_table_fingerprint": fingerprint(config.oracle_table)}
+        saved_config = {
+            **config.record(),
+            "device": device,
+            "world_size": world,
+            "oracle_table_fingerprint": fingerprint(config.oracle_table),
+        }
         mismatch = settings_mismatch(rows, saved_config)
         if mismatch and rank == 0:
             print(f"warning: {mismatch}", file=sys.stderr)
-        folder = RunFolder(config.save_json, "tracecov_", ".progress.rank0.jsonl", TracecovConfig.RESULT_FIELDS,
-                           settings_in_marker=True)
+        folder = RunFolder(
+            config.save_json,
+            "tracecov_",
+            ".progress.rank0.jsonl",
+            TracecovConfig.RESULT_FIELDS,
+            settings_in_marker=True,
+        )
         base = folder.resumable(saved_config) if config.resume and rank == 0 else None
         if rank == 0 and base is None:
             if config.resume:
@@ -267,9 +306,19 @@ class TracecovRun:
             append_jsonl(progress, {"config": saved_config})
         if done:
             print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
-        sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), config.temperature, config.top_p,
-                                config.max_new_tokens, config.gen_bs, config.seed, include_eos=not config.drop_eos,
-                                shared_prompt=config.engine == "fast", score_distribution=config.score_distribution)
+        sampler = PromptSampler(
+            model,
+            tokenizer,
+            eos_token_ids(model, tokenizer),
+            config.temperature,
+            config.top_p,
+            config.max_new_tokens,
+            config.gen_bs,
+            config.seed,
+            include_eos=not config.drop_eos,
+            shared_prompt=config.engine == "fast",
+            score_distribution=config.score_distribution,
+        )
         sampler.backend = make_vllm(config, device, sampler.settings()) or sampler.backend
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
@@ -279,12 +328,13 @@ class TracecovRun:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
         layout = rank_batches(len(self.rows), self.config.c1_batch, self.world)
         all_batches = [batch for batches in layout for batch in batches]  # batch id = position here
-        first = sum(len(batches) for batches in layout[:self.rank])
+        first = sum(len(batches) for batches in layout[: self.rank])
         mine = list(range(first, first + len(layout[self.rank])))
         records_by_k, batches_by_k = {}, {}
         for k in cli.progress(self.config.K_list, desc="K", disable=self.rank > 0):
-            bar = cli.progress(total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False,
-                               disable=self.rank > 0)
+            bar = cli.progress(
+                total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False, disable=self.rank > 0
+            )
             for b in mine:
                 self.run_batch(b, all_batches[b], k, on_prompt=lambda k=k, bar=bar: self.show_running_means(k, bar))
             bar.close()
@@ -336,20 +386,34 @@ class TracecovRun:
         stream = (0, key) if config.shared_samples else (k, key)
         ids, continuations, texts = self.sampler.draw(row, stream, m * k)
         rewards = torch.tensor([row_reward(row, t) for t in texts])
-        groups = [continuations[g * k:(g + 1) * k] for g in range(m)]
+        groups = [continuations[g * k : (g + 1) * k] for g in range(m)]
         params = [p for p in self.sampler.model.parameters() if p.requires_grad]
         value = float(row["V_oracle"])
         vanilla_biased = est.NAIVE in config.estimators and paired.score_law_mismatch(
-            self.sampler.score_distribution, self.sampler.top_p, self.sampler.include_eos)
-        stats = prompt_traces(self.sampler.logprob_fn(ids), params, groups, rewards.view(m, k), value,
-                              config.estimators, config.engine, config.groups_per_pass,
-                              measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0))
+            self.sampler.score_distribution, self.sampler.top_p, self.sampler.include_eos
+        )
+        stats = prompt_traces(
+            self.sampler.logprob_fn(ids),
+            params,
+            groups,
+            rewards.view(m, k),
+            value,
+            config.estimators,
+            config.engine,
+            config.groups_per_pass,
+            measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0),
+        )
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
             stats.bias2 = {**stats.bias2, est.NAIVE: paired.vanilla_bias2(value, stats.mean_score_sq)}
         record = {
-            "K": k, "prompt_index": index, "id": row.get("id", index),
-            "prompt": row["prompt"], "gold": row["ground_truth"], "V_oracle": value,
-            "mean_reward": float(rewards.mean()), "tr_cov": stats.traces,
+            "K": k,
+            "prompt_index": index,
+            "id": row.get("id", index),
+            "prompt": row["prompt"],
+            "gold": row["ground_truth"],
+            "V_oracle": value,
+            "mean_reward": float(rewards.mean()),
+            "tr_cov": stats.traces,
         }
         if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
             record["bias2"] = stats.bias2
@@ -366,16 +430,26 @@ class TracecovRun:
         finished = [r for (rk, _), r in self.done.items() if rk == k]
         bar.update(1)
         if finished:
-            bar.set_postfix({n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}"
-                             for n in self.config.estimators})
+            bar.set_postfix(
+                {n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}" for n in self.config.estimators}
+            )
 
     def write_outputs(self, records_by_k: dict, batches_by_k: dict) -> dict:
         """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
         config, base = self.config, self.base
         result = summary(records_by_k, config.K_list, config.estimators, self.saved_config)
-        result.update(paired.run_statistics(records_by_k, batches_by_k, config.K_list, config.estimators,
-                                            config.seed, with_advisor=config.with_advisor, budget=config.budget,
-                                            allowed=config.allowed_K))
+        result.update(
+            paired.run_statistics(
+                records_by_k,
+                batches_by_k,
+                config.K_list,
+                config.estimators,
+                config.seed,
+                with_advisor=config.with_advisor,
+                budget=config.budget,
+                allowed=config.allowed_K,
+            )
+        )
         write_json(f"{base}.json", result)
         all_records = [r for k in config.K_list for r in records_by_k[k]]
         write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
@@ -402,8 +476,12 @@ def summary_lines(result: dict) -> list[str]:
     """What run_tracecov.py prints: each K's traces with 95% half-widths, the paired ratios, the advisor."""
     names, lines = list(result["conditional_on_x"]), []
     for i, k in enumerate(result["K_list"]):
-        lines.append(f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={result['conditional_on_x'][n][i]:.4g}"
-                                              f"±{result['ci95'][n][i]:.2g}" for n in names))
+        lines.append(
+            f"K={k:4d}  "
+            + "  ".join(
+                f"{est.get(n).label}={result['conditional_on_x'][n][i]:.4g}±{result['ci95'][n][i]:.2g}" for n in names
+            )
+        )
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
     if "group_size_advisor" in result:

@@ -27,8 +27,9 @@ def _plain(value):
 
 
 def _not_utf8(path: str, error: UnicodeDecodeError) -> DataError:
-    return DataError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8, e.g. "
-                     f"iconv -f latin1 -t utf-8")
+    return DataError(
+        f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8, e.g. iconv -f latin1 -t utf-8"
+    )
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -82,8 +83,10 @@ def read_file(path: str) -> list[dict]:
             raise DataError(f"{path}: expected a JSON list of rows")
         for index, row in enumerate(data):
             if not isinstance(row, dict):
-                raise DataError(f"{path}: row {index} is {type(row).__name__} {row!r:.40}, not a JSON object; "
-                                "each row needs prompt and ground_truth fields")
+                raise DataError(
+                    f"{path}: row {index} is {type(row).__name__} {row!r:.40}, not a JSON object; "
+                    "each row needs prompt and ground_truth fields"
+                )
         return data
     if not path.endswith(".jsonl"):
         suffix = os.path.splitext(path)[1] or "(no suffix)"
@@ -128,8 +131,10 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         if not os.path.exists(path):
             raise DataError(f"file not found: {source}")
         if split != "train" and os.path.isfile(path):
-            raise DataError(f"--split {split} selects a split of a dataset folder or hub id, but {source} is one "
-                            "file; drop --split (or point at the folder that holds the split)")
+            raise DataError(
+                f"--split {split} selects a split of a dataset folder or hub id, but {source} is one "
+                "file; drop --split (or point at the folder that holds the split)"
+            )
         rows = _read_folder(path, split) if os.path.isdir(path) else read_file(path)
     else:
         import datasets
@@ -220,8 +225,11 @@ RECENT_SETTINGS = ("dtype", "backend")
 
 def oracle_settings(args, n_oracle) -> dict:
     """The sampling settings an oracle table was made with (stored on every row as ``oracle_settings``)."""
-    return {**{name: getattr(args, name, None) for name in SAMPLING_SETTINGS}, "n_oracle": n_oracle,
-            "model_fingerprint": getattr(args, "model_fingerprint", None)}
+    return {
+        **{name: getattr(args, name, None) for name in SAMPLING_SETTINGS},
+        "n_oracle": n_oracle,
+        "model_fingerprint": getattr(args, "model_fingerprint", None),
+    }
 
 
 def settings_mismatch(rows: list[dict], run: dict) -> str | None:
@@ -234,15 +242,23 @@ def settings_mismatch(rows: list[dict], run: dict) -> str | None:
     def same(name, value, wanted):
         if name == "model":  # a local folder named relatively and absolutely is one folder
             return os.path.realpath(os.path.expanduser(str(value))) == os.path.realpath(os.path.expanduser(str(wanted)))
-        return value == wanted or (isinstance(value, (int, float)) and isinstance(wanted, (int, float))
-                                   and float(value) == float(wanted))
+        return value == wanted or (
+            isinstance(value, (int, float)) and isinstance(wanted, (int, float)) and float(value) == float(wanted)
+        )
 
     def names(settings):  # one model named two ways (relative, absolute) is the same model: compare its content
         both = settings.get("model_fingerprint") and run.get("model_fingerprint")
         return [n for n in SAMPLING_SETTINGS if not (both and n == "model")] + (["model_fingerprint"] if both else [])
 
-    differ = sorted({f"{name}={settings.get(name)!r} (run: {run.get(name)!r})" for settings in stored
-                     if isinstance(settings, dict)
-                     for name in names(settings) if name in run and (name in settings or name not in RECENT_SETTINGS)
-                     and not same(name, settings.get(name), run[name])})
+    differ = sorted(
+        {
+            f"{name}={settings.get(name)!r} (run: {run.get(name)!r})"
+            for settings in stored
+            if isinstance(settings, dict)
+            for name in names(settings)
+            if name in run
+            and (name in settings or name not in RECENT_SETTINGS)
+            and not same(name, settings.get(name), run[name])
+        }
+    )
     return f"oracle table sampled with other settings: {', '.join(differ)}" if differ else None

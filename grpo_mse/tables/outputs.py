@@ -13,9 +13,38 @@ import time
 
 Z95 = 1.959963984540054
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (normal beyond).
-T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.306, 2.2622, 2.2281, 2.201, 2.1788, 2.1604,
-        2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.093, 2.086, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
-        2.0518, 2.0484, 2.0452, 2.0423)  # fmt: skip
+T975 = (
+    12.7062,
+    4.3027,
+    3.1824,
+    2.7764,
+    2.5706,
+    2.4469,
+    2.3646,
+    2.306,
+    2.2622,
+    2.2281,
+    2.201,
+    2.1788,
+    2.1604,
+    2.1448,
+    2.1314,
+    2.1199,
+    2.1098,
+    2.1009,
+    2.093,
+    2.086,
+    2.0796,
+    2.0739,
+    2.0687,
+    2.0639,
+    2.0595,
+    2.0555,
+    2.0518,
+    2.0484,
+    2.0452,
+    2.0423,
+)
 
 
 def timestamp() -> str:
@@ -31,7 +60,7 @@ def write_atomic(path: str, text: str | bytes) -> None:
     os.umask(umask)
     os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
     try:
-        with (os.fdopen(handle, "wb") if isinstance(text, bytes) else os.fdopen(handle, "w", encoding="utf-8")) as out:
+        with os.fdopen(handle, "wb") if isinstance(text, bytes) else os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
@@ -144,7 +173,7 @@ def mean_ci(values: list[float]) -> dict:
 
 def t975(df: int) -> float:
     """97.5% quantile of Student's t with ``df`` degrees of freedom (table to 30, then z + (z^3 + z) / (4 df))."""
-    return T975[df - 1] if df <= len(T975) else Z95 + (Z95 ** 3 + Z95) / (4 * df)
+    return T975[df - 1] if df <= len(T975) else Z95 + (Z95**3 + Z95) / (4 * df)
 
 
 def mean_t_interval(values) -> tuple[float, float]:

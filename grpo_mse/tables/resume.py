@@ -17,8 +17,11 @@ def fingerprint(source: str) -> str:
     path = os.path.expanduser(source)
     if not looks_local(source) or not os.path.exists(path):
         return f"hub:{source}"
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(folder, name) for folder, _, names in os.walk(path) for name in names)
+    files = (
+        [path]
+        if os.path.isfile(path)
+        else sorted(os.path.join(folder, name) for folder, _, names in os.walk(path) for name in names)
+    )
     digest = hashlib.sha256()
     for name in files:
         if files != [path]:
@@ -60,11 +63,13 @@ def model_fingerprint(model: str, revision: str = "main") -> str:
     path = os.path.expanduser(model)
     if not os.path.isdir(path):
         return f"hub:{model}@{revision}"
-    files = sorted(os.path.relpath(os.path.join(folder, name), path)
-                   for folder, subfolders, names in os.walk(path)
-                   for name in names if not name.startswith(".")
-                   if not any(part.startswith(".") for part in os.path.relpath(folder, path).split(os.sep)
-                              if part != "."))
+    files = sorted(
+        os.path.relpath(os.path.join(folder, name), path)
+        for folder, subfolders, names in os.walk(path)
+        for name in names
+        if not name.startswith(".")
+        if not any(part.startswith(".") for part in os.path.relpath(folder, path).split(os.sep) if part != ".")
+    )
     try:
         with open(_cache_path(), encoding="utf-8") as handle:
             cache = json.load(handle)
@@ -89,8 +94,11 @@ def model_fingerprint(model: str, revision: str = "main") -> str:
 
 def differences(saved: dict, current: dict, keys) -> list[str]:
     """``key (saved X, now Y)`` for every key whose value differs."""
-    return [f"{key} (saved {saved.get(key)!r}, now {current.get(key)!r})" for key in keys
-            if saved.get(key) != current.get(key)]
+    return [
+        f"{key} (saved {saved.get(key)!r}, now {current.get(key)!r})"
+        for key in keys
+        if saved.get(key) != current.get(key)
+    ]
 
 
 def choose(candidates: list[tuple[str, dict | None]], current: dict, keys, flag: str = "--resume") -> str | None:
@@ -106,8 +114,10 @@ def choose(candidates: list[tuple[str, dict | None]], current: dict, keys, flag:
     path, saved = candidates[-1]
     if saved is None:
         raise UsageError(f"cannot {flag} {path}: it records no settings to check; run without {flag}")
-    raise UsageError(f"cannot {flag} {path}: settings differ: {'; '.join(differences(saved, current, keys))}; "
-                     f"run without {flag} for a new run")
+    raise UsageError(
+        f"cannot {flag} {path}: settings differ: {'; '.join(differences(saved, current, keys))}; "
+        f"run without {flag} for a new run"
+    )
 
 
 def claim(stem: str, suffix: str, taken=lambda candidate: False) -> str:
@@ -135,6 +145,7 @@ def lock(path: str):
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         handle.close()
-        raise UsageError(f"another process is writing {path}; wait for it to finish or use another "
-                         "output folder") from None
+        raise UsageError(
+            f"another process is writing {path}; wait for it to finish or use another output folder"
+        ) from None
     return handle

@@ -24,8 +24,10 @@ def prompt_problem(prompt) -> str | None:
         return None
     messages = [prompt] if isinstance(prompt, dict) else prompt
     if not isinstance(messages, list):
-        return (f"the prompt is {type(prompt).__name__} {prompt!r:.40}; it must be a string or a list of "
-                "{'role', 'content'} messages")
+        return (
+            f"the prompt is {type(prompt).__name__} {prompt!r:.40}; it must be a string or a list of "
+            "{'role', 'content'} messages"
+        )
     for number, message in enumerate(messages):
         if not isinstance(message, dict):
             return f"message {number} of the prompt is not a {{'role', 'content'}} object"
@@ -67,8 +69,10 @@ def check_answers(rows: list[dict], source: str) -> None:
         data_source, gold = row.get("data_source") or DEFAULT_SOURCE, row["ground_truth"]
         rule = rule_for(data_source, gold)
         if row_reward(row, correct_solution(rule, gold)) != 1.0:
-            raise DataError(f"{source}: row {index} has ground_truth {gold!r}, which the {rule} reward rule "
-                            f"(data_source {data_source!r}) can never match; every sample would score 0")
+            raise DataError(
+                f"{source}: row {index} has ground_truth {gold!r}, which the {rule} reward rule "
+                f"(data_source {data_source!r}) can never match; every sample would score 0"
+            )
 
 
 def check_oracle_values(rows: list[dict], source: str) -> None:
@@ -86,8 +90,10 @@ def check_prompt_lengths(lengths: list[int], max_new_tokens: int, positions: int
         return
     for index, length in enumerate(lengths):
         if length + max_new_tokens > positions:
-            raise DataError(f"{source}: row {index} has {length} prompt tokens + --max_new_tokens {max_new_tokens} "
-                            f"> the model's {positions} positions")
+            raise DataError(
+                f"{source}: row {index} has {length} prompt tokens + --max_new_tokens {max_new_tokens} "
+                f"> the model's {positions} positions"
+            )
 
 
 def model_positions(model) -> int | None:

@@ -25,8 +25,10 @@ def budget_settings(k: int, budget: int = 1024, k_name: str = "K") -> dict:
         ("total_epochs", budget // 8),
     ):
         if total % k:
-            raise ValueError(f"{k_name}={k} must divide {total} ({what} = {total}/K at BUDGET={budget}); "
-                             "choose a K that divides it, or another BUDGET")
+            raise ValueError(
+                f"{k_name}={k} must divide {total} ({what} = {total}/K at BUDGET={budget}); "
+                "choose a K that divides it, or another BUDGET"
+            )
     return {"train_batch_size": budget // k, "ppo_mini_batch_size": budget // 4 // k, "total_epochs": budget // 8 // k}
 
 

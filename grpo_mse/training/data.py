@@ -108,8 +108,10 @@ def check_data_source(source: str, data_source: str) -> None:
     """DataError when ``data_source`` would select another reward rule than ``source``'s (the rule follows the name)."""
     rule = rule_for(data_source)
     if rule != source:
-        raise DataError(f"--data_source {data_source!r} would be scored with the {rule} rule, not {source}; "
-                        f"the reward rule follows the name, so include {source!r} in it")
+        raise DataError(
+            f"--data_source {data_source!r} would be scored with the {rule} rule, not {source}; "
+            f"the reward rule follows the name, so include {source!r} in it"
+        )
 
 
 def file_splits(source: str, train_file: str, test_file: str, limit: int | None = None, data_source=None) -> dict:
@@ -148,8 +150,11 @@ def write_splits(splits: dict, out_dir: str, overwrite: bool = False) -> dict:
     paths = {split: os.path.join(out_dir, f"{split}.parquet") for split in splits}
     contents = {split: parquet_bytes(rows) for split, rows in splits.items()}
     differing = [paths[s] for s in splits if os.path.isfile(paths[s]) and not _same(paths[s], contents[s])]
-    require(overwrite or not differing, f"{', '.join(differing)} already hold{'s' if len(differing) == 1 else ''} "
-                                        f"other data; pass --overwrite to replace, or choose another --out_dir")
+    require(
+        overwrite or not differing,
+        f"{', '.join(differing)} already hold{'s' if len(differing) == 1 else ''} "
+        f"other data; pass --overwrite to replace, or choose another --out_dir",
+    )
     for split, path in paths.items():
         if not (os.path.isfile(path) and _same(path, contents[split])):
             write_atomic(path, contents[split])
@@ -165,8 +170,11 @@ def _same(path: str, content: bytes) -> bool:
 class PrepareDataConfig(Flags):
     """Policy_Optimization/prepare_data.py: which data to convert to VERL parquet files, and where."""
 
-    source: str = option("arithmetic", choices=SOURCES,
-                         help="arithmetic: the built-in data; gsm8k, math: convert --train_file and --test_file")
+    source: str = option(
+        "arithmetic",
+        choices=SOURCES,
+        help="arithmetic: the built-in data; gsm8k, math: convert --train_file and --test_file",
+    )
     out_dir: str = option(help="writes train.parquet and test.parquet here")
     style: str = option("zero_shot", choices=STYLES, help="arithmetic prompt style")
     n_train: int = option(4096, minimum=1, help="arithmetic training problems")
@@ -184,17 +192,24 @@ class PrepareDataConfig(Flags):
         super().__post_init__()  # choices and bounds
         files = [f"--{name}" for name in ("train_file", "test_file") if getattr(self, name)]
         if self.source == "arithmetic":
-            require(not files, f"{' and '.join(files)} are read with --source gsm8k or --source math; the default "
-                               f"--source arithmetic writes the built-in data (add --source)")
-            require(self.limit is None, "--limit is for GSM8K/MATH files; --n_train and --n_test size the "
-                                        "arithmetic data")
+            require(
+                not files,
+                f"{' and '.join(files)} are read with --source gsm8k or --source math; the default "
+                f"--source arithmetic writes the built-in data (add --source)",
+            )
+            require(
+                self.limit is None, "--limit is for GSM8K/MATH files; --n_train and --n_test size the arithmetic data"
+            )
             require(not self.data_source, "--data_source is for GSM8K/MATH files only")
         else:
             require(len(files) == 2, f"--source {self.source} needs --train_file and --test_file")
             defaults = {spec.name: spec.default for spec in dataclasses.fields(self)}
             changed = [f"--{name}" for name in self.ARITHMETIC_ONLY if getattr(self, name) != defaults[name]]
-            require(not changed, f"{', '.join(changed)} appl{'ies' if len(changed) == 1 else 'y'} to --source "
-                                 f"arithmetic only; --limit keeps the first N records of each file")
+            require(
+                not changed,
+                f"{', '.join(changed)} appl{'ies' if len(changed) == 1 else 'y'} to --source "
+                f"arithmetic only; --limit keeps the first N records of each file",
+            )
             if self.data_source:
                 check_data_source(self.source, self.data_source)
         cli.writable_dir(self.out_dir, "--out_dir")

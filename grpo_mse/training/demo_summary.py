@@ -26,8 +26,12 @@ def summary(frame, metric: str | None = None) -> str:
     """Markdown: start, end and change (mean ± 95% CI over seeds) per K and over all runs; best K by end accuracy."""
     metric = pick_metric(frame, metric)
     runs = run_table(frame, metric)
-    lines = [f"Metric: `{metric}` (held-out, greedy)", "",
-             "| K | runs | start | end | change |", "|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"Metric: `{metric}` (held-out, greedy)",
+        "",
+        "| K | runs | start | end | change |",
+        "|---:|---:|---:|---:|---:|",
+    ]
 
     def cell(values):
         return pm(*interval(list(values)), digits=3)

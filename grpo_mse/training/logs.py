@@ -74,25 +74,32 @@ def parse_console(text: str, wanted: re.Pattern | str | None = None, source: str
     headers = [n for n, line in enumerate(lines, 1) if line.lstrip().startswith(RUN_HEADERS[0])]
     headers = headers or [n for n, line in enumerate(lines, 1) if line.lstrip().startswith(RUN_HEADERS[1])]
     if wanted is not None and len(headers) > 1:
-        raise _data_error(f"{source} holds {len(headers)} runs (lines {headers[0]} and {headers[1]} start one); "
-                          "a log must hold one run: collect each run's own log")
+        raise _data_error(
+            f"{source} holds {len(headers)} runs (lines {headers[0]} and {headers[1]} start one); "
+            "a log must hold one run: collect each run's own log"
+        )
     for number, line in enumerate(lines, start=1):
         found = STEP_LINE.search(line)
         starts = len(STEP_ANYWHERE.findall(line))
         if wanted is not None and starts and (not found or starts > 1):
-            raise _data_error(f"{source} line {number}: two metric lines run together (a torn or interleaved "
-                              "write?); a log must hold one run written by one process")
+            raise _data_error(
+                f"{source} line {number}: two metric lines run together (a torn or interleaved "
+                "write?); a log must hold one run written by one process"
+            )
         if not found:
             continue
         if number == len(lines) and not text.endswith(("\n", "\r")):
-            warnings.warn(f"{source}: skipping its unterminated last line {number} (a run stopped mid-write?)",
-                          stacklevel=2)
+            warnings.warn(
+                f"{source}: skipping its unterminated last line {number} (a run stopped mid-write?)", stacklevel=2
+            )
             continue
         step, seen = int(found.group(1)), set()
         where = f"{source} line {number}"
         if wanted is not None and last_step is not None and step < last_step:
-            raise _data_error(f"{where}: step {step} after step {last_step}: the file holds two runs (or a "
-                              "restarted one); a log must hold one run: collect each run's own log")
+            raise _data_error(
+                f"{where}: step {step} after step {last_step}: the file holds two runs (or a "
+                "restarted one); a log must hold one run: collect each run's own log"
+            )
         last_step = step
         for part in found.group(2).split(" - "):
             name, sep, raw = part.strip().partition(":")
@@ -112,15 +119,17 @@ def parse_console(text: str, wanted: re.Pattern | str | None = None, source: str
                 problem = "logged twice" if name in seen else f"value {raw.strip()[:40]!r} is not a number"
                 raise _data_error(f"{where}: {name} {problem} (a torn or interleaved write?)")
             if not math.isfinite(value):
-                raise _data_error(f"{where}: {name} is {value} at step {step}; leave the metric out with --metrics "
-                                  "or fix the run")
+                raise _data_error(
+                    f"{where}: {name} is {value} at step {step}; leave the metric out with --metrics or fix the run"
+                )
             seen.add(name)
             records.append((step, name, value))
         if wanted is not None and found.group(2).count("training/global_step:"):
             logged = parse_value(found.group(2).split("training/global_step:")[1].split(" - ")[0])
             if logged != step:
-                raise _data_error(f"{where}: training/global_step {logged} in the line of step {step} (a torn or "
-                                  "interleaved write?)")
+                raise _data_error(
+                    f"{where}: training/global_step {logged} in the line of step {step} (a torn or interleaved write?)"
+                )
     return records
 
 
@@ -216,11 +225,15 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
             with open(summary_path, encoding="utf-8") as f:
                 summary = json.load(f)
         except (ValueError, UnicodeDecodeError) as error:
-            raise _data_error(f"{summary_path}: not readable JSON ({str(error).splitlines()[0]}); the run's "
-                              "summary is torn: remove the file to collect its history only") from None
+            raise _data_error(
+                f"{summary_path}: not readable JSON ({str(error).splitlines()[0]}); the run's "
+                "summary is torn: remove the file to collect its history only"
+            ) from None
         if not isinstance(summary, dict):
-            raise _data_error(f"{summary_path}: a JSON {type(summary).__name__}, not an object of metrics; "
-                              "remove the file to collect its history only")
+            raise _data_error(
+                f"{summary_path}: a JSON {type(summary).__name__}, not an object of metrics; "
+                "remove the file to collect its history only"
+            )
     if not config and config_path:
         import yaml
 
@@ -228,8 +241,10 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
             with open(config_path, encoding="utf-8") as f:
                 config = yaml.safe_load(f) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as error:
-            raise _data_error(f"{config_path}: not readable YAML ({str(error).splitlines()[0]}); fix or remove "
-                              "it (K and the seed then come from the run name)") from None
+            raise _data_error(
+                f"{config_path}: not readable YAML ({str(error).splitlines()[0]}); fix or remove "
+                "it (K and the seed then come from the run name)"
+            ) from None
         if not isinstance(config, dict):
             raise _data_error(f"{config_path}: a YAML {type(config).__name__}, not a mapping; fix or remove it")
     if summary.get("_step") is not None:
@@ -239,8 +254,13 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
         for key, raw in summary.items():
             # wandb's summary holds each metric's LAST value at the run's current _step: a value equal to the
             # history's last one is that old value (e.g. a validation of an earlier step), not one of this step
-            if isinstance(raw, (int, float)) and not isinstance(raw, bool) and not key.startswith("_") \
-                    and (step, key) not in seen and latest.get(key) != float(raw):
+            if (
+                isinstance(raw, (int, float))
+                and not isinstance(raw, bool)
+                and not key.startswith("_")
+                and (step, key) not in seen
+                and latest.get(key) != float(raw)
+            ):
                 records.append((step, key, float(raw)))
     k, seed = run_identity(name, config)
     return k, seed, records
@@ -293,13 +313,18 @@ def merge_same_run(runs: dict, identity: tuple[int, int], path: str, records: di
         runs[identity] = (path, dict(records))
         return
     first, merged = runs[identity]
-    clash = [key for key, value in records.items() if key in merged and not math.isclose(merged[key], value,
-                                                                                         rel_tol=1e-6, abs_tol=1e-9)]
+    clash = [
+        key
+        for key, value in records.items()
+        if key in merged and not math.isclose(merged[key], value, rel_tol=1e-6, abs_tol=1e-9)
+    ]
     if clash:
         k, seed = identity
-        raise DataError(f"{first} and {path} both look like K={k} seed={seed} but log different values "
-                        f"(e.g. {clash[0][1]} at step {clash[0][0]}); collect them separately or name the runs "
-                        f"..._K{k}_seed<N>")
+        raise DataError(
+            f"{first} and {path} both look like K={k} seed={seed} but log different values "
+            f"(e.g. {clash[0][1]} at step {clash[0][0]}); collect them separately or name the runs "
+            f"..._K{k}_seed<N>"
+        )
     merged.update(records)
 
 
@@ -340,11 +365,15 @@ def collect(paths: list[str], metric_regex: str = DEFAULT_METRICS):
         kept = {(step, metric): value for step, metric, value in records if wanted.search(metric)}
         bad = next(((step, metric, value) for (step, metric), value in kept.items() if not math.isfinite(value)), None)
         if bad:
-            raise DataError(f"{path}: {bad[1]} is {bad[2]} at step {bad[0]}; leave the metric out with --metrics "
-                            "or fix the run")
+            raise DataError(
+                f"{path}: {bad[1]} is {bad[2]} at step {bad[0]}; leave the metric out with --metrics or fix the run"
+            )
         if kept:
             merge_same_run(runs, (k, seed), path, kept)
-    rows = [(k, seed, step, metric, value) for (k, seed), (_, records) in runs.items()
-            for (step, metric), value in records.items()]
+    rows = [
+        (k, seed, step, metric, value)
+        for (k, seed), (_, records) in runs.items()
+        for (step, metric), value in records.items()
+    ]
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.sort_values(["metric", "K", "seed", "step"]).reset_index(drop=True)

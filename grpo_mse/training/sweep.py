@@ -18,8 +18,18 @@ from grpo_mse.training.budget import budget_settings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(REPO_ROOT, "Policy_Optimization", "grpo_train.sh")
-DRY_RUN_VALUES = {"": False, "0": False, "false": False, "no": False, "off": False,
-                  "1": True, "true": True, "yes": True, "on": True, "print": True}
+DRY_RUN_VALUES = {
+    "": False,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "print": True,
+}
 
 
 def env_dry_run(environ=None) -> bool:
@@ -43,12 +53,14 @@ class SweepConfig(Flags):
     seeds: list[int] = option([0, 1, 2, 3, 4], minimum=0, help="training seeds")
     budget: int = option(1024, minimum=8, help="sequences per step")
     run_tag: str | None = option(None, help="runs are named TAG_K{K}_seed{S} (default: $RUN_TAG, else grpo)")
-    dry_run: bool = option(False, help="print every run, have VERL validate the first (also DRY_RUN=1 in the "
-                                       "environment)")
+    dry_run: bool = option(
+        False, help="print every run, have VERL validate the first (also DRY_RUN=1 in the environment)"
+    )
     validate_all: bool = option(False, help="dry run: have VERL validate every run")
     keep_going: bool = option(False, help="continue after a failed run")
-    launcher: str | None = option(None, help="script run once per (K, seed) (default: Policy_Optimization/"
-                                             "grpo_train.sh of this repository)")
+    launcher: str | None = option(
+        None, help="script run once per (K, seed) (default: Policy_Optimization/grpo_train.sh of this repository)"
+    )
     overrides: list[str] = option([], positional=True, help="Hydra overrides (or TRL flags after --) for every run")
 
     def __post_init__(self) -> None:
@@ -56,8 +68,10 @@ class SweepConfig(Flags):
         self.dry_run = self.dry_run or env_dry_run()
         self.K_list, self.seeds = cli.unique(self.K_list, "--K_list"), cli.unique(self.seeds, "--seeds")
         self.run_tag = os.environ.get("RUN_TAG", "grpo") if self.run_tag is None else self.run_tag
-        require(bool(re.fullmatch(r"[A-Za-z0-9_.-]+", self.run_tag)),
-                f"--run_tag {self.run_tag!r}: use letters, digits, '_', '.' or '-'")
+        require(
+            bool(re.fullmatch(r"[A-Za-z0-9_.-]+", self.run_tag)),
+            f"--run_tag {self.run_tag!r}: use letters, digits, '_', '.' or '-'",
+        )
         self.launcher = LAUNCHER if self.launcher is None else self.launcher
         require(os.path.isfile(self.launcher), f"launcher not found: {self.launcher}")
         for k in self.K_list:

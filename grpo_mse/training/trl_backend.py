@@ -40,8 +40,14 @@ TRL_TO_VERL = {
 
 def verl_rows(path: str) -> list[dict]:
     """VERL parquet rows (read by the shared table loader) as TRL rows: chat prompt, data_source, ground truth."""
-    return [{"prompt": chat_messages(row["prompt"]), "data_source": str(row.get("data_source", "")),
-             "ground_truth": str(row["ground_truth"])} for row in load_rows(path)]
+    return [
+        {
+            "prompt": chat_messages(row["prompt"]),
+            "data_source": str(row.get("data_source", "")),
+            "ground_truth": str(row["ground_truth"]),
+        }
+        for row in load_rows(path)
+    ]
 
 
 def chat_messages(prompt) -> list[dict]:
@@ -68,8 +74,10 @@ def trl_reward(compute_score):
 
     def acc(prompts, completions, data_source, ground_truth, **_):
         texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
-        return [float(compute_score(data_source=d, solution_str=t, ground_truth=g)) for d, t, g in
-                zip(data_source, texts, ground_truth)]  # fmt: skip
+        return [
+            float(compute_score(data_source=d, solution_str=t, ground_truth=g))
+            for d, t, g in zip(data_source, texts, ground_truth)
+        ]
 
     return acc
 
@@ -98,8 +106,10 @@ def grpo_config(args, n_train: int):
 
     settings = budget_settings(args.group_size, args.budget)
     if n_train < settings["train_batch_size"]:
-        raise InputError(f"{n_train} training rows but {settings['train_batch_size']} prompts per step "
-                         f"(budget {args.budget} / K {args.group_size}): use more rows or a smaller budget")
+        raise InputError(
+            f"{n_train} training rows but {settings['train_batch_size']} prompts per step "
+            f"(budget {args.budget} / K {args.group_size}): use more rows or a smaller budget"
+        )
     updates = UPDATES_PER_STEP * steps_per_epoch(n_train, settings["train_batch_size"]) * settings["total_epochs"]
     return GRPOConfig(
         output_dir=args.output_dir,
@@ -155,15 +165,25 @@ def greedy_accuracy(model, tokenizer, rows, compute_score, max_new_tokens: int, 
         with torch.no_grad():
             for start in range(0, len(rows), batch_size):
                 batch = rows[start : start + batch_size]
-                texts = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
-                         for r in batch]  # fmt: skip
+                texts = [
+                    tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
+                    for r in batch
+                ]
                 enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-                out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, top_k=None, top_p=None,
-                                     temperature=None, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+                out = model.generate(
+                    **enc,
+                    do_sample=False,
+                    max_new_tokens=max_new_tokens,
+                    top_k=None,
+                    top_p=None,
+                    temperature=None,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
                 answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
                 for row, answer in zip(batch, answers):
-                    score = compute_score(data_source=row["data_source"], solution_str=answer,
-                                          ground_truth=row["ground_truth"])  # fmt: skip
+                    score = compute_score(
+                        data_source=row["data_source"], solution_str=answer, ground_truth=row["ground_truth"]
+                    )
                     scores.setdefault(row["data_source"], []).append(float(score))
     finally:
         tokenizer.padding_side = side

@@ -49,11 +49,13 @@ class TrlTrainConfig(Flags):
     max_steps: int = option(0, minimum=0, help="stop after this many steps (0: the epochs)")
     max_prompt_length: int = option(512, minimum=1, help="longer prompts are dropped")
     max_response_length: int = option(512, minimum=1, help="tokens per response")
-    temperature: float = option(1.0, above=0,
-                                help="sampling temperature of the training rollouts (validation is greedy)")
+    temperature: float = option(
+        1.0, above=0, help="sampling temperature of the training rollouts (validation is greedy)"
+    )
     test_freq: int = option(5, minimum=1, help="validate every N steps")
-    norm_adv_by_std: bool = option(True, zero_one=True,
-                                   help="GRPO's std-normalised advantage; off: unnormalised (Dr.GRPO)")
+    norm_adv_by_std: bool = option(
+        True, zero_one=True, help="GRPO's std-normalised advantage; off: unnormalised (Dr.GRPO)"
+    )
     reward_path: str = option(help="file with the reward function")
     reward_name: str = option("compute_score", help="the reward function's name in that file")
     project_name: str = option("demystifying_grpo", help="wandb project")
@@ -70,8 +72,10 @@ class TrlTrainConfig(Flags):
             budget_settings(self.group_size, self.budget)
         except ValueError as exc:
             raise cli.UsageError(str(exc)) from None
-        require(self.lr < 1, f"argument --lr: {self.lr:g} is not a learning rate for AdamW; use a value below 1 "
-                             f"(the paper: 1e-6)")
+        require(
+            self.lr < 1,
+            f"argument --lr: {self.lr:g} is not a learning rate for AdamW; use a value below 1 (the paper: 1e-6)",
+        )
         unknown = sorted(self.logger_names - set(LOGGERS))
         require(not unknown, f"--loggers: unknown {unknown}; use console and/or wandb")
         for path in (self.train_file, self.val_file, self.reward_path):
@@ -96,8 +100,12 @@ class RunLogger:
         if "wandb" in args.logger_names and os.environ.get("WANDB_MODE", "online") != "disabled":
             import wandb
 
-            self.run = wandb.init(project=args.project_name, name=args.experiment_name, config=config,
-                                  dir=os.environ.get("WANDB_DIR") or None)  # fmt: skip
+            self.run = wandb.init(
+                project=args.project_name,
+                name=args.experiment_name,
+                config=config,
+                dir=os.environ.get("WANDB_DIR") or None,
+            )
 
     def log(self, step: int, metrics: dict) -> None:
         if self.console:
@@ -175,17 +183,25 @@ def run(args: TrlTrainConfig) -> dict:
     config = backend.grpo_config(args, len(train_rows))  # refuses fewer rows than prompts per step
     settings = budget_settings(args.group_size, args.budget)
     steps = config.max_steps // backend.UPDATES_PER_STEP
-    print(f"[trl] K={args.group_size} budget={args.budget} prompts/step={settings['train_batch_size']} steps={steps} "
-          f"train={len(train_rows)} val={len(val_rows)} lr={args.lr} seed={args.seed}", flush=True)  # fmt: skip
+    print(
+        f"[trl] K={args.group_size} budget={args.budget} prompts/step={settings['train_batch_size']} steps={steps} "
+        f"train={len(train_rows)} val={len(val_rows)} lr={args.lr} seed={args.seed}",
+        flush=True,
+    )
     if args.dry_run:
         print("[dry run] TRL GRPOConfig built and data read; nothing was trained", file=sys.stderr)
         return {}
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    run_config = {"trainer": "trl", "budget": args.budget, "lr": args.lr, "steps": steps,
-                  "actor_rollout_ref": {"rollout": {"n": args.group_size, "temperature": args.temperature}},
-                  "data": {"seed": args.seed, **settings},
-                  "algorithm": {"norm_adv_by_std_in_grpo": args.norm_adv_by_std}}  # fmt: skip
+    run_config = {
+        "trainer": "trl",
+        "budget": args.budget,
+        "lr": args.lr,
+        "steps": steps,
+        "actor_rollout_ref": {"rollout": {"n": args.group_size, "temperature": args.temperature}},
+        "data": {"seed": args.seed, **settings},
+        "algorithm": {"norm_adv_by_std_in_grpo": args.norm_adv_by_std},
+    }
     logger = RunLogger(args, run_config)
     history = []
 
