@@ -367,6 +367,7 @@ def test_resume_mode(long_base, tmp_path):
         assert result.returncode == 2 and f"RESUME_MODE={bad}: use disable, auto or" in result.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_validates_resume_and_ray_temp_dir(long_base):
     pytest.importorskip("verl")
     result = launch(long_base, DRY_RUN="1", timeout=180)

@@ -374,6 +374,7 @@ def run(script: str, *args, env=None, cwd=None) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_generated_like_tables_end_to_end(tmp_path):
     """A valid table with repeated ids, unicode and non-finite extra fields runs (finite JSON out); a bad one
     stops in one line with nothing written."""
@@ -416,6 +417,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_full_disk_is_one_line_and_resume_finishes(tmp_path):
     table = write_table(
         str(tmp_path), [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5} for i in range(2)], "jsonl"
@@ -617,6 +619,7 @@ def test_make_figures_draws_a_one_prompt_run_and_no_empty_ratio_panel(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_oracle_full_disk_then_resume_equals_an_uninterrupted_run(tmp_path):
     rows = [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5} for i in range(2)]
     table = write_table(str(tmp_path), rows, "jsonl")

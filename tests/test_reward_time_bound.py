@@ -41,6 +41,7 @@ def reward(monkeypatch):
     return load_script("Policy_Optimization/reward.py").compute_score
 
 
+@pytest.mark.slow
 def test_adversarial_math_answers_score_zero_within_the_bound(reward):
     assert _in_thread(lambda: reward("math", r"\boxed{\frac{1}{2}}", "0.5"), STARTUP)[0] == 1.0  # warm-up
     for answer in ADVERSARIAL:

@@ -155,6 +155,7 @@ def test_absurd_learning_rates_are_refused(tmp_path, data_dir, lr):
     assert f"LR={lr} must be a positive number below 1" in result.stderr
 
 
+@pytest.mark.slow
 def test_trl_refuses_fewer_rows_than_prompts_per_step_and_lr_1e6(tmp_path, data_dir):
     """Item 8: 8 training rows, 16 prompts per step: refused in the dry run already (no model loaded)."""
     base = [
@@ -220,6 +221,7 @@ def test_trl_steps_per_epoch_drop_the_incomplete_batch():
     assert len(list(sampler)) == 4 * 8 * 4 * 4  # 4 whole batches of 8 prompts, each K=4 times, 4 updates
 
 
+@pytest.mark.slow
 def test_verl_dry_run_refuses_a_mistyped_override():
     from grpo_mse.training.verl_launch import check_override_types, main
 

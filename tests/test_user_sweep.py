@@ -90,6 +90,7 @@ def test_help_prints_the_whole_header_comment(script):
     assert done.returncode == 0 and done.stdout.splitlines() == header and done.stderr == ""
 
 
+@pytest.mark.slow
 def test_online_wandb_without_a_key_is_refused_before_training(tmp_path):
     data = tmp_path / "data"
     data.mkdir()

@@ -236,6 +236,7 @@ def test_dry_run_composes_and_validates_with_verl(tmp_path, data_dir):
     assert "composed and validated by VERL" in result.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_rejects_misspelled_override(capsys):
     """The same check in process (saves a second VERL start-up): an unknown key fails composition."""
     pytest.importorskip("verl")
