@@ -241,6 +241,72 @@ def test_verl_dry_run_refuses_a_mistyped_override():
     assert main(["trainer.total_epochs=abc"]) == 2
 
 
+@pytest.mark.slow
+def test_verl_dry_run_names_an_unknown_key_and_the_users_own_value():
+    """Issue 17 sweep: a typo in a key gave Hydra's multi-line message; a bad value quoted the launcher's."""
+    from grpo_mse.training.verl_launch import check_override_keys, check_override_types
+
+    typo = check_override_keys(["trainer.total_epochs=2", "trainer.totl_epochs=2"])
+    assert typo == (
+        "override trainer.totl_epochs=2: VERL's configuration has no key trainer.totl_epochs "
+        "(did you mean trainer.total_epochs?); a new key needs +trainer.totl_epochs=..."
+    )
+    assert "(did you mean trainer.total_epochs?)" in check_override_keys(["trainr.total_epochs=2"])  # a parent typo
+    assert "did you mean" not in check_override_keys(["trainer.zzzzzz=1"])
+    assert check_override_keys(["~trainer.qqqqqq"]).endswith("has no key trainer.qqqqqq")
+    known = ["trainer.total_epochs=2", "+trainer.brand_new=1", "++trainer.other=1", "data.seed=1", "hydra.run.dir=x"]
+    assert check_override_keys(known + ["trainer.logger=[console]", "actor_rollout_ref.rollout.seed=3"]) is None
+    # the launcher passes trainer.total_epochs=2 first; the user's later value wins in Hydra and is the one quoted
+    bad = check_override_types(["trainer.total_epochs=2", "trainer.total_epochs=abc"])
+    assert bad.startswith("override trainer.total_epochs=abc:") and bad.endswith("got 'abc'")
+    assert check_override_types(["trainer.total_epochs=abc", "trainer.total_epochs=3"]) is None
+
+
+@pytest.mark.slow
+def test_verl_dry_run_reads_the_data_files(tmp_path, data_dir, capsys):
+    """Issue 17 sweep: the VERL dry run read no data (README.md as TRAIN_FILE passed); now it reads the parquet."""
+    from grpo_mse.training.data import write_parquet
+    from grpo_mse.training.verl_launch import check_data_files, main
+
+    val = f"data.val_files='{data_dir}/test.parquet'"  # quoted: a comma in the folder name
+    assert check_data_files([f"data.train_files='{data_dir}/train.parquet'", val]) is None
+    assert check_data_files([f"data.train_files=['{data_dir}/train.parquet']", val]) is None  # a list of files
+    readme = str(ROOT / "README.md")
+    assert check_data_files([f"data.train_files={readme}", val]) == (
+        f"data.train_files={readme}: VERL reads parquet files (Policy_Optimization/prepare_data.py writes them)"
+    )
+    torn = tmp_path / "torn.parquet"
+    torn.write_bytes((data_dir / "train.parquet").read_bytes()[:100])
+    assert "not a readable parquet file" in check_data_files([f"data.train_files={torn}", val])
+    no_source = tmp_path / "no_source.parquet"
+    write_parquet(
+        [{"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": "2"}}], str(no_source)
+    )
+    assert check_data_files([val.replace("val", "train", 1), f"data.val_files={no_source}"]) == (
+        f"data.val_files: {no_source}: row 0 has no 'data_source' field"
+    )
+    no_truth = tmp_path / "no_truth.parquet"
+    write_parquet([{"prompt": "1+1?", "data_source": "arithmetic", "reward_model": {"style": "rule"}}], str(no_truth))
+    assert "has no 'ground_truth' field" in check_data_files([f"data.train_files={no_truth}", val])
+    assert main([f"data.train_files={readme}", val]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: data.train_files=") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_launcher_verl_dry_run_refuses_typos_and_non_parquet_data(tmp_path, data_dir):
+    env = launcher_env(tmp_path, DATA_DIR=data_dir, GROUP_SIZE=8, BUDGET=64, DRY_RUN=1)
+    result = subprocess.run(["bash", str(LAUNCHER), "trainer.totl_epochs=2"], env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        "error: override trainer.totl_epochs=2: VERL's configuration has no key trainer.totl_epochs "
+        "(did you mean trainer.total_epochs?); a new key needs +trainer.totl_epochs=..."
+    ]
+    env["TRAIN_FILE"] = str(ROOT / "README.md")
+    result = subprocess.run(["bash", str(LAUNCHER)], env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"error: data.train_files={ROOT / 'README.md'}: VERL reads parquet files")
+
+
 # ---------------------------------------------------------------- the collector
 
 
