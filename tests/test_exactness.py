@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import BUILTIN_POLICY, load_script, one_token_sampler
+from conftest import BUILTIN_POLICY, load_script, one_token_sampler, tracecov_argv
 
 from grpo_mse.analysis import theory
 from grpo_mse.analysis.one_token import token_texts
@@ -99,40 +99,8 @@ def test_enumeration_is_consistent(case):
 
 def _run_tracecov(table, out_dir):
     script = load_script("Gradient_evaluation/run_tracecov.py")
-    script.main(
-        [
-            "--model",
-            BUILTIN_POLICY,
-            "--oracle_table",
-            table,
-            "--device",
-            "cpu",
-            "--dtype",
-            "fp32",
-            "--seed",
-            "0",
-            "--T",
-            str(COPIES),
-            "--M",
-            str(GROUPS),
-            "--K_list",
-            *map(str, K_LIST),
-            "--temperature",
-            "1.0",
-            "--top_p",
-            "1.0",
-            "--max_new_tokens",
-            "1",
-            "--gen_bs",
-            "64",
-            "--estimators",
-            *est.ALL,
-            "--no_advisor",
-            "--save_json",
-            out_dir,
-            "--skip_plot",
-        ]
-    )
+    options = dict(seed=0, T=COPIES, M=GROUPS, K_list=K_LIST, temperature="1.0", top_p="1.0", max_new_tokens=1)
+    script.main(tracecov_argv(table, out_dir, "--no_advisor", **options, gen_bs=64, estimators=est.ALL))
 
 
 def test_pipeline_traces_match_exact_values(case, tmp_path):
