@@ -22,6 +22,35 @@ def load_script(relative_path: str):
     return module
 
 
+def tracecov_argv(table, out, *extra, model=BUILTIN_POLICY, skip_plot=True, **options) -> list[str]:
+    """run_tracecov.py's arguments for ``model`` (the shipped tiny policy) on CPU in fp32: the table, the output,
+    ``--skip_plot`` unless told not to, each keyword as a flag in the order given (``T=6`` -> ``--T 6``,
+    ``K_list=(2, 4)`` -> ``--K_list 2 4``), then ``extra`` as is (a flag repeated there wins)."""
+    argv = ["--model", model, "--oracle_table", table, "--device", "cpu", "--dtype", "fp32", "--save_json", out]
+    if skip_plot:
+        argv.append("--skip_plot")
+    for name, value in options.items():
+        argv += [f"--{name}", *(value if isinstance(value, (list, tuple)) else [value])]
+    return [str(arg) for arg in [*argv, *extra]]
+
+
+def one_token_sampler(model, tokenizer):
+    """A PromptSampler that draws single tokens from the model's own law (temperature 1, top_p 1, seed 0)."""
+    from grpo_mse.policy.loading import eos_token_ids
+    from grpo_mse.runs.tracecov import PromptSampler
+
+    return PromptSampler(
+        model,
+        tokenizer,
+        eos_token_ids(model, tokenizer),
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=1,
+        gen_bs=256,
+        seed=0,
+    )
+
+
 @pytest.fixture(scope="session")
 def random_lm():
     """A 2-layer Qwen2 with vocab 23, fp32, deterministic weights."""

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import ROOT, load_script, tracecov_argv
 
 from grpo_mse.analysis import advisor, paired
 from grpo_mse.analysis import bootstrap as bs
@@ -37,33 +37,7 @@ def _write(path, rows):
 
 def _run(table, out, *extra):
     run_tracecov.main(
-        [
-            "--model",
-            BUILTIN_POLICY,
-            "--oracle_table",
-            table,
-            "--device",
-            "cpu",
-            "--dtype",
-            "fp32",
-            "--T",
-            "6",
-            "--M",
-            "3",
-            "--K_list",
-            "2",
-            "4",
-            "--max_new_tokens",
-            "8",
-            "--c1_batch",
-            "6",
-            "--save_json",
-            str(out),
-            "--skip_plot",
-            "--budget",
-            "64",
-            *extra,
-        ]
+        tracecov_argv(table, out, *extra, T=6, M=3, K_list=(2, 4), max_new_tokens=8, c1_batch=6, budget=64)
     )
     (main_json,) = glob.glob(str(out / "tracecov_*[0-9].json"))
     return json.load(open(main_json)), main_json

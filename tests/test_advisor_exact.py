@@ -17,6 +17,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import one_token_sampler
 
 from grpo_mse.analysis import one_token, theory
 from grpo_mse.analysis.advisor import advise, per_prompt_constants
@@ -58,19 +59,9 @@ def _choose_rows(model, tokenizer, texts):
 def _run_advisor(model, tokenizer, rows, progress):
     """run_tracecov's advisor path: run_batch over c1 batches of PROMPTS consecutive rows per K, then advise."""
     from grpo_mse.gradients.config import TracecovConfig
-    from grpo_mse.policy.loading import eos_token_ids
-    from grpo_mse.runs.tracecov import PromptSampler, TracecovRun, prompt_batches
+    from grpo_mse.runs.tracecov import TracecovRun, prompt_batches
 
-    sampler = PromptSampler(
-        model,
-        tokenizer,
-        eos_token_ids(model, tokenizer),
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=1,
-        gen_bs=256,
-        seed=0,
-    )
+    sampler = one_token_sampler(model, tokenizer)
     config = TracecovConfig(
         oracle_table="rows", save_json="unused", skip_plot=True, M=M, estimators=["grpo", "oracleV"], engine="fast"
     )

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BUILTIN_POLICY, ROOT
+from conftest import BUILTIN_POLICY, ROOT, tracecov_argv
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
@@ -41,27 +41,7 @@ def _assert_one_line_error(result, *needles):
 
 def _tracecov(tmp_path, table, *extra):
     out = tmp_path / "out"
-    result = _run(
-        TRACECOV,
-        "--model",
-        BUILTIN_POLICY,
-        "--oracle_table",
-        table,
-        "--device",
-        "cpu",
-        "--dtype",
-        "fp32",
-        "--save_json",
-        out,
-        "--skip_plot",
-        "--T",
-        2,
-        "--M",
-        2,
-        "--K_list",
-        2,
-        *extra,
-    )
+    result = _run(TRACECOV, *tracecov_argv(table, out, *extra, T=2, M=2, K_list=2))
     return result, out
 
 
@@ -114,24 +94,7 @@ def test_message_prompt_without_chat_template(tmp_path):
     config.pop("chat_template", None)
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     table = _table(tmp_path / "t.jsonl", [ROW])
-    result = _run(
-        TRACECOV,
-        "--model",
-        model,
-        "--oracle_table",
-        table,
-        "--device",
-        "cpu",
-        "--dtype",
-        "fp32",
-        "--save_json",
-        tmp_path / "out",
-        "--skip_plot",
-        "--M",
-        2,
-        "--K_list",
-        2,
-    )
+    result = _run(TRACECOV, *tracecov_argv(table, tmp_path / "out", model=model, M=2, K_list=2))
     _assert_one_line_error(result, "no chat template")
     assert not (tmp_path / "out").exists()
     result = _run(ORACLE, "--model", model, "--dataset", table, "--device", "cpu", "--out_dir", tmp_path / "o")

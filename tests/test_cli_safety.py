@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import BUILTIN_POLICY, ROOT
+from conftest import BUILTIN_POLICY, ROOT, tracecov_argv
 
 from grpo_mse.gradients.estimators import UNBIASED
 from grpo_mse.tables.resume import model_fingerprint
@@ -47,27 +47,8 @@ def table(*changes, name="t.jsonl"):
 
 
 def tracecov(*flags, table_path=TABLE, out="{tmp}/out", plot=("--skip_plot",)):
-    return [
-        "Gradient_evaluation/run_tracecov.py",
-        "--model",
-        BUILTIN_POLICY,
-        "--oracle_table",
-        table_path,
-        "--device",
-        "cpu",
-        "--dtype",
-        "fp32",
-        "--save_json",
-        out,
-        *plot,
-        "--T",
-        "2",
-        "--M",
-        "2",
-        "--K_list",
-        "2",
-        *flags,
-    ]
+    argv = tracecov_argv(table_path, out, *plot, skip_plot=False, T=2, M=2, K_list=2)
+    return ["Gradient_evaluation/run_tracecov.py", *argv, *flags]
 
 
 def oracle(*flags, dataset=TABLE, out="{tmp}/o"):

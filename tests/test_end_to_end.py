@@ -8,7 +8,7 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT, load_script, tracecov_argv
 
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.runs import tracecov as tracecov_job
@@ -73,30 +73,7 @@ def test_oracle_fields_and_resume_equals_fresh_run(oracle_table):
 
 
 def _tracecov_args(table, out, *extra):
-    return [
-        "--model",
-        BUILTIN_POLICY,
-        "--oracle_table",
-        table,
-        "--device",
-        "cpu",
-        "--dtype",
-        "fp32",
-        "--T",
-        "6",
-        "--M",
-        "3",
-        "--K_list",
-        "2",
-        "4",
-        "--max_new_tokens",
-        "8",
-        "--c1_batch",
-        "3",
-        "--save_json",
-        str(out),
-        *extra,
-    ]
+    return tracecov_argv(table, out, *extra, skip_plot=False, T=6, M=3, K_list=(2, 4), max_new_tokens=8, c1_batch=3)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import BUILTIN_POLICY, load_script
+from conftest import BUILTIN_POLICY, load_script, one_token_sampler, tracecov_argv
 
 from grpo_mse.analysis import theory
 from grpo_mse.analysis.one_token import token_texts
@@ -18,7 +18,6 @@ from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.rewards.rules import last_integer, last_integer_reward
-from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import prompt_ids
 
 pytestmark = [
@@ -57,8 +56,6 @@ def _choose_prompt(model, tokenizer) -> tuple[dict, int, float]:
 
 def _build_case(model, tokenizer) -> dict:
     """The chosen prompt's oracle row, its exact enumeration and exact estimator moments, and a sampler."""
-    from grpo_mse.policy.loading import eos_token_ids
-
     row, gold, _ = _choose_prompt(model, tokenizer)
     texts = token_texts(tokenizer, model.config.vocab_size)
     enum = theory.one_token_enumeration(
@@ -66,16 +63,7 @@ def _build_case(model, tokenizer) -> dict:
     )
     value = float(enum.p @ enum.G)
     assert 0.2 < value < 0.8, f"no prompt with a non-degenerate one-token V (best {value:.3f})"
-    sampler = PromptSampler(
-        model,
-        tokenizer,
-        eos_token_ids(model, tokenizer),
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=1,
-        gen_bs=256,
-        seed=0,
-    )
+    sampler = one_token_sampler(model, tokenizer)
     return {
         "row": {**row, "ground_truth": gold, "V_oracle": value},
         "enum": enum,
@@ -111,40 +99,8 @@ def test_enumeration_is_consistent(case):
 
 def _run_tracecov(table, out_dir):
     script = load_script("Gradient_evaluation/run_tracecov.py")
-    script.main(
-        [
-            "--model",
-            BUILTIN_POLICY,
-            "--oracle_table",
-            table,
-            "--device",
-            "cpu",
-            "--dtype",
-            "fp32",
-            "--seed",
-            "0",
-            "--T",
-            str(COPIES),
-            "--M",
-            str(GROUPS),
-            "--K_list",
-            *map(str, K_LIST),
-            "--temperature",
-            "1.0",
-            "--top_p",
-            "1.0",
-            "--max_new_tokens",
-            "1",
-            "--gen_bs",
-            "64",
-            "--estimators",
-            *est.ALL,
-            "--no_advisor",
-            "--save_json",
-            out_dir,
-            "--skip_plot",
-        ]
-    )
+    options = dict(seed=0, T=COPIES, M=GROUPS, K_list=K_LIST, temperature="1.0", top_p="1.0", max_new_tokens=1)
+    script.main(tracecov_argv(table, out_dir, "--no_advisor", **options, gen_bs=64, estimators=est.ALL))
 
 
 def test_pipeline_traces_match_exact_values(case, tmp_path):

@@ -209,6 +209,11 @@ def test_compare_directions_of_advisor_and_sweep():
     assert shares == pytest.approx({"advisor_way": 0.2, "opposite_way": 0.3, "no_move": 0.5})
 
 
+def _two_settings(first, second):
+    """``--setting`` twice: runs_a.csv / pred_a.json named ``first``, runs_b.csv / pred_b.json named ``second``."""
+    return ["--setting", first, "runs_a.csv", "pred_a.json", "t", "--setting", second, "runs_b.csv", "pred_b.json", "t"]
+
+
 def test_cli_summarize_two_settings_compares_them(tmp_path):
     for name, c3, peak in (("a", 200.0, 4), ("b", 600.0, 16)):
         (tmp_path / f"run_{name}.json").write_text(json.dumps(advisor_run(c3=c3)))
@@ -220,20 +225,7 @@ def test_cli_summarize_two_settings_compares_them(tmp_path):
         )
         acc = {(k, s): 0.1 + 0.02 * (k == peak) + 0.001 * s for k in (2, 4, 8, 16) for s in range(4)}
         frame_of(acc).to_csv(tmp_path / f"runs_{name}.csv", index=False)
-    args = [
-        "summarize",
-        "--setting",
-        "a",
-        "runs_a.csv",
-        "pred_a.json",
-        "t",
-        "--setting",
-        "b",
-        "runs_b.csv",
-        "pred_b.json",
-        "t",
-    ]
-    done = run_cli(*args, "--out_dir", "out", cwd=tmp_path)
+    done = run_cli("summarize", *_two_settings("a", "b"), "--out_dir", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [s["sweep"]["best_K_bootstrap"] for s in summary["settings"]] == [{"4": 1.0}, {"16": 1.0}]
@@ -241,22 +233,7 @@ def test_cli_summarize_two_settings_compares_them(tmp_path):
     assert comparison["settings"] == ["a", "b"] and comparison["agree"]
     assert comparison["advisor_K_star"] == pytest.approx([1 + math.sqrt(200 / 15), 1 + math.sqrt(600 / 15)])
     assert (tmp_path / "out" / "sweep_settings.png").stat().st_size > 0
-    done = run_cli(
-        "summarize",
-        "--setting",
-        "a",
-        "runs_a.csv",
-        "pred_a.json",
-        "t",
-        "--setting",
-        "a",
-        "runs_b.csv",
-        "pred_b.json",
-        "t",
-        "--out_dir",
-        "out2",
-        cwd=tmp_path,
-    )
+    done = run_cli("summarize", *_two_settings("a", "a"), "--out_dir", "out2", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error:") and "repeat" in done.stderr
     assert not (tmp_path / "out2").exists()
 

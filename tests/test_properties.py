@@ -23,7 +23,7 @@ import tempfile
 from unittest import mock
 
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT, load_script, tracecov_argv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -173,29 +173,8 @@ def write_table(folder: str, rows: list, form: str) -> str:
     return path
 
 
-def tracecov_argv(table: str, out: str, *flags) -> list[str]:
-    return [
-        "--model",
-        BUILTIN_POLICY,
-        "--oracle_table",
-        table,
-        "--device",
-        "cpu",
-        "--dtype",
-        "fp32",
-        "--save_json",
-        out,
-        "--skip_plot",
-        "--T",
-        "3",
-        "--M",
-        "2",
-        "--K_list",
-        "2",
-        "--max_new_tokens",
-        "2",
-        *flags,
-    ]
+def tiny_tracecov_argv(table: str, out: str, *flags) -> list[str]:
+    return tracecov_argv(table, out, *flags, T=3, M=2, K_list=2, max_new_tokens=2)
 
 
 @bounded(120)
@@ -206,7 +185,7 @@ def test_generated_tables_are_run_or_refused_in_one_line(case, form):
     with tempfile.TemporaryDirectory() as folder, mock.patch("grpo_mse.runs.tracecov.load_policy", side_effect=Reached):
         table, out = write_table(folder, rows, form), os.path.join(folder, "out")
         try:
-            code, stderr = boundary(TRACECOV.main, tracecov_argv(table, out))
+            code, stderr = boundary(TRACECOV.main, tiny_tracecov_argv(table, out))
         except Reached:
             code, stderr = None, ""
         assert (code is None) == valid, (rows, code, stderr)
@@ -279,7 +258,7 @@ def test_generated_flag_values_are_run_or_refused_in_one_line(flag, value, scrip
         out = os.path.join(folder, "out")
         if script == "tracecov":
             main, target = TRACECOV.main, "grpo_mse.runs.tracecov.run_tracecov"
-            argv = [*tracecov_argv(table, out), flag, text]
+            argv = [*tiny_tracecov_argv(table, out), flag, text]
         else:
             main, target = ORACLE.main, "grpo_mse.runs.oracle.run_oracle"
             argv = ["--model", BUILTIN_POLICY, "--dataset", table, "--device", "cpu", "--out_dir", out, flag, text]
@@ -383,7 +362,7 @@ def test_generated_like_tables_end_to_end(tmp_path):
         {"id": 3, "prompt": "Solve the arithmetic problem.\n1 + 1 =", "ground_truth": "2", "V_oracle": 1},
     ]
     good = write_table(str(tmp_path), rows, "jsonl")
-    done = run("Gradient_evaluation/run_tracecov.py", *tracecov_argv(good, str(tmp_path / "out"), "--T", "2"))
+    done = run("Gradient_evaluation/run_tracecov.py", *tiny_tracecov_argv(good, str(tmp_path / "out"), "--T", "2"))
     assert done.returncode == 0, done.stderr
     main = [p for p in os.listdir(tmp_path / "out") if p.endswith(".json") and "_K" not in p]
     with open(tmp_path / "out" / main[0], encoding="utf-8") as handle:
@@ -392,7 +371,7 @@ def test_generated_like_tables_end_to_end(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     table = write_table(str(bad), [{**rows[0], "prompt": [{"content": "x"}]}], "jsonl")
-    done = run("Gradient_evaluation/run_tracecov.py", *tracecov_argv(table, str(bad / "out")))
+    done = run("Gradient_evaluation/run_tracecov.py", *tiny_tracecov_argv(table, str(bad / "out")))
     assert done.returncode == 2
     one_error_line(done.stderr, table)
     assert not (bad / "out").exists()
@@ -422,7 +401,7 @@ def test_full_disk_is_one_line_and_resume_finishes(tmp_path):
     table = write_table(
         str(tmp_path), [{"id": i, "prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5} for i in range(2)], "jsonl"
     )
-    argv = tracecov_argv(table, str(tmp_path / "out"), "--T", "2")
+    argv = tiny_tracecov_argv(table, str(tmp_path / "out"), "--T", "2")
     script = os.path.join(ROOT, "Gradient_evaluation/run_tracecov.py")
     done = subprocess.run(
         [sys.executable, "-c", FULL_DISK, script, *argv],
@@ -454,7 +433,7 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
     out.mkdir()
     from grpo_mse.gradients.config import TracecovConfig
 
-    argv = tracecov_argv(table, str(out))
+    argv = tiny_tracecov_argv(table, str(out))
     argv[argv.index("--model") + 1] = str(model)
     config = TracecovConfig.from_argv(argv)
     header = {

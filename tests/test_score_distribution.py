@@ -137,6 +137,35 @@ def test_sampler_draws_from_q(case):
     assert abs(share - p) < Z * math.sqrt(p * (1 - p) / n)
 
 
+def _logprob_fn(model, eos, top_p):
+    """The engine's log-probability function for continuations of PROMPT (law q at top_p < 1, pi at top_p = 1)."""
+
+    def logprob_fn(continuations):
+        return shared_prompt_logprobs(
+            model, PROMPT, continuations, eos_ids=[eos], pad_id=0, temperature=TEMPERATURE, top_p=top_p
+        )
+
+    return logprob_fn
+
+
+def _sampled_groups(model, eos, seed, copy):
+    """M groups of K two-token continuations of PROMPT sampled at (TEMPERATURE, TOP_P), and their rewards."""
+    draws = sample_continuations(
+        model,
+        [PROMPT] * (M * K),
+        row_generators(seed, copy, count=M * K),
+        temperature=TEMPERATURE,
+        top_p=TOP_P,
+        max_new_tokens=2,
+        eos_ids=[eos],
+        pad_id=0,
+        batch_size=M * K,
+    )
+    groups = [draws[g * K : (g + 1) * K] for g in range(M)]
+    rewards = torch.tensor([[_reward(t, eos) for t in group] for group in groups], dtype=torch.float64)
+    return groups, rewards
+
+
 def _exact(case, kind):
     s = case["scores"][kind]
     mean = case["q"] @ s
@@ -161,26 +190,11 @@ def test_engine_mean_score_and_traces_match_enumeration(case, kind):
     exact_sq, _, exact_traces = _exact(case, kind)
     top_p = TOP_P if kind == "sampling" else 1.0
 
-    def logprob_fn(continuations):
-        return shared_prompt_logprobs(
-            model, PROMPT, continuations, eos_ids=[eos], pad_id=0, temperature=TEMPERATURE, top_p=top_p
-        )
+    logprob_fn = _logprob_fn(model, eos, top_p)
 
     values = {"mean_score_sq": [], "grpo": [], "oracleV": []}
     for copy in range(COPIES):
-        draws = sample_continuations(
-            model,
-            [PROMPT] * (M * K),
-            row_generators(7, copy, count=M * K),
-            temperature=TEMPERATURE,
-            top_p=TOP_P,
-            max_new_tokens=2,
-            eos_ids=[eos],
-            pad_id=0,
-            batch_size=M * K,
-        )
-        groups = [draws[g * K : (g + 1) * K] for g in range(M)]
-        rewards = torch.tensor([[_reward(t, eos) for t in group] for group in groups], dtype=torch.float64)
+        groups, rewards = _sampled_groups(model, eos, 7, copy)
         stats = prompt_traces(logprob_fn, params, groups, rewards, value, ("grpo", "oracleV"), measure_score=True)
         values["mean_score_sq"].append(score_fields(stats, {"V_oracle": value})["mean_score_sq"])
         for name in ("grpo", "oracleV"):
@@ -221,26 +235,11 @@ def test_std_grpo_bias_against_its_own_target(case):
     own = exact["mean_coef"] - q * G / math.sqrt(value * (1 - value))
     exact_own = float(own @ gram @ own)
 
-    def logprob_fn(continuations):
-        return shared_prompt_logprobs(
-            model, PROMPT, continuations, eos_ids=[eos], pad_id=0, temperature=TEMPERATURE, top_p=TOP_P
-        )
+    logprob_fn = _logprob_fn(model, eos, TOP_P)
 
     measured = []
     for copy in range(COPIES):
-        draws = sample_continuations(
-            model,
-            [PROMPT] * (M * K),
-            row_generators(11, copy, count=M * K),
-            temperature=TEMPERATURE,
-            top_p=TOP_P,
-            max_new_tokens=2,
-            eos_ids=[eos],
-            pad_id=0,
-            batch_size=M * K,
-        )
-        groups = [draws[g * K : (g + 1) * K] for g in range(M)]
-        rewards = torch.tensor([[_reward(t, eos) for t in group] for group in groups], dtype=torch.float64)
+        groups, rewards = _sampled_groups(model, eos, 11, copy)
         stats = prompt_traces(logprob_fn, params, groups, rewards, value, ("grpo_std", "oracleV"))
         fields = score_fields(stats, {"V_oracle": value})
         bias2_own = fields["bias2_own"]["grpo_std"]
