@@ -37,21 +37,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def qwen_shaped_model(device: str, dtype: str, seed: int = 0):
     """A randomly initialised Qwen2.5-0.5B-shaped model and a stand-in tokenizer (no download)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
+    from grpo_mse.builtin.qwen_shapes import qwen2_5_config
     from grpo_mse.policy.loading import DTYPES
 
-    config = Qwen2Config(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-        tie_word_embeddings=True,
-        rope_theta=1000000.0,
-    )
+    config = qwen2_5_config("0.5B")
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(DTYPES[dtype]).eval()

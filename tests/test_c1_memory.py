@@ -25,17 +25,11 @@ GB = 1e9
 
 
 def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    config = Qwen2Config(
-        hidden_size=1536,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        intermediate_size=8960,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    )
+    from grpo_mse.builtin.qwen_shapes import qwen2_5_config
+
+    config = qwen2_5_config("1.5B")
     with torch.device("meta"):
         model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from grpo_mse import cli, distributed
+from grpo_mse.builtin.qwen_shapes import qwen2_5_config
 from grpo_mse.gradients import statistics
 from grpo_mse.gradients.config import MIN_TEMPERATURE, OracleConfig, TracecovConfig
 from grpo_mse.policy.logprobs import FAR, token_log_probs
@@ -178,15 +179,7 @@ def test_block_sizes_by_device_at_qwen_shapes():
     """Qwen2.5-0.5B's parameter sizes (meta tensors: no memory): >= 2^24 coordinates per block on CUDA,
     <= 400 blocks per pass on the CPU for the 5 vectors of a one-group pass (a, s and 3 running sums)."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.Qwen2Config(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
+    config = qwen2_5_config("0.5B")
     with torch.device("meta"):
         model = transformers.Qwen2ForCausalLM(config)
     sizes = [p.numel() for p in model.parameters()]

@@ -1,0 +1,24 @@
+"""Published Qwen2.5 architecture shapes, for models with random weights at real sizes (benchmarks, memory
+estimates on the meta device) without a download. Importing this module is cheap (transformers loads on use)."""
+
+from __future__ import annotations
+
+# Each model's config.json on the hub (Qwen/Qwen2.5-0.5B, Qwen/Qwen2.5-1.5B): tied input/output embeddings.
+QWEN2_5_SHAPES = {
+    "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14),
+    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12),
+}
+SHARED = dict(
+    vocab_size=151936,
+    num_key_value_heads=2,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+)
+
+
+def qwen2_5_config(size: str):
+    """A transformers Qwen2Config with the published shapes of Qwen2.5-``size`` ("0.5B" or "1.5B")."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**SHARED, **QWEN2_5_SHAPES[size])
