@@ -11,10 +11,14 @@ large-T approximation; docs/statistics.md.)
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from grpo_mse.analysis import paired, theory
 
+HEAVY_TAILS = load_script("scripts/coverage_heavy_tails.py")  # the same simulated traces as the heavy-tail study
+
 TYPES, OUTCOMES, DIM, T, M, K_LIST, BATCH, RUNS, N_BOOT = 30, 3, 4, 256, 8, (2, 4), 16, 200, 200
+assert (HEAVY_TAILS.OUTCOMES, HEAVY_TAILS.DIM, HEAVY_TAILS.M) == (OUTCOMES, DIM, M)  # its traces' shapes
 
 
 def _population(rng):
@@ -43,33 +47,12 @@ def _truth(types) -> dict:
     return truth
 
 
-def _traces(rng, types, chosen, k):
-    """Per-prompt traces over M groups of K (M-1 denominator) and the oracle estimates' mean vectors, for the
-    prompts ``chosen`` (type indices), vectorised: draws by inverse CDF of each prompt's p."""
-    p = np.stack([types[t][0] for t in chosen])
-    G = np.stack([types[t][1] for t in chosen])
-    s = np.stack([types[t][2] for t in chosen])  # [T, n, D]
-    draws = (rng.random((len(chosen), M, k))[..., None] > np.cumsum(p, 1)[:, None, None, :]).sum(-1)
-    draws = np.minimum(draws, OUTCOMES - 1)
-    rewards = np.take_along_axis(G[:, None, :], draws.reshape(len(chosen), 1, -1), 2).reshape(draws.shape)
-    scores = np.take_along_axis(s, draws.reshape(len(chosen), -1, 1), 1).reshape(*draws.shape, DIM)
-    value = (p * G).sum(1)[:, None, None]
-    weights = {
-        "naive": rewards / k,
-        "grpo": (rewards - rewards.mean(2, keepdims=True)) / (k - 1),
-        "oracleV": (rewards - value) / k,
-    }
-    vectors = {n: np.einsum("tmk,tmkd->tmd", w, scores) for n, w in weights.items()}
-    traces = {n: v.var(1, ddof=1).sum(-1) for n, v in vectors.items()}
-    return traces, vectors["oracleV"].mean(1)
-
-
 def _simulated_run(rng, types):
     """One run's records and c1 batches (BetweenPromptBatch's fields, from the mean vectors' Gram matrices)."""
     chosen = rng.integers(0, TYPES, T)
     records, batches = {}, {}
     for k in K_LIST:
-        traces, means = _traces(rng, types, chosen, k)
+        traces, means = HEAVY_TAILS.traces(rng, types, chosen, np.ones(len(chosen)), k)  # unit score scales
         records[k] = [
             {"K": k, "prompt_index": i, "tr_cov": {n: float(v[i]) for n, v in traces.items()}} for i in range(T)
         ]
