@@ -1,5 +1,6 @@
-"""Algorithm 1 on CPU: SGD ascent with the vanilla, GRPO or oracle-baseline estimator at a fixed budget
-N = B*K sequences per step, swept over the group size K; final held-out expected reward against K.
+"""Algorithm 1 on CPU: SGD (or, with --optimizer adamw, AdamW) ascent with the vanilla, GRPO or oracle-baseline
+estimator at a fixed budget N = B*K sequences per step, swept over the group size K; final held-out expected
+reward (or, with --heldout_greedy, greedy accuracy) against K.
 
 The oracle baseline V_theta(x) is a noisy Monte Carlo estimate from n_v extra samples per prompt at the
 current policy (independent of the K samples, so unbiased; NOT counted in N), or with --oracle running
@@ -75,12 +76,30 @@ def oracle_note(args) -> str:
     )
 
 
+def optimizer_label(args) -> str:
+    """"plain SGD" or the AdamW settings."""
+    if args.optimizer == "sgd":
+        return "plain SGD"
+    clip = f"gradient norm clipped to {args.max_grad_norm}" if args.max_grad_norm > 0 else "no clipping"
+    return f"AdamW (weight decay {args.weight_decay}, {clip})"
+
+
+def metric_label(args) -> str:
+    """What the held-out number is."""
+    if args.heldout_greedy:
+        return f"held-out greedy accuracy ({args.heldout_prompts} prompts, one greedy continuation each)"
+    return (
+        f"held-out expected reward ({args.heldout_prompts} prompts x {args.heldout_samples} samples, fixed streams)"
+    )
+
+
 def build_note(summary: dict, args) -> str:
     """One paragraph: what was run, the agreement statement and its caveats."""
     parts = [
-        f"Algorithm 1 (plain SGD, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences per step, "
-        f"seeds {list(args.seeds)}); final reward = held-out expected reward ({args.heldout_prompts} prompts x "
-        f"{args.heldout_samples} samples, fixed streams), 95% CI over seeds (Student t); {summary['learning']}.",
+        f"Algorithm 1 ({optimizer_label(args)}, lr={args.lr}, {args.steps} steps, N=B*K={args.budget} sequences "
+        f"per step, seeds {list(args.seeds)}); final reward = {metric_label(args)}, 95% CI over seeds "
+        f"(Student t); paired differences between estimators are taken at the same (K, seed), whose runs share "
+        f"random streams; {summary['learning']}.",
         oracle_note(args),
         summary["agreement"]["statement"] + ".",
     ]
@@ -101,7 +120,7 @@ def build_note(summary: dict, args) -> str:
     return " ".join(parts)
 
 
-def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
+def plot_summary(summary: dict, K_list, title: str, stem: str, ylabel: str = "final held-out expected reward") -> list[str]:
     """Final held-out reward against K (log2 axis), one line per estimator with its 95% band; K* dashed."""
     from grpo_mse.analysis import simulation as sim
     from grpo_mse.figures.tracecov import plt, save, style
@@ -133,7 +152,7 @@ def plot_summary(summary: dict, K_list, title: str, stem: str) -> list[str]:
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(K_list), [str(k) for k in K_list])
     ax.set_xlabel("group size K (B = N / K prompts per step)")
-    ax.set_ylabel("final held-out expected reward")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
@@ -154,7 +173,7 @@ def run(args) -> dict:
     run = SimulationRun.load(config)
     total = len(config.K_list) * len(config.seeds) * len(config.estimators) * config.steps
     start = time.perf_counter()
-    with tqdm(total=total, desc="SGD steps", unit="step") as bar:
+    with tqdm(total=total, desc=f"{config.optimizer} steps", unit="step") as bar:
         records = run.sweep(progress=bar.update)
     return {"records": records, "wall_s": time.perf_counter() - start}
 
@@ -190,14 +209,19 @@ def main(argv=None) -> dict:
     advisor = sim.read_advisor(path) if path else None
     outcome = read_records(args.records_csv) if args.records_csv else run(args)
     summary = sim.summarize(outcome["records"], args.K_list, advisor)
+    summary["metric"] = metric_label(args)
     summary["note"] = build_note(summary, args)
     summary["config"] = {**asdict(args), "advisor_json": path}
     summary["wall_s"] = round(outcome["wall_s"], 1)
     os.makedirs(args.out_dir, exist_ok=True)
     write_csv(os.path.join(args.out_dir, "algorithm1.csv"), outcome["records"], sim.RECORD_COLUMNS)
     write_json(os.path.join(args.out_dir, "algorithm1_summary.json"), summary)
-    title = f"Algorithm 1: N={args.budget}, {args.steps} SGD steps, lr={args.lr}, {len(args.seeds)} seeds"
-    plot_summary(summary, args.K_list, title, os.path.join(args.out_dir, "algorithm1"))
+    title = (
+        f"Algorithm 1: N={args.budget}, {args.steps} {'SGD' if args.optimizer == 'sgd' else 'AdamW'} steps, "
+        f"lr={args.lr}, {len(args.seeds)} seeds"
+    )
+    ylabel = "final held-out greedy accuracy" if args.heldout_greedy else "final held-out expected reward"
+    plot_summary(summary, args.K_list, title, os.path.join(args.out_dir, "algorithm1"), ylabel)
     print_summary(summary)
     return summary
 
@@ -210,6 +234,9 @@ def print_summary(summary: dict) -> None:
     for name, by_k in summary["final_reward"].items():
         cells = "  ".join(f"K={k}: {s['mean']:.4f}+-{sim.half_width(s):.4f}" for k, s in by_k.items())
         print(f"{name:8s} {cells}  best K={summary['best_K'][name]}")
+    for pair, by_k in summary["paired_differences"].items():
+        cells = "  ".join(f"K={k}: {s['mean']:+.4f}+-{sim.half_width(s):.4f}" for k, s in by_k.items())
+        print(f"{pair} (paired): {cells}")
     print(summary["learning"])
     print(summary["agreement"]["statement"])
 

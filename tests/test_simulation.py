@@ -39,8 +39,15 @@ def step_deltas(model, estimator: str, K: int, steps: int, baseline) -> np.ndarr
     )
     pool, deltas = one_token_pool(), []
     for step in range(steps):
-        run_sim.sgd_step(
-            pool, [0], K=K, estimator=estimator, lr=LR, sampler=sampler, key=(7, step), baseline=baseline(sampler)
+        run_sim.policy_step(
+            pool,
+            [0],
+            K=K,
+            estimator=estimator,
+            optimizer=run_sim.SGDAscent(model.parameters(), LR),
+            sampler=sampler,
+            key=(7, step),
+            baseline=baseline(sampler),
         )
         with torch.no_grad():
             deltas.append(((torch.nn.utils.parameters_to_vector(params) - start) / LR).double().numpy())

@@ -1,6 +1,7 @@
 """Algorithm 1 (the paper's SGD with a group estimator at a fixed budget N = B K): its settings
 (``SimulationConfig``) and the summary of saved records (final held-out reward per estimator and K with
-Student-t intervals over seeds, best K, agreement with the advisor's K*). The run itself: ``runs.simulation``.
+Student-t intervals over seeds, paired differences between estimators, best K, agreement with the advisor's
+K*). The run itself: ``runs.simulation``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from grpo_mse.analysis.simulation_config import SimulationConfig  # noqa: F401 -
 from grpo_mse.gradients import estimators as est
 
 RECORD_COLUMNS = ["K", "seed", "estimator", "step", "heldout_reward"]
+# (a, b) pairs compared by paired differences a - b at the same (K, seed): the better estimator first
+PAIRS = ((est.ORACLE, est.GRPO), (est.GRPO, est.NAIVE), (est.ORACLE, est.NAIVE))
 
 
 def final_records(records: list[dict]) -> list[dict]:
@@ -25,16 +28,34 @@ def final_records(records: list[dict]) -> list[dict]:
 
 def final_table(records: list[dict]) -> dict[str, dict[str, dict]]:
     """{estimator: {K: mean and Student-t 95% half-width of the final held-out reward over seeds}}."""
-    from grpo_mse.tables.outputs import mean_t_ci
-
     values: dict[str, dict[int, list[float]]] = {}
     for record in final_records(records):
         values.setdefault(record["estimator"], {}).setdefault(record["K"], []).append(record["heldout_reward"])
+    return {name: {str(K): t_stats(by_k[K]) for K in sorted(by_k)} for name, by_k in values.items()}
 
-    def stats(rewards: list[float]) -> dict:
-        return {key: (None if value != value else value) for key, value in mean_t_ci(rewards).items()}  # NaN -> null
 
-    return {name: {str(K): stats(by_k[K]) for K in sorted(by_k)} for name, by_k in values.items()}
+def t_stats(values: list[float]) -> dict:
+    """mean, sd, Student-t 95% half-width and n of ``values`` (NaN -> None, for JSON)."""
+    from grpo_mse.tables.outputs import mean_t_ci
+
+    return {key: (None if value != value else value) for key, value in mean_t_ci(values).items()}
+
+
+def paired_differences(records: list[dict]) -> dict[str, dict[str, dict]]:
+    """{"a - b": {K: t_stats of final(a) - final(b) over the seeds run with both}} for the PAIRS present.
+
+    Runs at the same (K, seed) share their prompt and sampling streams (common random numbers), so the
+    per-seed difference cancels the noise they share and its interval is narrower than the two separate ones."""
+    final = {(r["estimator"], r["K"], r["seed"]): r["heldout_reward"] for r in final_records(records)}
+    out = {}
+    for a, b in PAIRS:
+        by_k: dict[int, list[float]] = {}
+        for (name, K, seed), value in sorted(final.items()):
+            if name == a and (b, K, seed) in final:
+                by_k.setdefault(K, []).append(value - final[(b, K, seed)])
+        if by_k:
+            out[f"{a} - {b}"] = {str(K): t_stats(by_k[K]) for K in sorted(by_k)}
+    return out
 
 
 def best_group_sizes(table: dict[str, dict]) -> tuple[int, list[int]]:
@@ -122,6 +143,7 @@ def summarize(records: list[dict], K_list, advisor: dict | None = None, referenc
         "initial_reward": initial,
         "learning": learning_statement(table, initial),
         "final_reward": table,
+        "paired_differences": paired_differences(records),
         "best_K": {name: pair[0] for name, pair in best.items()},
         "K_within_ci_of_best": {name: pair[1] for name, pair in best.items()},
         "advisor": advisor,

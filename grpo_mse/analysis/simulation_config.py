@@ -9,6 +9,8 @@ from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients.estimators import GRPO, NAIVE, ORACLE, UNBIASED
 
+OPTIMIZERS = ("sgd", "adamw")
+
 
 @dataclass
 class SimulationConfig(Flags):
@@ -17,10 +19,20 @@ class SimulationConfig(Flags):
     model: str = option("assets/tiny_policy", help="local model folder or hub id")
     budget: int = option(64, minimum=1, help="N = B*K sequences per step")
     K_list: tuple[int, ...] = option((2, 4, 8, 16, 32), minimum=2, help="group sizes (each divides --budget)")
-    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, help="SGD seeds")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, help="run seeds")
     estimators: tuple[str, ...] = option((NAIVE, GRPO, ORACLE), choices=UNBIASED, help="gradient estimators compared")
-    steps: int = option(30, minimum=1, help="SGD steps")
+    steps: int = option(30, minimum=1, help="update steps per run")
     lr: float = option(1e-3, above=0, help="learning rate")
+    optimizer: str = option(
+        "sgd",
+        choices=OPTIMIZERS,
+        help="sgd: theta += lr g_hat (the paper's Algorithm 1); adamw: torch AdamW (betas 0.9/0.999, eps 1e-8) "
+        "minimising -g_hat's surrogate, as the TRL backend",
+    )
+    weight_decay: float = option(0.01, minimum=0, help="AdamW's decoupled weight decay (adamw only; TRL backend: 0.01)")
+    max_grad_norm: float = option(
+        1.0, minimum=0, help="clip the norm of g_hat to this before each AdamW step (adamw only; 0: no clipping)"
+    )
     oracle: str = option(
         "mc",
         choices=("mc", "running"),
@@ -33,6 +45,11 @@ class SimulationConfig(Flags):
     heldout_prompts: int = option(64, minimum=1, help="held-out prompts")
     heldout_seed: int = option(2000, help="seed of the held-out prompts")
     heldout_samples: int = option(16, minimum=1, help="samples per held-out prompt")
+    heldout_greedy: bool = option(
+        False,
+        help="held-out metric: greedy accuracy (one greedy continuation per prompt, as the TRL validation) "
+        "instead of the expected reward over --heldout_samples samples",
+    )
     style: str = option("zero_shot", choices=("zero_shot", "few_shot"), help="prompt style")
     temperature: float = option(1.0, above=0, help="sampling temperature")
     top_p: float = option(1.0, above=0, maximum=1, help="nucleus mass")

@@ -1,8 +1,10 @@
-"""The paper's Algorithm 1 as a CPU simulation: plain SGD ascent on the policy with a group estimator.
+"""The paper's Algorithm 1 as a CPU simulation: gradient ascent on the policy with a group estimator.
 
 Each step draws B prompts from a training pool and K continuations per prompt, at a fixed budget of
-N = B K sequences per step, and updates theta <- theta + lr (1/B) sum_x sum_k w_k grad log pi(y_k | x)
-with the weights w of ``estimators.weights`` (vanilla, GRPO, oracle baseline).
+N = B K sequences per step, forms g_hat = (1/B) sum_x sum_k w_k grad log pi(y_k | x) with the weights w
+of ``estimators.weights`` (vanilla, GRPO, oracle baseline) and updates the policy with it: plain SGD
+theta <- theta + lr g_hat (the paper's rule, the default) or AdamW on the loss -g_hat's surrogate with
+gradient clipping (the optimiser of the TRL backend; one update per step where TRL makes four).
 
 The oracle baseline needs V_theta(x) at the current policy, which is unknown. Two stand-ins:
 - "mc" (default): n_v extra continuations per prompt, drawn at the current policy independently of
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -39,6 +41,7 @@ STREAM_PROMPTS, STREAM_TRAIN, STREAM_VALUE, STREAM_EVAL = 11, 12, 13, 14
 SHARED_PREFILL_MIN = 12  # group size from which per-prompt sampling (shared prompt cache) is faster on CPU
 SHARED_PROMPT_MIN_K = 4  # group size from which per-group log-probabilities (prompt run once) are faster on CPU
 SAMPLING_BATCH = 256  # sequences per sampling batch
+GREEDY_TOP_P = 1e-9  # a nucleus this small holds only the most likely token: sampling from it is greedy decoding
 
 
 def run_simulation(config: SimulationConfig, progress=None) -> list[dict]:
@@ -49,13 +52,14 @@ def run_simulation(config: SimulationConfig, progress=None) -> list[dict]:
 @dataclass
 class SimulationRun:
     """The sweep over K (at fixed budget N = B K), seeds and estimators, read top to bottom: ``load`` (policy,
-    prompt pools, sampler), ``sweep`` (every run from the same starting parameters), ``train`` (one SGD run:
-    ``sgd_step`` per step, the held-out reward at the evaluation steps), ``evaluate``."""
+    prompt pools, samplers), ``sweep`` (every run from the same starting parameters), ``train`` (one run:
+    ``policy_step`` per step, the held-out metric at the evaluation steps), ``evaluate``."""
 
     config: SimulationConfig
     train_pool: PromptPool
     heldout: PromptPool
     sampler: HFSampler  # holds the policy, updated in place
+    greedy: HFSampler  # the same policy, decoded greedily (for --heldout_greedy)
 
     @classmethod
     def load(cls, config: SimulationConfig) -> SimulationRun:
@@ -70,13 +74,14 @@ class SimulationRun:
             config.top_p,
             config.max_new_tokens,
         )
-        return cls(config, train, heldout, HFSampler(model, settings, SAMPLING_BATCH))
+        greedy = HFSampler(model, replace(settings, top_p=GREEDY_TOP_P), SAMPLING_BATCH)
+        return cls(config, train, heldout, HFSampler(model, settings, SAMPLING_BATCH), greedy)
 
     def sweep(self, progress=None) -> list[dict]:
         """Every (K, seed, estimator) run, each from the same starting parameters (restored at the end).
 
-        Step 0 is the starting policy's held-out reward, measured once (the evaluation streams are the same
-        for every run); ``progress(1)`` is called after every SGD step."""
+        Step 0 is the starting policy's held-out metric, measured once (the evaluation streams are the same
+        for every run); ``progress(1)`` is called after every update step."""
         config, model = self.config, self.sampler.model
         initial = copy.deepcopy(model.state_dict())
         start_value = self.evaluate()
@@ -93,18 +98,20 @@ class SimulationRun:
         return records
 
     def train(self, K: int, seed: int, estimator: str, progress=None) -> list[dict]:
-        """One SGD run from the model's current parameters; records at the evaluation steps (not step 0)."""
+        """One run from the model's current parameters (a fresh optimiser); records at the evaluation steps
+        (not step 0)."""
         config = self.config
         baseline, batch, records = make_baseline(config, self.sampler), config.batch(K), []
+        optimizer = make_optimizer(config, self.sampler.model)
         checkpoints = eval_steps(config)
         for step in range(config.steps):
             indices = step_prompts(len(self.train_pool), batch, seed, step)
-            rewards = sgd_step(
+            rewards = policy_step(
                 self.train_pool,
                 indices,
                 K=K,
                 estimator=estimator,
-                lr=config.lr,
+                optimizer=optimizer,
                 sampler=self.sampler,
                 key=(seed, step),
                 baseline=baseline,
@@ -119,7 +126,9 @@ class SimulationRun:
         return records
 
     def evaluate(self) -> float:
-        """Held-out expected reward on the fixed evaluation streams."""
+        """Held-out metric: greedy accuracy (--heldout_greedy) or expected reward on the fixed evaluation streams."""
+        if self.config.heldout_greedy:
+            return expected_reward(self.heldout, 1, self.greedy)
         return expected_reward(self.heldout, self.config.heldout_samples, self.sampler, self.config.heldout_seed)
 
 
@@ -156,25 +165,28 @@ def eval_steps(config: SimulationConfig) -> set[int]:
     return {s for s in range(every, config.steps + 1, every)} | {config.steps}
 
 
-def sgd_step(
+def policy_step(
     pool: PromptPool,
     indices: list[int],
     *,
     K: int,
     estimator: str,
-    lr: float,
+    optimizer: SGDAscent | AdamWAscent,
     sampler: HFSampler,
     key: tuple[int, ...],
     baseline=None,
 ) -> torch.Tensor:
-    """One step of Algorithm 1 on prompts ``indices``: draw K continuations each, theta += lr g_hat; returns G [B, K].
+    """One step of Algorithm 1 on prompts ``indices``: draw K continuations each, update with g_hat; returns G [B, K].
 
     g_hat = (1/B) sum_b sum_k w_bk grad lp_bk; for the oracle baseline, V comes from ``baseline(pool, indices, key)``.
     """
     groups = draw_groups(pool, indices, K, sampler, (STREAM_TRAIN, *key))
     rewards = group_rewards(pool, indices, groups)
     values = baseline(pool, indices, key) if est.get(estimator).needs_value else None
-    ascend([pool.ids[i] for i in indices], groups, est.weights(estimator, rewards, values), lr, sampler)
+    sampler.model.zero_grad(set_to_none=True)
+    estimate_gradient([pool.ids[i] for i in indices], groups, est.weights(estimator, rewards, values), sampler)
+    optimizer.step()
+    sampler.model.zero_grad(set_to_none=True)
     return rewards
 
 
@@ -214,26 +226,63 @@ def group_logprobs(prompts: list[list[int]], groups: list[list[list[int]]], samp
     )
 
 
-def ascend(
-    prompts: list[list[int]], groups: list[list[list[int]]], w: torch.Tensor, lr: float, sampler: HFSampler
-) -> None:
-    """theta <- theta + lr (1/B) sum_b sum_k w_bk grad lp_bk (groups whose weights are all 0 are left out)."""
-    model = sampler.model
-    model.zero_grad(set_to_none=True)
+def estimate_gradient(prompts: list[list[int]], groups: list[list[list[int]]], w: torch.Tensor, sampler: HFSampler):
+    """Accumulate g_hat = (1/B) sum_b sum_k w_bk grad lp_bk into the parameters' .grad (zeroed by the caller);
+    groups whose weights are all 0 are left out (no .grad at all when every group is)."""
     active = [b for b in range(len(prompts)) if bool(w[b].abs().sum() > 0)]
     if active:
         lp = group_logprobs([prompts[b] for b in active], [groups[b] for b in active], sampler)
         ((w[active].to(lp.dtype) * lp).sum() / len(prompts)).backward()
+
+
+class SGDAscent:
+    """Plain gradient ascent, the paper's Algorithm 1: theta <- theta + lr .grad (.grad holds g_hat)."""
+
+    def __init__(self, params, lr: float):
+        self.params, self.lr = list(params), lr
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """theta += lr g_hat for every parameter with a gradient."""
+        for param in self.params:
+            if param.grad is not None:
+                param.add_(param.grad, alpha=self.lr)
+
+
+class AdamWAscent:
+    """AdamW ascent as the TRL backend's optimiser: torch.optim.AdamW (betas 0.9/0.999, eps 1e-8, decoupled
+    weight decay on every parameter; HF's Trainer exempts biases and norms, whose decay is negligible here)
+    minimising the loss -(g_hat's surrogate), after clipping the global gradient norm to max_grad_norm (0: none).
+    A parameter without .grad (no active group) gets a zero gradient, so the moments and weight decay still
+    advance, as in a trainer step on an all-zero-advantage batch."""
+
+    def __init__(self, params, lr: float, weight_decay: float, max_grad_norm: float):
+        self.params, self.max_grad_norm = list(params), max_grad_norm
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay)
+
+    def step(self) -> None:
+        """.grad <- -g_hat (clipped), then one AdamW step."""
         with torch.no_grad():
-            for param in model.parameters():
-                if param.grad is not None:
-                    param.add_(param.grad, alpha=lr)
-    model.zero_grad(set_to_none=True)
+            for param in self.params:
+                param.grad = torch.zeros_like(param) if param.grad is None else param.grad.neg()
+        if self.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+        self.optimizer.step()
+
+
+def make_optimizer(config: SimulationConfig, model) -> SGDAscent | AdamWAscent:
+    """The update rule of one run (a fresh one per run: AdamW's moments start at zero)."""
+    if config.optimizer == "sgd":
+        return SGDAscent(model.parameters(), config.lr)
+    if config.optimizer == "adamw":
+        return AdamWAscent(model.parameters(), config.lr, config.weight_decay, config.max_grad_norm)
+    raise ValueError(f"unknown optimizer {config.optimizer!r}; choose sgd or adamw")
 
 
 @torch.no_grad()
 def expected_reward(pool: PromptPool, n_samples: int, sampler: HFSampler, seed: int = 0) -> float:
-    """Monte Carlo E_x E_y G = mean over prompts and n_samples fixed-stream samples of the reward."""
+    """Monte Carlo E_x E_y G = mean over prompts and n_samples fixed-stream samples of the reward (with a greedy
+    sampler and n_samples = 1: the greedy accuracy)."""
     indices = list(range(len(pool)))
     groups = draw_groups(pool, indices, n_samples, sampler, (STREAM_EVAL, seed))
     return float(group_rewards(pool, indices, groups).mean())
