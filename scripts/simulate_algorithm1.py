@@ -77,7 +77,7 @@ def oracle_note(args) -> str:
 
 
 def optimizer_label(args) -> str:
-    """"plain SGD" or the AdamW settings."""
+    """The optimiser in words: plain SGD, or AdamW with its settings."""
     if args.optimizer == "sgd":
         return "plain SGD"
     clip = f"gradient norm clipped to {args.max_grad_norm}" if args.max_grad_norm > 0 else "no clipping"
@@ -88,9 +88,7 @@ def metric_label(args) -> str:
     """What the held-out number is."""
     if args.heldout_greedy:
         return f"held-out greedy accuracy ({args.heldout_prompts} prompts, one greedy continuation each)"
-    return (
-        f"held-out expected reward ({args.heldout_prompts} prompts x {args.heldout_samples} samples, fixed streams)"
-    )
+    return f"held-out expected reward ({args.heldout_prompts} prompts x {args.heldout_samples} samples, fixed streams)"
 
 
 def build_note(summary: dict, args) -> str:
@@ -120,7 +118,9 @@ def build_note(summary: dict, args) -> str:
     return " ".join(parts)
 
 
-def plot_summary(summary: dict, K_list, title: str, stem: str, ylabel: str = "final held-out expected reward") -> list[str]:
+def plot_summary(
+    summary: dict, K_list, title: str, stem: str, ylabel: str = "final held-out expected reward"
+) -> list[str]:
     """Final held-out reward against K (log2 axis), one line per estimator with its 95% band; K* dashed."""
     from grpo_mse.analysis import simulation as sim
     from grpo_mse.figures.tracecov import plt, save, style
