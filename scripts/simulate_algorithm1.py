@@ -121,11 +121,29 @@ def build_note(summary: dict, args) -> str:
 def plot_summary(
     summary: dict, K_list, title: str, stem: str, ylabel: str = "final held-out expected reward"
 ) -> list[str]:
-    """Final held-out reward against K (log2 axis), one line per estimator with its 95% band; K* dashed."""
-    from grpo_mse.analysis import simulation as sim
-    from grpo_mse.figures.tracecov import plt, save, style
+    """Two panels against K: the final held-out metric per estimator, and the paired differences between them."""
+    from grpo_mse.figures.tracecov import plt, save
 
-    fig, ax = plt.subplots(figsize=(5.8, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    draw_final_panel(left, summary, K_list, ylabel)
+    draw_paired_panel(right, summary, K_list)
+    fig.suptitle(title, fontsize=9)
+    return save(fig, stem, formats=("png", "pdf"))
+
+
+def log2_k_axis(ax, K_list) -> None:
+    """log2 K axis with the grid's K as ticks, and a light grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(K_list), [str(k) for k in K_list])
+    ax.set_xlabel("group size K (B = N / K prompts per step)")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def draw_final_panel(ax, summary: dict, K_list, ylabel: str) -> None:
+    """Final held-out metric against K, one line per estimator with its 95% band over seeds; K* dashed."""
+    from grpo_mse.analysis import simulation as sim
+    from grpo_mse.figures.tracecov import style
+
     for name, by_k in summary["final_reward"].items():
         ks = [int(k) for k in by_k]
         mean = [by_k[str(k)]["mean"] for k in ks]
@@ -149,14 +167,31 @@ def plot_summary(
         )
         if advisor.get("K_star_ci95"):
             ax.axvspan(*advisor["K_star_ci95"], color="tab:red", alpha=0.08, label="K* 95% interval")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(K_list), [str(k) for k in K_list])
-    ax.set_xlabel("group size K (B = N / K prompts per step)")
+    log2_k_axis(ax, K_list)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    return save(fig, stem, formats=("png", "pdf"))
+
+
+def draw_paired_panel(ax, summary: dict, K_list) -> None:
+    """Paired differences a - b of the final metric at the same (K, seed) against K, 95% t error bars."""
+    from grpo_mse.analysis import simulation as sim
+
+    pairs = summary.get("paired_differences", {})
+    for shift, (pair, by_k) in zip((0.94, 1.0, 1.06), pairs.items()):
+        ks = [int(k) for k in by_k]
+        ax.errorbar(
+            [k * shift for k in ks],
+            [by_k[str(k)]["mean"] for k in ks],
+            yerr=[sim.half_width(by_k[str(k)]) for k in ks],
+            marker="o",
+            capsize=3,
+            label=pair,
+        )
+    ax.axhline(0.0, color="gray", linestyle=":")
+    log2_k_axis(ax, K_list)
+    ax.set_ylabel("paired difference of the final metric (same K, seed)")
+    if pairs:
+        ax.legend(fontsize=8)
 
 
 def run(args) -> dict:
