@@ -124,7 +124,7 @@ def plot_summary(
     """Two panels against K: the final held-out metric per estimator, and the paired differences between them."""
     from grpo_mse.figures.tracecov import plt, save
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.2), gridspec_kw={"wspace": 0.3})
     draw_final_panel(left, summary, K_list, ylabel)
     draw_paired_panel(right, summary, K_list)
     fig.suptitle(title, fontsize=9)
@@ -189,7 +189,8 @@ def draw_paired_panel(ax, summary: dict, K_list) -> None:
         )
     ax.axhline(0.0, color="gray", linestyle=":")
     log2_k_axis(ax, K_list)
-    ax.set_ylabel("paired difference of the final metric (same K, seed)")
+    ax.set_ylabel("paired difference, final metric")
+    ax.set_title("a - b at the same (K, seed): shared random streams", fontsize=9)
     if pairs:
         ax.legend(fontsize=8)
 
