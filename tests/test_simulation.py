@@ -372,6 +372,8 @@ def test_paired_differences_pair_runs_at_the_same_seed():
         (["--max_grad_norm", "-1"], "--max_grad_norm"),
         (["--weight_decay", "nan"], "--weight_decay"),
         (["--optimizer", "adamw", "--heldout_greedy", "2"], "unrecognized arguments: 2"),
+        (["--max_grad_norm", "0.5"], "--max_grad_norm apply to --optimizer adamw only"),
+        (["--optimizer", "sgd", "--weight_decay", "0", "--max_grad_norm", "0"], "--weight_decay and --max_grad_norm"),
     ],
 )
 def test_bad_optimizer_flags_one_line_exit_2(tmp_path, flags, message):

@@ -10,6 +10,7 @@ from grpo_mse.flags import Flags, option
 from grpo_mse.gradients.estimators import GRPO, NAIVE, ORACLE, UNBIASED
 
 OPTIMIZERS = ("sgd", "adamw")
+ADAMW = {"weight_decay": 0.01, "max_grad_norm": 1.0}  # defaults of the AdamW-only settings (the TRL backend's)
 
 
 @dataclass
@@ -29,9 +30,13 @@ class SimulationConfig(Flags):
         help="sgd: theta += lr g_hat (the paper's Algorithm 1); adamw: torch AdamW (betas 0.9/0.999, eps 1e-8) "
         "minimising -g_hat's surrogate, as the TRL backend",
     )
-    weight_decay: float = option(0.01, minimum=0, help="AdamW's decoupled weight decay (adamw only; TRL backend: 0.01)")
+    weight_decay: float = option(
+        ADAMW["weight_decay"], minimum=0, help="AdamW's decoupled weight decay (adamw only; TRL backend: 0.01)"
+    )
     max_grad_norm: float = option(
-        1.0, minimum=0, help="clip the norm of g_hat to this before each AdamW step (adamw only; 0: no clipping)"
+        ADAMW["max_grad_norm"],
+        minimum=0,
+        help="clip the norm of g_hat to this before each AdamW step (adamw only; 0: no clipping)",
     )
     oracle: str = option(
         "mc",
@@ -64,6 +69,11 @@ class SimulationConfig(Flags):
         self.estimators = tuple(cli.unique(list(self.estimators), "--estimators"))
         bad = [k for k in self.K_list if self.budget % k]
         cli.require(not bad, f"every K must divide --budget {self.budget} (not {' '.join(map(str, bad))})")
+        adamw_only = [f"--{name}" for name in ("weight_decay", "max_grad_norm") if getattr(self, name) != ADAMW[name]]
+        cli.require(
+            self.optimizer == "adamw" or not adamw_only,
+            f"{' and '.join(adamw_only)} apply to --optimizer adamw only (plain SGD has neither)",
+        )
 
     def batch(self, K: int) -> int:
         """B = N / K (N must be a multiple of K)."""
