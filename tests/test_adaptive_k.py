@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durati
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 # A reward with spread inside groups (the tiny policy rarely solves a problem): the completion's length mod 3.
-SPREAD_REWARD = "def compute_score(data_source, solution_str, ground_truth, **_):\n    return float(len(solution_str) % 3)\n"
+SPREAD_REWARD = (
+    "def compute_score(data_source, solution_str, ground_truth, **_):\n    return float(len(solution_str) % 3)\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +148,25 @@ def test_fixed_k_run_is_unchanged_and_equals_an_adaptive_run_that_keeps_k(inputs
         trl_train.main(argv(inputs, "--max_steps", "1", "--seed", "5"))
     assert [c[0] for c in calls] == [4] and type(calls) is list and GRPOTrainer.__name__ == "GRPOTrainer"
     fixed = console(capsys.readouterr().out)
-    trl_train.main(argv(inputs, "--max_steps", "1", "--seed", "5", "--adaptive_k_every", "1", "--adaptive_k_list", "4",
-                        "--adaptive_k_T", "4", "--adaptive_k_M", "2", "--adaptive_k_n_oracle", "4"))
+    trl_train.main(
+        argv(
+            inputs,
+            "--max_steps",
+            "1",
+            "--seed",
+            "5",
+            "--adaptive_k_every",
+            "1",
+            "--adaptive_k_list",
+            "4",
+            "--adaptive_k_T",
+            "4",
+            "--adaptive_k_M",
+            "2",
+            "--adaptive_k_n_oracle",
+            "4",
+        )
+    )
     adaptive = console(capsys.readouterr().out)
     assert adaptive[0]["adaptive_k/K"] == 4.0 and adaptive[1]["trl/group_size"] == 4.0
     for name in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "val-core/arithmetic_zero_shot/acc/mean@1"):
@@ -203,19 +222,31 @@ def launcher(env_extra: dict, tmp_path) -> subprocess.CompletedProcess:
     for split, rows in arithmetic_splits(32, 8).items():
         write_parquet(rows, str(data / f"{split}.parquet"))
     env = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG", "PYTHONPATH"}}
-    env.update(MODEL=BUILTIN_POLICY, DATA_DIR=str(data), GROUP_SIZE="4", BUDGET="32", BASE=str(tmp_path / "base"),
-               WANDB_MODE="offline", PYTHON_BIN=sys.executable, DRY_RUN="print", **env_extra)
+    env.update(
+        MODEL=BUILTIN_POLICY,
+        DATA_DIR=str(data),
+        GROUP_SIZE="4",
+        BUDGET="32",
+        BASE=str(tmp_path / "base"),
+        WANDB_MODE="offline",
+        PYTHON_BIN=sys.executable,
+        DRY_RUN="print",
+        **env_extra,
+    )
     return subprocess.run(["bash", str(LAUNCHER)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
 
 def test_launcher_forwards_adaptive_k_to_trl_only(tmp_path):
     fixed = launcher({"TRAINER": "trl"}, tmp_path)
     assert fixed.returncode == 0 and "--adaptive_k" not in fixed.stdout  # a fixed-K command is unchanged
-    adaptive = launcher({"TRAINER": "trl", "ADAPTIVE_K_EVERY": "4", "ADAPTIVE_K_LIST": "2 4", "ADAPTIVE_K_T": "8"},
-                        tmp_path)
+    adaptive = launcher(
+        {"TRAINER": "trl", "ADAPTIVE_K_EVERY": "4", "ADAPTIVE_K_LIST": "2 4", "ADAPTIVE_K_T": "8"}, tmp_path
+    )
     assert adaptive.returncode == 0, adaptive.stderr
-    assert ("--adaptive_k_every 4 --adaptive_k_T 8 --adaptive_k_M 4 --adaptive_k_n_oracle 64 --adaptive_k_list 2 4"
-            in adaptive.stdout)
+    assert (
+        "--adaptive_k_every 4 --adaptive_k_T 8 --adaptive_k_M 4 --adaptive_k_n_oracle 64 --adaptive_k_list 2 4"
+        in adaptive.stdout
+    )
     for env, message in (
         ({"TRAINER": "verl", "ADAPTIVE_K_EVERY": "4"}, "adaptive K needs TRAINER=trl"),
         ({"TRAINER": "trl", "ADAPTIVE_K_EVERY": "x"}, "ADAPTIVE_K_EVERY=x must be a whole number"),
@@ -273,19 +304,34 @@ def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
     ref = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert diff["welch_ci95"][0] <= ref.low + 1e-12 and diff["welch_ci95"][1] >= ref.high - 1e-12
     assert len(summary["K_chosen"]) == 10 and summary["K_chosen"][0] == {
-        "seed": 0, "step": 0, "K": 2.0, "K_star_exact": None, "c1": None, "c2": None, "c3": None,
-        "identified": 0.0, "seconds": None,
+        "seed": 0,
+        "step": 0,
+        "K": 2.0,
+        "K_star_exact": None,
+        "c1": None,
+        "c2": None,
+        "c3": None,
+        "identified": 0.0,
+        "seconds": None,
     }
     assert summary["K_share_of_steps"] == pytest.approx({"2": 3 / 30, "8": 27 / 30})
 
     collected(ours, choices).to_csv(tmp_path / "adaptive.csv", index=False)
     collected(fixed).to_csv(tmp_path / "sweep.csv", index=False)
     cli = [sys.executable, "-m", "grpo_mse.figures.k_validation", "adaptive"]
-    done = subprocess.run([*cli, "adaptive.csv", "sweep.csv", "--name", "x", "--out_dir", "out"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [*cli, "adaptive.csv", "sweep.csv", "--name", "x", "--out_dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary_x.json", "k_chosen_x.csv", "adaptive_x.png"}
-    done = subprocess.run([*cli, "missing.csv", "sweep.csv", "--name", "x", "--out_dir", "out2"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [*cli, "missing.csv", "sweep.csv", "--name", "x", "--out_dir", "out2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error:") and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "out2").exists()

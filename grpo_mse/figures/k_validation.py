@@ -402,19 +402,26 @@ def plot_adaptive(summary: dict, path: str) -> None:
         color = "C3" if label == "adaptive" else "C0"
         left.scatter([i] * len(a["per_seed"]), a["per_seed"], s=10, color="0.6", zorder=1)
         left.errorbar(
-            i, a["mean"], yerr=[[a["mean"] - a["ci95"][0]], [a["ci95"][1] - a["mean"]]], fmt="o", capsize=4,
-            color=color, zorder=3,
+            i,
+            a["mean"],
+            yerr=[[a["mean"] - a["ci95"][0]], [a["ci95"][1] - a["mean"]]],
+            fmt="o",
+            capsize=4,
+            color=color,
+            zorder=3,
         )
     left.set_xticks(range(len(labels)), labels)
     left.set_ylabel("held-out greedy accuracy\n(mean over validation steps)")
-    left.set_title(f"{summary['setting']}: adaptive K vs the sweep's fixed K (best {summary['best_fixed_K']})", fontsize=9)
+    title = f"{summary['setting']}: adaptive K vs the sweep's fixed K (best {summary['best_fixed_K']})"
+    left.set_title(title, fontsize=9)
     by_seed = {}
     for c in summary["K_chosen"]:
         by_seed.setdefault(c["seed"], []).append((c["step"], c["K"]))
     for j, (seed, points) in enumerate(sorted(by_seed.items())):
         points.sort()
         jitter = 1 + 0.03 * (j - (len(by_seed) - 1) / 2)
-        right.step([p[0] for p in points], [p[1] * jitter for p in points], where="post", alpha=0.7, label=f"seed {seed}")
+        steps, ks = [p[0] for p in points], [p[1] * jitter for p in points]
+        right.step(steps, ks, where="post", alpha=0.7, label=f"seed {seed}")
     right.set_yscale("log", base=2)
     ks = [int(k) for k in summary["fixed"]]
     right.set_yticks(ks, [str(k) for k in ks])
@@ -478,13 +485,12 @@ def main(argv=None) -> None:
         adaptive, sweep = read_training(args.adaptive_csv, args.metric), read_training(args.sweep_csv, args.metric)
         summary = adaptive_summary(adaptive, sweep, args.metric, args.name, args.started_at)
         os.makedirs(args.out_dir, exist_ok=True)
-        write_csv(
-            os.path.join(args.out_dir, f"k_chosen_{args.name}.csv"), summary["K_chosen"], ["seed", "step", *ADAPTIVE_FIELDS]
-        )
+        columns = ["seed", "step", *ADAPTIVE_FIELDS]
+        write_csv(os.path.join(args.out_dir, f"k_chosen_{args.name}.csv"), summary["K_chosen"], columns)
         plot_adaptive(summary, os.path.join(args.out_dir, f"adaptive_{args.name}.png"))
         write_atomic(os.path.join(args.out_dir, f"summary_{args.name}.json"), to_json(summary, indent=1))
         a = summary["adaptive"]
-        print(f"{args.name}: adaptive K {a['mean']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}] over {a['n_seeds']} seeds")
+        print(f"{args.name}: adaptive K {a['mean']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}], {a['n_seeds']} seeds")
         for k, c in summary["adaptive_minus_fixed"].items():
             f = summary["fixed"][k]
             print(

@@ -71,7 +71,9 @@ class TrlTrainConfig(Flags):
     adaptive_k_list: list[int] | None = option(
         None, minimum=2, help="adaptive K: the allowed K (default: the powers of two that fit --budget)"
     )
-    adaptive_k_T: int = option(16, minimum=2, help="adaptive K: training prompts the advisor uses (a fixed random subset)")
+    adaptive_k_T: int = option(
+        16, minimum=2, help="adaptive K: training prompts the advisor uses (a fixed random subset)"
+    )
     adaptive_k_M: int = option(4, minimum=2, help="adaptive K: groups per prompt and K in the advisor")
     adaptive_k_n_oracle: int = option(64, minimum=1, help="adaptive K: samples per prompt for the advisor's V(x)")
     dry_run: bool = option(False, help="check the settings and data, build the config, exit")
@@ -200,8 +202,11 @@ def adaptive_callback(args: TrlTrainConfig, train_rows: list[dict], tokenizer, p
         )
         count[0] += 1
         k = adaptive_k.chosen_k(advice, callback.trainer.group_size)
-        print(f"[adaptive_k] {advice['recommendation']['message']}; K* = {advice['pooled'].get('K_star_exact')}"
-              f" -> K = {k}", flush=True)
+        print(
+            f"[adaptive_k] {advice['recommendation']['message']}; K* = {advice['pooled'].get('K_star_exact')}"
+            f" -> K = {k}",
+            flush=True,
+        )
         return k, adaptive_k.advice_metrics(advice, k)
 
     callback = adaptive_k.make_callback(advise, args.adaptive_k_every, publish)
