@@ -370,6 +370,7 @@ def adaptive_summary(adaptive, sweep, metric: str, name: str, started_at: str | 
     choices = adaptive_choices(adaptive)
     steps = adaptive[adaptive["metric"] == "trl/group_size"]
     share = {str(int(k)): float(n / len(steps)) for k, n in steps["value"].value_counts().sort_index().items()}
+    per_step = {str(int(seed)): [int(v) for v in g.sort_values("step")["value"]] for seed, g in steps.groupby("seed")}
     return {
         "setting": name,
         "metric": f"mean of {metric} over validation steps > 0",
@@ -380,11 +381,12 @@ def adaptive_summary(adaptive, sweep, metric: str, name: str, started_at: str | 
         "adaptive_minus_fixed": comparisons,
         "K_chosen": choices,
         "K_share_of_steps": share,
+        "K_per_step": per_step,
         "identified_share": float(np.mean([c["identified"] for c in choices])) if choices else math.nan,
         "note": "per run: mean held-out greedy accuracy over the validation steps after step 0; per arm: mean and "
         "95% t-interval over seeds; adaptive_minus_fixed: 95% Welch interval of the difference of means; K_chosen: "
         "the K the advisor chose at each re-estimate (used from the next step on); K_share_of_steps: the share of "
-        "training steps run at each K (trl/group_size)",
+        "training steps run at each K (trl/group_size); K_per_step: per seed, the K of steps 1, 2, ...",
     }
 
 
@@ -414,19 +416,15 @@ def plot_adaptive(summary: dict, path: str) -> None:
     left.set_ylabel("held-out greedy accuracy\n(mean over validation steps)")
     title = f"{summary['setting']}: adaptive K vs the sweep's fixed K (best {summary['best_fixed_K']})"
     left.set_title(title, fontsize=9)
-    by_seed = {}
-    for c in summary["K_chosen"]:
-        by_seed.setdefault(c["seed"], []).append((c["step"], c["K"]))
-    for j, (seed, points) in enumerate(sorted(by_seed.items())):
-        points.sort()
-        jitter = 1 + 0.03 * (j - (len(by_seed) - 1) / 2)
-        steps, ks = [p[0] for p in points], [p[1] * jitter for p in points]
-        right.step(steps, ks, where="post", alpha=0.7, label=f"seed {seed}")
+    for j, (seed, ks) in enumerate(sorted(summary["K_per_step"].items(), key=lambda item: int(item[0]))):
+        jitter = 1 + 0.03 * (j - (len(summary["K_per_step"]) - 1) / 2)  # seeds side by side on the log axis
+        steps = np.arange(1, len(ks) + 1)
+        right.step(steps, np.asarray(ks) * jitter, where="mid", alpha=0.7, label=f"seed {seed}")
     right.set_yscale("log", base=2)
     ks = [int(k) for k in summary["fixed"]]
     right.set_yticks(ks, [str(k) for k in ks])
-    right.set_xlabel("step of the re-estimate (K used from the next step)")
-    right.set_ylabel("K chosen")
+    right.set_xlabel("training step")
+    right.set_ylabel("K in force (trl/group_size)")
     right.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
