@@ -186,7 +186,8 @@ if has_stage adaptive; then  # issue 19 item 7: adaptive K against the committed
     COLLECT_METRICS='^(val-core/|critic/score/mean$|trl/group_size$|adaptive_k/)' \
     runs adaptive "${ADAPTIVE_START_K}" "${SEEDS}" "${ADAPTIVE_SETTING}"
   "${PY}" -m grpo_mse.figures.k_validation adaptive "${RESULTS}/adaptive/adaptive_runs_${ADAPTIVE_SETTING}.csv" \
-    "${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv" --name "${ADAPTIVE_SETTING}" --out_dir "${RESULTS}/adaptive"
+    "${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv" --name "${ADAPTIVE_SETTING}" --out_dir "${RESULTS}/adaptive" \
+    --started_at "$(cat "${RESULTS}/adaptive/started_at_${ADAPTIVE_SETTING}.txt")"
 fi
 [[ " ${STAGES} " =~ \ (pilot|sweep|summary)\  ]] || { echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"; exit 0; }
 swept=""
