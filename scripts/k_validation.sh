@@ -13,7 +13,7 @@
 #   KVAL_MAX_RESPONSE_LENGTH (16)  KVAL_JOBS (2 runs side by side, one thread each)
 #   KVAL_ADVISOR_T (48 prompts)  KVAL_ADVISOR_M (8 groups)  KVAL_STAGES ("advisor pilot sweep summary")
 #   KVAL_WORK (outputs/k_validation: data, logs, wandb runs)  KVAL_RESULTS (results/k_validation)
-# Stage "adaptive" (issue 19 item 7; not in the default stages): adaptive-K TRL runs of one setting
+# Stage "adaptive" (issue 19 item 7; not in the default stages; about 21 min): adaptive-K TRL runs of one setting
 #   (KVAL_ADAPTIVE_SETTING, default train_mixed) for every sweep seed, K chosen from KVAL_K_LIST by the advisor
 #   on the current policy at step 0 and every KVAL_ADAPTIVE_EVERY (4) steps, on KVAL_ADAPTIVE_T (32) training
 #   prompts, KVAL_ADAPTIVE_M (8) groups, KVAL_ADAPTIVE_N_ORACLE (64) samples for V; KVAL_ADAPTIVE_START_K (4) is

@@ -335,3 +335,21 @@ def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
     )
     assert done.returncode == 2 and done.stderr.startswith("error:") and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_START_K": "3"}, "KVAL_ADAPTIVE_START_K=3 is not in KVAL_K_LIST"),
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_T": "0"}, "KVAL_ADAPTIVE_T=0 must be a positive integer"),
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_EVERY": "x"}, "KVAL_ADAPTIVE_EVERY=x must be a positive integer"),
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_SETTING": "big_mixed"}, "setting big_mixed: use POLICY_KINDS"),
+        ({"KVAL_STAGES": "adapt"}, "stage adapt: use advisor, pilot, sweep, summary or adaptive"),
+    ],
+)
+def test_k_validation_adaptive_stage_refuses_bad_settings_before_writing(tmp_path, settings, message):
+    env = {**os.environ, "KVAL_WORK": str(tmp_path / "work"), "KVAL_RESULTS": str(tmp_path / "results"), **settings}
+    script = ROOT / "scripts" / "k_validation.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
