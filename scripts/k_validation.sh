@@ -18,6 +18,8 @@
 #   on the current policy at step 0 and every KVAL_ADAPTIVE_EVERY (4) steps, on KVAL_ADAPTIVE_T (32) training
 #   prompts, KVAL_ADAPTIVE_M (8) groups, KVAL_ADAPTIVE_N_ORACLE (64) samples for V; KVAL_ADAPTIVE_START_K (4) is
 #   the K kept when the advisor ties; compared with the committed sweep (the same metric) in RESULTS/adaptive/.
+#   KVAL_ADAPTIVE_TAG (adaptive) names the runs; another tag (e.g. adaptive_T16M4) keeps a second arm apart
+#   (its results are named SETTING_TAG).
 # Only settings whose pilot learns (mean held-out gain from step 0 to the last step >= 0.03) are swept.
 # Metric, declared here before any sweep: the mean held-out greedy accuracy over the validation steps after
 # step 0 (steps TEST_FREQ, 2 TEST_FREQ, ..., STEPS), per run; per K its mean and 95% t-interval over seeds.
@@ -56,6 +58,9 @@ ADAPTIVE_T="${KVAL_ADAPTIVE_T:-32}"
 ADAPTIVE_M="${KVAL_ADAPTIVE_M:-8}"
 ADAPTIVE_N_ORACLE="${KVAL_ADAPTIVE_N_ORACLE:-64}"
 ADAPTIVE_START_K="${KVAL_ADAPTIVE_START_K:-4}"
+ADAPTIVE_TAG="${KVAL_ADAPTIVE_TAG:-adaptive}"
+[[ "${ADAPTIVE_TAG}" =~ ^adaptive[A-Za-z0-9_.-]*$ ]] || die "KVAL_ADAPTIVE_TAG=${ADAPTIVE_TAG}: use adaptive, or adaptive followed by letters, digits, _ . -"
+ADAPTIVE_NAME="${ADAPTIVE_SETTING}${ADAPTIVE_TAG#adaptive}"  # train_mixed, or e.g. train_mixed_T16M4
 
 for name in BUDGET STEPS TEST_FREQ N_TEST MAX_RESPONSE_LENGTH JOBS ADVISOR_T ADVISOR_M ADAPTIVE_EVERY ADAPTIVE_T ADAPTIVE_M \
             ADAPTIVE_N_ORACLE ADAPTIVE_START_K; do
@@ -179,15 +184,15 @@ if has_stage adaptive; then  # issue 19 item 7: adaptive K against the committed
   # shellcheck disable=SC2086
   make_data ${ADAPTIVE_SETTING}
   mkdir -p "${RESULTS}/adaptive"
-  date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/adaptive/started_at_${ADAPTIVE_SETTING}.txt"
-  echo "== adaptive K: ${ADAPTIVE_SETTING}, K in {${K_LIST}} re-estimated every ${ADAPTIVE_EVERY} steps, seeds {${SEEDS}}"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/adaptive/started_at_${ADAPTIVE_NAME}.txt"
+  echo "== adaptive K (${ADAPTIVE_TAG}): ${ADAPTIVE_SETTING}, K in {${K_LIST}} re-estimated every ${ADAPTIVE_EVERY} steps, seeds {${SEEDS}}"
   ADAPTIVE_K_EVERY="${ADAPTIVE_EVERY}" ADAPTIVE_K_LIST="${K_LIST}" ADAPTIVE_K_T="${ADAPTIVE_T}" ADAPTIVE_K_M="${ADAPTIVE_M}" \
     ADAPTIVE_K_N_ORACLE="${ADAPTIVE_N_ORACLE}" COLLECT_DIR="${RESULTS}/adaptive" \
     COLLECT_METRICS='^(val-core/|critic/score/mean$|trl/group_size$|adaptive_k/)' \
-    runs adaptive "${ADAPTIVE_START_K}" "${SEEDS}" "${ADAPTIVE_SETTING}"
-  "${PY}" -m grpo_mse.figures.k_validation adaptive "${RESULTS}/adaptive/adaptive_runs_${ADAPTIVE_SETTING}.csv" \
-    "${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv" --name "${ADAPTIVE_SETTING}" --out_dir "${RESULTS}/adaptive" \
-    --started_at "$(cat "${RESULTS}/adaptive/started_at_${ADAPTIVE_SETTING}.txt")"
+    runs "${ADAPTIVE_TAG}" "${ADAPTIVE_START_K}" "${SEEDS}" "${ADAPTIVE_SETTING}"
+  "${PY}" -m grpo_mse.figures.k_validation adaptive "${RESULTS}/adaptive/${ADAPTIVE_TAG}_runs_${ADAPTIVE_SETTING}.csv" \
+    "${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv" --name "${ADAPTIVE_NAME}" --out_dir "${RESULTS}/adaptive" \
+    --started_at "$(cat "${RESULTS}/adaptive/started_at_${ADAPTIVE_NAME}.txt")"
 fi
 [[ " ${STAGES} " =~ \ (pilot|sweep|summary)\  ]] || { echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"; exit 0; }
 swept=""

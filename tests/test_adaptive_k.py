@@ -206,6 +206,7 @@ def test_the_advisor_leaves_the_random_streams_alone():
         (["--adaptive_k_every", "2", "--adaptive_k_n_oracle", "0"], "argument --adaptive_k_n_oracle: must be >= 1"),
         (["--adaptive_k_every", "2", "--adaptive_k_T", "500"], "--adaptive_k_T 500 is more than the 96 training rows"),
         (["--adaptive_k_every", "2", "--budget", "128"], "adaptive K draws 128 distinct prompts per step"),
+        (["--adaptive_k_every", "2", "--budget", "24", "--group_size", "3"], "--budget 24: no power of two fits"),
     ],
 )
 def test_bad_adaptive_settings_are_one_line_refusals(inputs, tmp_path, extra, message):

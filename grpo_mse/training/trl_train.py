@@ -103,6 +103,10 @@ class TrlTrainConfig(Flags):
                     budget_settings(k, self.budget, k_name="--adaptive_k_list K")
                 except ValueError as exc:
                     raise cli.UsageError(str(exc)) from None
+        require(
+            not self.adaptive_k_every or self.allowed_k,
+            f"--budget {self.budget}: no power of two fits it as a K; give --adaptive_k_list",
+        )
 
     @property
     def allowed_k(self) -> list[int]:
