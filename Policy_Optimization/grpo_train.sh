@@ -51,6 +51,11 @@ ENV_NAME="${ENV_NAME:-}"
 GROUP_SIZE="${GROUP_SIZE:-32}"                        # K = rollout.n
 BUDGET="${BUDGET:-1024}"                              # sequences per step (the paper: 1024)
 SEED="${SEED:-}"                                      # empty: the trainer's default seeds
+ADAPTIVE_K_EVERY="${ADAPTIVE_K_EVERY:-0}"             # TRL only: re-estimate the best K every N steps (0: fixed K)
+ADAPTIVE_K_LIST="${ADAPTIVE_K_LIST:-}"                # TRL adaptive K: allowed K, e.g. "2 4 8 16" (empty: powers of 2 that fit)
+ADAPTIVE_K_T="${ADAPTIVE_K_T:-16}"                    # TRL adaptive K: training prompts the advisor uses
+ADAPTIVE_K_M="${ADAPTIVE_K_M:-4}"                     # TRL adaptive K: the advisor's groups per prompt and K
+ADAPTIVE_K_N_ORACLE="${ADAPTIVE_K_N_ORACLE:-64}"      # TRL adaptive K: samples per prompt for the advisor's V(x)
 LR="${LR:-1e-6}"                                      # actor learning rate (the paper: 1e-6)
 MAX_PROMPT_LENGTH="${MAX_PROMPT_LENGTH:-512}"
 MAX_RESPONSE_LENGTH="${MAX_RESPONSE_LENGTH:-512}"
@@ -98,6 +103,17 @@ for name in GPUS NNODES GROUP_SIZE BUDGET ROLLOUT_TP MICRO_BSZ MAX_PROMPT_LENGTH
   is_int "${!name}" || die "${name}=${!name} must be a positive integer"
 done
 [[ -z "${SEED}" || "${SEED}" =~ ^[0-9]+$ ]] || die "SEED=${SEED} must be a non-negative integer"
+[[ "${ADAPTIVE_K_EVERY}" =~ ^[0-9]+$ ]] || die "ADAPTIVE_K_EVERY=${ADAPTIVE_K_EVERY} must be a whole number of steps (0: a fixed K)"
+ADAPTIVE_K_EVERY=$(( 10#${ADAPTIVE_K_EVERY} ))
+if (( ADAPTIVE_K_EVERY > 0 )); then
+  [[ "${TRAINER}" == trl ]] || die "ADAPTIVE_K_EVERY=${ADAPTIVE_K_EVERY}: adaptive K needs TRAINER=trl (VERL keeps one rollout.n for a run)"
+  for name in ADAPTIVE_K_T ADAPTIVE_K_M ADAPTIVE_K_N_ORACLE; do
+    is_int "${!name}" || die "${name}=${!name} must be a positive integer"
+  done
+  for k in ${ADAPTIVE_K_LIST}; do is_int "${k}" || die "ADAPTIVE_K_LIST=${ADAPTIVE_K_LIST}: ${k} is not a positive integer"; done
+elif [[ -n "${ADAPTIVE_K_LIST}" ]]; then
+  die "ADAPTIVE_K_LIST=${ADAPTIVE_K_LIST} needs ADAPTIVE_K_EVERY=N (N > 0: adaptive K on)"
+fi
 in_unit() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0 && x + 0 <= 1) }'; }
 { is_number "${GPU_UTIL}" && in_unit "${GPU_UTIL}"; } || die "GPU_UTIL=${GPU_UTIL} must be in (0, 1]"
 positive() { is_number "$1" && awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
@@ -273,6 +289,12 @@ else
     --project_name "${PROJECT_NAME}" --experiment_name "${EXPERIMENT_NAME}" --loggers "${LOGGERS}"
     --output_dir "${CKPT_DIR}" "$([[ "${SAVE_MODEL}" == 1 ]] && echo --save_model || echo --no-save_model)"
   )
+  if (( ADAPTIVE_K_EVERY > 0 )); then  # a fixed-K run's command is unchanged
+    COMMAND+=(--adaptive_k_every "${ADAPTIVE_K_EVERY}" --adaptive_k_T "${ADAPTIVE_K_T}" --adaptive_k_M "${ADAPTIVE_K_M}"
+      --adaptive_k_n_oracle "${ADAPTIVE_K_N_ORACLE}")
+    # shellcheck disable=SC2206
+    [[ -z "${ADAPTIVE_K_LIST}" ]] || COMMAND+=(--adaptive_k_list ${ADAPTIVE_K_LIST})
+  fi
 fi
 COMMAND+=("$@")  # user overrides come last, so they win
 

@@ -13,6 +13,13 @@
 #   KVAL_MAX_RESPONSE_LENGTH (16)  KVAL_JOBS (2 runs side by side, one thread each)
 #   KVAL_ADVISOR_T (48 prompts)  KVAL_ADVISOR_M (8 groups)  KVAL_STAGES ("advisor pilot sweep summary")
 #   KVAL_WORK (outputs/k_validation: data, logs, wandb runs)  KVAL_RESULTS (results/k_validation)
+# Stage "adaptive" (issue 19 item 7; not in the default stages; about 21 min): adaptive-K TRL runs of one setting
+#   (KVAL_ADAPTIVE_SETTING, default train_mixed) for every sweep seed, K chosen from KVAL_K_LIST by the advisor
+#   on the current policy at step 0 and every KVAL_ADAPTIVE_EVERY (4) steps, on KVAL_ADAPTIVE_T (32) training
+#   prompts, KVAL_ADAPTIVE_M (8) groups, KVAL_ADAPTIVE_N_ORACLE (64) samples for V; KVAL_ADAPTIVE_START_K (4) is
+#   the K kept when the advisor ties; compared with the committed sweep (the same metric) in RESULTS/adaptive/.
+#   KVAL_ADAPTIVE_TAG (adaptive) names the runs; another tag (e.g. adaptive_T16M4) keeps a second arm apart
+#   (its results are named SETTING_TAG).
 # Only settings whose pilot learns (mean held-out gain from step 0 to the last step >= 0.03) are swept.
 # Metric, declared here before any sweep: the mean held-out greedy accuracy over the validation steps after
 # step 0 (steps TEST_FREQ, 2 TEST_FREQ, ..., STEPS), per run; per K its mean and 95% t-interval over seeds.
@@ -45,8 +52,18 @@ STAGES="${KVAL_STAGES:-advisor pilot sweep summary}"
 WORK="${KVAL_WORK:-outputs/k_validation}"
 RESULTS="${KVAL_RESULTS:-results/k_validation}"
 MARKER=".made_by_k_validation"
+ADAPTIVE_SETTING="${KVAL_ADAPTIVE_SETTING:-train_mixed}"
+ADAPTIVE_EVERY="${KVAL_ADAPTIVE_EVERY:-4}"
+ADAPTIVE_T="${KVAL_ADAPTIVE_T:-32}"
+ADAPTIVE_M="${KVAL_ADAPTIVE_M:-8}"
+ADAPTIVE_N_ORACLE="${KVAL_ADAPTIVE_N_ORACLE:-64}"
+ADAPTIVE_START_K="${KVAL_ADAPTIVE_START_K:-4}"
+ADAPTIVE_TAG="${KVAL_ADAPTIVE_TAG:-adaptive}"
+[[ "${ADAPTIVE_TAG}" =~ ^adaptive[A-Za-z0-9_.-]*$ ]] || die "KVAL_ADAPTIVE_TAG=${ADAPTIVE_TAG}: use adaptive, or adaptive followed by letters, digits, _ . -"
+ADAPTIVE_NAME="${ADAPTIVE_SETTING}${ADAPTIVE_TAG#adaptive}"  # train_mixed, or e.g. train_mixed_T16M4
 
-for name in BUDGET STEPS TEST_FREQ N_TEST MAX_RESPONSE_LENGTH JOBS ADVISOR_T ADVISOR_M; do
+for name in BUDGET STEPS TEST_FREQ N_TEST MAX_RESPONSE_LENGTH JOBS ADVISOR_T ADVISOR_M ADAPTIVE_EVERY ADAPTIVE_T ADAPTIVE_M \
+            ADAPTIVE_N_ORACLE ADAPTIVE_START_K; do
   [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || die "KVAL_${name}=${!name} must be a positive integer"
 done
 for k in ${K_LIST} ${PILOT_K}; do
@@ -61,13 +78,16 @@ kinds_of() { local rest="${1#*_}"; echo "${rest%%_*}"; }
 field_of() { local f; for f in $(tr _ ' ' <<< "$1"); do [[ "${f}" =~ ^$2([0-9].*)$ ]] && { echo "${BASH_REMATCH[1]}"; return; }; done; echo "$3"; }
 temperature_of() { field_of "$1" t 1.0; }
 lr_of() { field_of "$1" lr "${LR}"; }
-for s in ${SETTINGS}; do
+for s in ${SETTINGS} ${ADAPTIVE_SETTING}; do
   [[ "${s}" =~ ^(train|tiny)_(mixed|division|nodivision)(_t[0-9]*\.?[0-9]+)?(_lr[0-9.]+(e-?[0-9]+)?)?$ ]] \
     || die "setting ${s}: use POLICY_KINDS[_tTEMP][_lrLR], POLICY_KINDS (train|tiny)_(mixed|division|nodivision)"
   awk -v t="$(temperature_of "${s}")" 'BEGIN { exit !(t + 0 > 0) }' || die "setting ${s}: the temperature must be positive"
   awk -v x="$(lr_of "${s}")" 'BEGIN { exit !(x + 0 > 0 && x + 0 < 1) }' || die "setting ${s}: the learning rate must be in (0, 1)"
 done
-for stage in ${STAGES}; do [[ "${stage}" =~ ^(advisor|pilot|sweep|summary)$ ]] || die "stage ${stage}: use advisor, pilot, sweep or summary"; done
+for stage in ${STAGES}; do
+  [[ "${stage}" =~ ^(advisor|pilot|sweep|summary|adaptive)$ ]] || die "stage ${stage}: use advisor, pilot, sweep, summary or adaptive"
+done
+[[ " ${K_LIST} " == *" ${ADAPTIVE_START_K} "* ]] || die "KVAL_ADAPTIVE_START_K=${ADAPTIVE_START_K} is not in KVAL_K_LIST (${K_LIST})"
 ALLOWED_K="${K_LIST}"
 has_stage() { [[ " ${STAGES} " == *" $1 "* ]]; }
 
@@ -76,6 +96,10 @@ if has_stage advisor; then  # a fresh start: data and the advisor's predictions 
     die "KVAL_WORK=${WORK} exists and was not made by this script; choose another folder"
   fi
   rm -rf "${WORK}"
+  mkdir -p "${WORK}"
+  touch "${WORK}/${MARKER}"
+fi
+if [[ "${STAGES}" == adaptive && ! -e "${WORK}" ]]; then  # the adaptive stage alone makes its own data
   mkdir -p "${WORK}"
   touch "${WORK}/${MARKER}"
 fi
@@ -108,7 +132,8 @@ runs() {
   for pid in "${pids[@]}"; do wait "${pid}" || failed=1; done
   (( failed == 0 )) || die "a ${tag} run failed: see ${WORK}/${tag}_*.log and ${WORK}/${tag}_*/logs/"
   for setting in "$@"; do  # the wandb offline records (the console lines hold \r progress bars)
-    "${PY}" Policy_Optimization/collect_runs.py "${WORK}/${tag}_${setting}/wandb" --out "${RESULTS}/${tag}_runs_${setting}.csv"
+    "${PY}" Policy_Optimization/collect_runs.py "${WORK}/${tag}_${setting}/wandb" \
+      --out "${COLLECT_DIR:-${RESULTS}}/${tag}_runs_${setting}.csv" ${COLLECT_METRICS:+--metrics "${COLLECT_METRICS}"}
   done
 }
 
@@ -116,13 +141,20 @@ export TRAINER=trl WANDB_MODE=offline LR TEST_FREQ MAX_RESPONSE_LENGTH SAVE_MODE
        LOGGERS="[console,wandb]" OMP_NUM_THREADS=1 DRY_RUN=0
 trap 'kill $(jobs -p) 2> /dev/null; echo "k_validation.sh: interrupted" >&2; exit 130' INT TERM
 
-if has_stage advisor; then
-  echo "== data: arithmetic, zero-shot; settings ${SETTINGS}"
-  "${PY}" Policy_Optimization/prepare_data.py --source arithmetic --n_train 8192 --n_test 2000 --out_dir "${WORK}/data_all"
-  for kinds in $(for s in ${SETTINGS}; do kinds_of "${s}"; done | sort -u); do
-    "${PY}" -m grpo_mse.figures.k_validation subset "${WORK}/data_all" "${WORK}/data_${kinds}" --kinds "${kinds}" \
-      --n_test "${N_TEST}"
+# make_data SETTING...: the arithmetic data (zero-shot; training seed 1, test seed 0) and each setting's kinds
+make_data() {
+  local kinds
+  echo "== data: arithmetic, zero-shot; settings $*"
+  [[ -d "${WORK}/data_all" ]] \
+    || "${PY}" Policy_Optimization/prepare_data.py --source arithmetic --n_train 8192 --n_test 2000 --out_dir "${WORK}/data_all"
+  for kinds in $(for s in "$@"; do kinds_of "${s}"; done | sort -u); do
+    [[ -d "${WORK}/data_${kinds}" ]] || "${PY}" -m grpo_mse.figures.k_validation subset "${WORK}/data_all" \
+      "${WORK}/data_${kinds}" --kinds "${kinds}" --n_test "${N_TEST}"
   done
+}
+
+if has_stage advisor; then
+  make_data ${SETTINGS}
   for setting in ${SETTINGS}; do
     temp="$(temperature_of "${setting}")"
     echo "== advisor, ${setting}: starting policy, held-out prompts, temperature ${temp}, top-p 1 (the TRL sampler)"
@@ -148,6 +180,21 @@ if has_stage pilot; then
   echo "== pilot: K in {${PILOT_K}}, seeds {${PILOT_SEEDS}} (never reused by the sweep)"
   runs pilot "${PILOT_K}" "${PILOT_SEEDS}" ${SETTINGS}
 fi
+if has_stage adaptive; then  # issue 19 item 7: adaptive K against the committed sweep of the same setting
+  # shellcheck disable=SC2086
+  make_data ${ADAPTIVE_SETTING}
+  mkdir -p "${RESULTS}/adaptive"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "${RESULTS}/adaptive/started_at_${ADAPTIVE_NAME}.txt"
+  echo "== adaptive K (${ADAPTIVE_TAG}): ${ADAPTIVE_SETTING}, K in {${K_LIST}} re-estimated every ${ADAPTIVE_EVERY} steps, seeds {${SEEDS}}"
+  ADAPTIVE_K_EVERY="${ADAPTIVE_EVERY}" ADAPTIVE_K_LIST="${K_LIST}" ADAPTIVE_K_T="${ADAPTIVE_T}" ADAPTIVE_K_M="${ADAPTIVE_M}" \
+    ADAPTIVE_K_N_ORACLE="${ADAPTIVE_N_ORACLE}" COLLECT_DIR="${RESULTS}/adaptive" \
+    COLLECT_METRICS='^(val-core/|critic/score/mean$|trl/group_size$|adaptive_k/)' \
+    runs "${ADAPTIVE_TAG}" "${ADAPTIVE_START_K}" "${SEEDS}" "${ADAPTIVE_SETTING}"
+  "${PY}" -m grpo_mse.figures.k_validation adaptive "${RESULTS}/adaptive/${ADAPTIVE_TAG}_runs_${ADAPTIVE_SETTING}.csv" \
+    "${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv" --name "${ADAPTIVE_NAME}" --out_dir "${RESULTS}/adaptive" \
+    --started_at "$(cat "${RESULTS}/adaptive/started_at_${ADAPTIVE_NAME}.txt")"
+fi
+[[ " ${STAGES} " =~ \ (pilot|sweep|summary)\  ]] || { echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"; exit 0; }
 swept=""
 for setting in ${SETTINGS}; do
   if "${PY}" -m grpo_mse.figures.k_validation pilot "${RESULTS}/pilot_runs_${setting}.csv"; then

@@ -4,6 +4,7 @@
   python -m grpo_mse.figures.k_validation predict RUN.json --name S --out prediction_S.json
   python -m grpo_mse.figures.k_validation pilot pilot_runs.csv [--min_gain 0.03]   # exit 1: the pilot is flat
   python -m grpo_mse.figures.k_validation summarize --setting S runs.csv prediction_S.json START ... --out_dir DIR
+  python -m grpo_mse.figures.k_validation adaptive adaptive_runs.csv sweep_runs.csv --name S --out_dir DIR
 
 Per run the metric is the mean held-out greedy accuracy over the validation steps after step 0. Per K: the mean
 over seeds with a 95% Student-t interval. Two K are "separated" when the 95% Welch interval of the difference of
@@ -329,6 +330,107 @@ def plot_settings(summaries: list, path: str) -> None:
     plt.close(fig)
 
 
+ADAPTIVE_FIELDS = ("K", "K_star_exact", "c1", "c2", "c3", "identified", "seconds")
+
+
+def adaptive_choices(frame) -> list[dict]:
+    """One row per (seed, re-estimate step): the K chosen for the following steps and the advisor's numbers
+    (``adaptive_k/*`` metrics of the adaptive runs; K* is missing where it was infinite or undefined)."""
+    sub = frame[frame["metric"].str.startswith("adaptive_k/")]
+    rows = []
+    for (seed, step), group in sub.groupby(["seed", "step"]):
+        values = dict(zip(group["metric"].str.removeprefix("adaptive_k/"), group["value"]))
+        rows.append({"seed": int(seed), "step": int(step), **{f: values.get(f) for f in ADAPTIVE_FIELDS}})
+    return rows
+
+
+def arm(values) -> dict:
+    mean, half = mean_t_interval(list(values))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "n_seeds": len(values), "per_seed": list(values)}
+
+
+def adaptive_summary(adaptive, sweep, metric: str, name: str, started_at: str | None = None) -> dict:
+    """Adaptive K against every fixed K of the sweep (the same metric per run): means, 95% t-intervals, and the
+    95% Welch interval of (adaptive - fixed); the best fixed K is the sweep's, chosen on the sweep alone."""
+    runs = run_metric(adaptive, metric)
+    fixed = run_metric(sweep, metric)
+    cli.require(not runs.empty, f"no {metric} values after step 0 in the adaptive runs")
+    cli.require(not fixed.empty, f"no {metric} values after step 0 in the sweep runs")
+    ours = runs.sort_values("seed")["value"].to_numpy(float)
+    per_k = {int(k): g.sort_values("seed")["value"].to_numpy(float) for k, g in fixed.groupby("K")}
+    best = max(per_k, key=lambda k: per_k[k].mean())
+    comparisons = {}
+    for k, values in sorted(per_k.items()):
+        lo, hi = welch_interval(ours, values) if min(len(ours), len(values)) >= 2 else (math.nan, math.nan)
+        comparisons[str(k)] = {
+            "difference": float(ours.mean() - values.mean()),
+            "welch_ci95": [lo, hi],
+            "separated": bool(lo > 0 or hi < 0),
+        }
+    choices = adaptive_choices(adaptive)
+    steps = adaptive[adaptive["metric"] == "trl/group_size"]
+    share = {str(int(k)): float(n / len(steps)) for k, n in steps["value"].value_counts().sort_index().items()}
+    per_step = {str(int(seed)): [int(v) for v in g.sort_values("step")["value"]] for seed, g in steps.groupby("seed")}
+    return {
+        "setting": name,
+        "metric": f"mean of {metric} over validation steps > 0",
+        "started_at": started_at,
+        "adaptive": arm(ours),
+        "fixed": {str(k): arm(v) for k, v in sorted(per_k.items())},
+        "best_fixed_K": best,
+        "adaptive_minus_fixed": comparisons,
+        "K_chosen": choices,
+        "K_share_of_steps": share,
+        "K_per_step": per_step,
+        "identified_share": float(np.mean([c["identified"] for c in choices])) if choices else math.nan,
+        "note": "per run: mean held-out greedy accuracy over the validation steps after step 0; per arm: mean and "
+        "95% t-interval over seeds; adaptive_minus_fixed: 95% Welch interval of the difference of means; K_chosen: "
+        "the K the advisor chose at each re-estimate (used from the next step on); K_share_of_steps: the share of "
+        "training steps run at each K (trl/group_size); K_per_step: per seed, the K of steps 1, 2, ...",
+    }
+
+
+def plot_adaptive(summary: dict, path: str) -> None:
+    """Left: each fixed K and adaptive K (seeds as dots, mean and 95% interval). Right: the K in force per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
+    labels = [f"K={k}" for k in summary["fixed"]] + ["adaptive"]
+    arms = list(summary["fixed"].values()) + [summary["adaptive"]]
+    for i, (label, a) in enumerate(zip(labels, arms)):
+        color = "C3" if label == "adaptive" else "C0"
+        left.scatter([i] * len(a["per_seed"]), a["per_seed"], s=10, color="0.6", zorder=1)
+        left.errorbar(
+            i,
+            a["mean"],
+            yerr=[[a["mean"] - a["ci95"][0]], [a["ci95"][1] - a["mean"]]],
+            fmt="o",
+            capsize=4,
+            color=color,
+            zorder=3,
+        )
+    left.set_xticks(range(len(labels)), labels)
+    left.set_ylabel("held-out greedy accuracy\n(mean over validation steps)")
+    title = f"{summary['setting']}: adaptive K vs the sweep's fixed K (best {summary['best_fixed_K']})"
+    left.set_title(title, fontsize=9)
+    for j, (seed, ks) in enumerate(sorted(summary["K_per_step"].items(), key=lambda item: int(item[0]))):
+        jitter = 1 + 0.03 * (j - (len(summary["K_per_step"]) - 1) / 2)  # seeds side by side on the log axis
+        steps = np.arange(1, len(ks) + 1)
+        right.step(steps, np.asarray(ks) * jitter, where="mid", alpha=0.7, label=f"seed {seed}")
+    right.set_yscale("log", base=2)
+    ks = [int(k) for k in summary["fixed"]]
+    right.set_yticks(ks, [str(k) for k in ks])
+    right.set_xlabel("training step")
+    right.set_ylabel("K in force (trl/group_size)")
+    right.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def main(argv=None) -> None:
     p = cli.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -356,6 +458,13 @@ def main(argv=None) -> None:
     )
     s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s.add_argument("--out_dir", required=True)
+    s = sub.add_parser("adaptive", help="adaptive-K runs against the fixed-K sweep: summary JSON, choices CSV, figure")
+    s.add_argument("adaptive_csv")
+    s.add_argument("sweep_csv")
+    s.add_argument("--name", required=True)
+    s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
+    s.add_argument("--started_at", default=None)
+    s.add_argument("--out_dir", required=True)
     args = p.parse_args(argv)
     if args.command == "subset":
         counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)
@@ -367,6 +476,25 @@ def main(argv=None) -> None:
         learns = gain >= args.min_gain
         print(f"{args.runs_csv}: mean gain {gain:+.3f} ({'learns' if learns else 'flat'}: threshold {args.min_gain})")
         raise SystemExit(0 if learns else 1)
+    elif args.command == "adaptive":
+        from grpo_mse.figures.training import read_training
+        from grpo_mse.tables.outputs import write_csv
+
+        adaptive, sweep = read_training(args.adaptive_csv, args.metric), read_training(args.sweep_csv, args.metric)
+        summary = adaptive_summary(adaptive, sweep, args.metric, args.name, args.started_at)
+        os.makedirs(args.out_dir, exist_ok=True)
+        columns = ["seed", "step", *ADAPTIVE_FIELDS]
+        write_csv(os.path.join(args.out_dir, f"k_chosen_{args.name}.csv"), summary["K_chosen"], columns)
+        plot_adaptive(summary, os.path.join(args.out_dir, f"adaptive_{args.name}.png"))
+        write_atomic(os.path.join(args.out_dir, f"summary_{args.name}.json"), to_json(summary, indent=1))
+        a = summary["adaptive"]
+        print(f"{args.name}: adaptive K {a['mean']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}], {a['n_seeds']} seeds")
+        for k, c in summary["adaptive_minus_fixed"].items():
+            f = summary["fixed"][k]
+            print(
+                f"  fixed K={k}: {f['mean']:.3f} [{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}]; adaptive - fixed "
+                f"{c['difference']:+.3f} [{c['welch_ci95'][0]:+.3f}, {c['welch_ci95'][1]:+.3f}]"
+            )
     elif args.command == "predict":
         cli.writable_file(args.out, "--out")
         run = read_json(args.run_json, ("group_size_advisor",), "run_tracecov result")

@@ -110,6 +110,11 @@ def grpo_config(args, n_train: int):
             f"{n_train} training rows but {settings['train_batch_size']} prompts per step "
             f"(budget {args.budget} / K {args.group_size}): use more rows or a smaller budget"
         )
+    if getattr(args, "adaptive_k_every", 0) and n_train < args.budget:
+        raise InputError(
+            f"{n_train} training rows but adaptive K draws {args.budget} distinct prompts per step (the budget, "
+            f"of which BUDGET/K are used): use more rows or a smaller budget"
+        )
     updates = UPDATES_PER_STEP * steps_per_epoch(n_train, settings["train_batch_size"]) * settings["total_epochs"]
     return GRPOConfig(
         output_dir=args.output_dir,

@@ -24,6 +24,7 @@ from dataclasses import dataclass  # noqa: E402
 from grpo_mse import cli  # noqa: E402
 from grpo_mse.cli import require  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
+from grpo_mse.training import adaptive_k  # noqa: E402
 from grpo_mse.training import trl_backend as backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
 
@@ -64,6 +65,17 @@ class TrlTrainConfig(Flags):
     output_dir: str = option(help="final model folder")
     save_model: bool = option(True, zero_one=True, help="save the final model in --output_dir")
     threads: int = option(0, minimum=0, help="torch threads (0: torch's choice)")
+    adaptive_k_every: int = option(
+        0, minimum=0, help="adaptive K: re-estimate the best K every N steps and at step 0 (0: off, a fixed K)"
+    )
+    adaptive_k_list: list[int] | None = option(
+        None, minimum=2, help="adaptive K: the allowed K (default: the powers of two that fit --budget)"
+    )
+    adaptive_k_T: int = option(
+        16, minimum=2, help="adaptive K: training prompts the advisor uses (a fixed random subset)"
+    )
+    adaptive_k_M: int = option(4, minimum=2, help="adaptive K: groups per prompt and K in the advisor")
+    adaptive_k_n_oracle: int = option(64, minimum=1, help="adaptive K: samples per prompt for the advisor's V(x)")
     dry_run: bool = option(False, help="check the settings and data, build the config, exit")
 
     def __post_init__(self) -> None:
@@ -80,6 +92,26 @@ class TrlTrainConfig(Flags):
         require(not unknown, f"--loggers: unknown {unknown}; use console and/or wandb")
         for path in (self.train_file, self.val_file, self.reward_path):
             require(os.path.isfile(path), f"{path} not found")
+        if self.adaptive_k_list is not None:
+            require(self.adaptive_k_every > 0, "--adaptive_k_list needs --adaptive_k_every N (N > 0: adaptive K on)")
+            require(
+                len(set(self.adaptive_k_list)) == len(self.adaptive_k_list),
+                f"--adaptive_k_list repeats a K: {self.adaptive_k_list}",
+            )
+            for k in self.adaptive_k_list:
+                try:
+                    budget_settings(k, self.budget, k_name="--adaptive_k_list K")
+                except ValueError as exc:
+                    raise cli.UsageError(str(exc)) from None
+        require(
+            not self.adaptive_k_every or self.allowed_k,
+            f"--budget {self.budget}: no power of two fits it as a K; give --adaptive_k_list",
+        )
+
+    @property
+    def allowed_k(self) -> list[int]:
+        """The K adaptive K chooses from (``--adaptive_k_list``, sorted, or the powers of two that fit the budget)."""
+        return sorted(self.adaptive_k_list or adaptive_k.default_k_list(self.budget))
 
     @property
     def logger_names(self) -> set[str]:
@@ -126,8 +158,13 @@ def make_callback(logger: RunLogger, evaluate, test_freq: int):
         def __init__(self):
             self.pending = {}
 
+        def add(self, metrics: dict) -> None:
+            """Metrics to log with the current step's line (adaptive K's re-estimates)."""
+            self.pending = {**self.pending, **metrics}
+
         def on_train_begin(self, args, state, control, model=None, **kwargs):
-            logger.log(0, evaluate(model))
+            logger.log(0, {**self.pending, **evaluate(model)})  # pending: adaptive K's step-0 estimate, if any
+            self.pending = {}
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             step, at_end = -(-state.global_step // backend.UPDATES_PER_STEP), state.global_step >= state.max_steps
@@ -147,6 +184,37 @@ def make_callback(logger: RunLogger, evaluate, test_freq: int):
                 self.pending = {}
 
     return VerlStyleLog()
+
+
+def adaptive_callback(args: TrlTrainConfig, train_rows: list[dict], tokenizer, publish):
+    """Adaptive K's callback: the advisor on ``--adaptive_k_T`` fixed training rows, each re-estimate printed."""
+    rows = [train_rows[i] for i in adaptive_k.advisor_prompts(len(train_rows), args.adaptive_k_T, args.seed)]
+    count = [0]
+
+    def advise(model):
+        advice = adaptive_k.estimate(
+            model,
+            tokenizer,
+            rows,
+            k_list=args.allowed_k,
+            budget=args.budget,
+            M=args.adaptive_k_M,
+            n_oracle=args.adaptive_k_n_oracle,
+            temperature=args.temperature,
+            max_new_tokens=args.max_response_length,
+            seed=args.seed * 1000 + count[0],  # fresh samples at every re-estimate
+        )
+        count[0] += 1
+        k = adaptive_k.chosen_k(advice, callback.trainer.group_size)
+        print(
+            f"[adaptive_k] {advice['recommendation']['message']}; K* = {advice['pooled'].get('K_star_exact')}"
+            f" -> K = {k}",
+            flush=True,
+        )
+        return k, adaptive_k.advice_metrics(advice, k)
+
+    callback = adaptive_k.make_callback(advise, args.adaptive_k_every, publish)
+    return callback
 
 
 def quiet_progress():
@@ -183,6 +251,17 @@ def run(args: TrlTrainConfig) -> dict:
     config = backend.grpo_config(args, len(train_rows))  # refuses fewer rows than prompts per step
     settings = budget_settings(args.group_size, args.budget)
     steps = config.max_steps // backend.UPDATES_PER_STEP
+    if args.adaptive_k_every:
+        cli.require(
+            args.adaptive_k_T <= len(train_rows),
+            f"--adaptive_k_T {args.adaptive_k_T} is more than the {len(train_rows)} training rows",
+        )
+        print(
+            f"[trl] adaptive K: every {args.adaptive_k_every} steps from step 0, K in {args.allowed_k}; advisor on "
+            f"{args.adaptive_k_T} training prompts, M={args.adaptive_k_M}, n_oracle={args.adaptive_k_n_oracle}; "
+            f"{args.budget} distinct prompts drawn per step, BUDGET/K of them used",
+            flush=True,
+        )
     print(
         f"[trl] K={args.group_size} budget={args.budget} prompts/step={settings['train_batch_size']} steps={steps} "
         f"train={len(train_rows)} val={len(val_rows)} lr={args.lr} seed={args.seed}",
@@ -202,6 +281,14 @@ def run(args: TrlTrainConfig) -> dict:
         "data": {"seed": args.seed, **settings},
         "algorithm": {"norm_adv_by_std_in_grpo": args.norm_adv_by_std},
     }
+    if args.adaptive_k_every:
+        run_config["adaptive_k"] = {
+            "every": args.adaptive_k_every,
+            "K_list": args.allowed_k,
+            "T": args.adaptive_k_T,
+            "M": args.adaptive_k_M,
+            "n_oracle": args.adaptive_k_n_oracle,
+        }
     logger = RunLogger(args, run_config)
     history = []
 
@@ -210,14 +297,22 @@ def run(args: TrlTrainConfig) -> dict:
         history.append(result)
         return result
 
-    trainer = GRPOTrainer(
+    verl_log = make_callback(logger, evaluate, args.test_freq)
+    callbacks, trainer_class = [verl_log], GRPOTrainer
+    if args.adaptive_k_every:  # first, so that a re-estimate's metrics join the same step's log line
+        callbacks.insert(0, adaptive_callback(args, train_rows, tokenizer, verl_log.add))
+        trainer_class = adaptive_k.make_trainer_class()
+    trainer = trainer_class(
         model=model,
         reward_funcs=[backend.trl_reward(compute_score)],
         args=config,
         train_dataset=Dataset.from_list(train_rows),
         processing_class=tokenizer,
-        callbacks=[make_callback(logger, evaluate, args.test_freq)],
+        callbacks=callbacks,
     )
+    if args.adaptive_k_every:
+        callbacks[0].trainer = trainer
+        trainer.group_size = args.group_size
     trainer.remove_callback(ProgressCallback)  # its on_log prints every raw TRL log dict
     trainer.add_callback(quiet_progress())
     start = time.time()

@@ -1,0 +1,210 @@
+"""Adaptive group size for the TRL backend: re-estimate the best K every few steps and train with it.
+
+Every ``every`` steps (step 0 included: the starting policy) the group-size advisor of run_tracecov.py runs on
+the CURRENT policy and the next steps use its best allowed K. The advisor is the library's own: the oracle run
+(``grpo_mse.runs.oracle``) and the trace-of-covariance run with its advisor (``grpo_mse.runs.tracecov``), on a
+saved copy of the policy in a temporary folder, over a fixed random subset of T training prompts (never the
+validation rows) with M groups per K and V(x) from n_oracle samples, at the training rollouts' temperature.
+
+How a step changes K without touching TRL's loop (``AdaptiveKTrainer``):
+- the train sampler yields BUDGET distinct prompts per generation batch (TRL's ``RepeatSampler`` with
+  ``mini_repeat_count=1``, repeated for the four updates as TRL repeats a fixed-K batch);
+- at generation time the first BUDGET/K of them are kept, each repeated K times in place, and
+  ``num_generations`` is set to K before TRL's own ``_generate_and_score_completions`` groups the rewards;
+- ``AdaptiveKCallback`` sets K at the start of training and at the end of every ``every``-th step (before the
+  next step's generation), and logs the advisor's answer; TRL logs the K in force as ``trl/group_size``.
+
+Which K: the argmin over the allowed K of the exact budgeted error c1 K + c3/(K - 1) at the advisor's point
+estimates (``pooled.K_best``, c1 and c3 clipped at 0), whether or not its intervals identify it (the
+``adaptive_k/identified`` metric says which); when the point estimates tie or are undefined, K stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+
+from grpo_mse.training.budget import budget_settings
+
+UPDATES_PER_STEP = 4  # as trl_backend: four updates per generation batch
+
+
+def default_k_list(budget: int) -> list[int]:
+    """The powers of two >= 2 that fit the budget as a fixed K does (``budget_settings``: K divides BUDGET/8)."""
+    out, k = [], 2
+    while k <= budget:
+        try:
+            budget_settings(k, budget)
+            out.append(k)
+        except ValueError:
+            pass
+        k *= 2
+    return out
+
+
+def advisor_prompts(n_rows: int, count: int, seed: int) -> list[int]:
+    """Positions of the ``count`` training rows the advisor uses at every re-estimate (fixed by ``seed``)."""
+    return sorted(random.Random(f"adaptive-k-{seed}").sample(range(n_rows), count))
+
+
+def regroup(inputs: list[dict], k: int) -> list[dict]:
+    """The first len(inputs)/K prompts of a generation batch, each repeated K times in place (TRL's layout)."""
+    if len(inputs) % k:
+        raise ValueError(f"K={k} does not divide the generation batch of {len(inputs)} prompts")
+    return [dict(row) for row in inputs[: len(inputs) // k] for _ in range(k)]
+
+
+@contextlib.contextmanager
+def preserved_random_state():
+    """Run a block without moving the global random streams (python, numpy, torch CPU) of the training run."""
+    import numpy as np
+    import torch
+
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """The advisor runs' progress bars and notes kept off the training log; shown (last lines) if they fail."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buffer):
+            yield
+    except BaseException:
+        sys.stderr.write("".join(buffer.getvalue().splitlines(keepends=True)[-20:]))
+        raise
+
+
+def estimate(
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    k_list: list[int],
+    budget: int,
+    M: int,
+    n_oracle: int,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+) -> dict:
+    """The group-size advisor (``advise``'s JSON) of ``model`` on ``rows``: the oracle run then the tracecov run,
+    on a saved copy of the policy in a temporary folder (removed after), leaving the global random streams
+    as they were. Sampling at ``temperature`` and top-p 1 (the TRL rollouts), scores of the same law."""
+    from grpo_mse.gradients.config import OracleConfig, TracecovConfig
+    from grpo_mse.runs.oracle import run_oracle
+    from grpo_mse.runs.tracecov import run_tracecov
+    from grpo_mse.tables.outputs import to_json
+
+    sampling = {"temperature": temperature, "top_p": 1.0, "max_new_tokens": max_new_tokens}
+    with quiet_stderr(), preserved_random_state(), tempfile.TemporaryDirectory(prefix="adaptive_k_") as tmp:
+        policy, table = os.path.join(tmp, "policy"), os.path.join(tmp, "prompts.jsonl")
+        model.save_pretrained(policy)
+        tokenizer.save_pretrained(policy)
+        with open(table, "w") as f:
+            for i, row in enumerate(rows):
+                f.write(to_json({"id": i, **row}) + "\n")
+        common = {"model": policy, "device": "cpu", "dtype": "fp32", "seed": seed, **sampling}
+        oracle = run_oracle(
+            OracleConfig(**common, dataset=table, n_oracle=n_oracle, batch_size=256, out_dir=os.path.join(tmp, "v"))
+        )
+        outcome = run_tracecov(
+            TracecovConfig(
+                **common,
+                oracle_table=oracle["path"],
+                T=len(rows),
+                M=M,
+                K_list=list(k_list),
+                gen_bs=256,
+                c1_batch=len(rows),
+                save_json=os.path.join(tmp, "tracecov"),
+                skip_plot=True,
+                budget=budget,
+                allowed_K=list(k_list),
+            )
+        )
+        return outcome["result"]["group_size_advisor"]
+
+
+def chosen_k(advice: dict, current: int) -> int:
+    """The advisor's best allowed K at its point estimates (``pooled.K_best``); ``current`` if tied/undefined."""
+    best = advice["pooled"].get("K_best")
+    return current if best is None or not math.isfinite(float(best)) else int(best)
+
+
+def advice_metrics(advice: dict, k: int) -> dict:
+    """What a re-estimate logs: the K chosen, the advisor's K*, constants, and whether its intervals identify K."""
+    pooled = advice["pooled"]
+    metrics = {"adaptive_k/K": float(k), "adaptive_k/identified": float(bool(advice["recommendation"]["identified"]))}
+    for name in ("c1", "c2", "c3", "K_star_exact"):
+        value = pooled.get(name)
+        if isinstance(value, (int, float)) and math.isfinite(value):  # "inf" / null are left out (not numbers)
+            metrics[f"adaptive_k/{name}"] = float(value)
+    return metrics
+
+
+def make_trainer_class():
+    """``AdaptiveKTrainer``: TRL's GRPOTrainer with BUDGET distinct prompts per generation batch, regrouped to the
+    K in force (``self.group_size``) at generation time."""
+    from trl import GRPOTrainer
+    from trl.trainer.utils import RepeatSampler
+
+    class AdaptiveKTrainer(GRPOTrainer):
+        group_size: int  # the K of the next generation batch (set by AdaptiveKCallback)
+
+        def _get_train_sampler(self, dataset=None):
+            return RepeatSampler(
+                data_source=self.train_dataset if dataset is None else dataset,
+                mini_repeat_count=1,
+                batch_size=self.args.generation_batch_size,
+                repeat_count=self.num_iterations * self.args.steps_per_generation,
+                shuffle=self.shuffle_dataset,
+                seed=self.args.seed,
+            )
+
+        def _generate_and_score_completions(self, inputs):
+            if not self.model.training:
+                return super()._generate_and_score_completions(inputs)
+            self.num_generations = self.group_size
+            self._metrics["train"]["group_size"].append(float(self.group_size))
+            return super()._generate_and_score_completions(regroup(inputs, self.group_size))
+
+    return AdaptiveKTrainer
+
+
+def make_callback(advise, every: int, publish):
+    """A TrainerCallback that sets ``trainer.group_size`` from ``advise(model) -> (K, metrics)`` at the start and
+    at the end of every ``every``-th step (not the last), and hands the metrics to ``publish(metrics)``."""
+    from transformers import TrainerCallback
+
+    class AdaptiveKCallback(TrainerCallback):
+        trainer = None  # set after the trainer is built
+
+        def update(self, model) -> None:
+            start = time.time()
+            k, metrics = advise(model)
+            self.trainer.group_size = k
+            publish({**metrics, "adaptive_k/seconds": time.time() - start})
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            self.update(model)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            step = state.global_step // UPDATES_PER_STEP
+            boundary = state.global_step % UPDATES_PER_STEP == 0
+            if boundary and step % every == 0 and state.global_step < state.max_steps:
+                self.update(model)
+
+    return AdaptiveKCallback()

@@ -1,0 +1,356 @@
+"""Adaptive K in the TRL backend (grpo_mse.training.adaptive_k): exact regrouping of TRL's advantages, K that
+follows the advisor, a fixed-K run left unchanged, and one-line refusals of bad settings."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import BUILTIN_POLICY
+
+from grpo_mse.training import adaptive_k
+from grpo_mse.training.data import arithmetic_splits, write_parquet
+
+pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
+# A reward with spread inside groups (the tiny policy rarely solves a problem): the completion's length mod 3.
+SPREAD_REWARD = (
+    "def compute_score(data_source, solution_str, ground_truth, **_):\n    return float(len(solution_str) % 3)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("adaptive_inputs")
+    for split, rows in arithmetic_splits(96, 8).items():
+        write_parquet(rows, str(folder / f"{split}.parquet"))
+    (folder / "spread_reward.py").write_text(SPREAD_REWARD)
+    return {
+        "model": BUILTIN_POLICY,
+        "train_file": str(folder / "train.parquet"),
+        "val_file": str(folder / "test.parquet"),
+        "reward_path": str(folder / "spread_reward.py"),
+        "output_dir": str(folder / "out"),
+    }
+
+
+def argv(inputs: dict, *extra: str) -> list[str]:
+    base = [item for name, value in inputs.items() for item in (f"--{name}", value)]
+    small = ["--budget", "32", "--group_size", "4", "--max_response_length", "4", "--test_freq", "1"]
+    return base + small + ["--loggers", "[console]", "--no-save_model", "--threads", "1", *extra]
+
+
+def console(text: str) -> dict[int, dict[str, float]]:
+    """{step: {metric: value}} from the VERL-style lines."""
+    out = {}
+    for step, rest in re.findall(r"step:(\d+) - (.*)", text):
+        out.setdefault(int(step), {}).update(
+            {name: float(value) for name, value in (part.rsplit(":", 1) for part in rest.split(" - "))}
+        )
+    return out
+
+
+def fake_advice(k):
+    return {
+        "pooled": {"K_best": k, "c1": 1.0, "c2": 2.0, "c3": 3.0, "K_star_exact": "inf" if k is None else float(k)},
+        "recommendation": {"identified": k is not None, "message": "fake"},
+    }
+
+
+def record_generations(monkeypatch):
+    """Wrap TRL's _generate_and_score_completions: per call, (num_generations, prompts, rewards, advantages)."""
+    from trl import GRPOTrainer
+
+    calls, original = [], GRPOTrainer._generate_and_score_completions
+
+    def wrapped(self, inputs):
+        out = original(self, inputs)
+        if self.model.training:
+            n = len(inputs)
+            rewards = list(self._logs["rewards"]["acc"])[-n:]
+            prompts = [str(p) for p in list(self._logs["prompt"])[-n:]]
+            calls.append((self.num_generations, prompts, torch.tensor(rewards), out["advantages"].clone()))
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", wrapped)
+    return calls
+
+
+def test_regroup_keeps_the_first_prompts_repeated_in_place():
+    rows = [{"i": i} for i in range(8)]
+    assert [r["i"] for r in adaptive_k.regroup(rows, 4)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [r["i"] for r in adaptive_k.regroup(rows, 2)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert adaptive_k.regroup(rows, 2)[0] is not rows[0]  # copies: TRL may write into a row
+    with pytest.raises(ValueError, match="K=3 does not divide"):
+        adaptive_k.regroup(rows, 3)
+    assert adaptive_k.default_k_list(128) == [2, 4, 8, 16] and adaptive_k.default_k_list(32) == [2, 4]
+    picks = adaptive_k.advisor_prompts(100, 16, seed=3)
+    assert picks == adaptive_k.advisor_prompts(100, 16, seed=3) and len(set(picks)) == 16
+    assert picks != adaptive_k.advisor_prompts(100, 16, seed=4)
+    assert adaptive_k.chosen_k(fake_advice(None), 8) == 8 and adaptive_k.chosen_k(fake_advice(2), 8) == 2
+
+
+def test_adaptive_advantages_are_the_group_normalised_rewards_of_the_k_in_force(inputs, monkeypatch, capsys):
+    """The K follows the advisor's answers (2, then 4, then a tie: K stays), and at each step the advantages TRL
+    computes equal (r - group mean) / (group std + 1e-4), groups of the K in force computed here independently."""
+    pytest.importorskip("trl")
+    from grpo_mse.training import trl_train
+
+    answers = iter([2, 4, None])
+    monkeypatch.setattr(adaptive_k, "estimate", lambda *a, **k: fake_advice(next(answers)))
+    calls = record_generations(monkeypatch)
+    trl_train.main(argv(inputs, "--adaptive_k_every", "1", "--max_steps", "3", "--seed", "2"))
+    out = capsys.readouterr().out
+    assert [c[0] for c in calls] == [2, 4, 4]
+    for k, prompts, rewards, advantages in calls:
+        assert len(prompts) == 32  # the budget, whatever K
+        groups = [prompts[g : g + k] for g in range(0, 32, k)]
+        assert all(len(set(g)) == 1 for g in groups) and len({g[0] for g in groups}) == 32 // k  # distinct prompts
+        grouped = rewards.view(-1, k)
+        expected = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)
+        assert rewards.std() > 0  # a check that could fail
+        torch.testing.assert_close(advantages, expected.reshape(-1), rtol=0, atol=1e-6)
+    logged = console(out)
+    assert [logged[s]["trl/group_size"] for s in (1, 2, 3)] == [2.0, 4.0, 4.0]
+    assert [logged[s]["adaptive_k/K"] for s in (0, 1, 2)] == [2.0, 4.0, 4.0]  # re-estimates at 0, 1, 2; not at 3
+    assert "adaptive_k/K" not in logged[3] and logged[0]["adaptive_k/identified"] == 1.0
+    assert "adaptive_k/K_star_exact" not in logged[2]  # infinite: left out of the numbers
+
+
+def test_fixed_k_run_is_unchanged_and_equals_an_adaptive_run_that_keeps_k(inputs, monkeypatch, capsys):
+    """Adaptive off: TRL's own trainer and config. One step with the REAL advisor allowed only K = 4 gives the
+    same numbers as the fixed K = 4 run to the last digit (same prompts, and the advisor leaves the run's random
+    streams alone)."""
+    pytest.importorskip("trl")
+    from trl import GRPOTrainer
+
+    from grpo_mse.training import trl_train
+    from grpo_mse.training.trl_backend import grpo_config
+
+    fixed_args = trl_train.parse_args(argv(inputs))
+    explicit_off = trl_train.parse_args(argv(inputs, "--adaptive_k_every", "0"))
+    assert grpo_config(fixed_args, 96).to_dict() == grpo_config(explicit_off, 96).to_dict()
+
+    def untouched(*args, **kwargs):
+        raise AssertionError("a fixed-K run used adaptive K")
+
+    with monkeypatch.context() as patch:  # the fixed run never reaches the adaptive code
+        patch.setattr(adaptive_k, "make_trainer_class", untouched)
+        patch.setattr(adaptive_k, "estimate", untouched)
+        calls = record_generations(patch)
+        trl_train.main(argv(inputs, "--max_steps", "1", "--seed", "5"))
+    assert [c[0] for c in calls] == [4] and type(calls) is list and GRPOTrainer.__name__ == "GRPOTrainer"
+    fixed = console(capsys.readouterr().out)
+    trl_train.main(
+        argv(
+            inputs,
+            "--max_steps",
+            "1",
+            "--seed",
+            "5",
+            "--adaptive_k_every",
+            "1",
+            "--adaptive_k_list",
+            "4",
+            "--adaptive_k_T",
+            "4",
+            "--adaptive_k_M",
+            "2",
+            "--adaptive_k_n_oracle",
+            "4",
+        )
+    )
+    adaptive = console(capsys.readouterr().out)
+    assert adaptive[0]["adaptive_k/K"] == 4.0 and adaptive[1]["trl/group_size"] == 4.0
+    for name in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "val-core/arithmetic_zero_shot/acc/mean@1"):
+        assert adaptive[1][name] == fixed[1][name], name
+
+
+def test_the_advisor_leaves_the_random_streams_alone():
+    import random
+
+    import numpy as np
+
+    def seed_and_draw(block=None):
+        torch.manual_seed(1), np.random.seed(1), random.seed(1)
+        if block:
+            with adaptive_k.preserved_random_state():
+                block()
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
+
+    reference = seed_and_draw()
+    assert seed_and_draw(lambda: (torch.rand(100), np.random.rand(7), random.random())) == reference
+    torch.manual_seed(1)
+    torch.rand(100)
+    assert torch.rand(3).tolist() != reference[0]  # without the guard the streams move
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--adaptive_k_every", "-1"], "argument --adaptive_k_every: must be >= 0"),
+        (["--adaptive_k_list", "2"], "--adaptive_k_list needs --adaptive_k_every N"),
+        (["--adaptive_k_every", "2", "--adaptive_k_list", "2", "3"], "--adaptive_k_list K=3 must divide 32"),
+        (["--adaptive_k_every", "2", "--adaptive_k_list", "8"], "--adaptive_k_list K=8 must divide 4"),
+        (["--adaptive_k_every", "2", "--adaptive_k_list", "2", "2"], "--adaptive_k_list repeats a K"),
+        (["--adaptive_k_every", "2", "--adaptive_k_list", "1"], "argument --adaptive_k_list: must be >= 2"),
+        (["--adaptive_k_every", "2", "--adaptive_k_T", "1"], "argument --adaptive_k_T: must be >= 2"),
+        (["--adaptive_k_every", "2", "--adaptive_k_M", "1"], "argument --adaptive_k_M: must be >= 2"),
+        (["--adaptive_k_every", "2", "--adaptive_k_n_oracle", "0"], "argument --adaptive_k_n_oracle: must be >= 1"),
+        (["--adaptive_k_every", "2", "--adaptive_k_T", "500"], "--adaptive_k_T 500 is more than the 96 training rows"),
+        (["--adaptive_k_every", "2", "--budget", "128"], "adaptive K draws 128 distinct prompts per step"),
+        (["--adaptive_k_every", "2", "--budget", "24", "--group_size", "3"], "--budget 24: no power of two fits"),
+    ],
+)
+def test_bad_adaptive_settings_are_one_line_refusals(inputs, tmp_path, extra, message):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "grpo_mse.training.trl_train", *argv({**inputs, "output_dir": str(out)}, *extra)]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error:"), result.stderr
+    assert os.listdir(tmp_path) == []  # nothing written
+
+
+def launcher(env_extra: dict, tmp_path) -> subprocess.CompletedProcess:
+    data = tmp_path / "data"
+    for split, rows in arithmetic_splits(32, 8).items():
+        write_parquet(rows, str(data / f"{split}.parquet"))
+    env = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG", "PYTHONPATH"}}
+    env.update(
+        MODEL=BUILTIN_POLICY,
+        DATA_DIR=str(data),
+        GROUP_SIZE="4",
+        BUDGET="32",
+        BASE=str(tmp_path / "base"),
+        WANDB_MODE="offline",
+        PYTHON_BIN=sys.executable,
+        DRY_RUN="print",
+        **env_extra,
+    )
+    return subprocess.run(["bash", str(LAUNCHER)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+
+def test_launcher_forwards_adaptive_k_to_trl_only(tmp_path):
+    fixed = launcher({"TRAINER": "trl"}, tmp_path)
+    assert fixed.returncode == 0 and "--adaptive_k" not in fixed.stdout  # a fixed-K command is unchanged
+    adaptive = launcher(
+        {"TRAINER": "trl", "ADAPTIVE_K_EVERY": "4", "ADAPTIVE_K_LIST": "2 4", "ADAPTIVE_K_T": "8"}, tmp_path
+    )
+    assert adaptive.returncode == 0, adaptive.stderr
+    assert (
+        "--adaptive_k_every 4 --adaptive_k_T 8 --adaptive_k_M 4 --adaptive_k_n_oracle 64 --adaptive_k_list 2 4"
+        in adaptive.stdout
+    )
+    for env, message in (
+        ({"TRAINER": "verl", "ADAPTIVE_K_EVERY": "4"}, "adaptive K needs TRAINER=trl"),
+        ({"TRAINER": "trl", "ADAPTIVE_K_EVERY": "x"}, "ADAPTIVE_K_EVERY=x must be a whole number"),
+        ({"TRAINER": "trl", "ADAPTIVE_K_LIST": "2 4"}, "needs ADAPTIVE_K_EVERY=N"),
+        ({"TRAINER": "trl", "ADAPTIVE_K_EVERY": "2", "ADAPTIVE_K_M": "0"}, "ADAPTIVE_K_M=0 must be a positive integer"),
+    ):
+        result = launcher(env, tmp_path)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+        assert not (tmp_path / "base").exists()
+
+
+# ---------------------------------------------------------------- the experiment's summary (k_validation adaptive)
+
+METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
+
+
+def collected(runs: dict, choices: dict | None = None):
+    """Collector rows: per (K, seed) the validation values at steps 0, 3, 6; adaptive runs add their choices."""
+    import pandas as pd
+
+    rows = []
+    for (k, seed), values in runs.items():
+        rows += [{"K": k, "seed": seed, "step": s, "metric": METRIC, "value": v} for s, v in zip((0, 3, 6), values)]
+    for (seed, step), (k, k_star) in (choices or {}).items():
+        rows.append({"K": 4, "seed": seed, "step": step, "metric": "adaptive_k/K", "value": k})
+        rows.append({"K": 4, "seed": seed, "step": step, "metric": "adaptive_k/identified", "value": 0.0})
+        if k_star is not None:
+            rows.append({"K": 4, "seed": seed, "step": step, "metric": "adaptive_k/K_star_exact", "value": k_star})
+        for s in range(step + 1, step + 4):
+            rows.append({"K": 4, "seed": seed, "step": s, "metric": "trl/group_size", "value": k})
+    return pd.DataFrame(rows)
+
+
+def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
+    import numpy as np
+    from scipy import stats
+
+    from grpo_mse.figures import k_validation as kv
+
+    rng = np.random.default_rng(0)
+    fixed = {(k, s): [0.05, *(0.1 + 0.01 * (k == 8) + rng.normal(0, 0.01, 2))] for k in (2, 4, 8) for s in range(5)}
+    ours = {(4, s): [0.05, *(0.12 + rng.normal(0, 0.01, 2))] for s in range(5)}
+    choices = {(s, 0): (2 if s == 0 else 8, 6.5 if s else None) for s in range(5)}
+    choices.update({(s, 3): (8, 7.0) for s in range(5)})
+    summary = kv.adaptive_summary(collected(ours, choices), collected(fixed), METRIC, "x")
+    per_run = {s: np.mean(v[1:]) for (_, s), v in ours.items()}
+    a = np.array([per_run[s] for s in range(5)])
+    assert summary["adaptive"]["mean"] == pytest.approx(a.mean())
+    half = stats.t.ppf(0.975, 4) * a.std(ddof=1) / np.sqrt(5)
+    assert summary["adaptive"]["ci95"] == pytest.approx([a.mean() - half, a.mean() + half], rel=1e-3)
+    b = np.array([np.mean(fixed[(8, s)][1:]) for s in range(5)])
+    assert summary["best_fixed_K"] == 8 and summary["fixed"]["8"]["mean"] == pytest.approx(b.mean())
+    diff = summary["adaptive_minus_fixed"]["8"]
+    assert diff["difference"] == pytest.approx(a.mean() - b.mean())
+    ref = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert diff["welch_ci95"][0] <= ref.low + 1e-12 and diff["welch_ci95"][1] >= ref.high - 1e-12
+    assert len(summary["K_chosen"]) == 10 and summary["K_chosen"][0] == {
+        "seed": 0,
+        "step": 0,
+        "K": 2.0,
+        "K_star_exact": None,
+        "c1": None,
+        "c2": None,
+        "c3": None,
+        "identified": 0.0,
+        "seconds": None,
+    }
+    assert summary["K_share_of_steps"] == pytest.approx({"2": 3 / 30, "8": 27 / 30})
+
+    collected(ours, choices).to_csv(tmp_path / "adaptive.csv", index=False)
+    collected(fixed).to_csv(tmp_path / "sweep.csv", index=False)
+    cli = [sys.executable, "-m", "grpo_mse.figures.k_validation", "adaptive"]
+    done = subprocess.run(
+        [*cli, "adaptive.csv", "sweep.csv", "--name", "x", "--out_dir", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"summary_x.json", "k_chosen_x.csv", "adaptive_x.png"}
+    done = subprocess.run(
+        [*cli, "missing.csv", "sweep.csv", "--name", "x", "--out_dir", "out2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stderr.startswith("error:") and done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_START_K": "3"}, "KVAL_ADAPTIVE_START_K=3 is not in KVAL_K_LIST"),
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_T": "0"}, "KVAL_ADAPTIVE_T=0 must be a positive integer"),
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_EVERY": "x"}, "KVAL_ADAPTIVE_EVERY=x must be a positive integer"),
+        ({"KVAL_STAGES": "adaptive", "KVAL_ADAPTIVE_SETTING": "big_mixed"}, "setting big_mixed: use POLICY_KINDS"),
+        ({"KVAL_STAGES": "adapt"}, "stage adapt: use advisor, pilot, sweep, summary or adaptive"),
+    ],
+)
+def test_k_validation_adaptive_stage_refuses_bad_settings_before_writing(tmp_path, settings, message):
+    env = {**os.environ, "KVAL_WORK": str(tmp_path / "work"), "KVAL_RESULTS": str(tmp_path / "results"), **settings}
+    script = ROOT / "scripts" / "k_validation.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
