@@ -31,8 +31,7 @@ import tempfile
 import time
 
 from grpo_mse.training.budget import budget_settings
-
-UPDATES_PER_STEP = 4  # as trl_backend: four updates per generation batch
+from grpo_mse.training.trl_backend import UPDATES_PER_STEP  # four updates per generation batch
 
 
 def default_k_list(budget: int) -> list[int]:
