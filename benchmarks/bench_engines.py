@@ -19,7 +19,9 @@ import copy
 import os
 import time
 
-import torch
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as every command line (grpo_mse.cli), before torch allocates
+
+import torch  # noqa: E402
 
 from grpo_mse import cli
 from grpo_mse.gradients import engine

@@ -126,7 +126,24 @@ class SumTrace:
     def __init__(self, shapes_like: list[torch.Tensor]):
         self.count = 0
         self.m2 = 0.0
-        self.total = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in shapes_like]
+        self.shapes_like = shapes_like
+        self.sums: list[torch.Tensor] | None = None  # T, allocated by the first nonzero addition (no zero fill)
+
+    @property
+    def total(self) -> list[torch.Tensor]:
+        """The running sum T (zeros until something nonzero was added)."""
+        if self.sums is None:
+            self.sums = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in self.shapes_like]
+        return self.sums
+
+    def accumulate(self, vector: list[torch.Tensor], c: float) -> None:
+        """T += c vector; the first time T = c vector, written once (model-sized zero fills cost seconds at 0.5B)."""
+        if self.sums is None:
+            self.sums = [torch.mul(v.to(stats_dtype(p)), c) for v, p in zip(vector, self.shapes_like)]
+            return
+        if vector[0].dtype != self.sums[0].dtype:
+            vector = [v.to(t.dtype) for v, t in zip(vector, self.sums)]
+        torch._foreach_add_(self.sums, vector, alpha=c)
 
     def add_pass(
         self,
@@ -151,9 +168,7 @@ class SumTrace:
         self.count += n_pass
         for c, vector in zip(summed.tolist(), rows):
             if c != 0.0:
-                if vector[0].dtype != self.total[0].dtype:
-                    vector = [v.to(t.dtype) for v, t in zip(vector, self.total)]
-                torch._foreach_add_(self.total, vector, alpha=c)
+                self.accumulate(vector, c)
 
     def update(self, vector: list[torch.Tensor]) -> None:
         """Add one vector x."""
@@ -170,7 +185,7 @@ class SumTrace:
         return [t / self.count for t in self.total]
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.total)
+        return sum(p.numel() * element_bytes(stats_dtype(p)) for p in self.shapes_like)
 
 
 C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per rank; the rest go to a file
