@@ -19,9 +19,7 @@ import copy
 import os
 import time
 
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # as every command line (grpo_mse.cli), before torch allocates
-
-import torch  # noqa: E402
+import torch
 
 from grpo_mse import cli
 from grpo_mse.gradients import engine
@@ -85,10 +83,10 @@ class PassCounter:
         self.passes = self.blocks = 0
         self.inner = engine.gram64
 
-    def __call__(self, vectors, block=None):
+    def __call__(self, vectors, block=None, rows=None):
         self.passes += 1
         self.blocks += blocks_per_gram(vectors, block)
-        return self.inner(vectors, block)
+        return self.inner(vectors, block, rows)
 
     def __enter__(self):
         engine.gram64 = self

@@ -10,12 +10,6 @@ import sys
 
 from grpo_mse.errors import InputError, UsageError, describe  # noqa: F401 - InputError is re-exported here
 
-# Every entry point imports this module before torch. Large CPU tensors (model-sized gradients and statistics)
-# on 2 MiB transparent huge pages: PyTorch (>= 2.2) reads this once, at its first allocation; allocating and
-# first touching 2 GiB is then ~3x faster on Linux with THP in "madvise" or "always" mode (docs/engines.md).
-# A value the user set wins; elsewhere it does nothing.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
