@@ -83,10 +83,10 @@ class PassCounter:
         self.passes = self.blocks = 0
         self.inner = engine.gram64
 
-    def __call__(self, vectors, block=None):
+    def __call__(self, vectors, block=None, rows=None):
         self.passes += 1
         self.blocks += blocks_per_gram(vectors, block)
-        return self.inner(vectors, block)
+        return self.inner(vectors, block, rows)
 
     def __enter__(self):
         engine.gram64 = self

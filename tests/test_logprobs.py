@@ -86,3 +86,26 @@ def test_packing_is_skipped_where_it_would_be_wrong_or_slow(random_lm, monkeypat
     monkeypatch.setattr(random_lm.config, "use_sliding_window", True, raising=False)
     monkeypatch.setattr(random_lm.config, "sliding_window", 5, raising=False)  # positions reach 3 + 3 = 6
     assert not logprobs.packing_applies(random_lm, prompt, continuations)
+
+
+@pytest.mark.parametrize("large_output_layer", [True, False])
+def test_packed_path_skips_the_prompts_logits_only_for_a_large_output_layer(random_lm, monkeypatch, large_output_layer):
+    """With a large output layer (Qwen2.5-0.5B: 136M weights; the threshold is lowered here) it sees the prompt's
+    last position and the continuation bodies only; a small one (the built-in policies) sees every position, as
+    before (the same bits); the log-probabilities are right either way."""
+    from grpo_mse.policy import logprobs
+
+    if large_output_layer:
+        monkeypatch.setattr(logprobs, "SKIP_PROMPT_LOGITS_MIN", 1)
+    prompt, continuations = [5, 6, 7, 8, 9, 10, 11], [[9, 10, 1], [11], [12, 13, 14, 2]]
+    rows = []
+    head = random_lm.get_output_embeddings()
+    hook = head.register_forward_hook(lambda module, inputs, output: rows.append(inputs[0].shape[-2]))
+    try:
+        values = logprobs.packed_prompt_logprobs(random_lm, prompt, continuations, eos_ids=[1, 2], pad_id=0)
+    finally:
+        hook.remove()
+    bodies = sum(len(c) - 1 for c in continuations)  # 2 + 0 + 3
+    assert rows == [1 + bodies if large_output_layer else len(prompt) + bodies]
+    manual = torch.stack([_manual(random_lm, prompt, c) for c in continuations])
+    torch.testing.assert_close(values.detach(), manual.detach(), atol=1e-5, rtol=1e-5)

@@ -102,3 +102,42 @@ def test_gram64_equals_float64_dot_products(block):
     vectors = [[torch.randn(*shape, generator=gen) for shape in [(5, 4), (3,), (2, 3, 2)]] for _ in range(3)]
     flat = torch.stack([torch.cat([t.reshape(-1) for t in v]) for v in vectors]).double()
     torch.testing.assert_close(gram64(vectors, block=block), flat @ flat.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 22])
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_gram64_of_a_pass_gives_its_rows_against_everything_and_the_sums_own_squares(block, rows):
+    """gram64(..., rows=R): the R gradient rows against all vectors and the diagonal of the running sums, exact in
+    float64 as the full matrix; the sums' cross terms (never used) are NaN, not silently wrong."""
+    gen = torch.Generator().manual_seed(1)
+    vectors = [[torch.randn(*shape, generator=gen) for shape in [(5, 4), (3,), (2, 3, 2)]] for _ in range(5)]
+    flat = torch.stack([torch.cat([t.reshape(-1) for t in v]) for v in vectors]).double()
+    exact, gram = flat @ flat.T, gram64(vectors, block=block, rows=rows)
+    torch.testing.assert_close(gram[:rows], exact[:rows], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gram[:, :rows], exact[:, :rows], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gram.diagonal(), exact.diagonal(), rtol=1e-12, atol=1e-12)
+    off = ~torch.eye(5 - rows, dtype=torch.bool)
+    assert torch.isnan(gram[rows:, rows:][off]).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_running_sum_is_written_by_its_first_addition_and_equals_a_zero_started_sum(dtype):
+    """No model-sized zero fill: T is allocated by the first nonzero addition (T = c v), in the statistics
+    dtype (fp32 for bf16 gradients), and every later pass gives the bits of a sum started from zeros."""
+    rng = np.random.default_rng(3)
+    like = [torch.zeros((3, 2), dtype=dtype), torch.zeros(5, dtype=dtype)]
+    rows = [[torch.tensor(rng.normal(size=tuple(p.shape)), dtype=dtype) for p in like] for _ in range(2)]
+    lazy, zero_started = SumTrace(like), SumTrace(like)
+    zero_started.total  # noqa: B018 - materialise the zeros the old code started from
+    assert lazy.sums is None
+    for coefficients in (torch.tensor([[0.0, 0.7], [0.0, -1.3]]), torch.tensor([[2.0, 0.25]])):
+        for stats in (lazy, zero_started):
+            gram = gram64(rows + [stats.total]) if stats.count else gram64(rows)
+            dots, square = (
+                (gram[2, :2], float(gram[2, 2])) if stats.count else (torch.zeros(2, dtype=torch.float64), 0.0)
+            )
+            stats.add_pass(coefficients.double(), rows, gram[:2, :2], dots, square)
+        assert lazy.sums[0].dtype == torch.float32
+        for a, b in zip(lazy.total, zero_started.total):
+            assert torch.equal(a, b)
+    assert lazy.m2 == zero_started.m2 and lazy.nbytes() == zero_started.nbytes() == 11 * 4

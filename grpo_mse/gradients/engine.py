@@ -195,7 +195,7 @@ def add_pass(stats: dict[str, SumTrace], labels: list[str], plans, owner: list[l
     scalars from one float64 Gram matrix of the rows and the running sums (once those are nonzero)."""
     totals = [stats[name].total for name in labels] if stats[labels[0]].count else []
     vectors = rows + totals
-    gram = gram64(vectors).cpu() if vectors else torch.zeros((0, 0), dtype=torch.float64)
+    gram = gram64(vectors, rows=len(rows)).cpu() if vectors else torch.zeros((0, 0), dtype=torch.float64)
     n = len(rows)
     for index, name in enumerate(labels):
         coefficients = torch.zeros((len(owner), n), dtype=torch.float64)
