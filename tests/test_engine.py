@@ -56,6 +56,27 @@ def test_fast_equals_reference_equals_explicit(random_lm, m, k):
         assert reference[n] == pytest.approx(explicit[n], rel=1e-5, abs=1e-12)
 
 
+def test_partial_gram_of_large_models_gives_the_traces_of_the_full_one(random_lm, monkeypatch):
+    """Large models' passes use a partial Gram matrix (rows x everything, the sums' own squares: the threshold is
+    lowered here); traces equal the full matrix's and the explicit computation's, over several passes."""
+    import grpo_mse.gradients.engine as engine
+
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=13)
+    full = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=2).traces
+    requested = []
+    original = engine.gram64
+    monkeypatch.setattr(
+        engine, "gram64", lambda v, block=None, rows=None: requested.append(rows) or original(v, block, rows)
+    )
+    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
+    partial = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=2).traces
+    explicit = _explicit_traces(random_lm, groups, rewards, 0.3, logprob_fn, est.ALL)
+    assert len(requested) == 3 and all(r is not None for r in requested)  # passes of 2, 2 and 1 groups
+    for n in est.ALL:
+        assert partial[n] == pytest.approx(full[n], rel=1e-9)
+        assert partial[n] == pytest.approx(explicit[n], rel=1e-5, abs=1e-12)
+
+
 @pytest.mark.slow
 def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     """At most two vector-Jacobian products per group (one for equal rewards), one batched call per pass."""
