@@ -345,6 +345,7 @@ def adaptive_choices(frame) -> list[dict]:
 
 
 def arm(values) -> dict:
+    """One arm's per-seed metric: mean, 95% Student-t interval over seeds, the seed count and the values."""
     mean, half = mean_t_interval(list(values))
     return {"mean": mean, "ci95": [mean - half, mean + half], "n_seeds": len(values), "per_seed": list(values)}
 
