@@ -10,6 +10,12 @@ two engines agree to about 1e-7 (HF's RMSNorm computes in float32 even in a floa
 
   python benchmarks/bench_engines.py                     # built-in policy, zero-shot and few-shot, CPU
   python benchmarks/bench_engines.py --qwen_shapes --device cuda --dtype bf16   # GPU: Qwen2.5-0.5B shapes
+  python benchmarks/bench_engines.py --qwen_shapes 1.5B --device cuda --dtype bf16
+
+Before any work it estimates the memory (model, gradients, each engine's statistics; grpo_mse.gradients.memory)
+and refuses with one line when that exceeds the machine's (available host memory, or free GPU memory). One
+engine's statistics are freed before the other engine runs (and before each repeat), so the peak is the model
+plus the larger engine, not both.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import time
 import torch
 
 from grpo_mse import cli
-from grpo_mse.gradients import engine
+from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES
+from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.statistics import blocks_per_gram
@@ -33,20 +40,58 @@ from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The engines agree when their per-prompt traces differ by at most this (relative) in the model's dtype: both
+# compute the same gradients, rounded in another order (fp32: ~1e-6 measured; bf16 keeps 8 significant bits).
+AGREE_RTOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 5e-2}
 
 
-def qwen_shaped_model(device: str, dtype: str, seed: int = 0):
-    """A randomly initialised Qwen2.5-0.5B-shaped model and a stand-in tokenizer (no download)."""
+def qwen_shaped_model(device: str, dtype: str, seed: int = 0, size: str = "0.5B"):
+    """A randomly initialised model with Qwen2.5-``size``'s shapes (no download); device "meta" holds no memory."""
     from transformers import Qwen2ForCausalLM
 
     from grpo_mse.builtin.qwen_shapes import qwen2_5_config
     from grpo_mse.policy.loading import DTYPES
 
-    config = qwen2_5_config("0.5B")
+    config = qwen2_5_config(size)
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(DTYPES[dtype]).eval()
     return model
+
+
+def memory_needed(params, device: str, groups_per_pass: int, with_model: bool, groups: int = 64) -> dict:
+    """Bytes each engine needs for ``params`` (and the model's own bytes when ``with_model``): the estimate
+    checked before any work (grpo_mse.gradients.memory)."""
+    labels = len(est.UNBIASED) + 1  # + the std-GRPO helper sum some prompts add
+    step = min(groups, engine.groups_per_pass(2, sum(p.numel() for p in params), groups_per_pass))
+    needed = {
+        "model": memory.model_bytes(params) if with_model else 0,
+        "fast": memory.engine_bytes(params, "fast", labels, rows=2 * step, device=device),
+        "reference": memory.engine_bytes(params, "reference", labels, device=device),
+    }
+    needed["peak"] = needed["model"] + max(needed["fast"], needed["reference"])
+    return needed
+
+
+def check_memory(params, args, float64_check: bool, with_model: bool) -> dict:
+    """Print the memory estimate in one line; UsageError (exit 2) when the machine has less."""
+    needed = memory_needed(params, args.device, args.groups_per_pass, with_model, args.M)
+    if float64_check:  # a float64 copy of the model and its engines' statistics, run after the timings
+        doubled = [torch.empty(p.shape, dtype=torch.float64, device="meta") for p in params]
+        needed["float64_check"] = memory.model_bytes(doubled) + memory_needed(doubled, "cpu", 0, False, args.M)["peak"]
+        needed["peak"] += needed["float64_check"]
+    print(memory.require_fits(needed["peak"], args.device, "memory estimate (model + the larger engine)"))
+    return needed
+
+
+def peak_device_bytes(device: str) -> int | None:
+    """The largest GPU memory allocated since the last reset (None off CUDA)."""
+    return torch.cuda.max_memory_allocated(torch.device(device)) if device.startswith("cuda") else None
+
+
+def reset_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
 
 
 class PromptOnlyTokenizer:
@@ -132,6 +177,7 @@ def run_case(
     worst, stats_bytes, checks, error_vs_float64, worst_float64 = 0.0, {}, [], None, None
     passes = {"fast": 0, "reference": 0}
     blocks = {"fast": 0, "reference": 0}
+    peak_bytes = {}
     for index, row in enumerate(rows):
         for k in args.K_list:
             best = float("inf")
@@ -150,8 +196,10 @@ def run_case(
             value = float(row.get("V_oracle", rewards.mean()))
             traces = {}
             for name, sampler in (("fast", sampler_fast), ("reference", sampler_ref)):
-                best = float("inf")
+                best, stats = float("inf"), None
+                reset_peak(device)
                 for _ in range(args.repeats):  # the minimum over repeats: robust to a busy machine
+                    stats = None  # free the last repeat's statistics before the next one allocates its own
                     synchronize(device)
                     start = time.perf_counter()
                     with PassCounter() as counter:
@@ -175,6 +223,9 @@ def run_case(
                     blocks[name] += args.M * len(params) * len(stats.accumulators)
                 times[name] += best
                 by_k[k][name] += best
+                peak = peak_device_bytes(device)
+                if peak is not None:
+                    peak_bytes[name] = max(peak_bytes.get(name, 0), peak)
                 traces[name] = stats.traces
                 stats_bytes[name] = sum(acc.nbytes() for acc in stats.accumulators.values())
                 del stats  # free this engine's statistics before timing the other (large models)
@@ -199,8 +250,11 @@ def run_case(
         "gradient_speedup": times["reference"] / times["fast"],
         "end_to_end_speedup": (times["sampling"] + times["reference"]) / (times["sampling"] + times["fast"]),
         "stats_bytes": stats_bytes,
+        "peak_gpu_bytes": peak_bytes or None,  # CUDA only: torch.cuda.max_memory_allocated while each engine ran
         "memory_ratio": stats_bytes["fast"] / stats_bytes["reference"],
         "max_rel_diff": worst,
+        "traces_agree": worst <= AGREE_RTOL[args.dtype],
+        "agree_rtol": AGREE_RTOL[args.dtype],
         "max_rel_error_vs_float64": error_vs_float64,
         "max_rel_diff_float64": worst_float64,
     }
@@ -209,7 +263,15 @@ def run_case(
 def main(argv=None) -> None:
     p = cli.ArgumentParser(description=__doc__)
     p.add_argument("--model", default=os.path.join(ROOT, "assets", "tiny_policy"), help="local model folder or hub id")
-    p.add_argument("--qwen_shapes", action="store_true", help="random model with Qwen2.5-0.5B's shapes")
+    p.add_argument(
+        "--qwen_shapes",
+        nargs="?",
+        const="0.5B",
+        default=None,
+        choices=sorted(QWEN2_5_SHAPES),
+        help="random model with Qwen2.5's shapes at this size (no value: 0.5B; toy: Qwen's vocabulary and layout "
+        "at a tiny width, for CPU checks)",
+    )
     p.add_argument("--device", default="cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
     p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
     p.add_argument(
@@ -243,15 +305,19 @@ def main(argv=None) -> None:
         cli.writable_file(args.out, "--out")
     if not args.qwen_shapes:
         cli.check_model_path(args.model)
+    float64_check = not args.qwen_shapes if args.float64_check is None else args.float64_check
     torch.manual_seed(0)
-    if args.qwen_shapes:
+    if args.qwen_shapes:  # the estimate on meta tensors first: nothing allocated when it does not fit
+        meta = [p for p in qwen_shaped_model("meta", args.dtype, size=args.qwen_shapes).parameters()]
+        check_memory(meta, args, float64_check, with_model=True)
         _, tokenizer = load_policy(os.path.join(ROOT, "assets", "tiny_policy"), "cpu", "fp32")
         tokenizer = PromptOnlyTokenizer(tokenizer)
-        model = qwen_shaped_model(args.device, args.dtype)
+        model = qwen_shaped_model(args.device, args.dtype, size=args.qwen_shapes)
         eos = [tokenizer.eos_token_id]
         args.random_rewards = True
     else:
         model, tokenizer = load_policy(args.model, args.device, args.dtype)
+        check_memory([p for p in model.parameters() if p.requires_grad], args, float64_check, with_model=False)
         eos = eos_token_ids(model, tokenizer)
         args.random_rewards = False
     common = dict(
@@ -266,7 +332,7 @@ def main(argv=None) -> None:
     )
     fast, reference = PromptSampler(**common, shared_prompt=True), PromptSampler(**common, shared_prompt=False)
     float64 = None
-    if not args.qwen_shapes if args.float64_check is None else args.float64_check:
+    if float64_check:
         model64 = copy.deepcopy(model).double()
         float64 = {
             name: PromptSampler(**{**common, "model": model64}, shared_prompt=name == "fast")

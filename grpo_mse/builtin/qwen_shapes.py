@@ -7,6 +7,9 @@ from __future__ import annotations
 QWEN2_5_SHAPES = {
     "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14),
     "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12),
+    # not a published model: Qwen2.5's vocabulary, tied embeddings and layer layout at a tiny width (9.9M
+    # parameters, 98% of them the embedding), so that CPU checks (GPU_CHECK_EMULATE=cpu) run the same code path
+    "toy": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4),
 }
 SHARED = dict(
     vocab_size=151936,
@@ -18,7 +21,7 @@ SHARED = dict(
 
 
 def qwen2_5_config(size: str):
-    """A transformers Qwen2Config with the published shapes of Qwen2.5-``size`` ("0.5B" or "1.5B")."""
+    """A transformers Qwen2Config with the published shapes of Qwen2.5-``size`` ("0.5B", "1.5B" or "toy")."""
     from transformers import Qwen2Config
 
     return Qwen2Config(**SHARED, **QWEN2_5_SHAPES[size])

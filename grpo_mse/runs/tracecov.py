@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 
@@ -13,10 +14,12 @@ import torch
 from grpo_mse import cli
 from grpo_mse import distributed as dist
 from grpo_mse.analysis import advisor, paired
+from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
+from grpo_mse.gradients.memory import c1_batch_that_fits, existing_parent, host_available
 from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, c1_memory
 from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
@@ -161,6 +164,24 @@ def c1_memory_line(params, config: TracecovConfig, base: str) -> str:
     return line
 
 
+def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
+    """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
+    the free disk under --save_json; it names the largest --c1_batch that fits."""
+    plan = c1_memory(params, batch, C1_HOST_BYTES)
+    if not plan["disk_bytes"]:
+        return
+    where = existing_parent(config.save_json)
+    free = shutil.disk_usage(where).free
+    if plan["disk_bytes"] <= free:
+        return
+    fitting = c1_batch_that_fits(params, batch, free, host_available())
+    advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
+    raise UsageError(
+        f"--c1_batch {config.c1_batch}: c1 would write {plan['disk_bytes'] / 1e9:.3g} GB of mean gradients under "
+        f"{where}, which has {free / 1e9:.3g} GB free; {advice}, or --no_advisor"
+    )
+
+
 def detailed(records: list[dict], k: int, names) -> dict:
     """The per-K file: every prompt's record and the average trace per estimator."""
     ordered = sorted(records, key=lambda r: r["prompt_index"])
@@ -286,6 +307,8 @@ class TracecovRun:
         mismatch = settings_mismatch(rows, saved_config)
         if mismatch and rank == 0:
             print(f"warning: {mismatch}", file=sys.stderr)
+        if config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
+            check_c1_disk([p for p in model.parameters() if p.requires_grad], config, min(config.c1_batch, len(rows)))
         folder = RunFolder(
             config.save_json,
             "tracecov_",

@@ -1,0 +1,97 @@
+"""Memory a gradient-phase run needs, estimated before any work, and what the machine has.
+
+With P trainable coordinates, b bytes per model element and 4 (8 for a float64 model) per statistics element:
+model P b; reference engine 2 L P 4 (Welford mean and M2 per label) + P b (one gradient) + 4 x the largest
+tensor in fp32 (Welford's temporaries); fast engine L P 4 (one running sum per label) + R P b (R gradient rows
+per pass) + its float64 blocks. L = labels (estimators and their helpers), R = 2 x groups per pass.
+Activations are not counted (small next to these at model sizes with short continuations).
+Importing this module is cheap (torch is used only through the tensors handed in).
+"""
+
+from __future__ import annotations
+
+import os
+
+from grpo_mse.errors import UsageError
+
+GB = 1e9
+CPU_BLOCK_BYTES = 128 << 20  # gram64's float64 block buffer on the CPU (statistics.block_coordinates)
+CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per block on CUDA
+
+
+def _element_bytes(dtype) -> int:
+    import torch
+
+    return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = "cpu") -> int:
+    """Peak bytes of one engine's statistics and gradients for ``params`` (not counting the model itself)."""
+    import torch
+
+    count = sum(p.numel() for p in params)
+    if not count:
+        return 0
+    model = _element_bytes(params[0].dtype)
+    stats = _element_bytes(torch.promote_types(params[0].dtype, torch.float32))
+    largest = max(p.numel() for p in params)
+    if engine == "reference":
+        return 2 * labels * count * stats + count * model + 4 * largest * stats
+    vectors = rows + labels
+    blocks = CPU_BLOCK_BYTES if str(device) == "cpu" else vectors * CUDA_BLOCK_COORDINATES * 8
+    return labels * count * stats + rows * count * model + min(blocks, vectors * count * 8)
+
+
+def model_bytes(params) -> int:
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def host_available() -> int:
+    """Bytes of host memory available now (MemAvailable; the physical total where /proc is missing)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def device_available(device: str) -> tuple[int, str]:
+    """(bytes available, what they are) on ``device``: free GPU memory on CUDA, else available host memory."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free), f"free memory on {device}"
+    return host_available(), "available host memory"
+
+
+def require_fits(needed: int, device: str, what: str, available: int | None = None) -> str:
+    """The estimate as one line; UsageError (one line) when ``needed`` bytes exceed what ``device`` has."""
+    have, kind = device_available(device) if available is None else (available, "available memory")
+    line = f"{what}: about {needed / GB:.3g} GB needed, {have / GB:.3g} GB {kind}"
+    if needed > have:
+        raise UsageError(line + "; too little memory: use smaller shapes, fewer repeats or a larger machine")
+    return line
+
+
+def c1_batch_that_fits(params, requested: int, disk_free: int, host_free: int, margin: float = 0.1) -> int | None:
+    """The largest c1 batch in 2..``requested`` whose files fit ``disk_free`` and whose host part fits
+    ``host_free``, each with ``margin`` of it kept free (statistics.c1_memory); None when none does."""
+    from grpo_mse.gradients.statistics import C1_HOST_BYTES, c1_memory
+
+    for batch in range(requested, 1, -1):
+        plan = c1_memory(params, batch, C1_HOST_BYTES)
+        if plan["disk_bytes"] <= disk_free * (1 - margin) and plan["host_bytes"] <= host_free * (1 - margin):
+            return batch
+    return None
+
+
+def existing_parent(path: str) -> str:
+    """``path`` or its nearest existing parent folder (where a new folder's files would land)."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
