@@ -62,7 +62,7 @@ def qwen_shaped_model(device: str, dtype: str, seed: int = 0, size: str = "0.5B"
 def memory_needed(params, device: str, groups_per_pass: int, with_model: bool, groups: int = 64) -> dict:
     """Bytes each engine needs for ``params`` (and the model's own bytes when ``with_model``): the estimate
     checked before any work (grpo_mse.gradients.memory)."""
-    labels = len(est.UNBIASED) + 1  # + the std-GRPO helper sum some prompts add
+    labels = len(est.UNBIASED)  # the statistics prompt_traces keeps for est.UNBIASED (no std-GRPO helper)
     step = min(groups, engine.groups_per_pass(2, sum(p.numel() for p in params), groups_per_pass))
     needed = {
         "model": memory.model_bytes(params) if with_model else 0,

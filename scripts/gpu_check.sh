@@ -20,6 +20,7 @@
 # call cut short still returns what ran. Exit 0 when every step that ran passed, 1 otherwise, 2 on bad settings.
 # Settings: GPU_CHECK_OUT (default outputs/gpu_check, git-ignored; committed results go to results/gpu_check/),
 # GPU_CHECK_PYTHON (python), GPU_CHECK_EMULATE (cpu), GPU_CHECK_STEPS (step names, default all),
+# GPU_CHECK_LIMIT_SCALE (multiplies the limits; 4 when emulating),
 # GPU_CHECK_DRY_RUN (0/1), GPU_CHECK_HIDE (modules to treat as not installed, e.g. "vllm verl": for tests).
 set -uo pipefail
 
@@ -64,15 +65,20 @@ fi
 DEMO_ORACLE=$(ls results/demo/oracle_v_n*.jsonl 2> /dev/null | head -n 1)
 DEMO_TRACES=$(ls results/demo/tracecov_*_per_prompt.csv 2> /dev/null | head -n 1)
 [[ -n "${DEMO_ORACLE}" && -n "${DEMO_TRACES}" ]] || die "results/demo is missing its oracle table or per-prompt CSV"
+# GPU_CHECK_LIMIT_SCALE multiplies every step's limit (default 1; 4 in the emulation, whose small sizes a shared
+# CPU runs slower than the GPU runs the real ones); the 480 s budget is always checked on the unscaled limits
+SCALE="${GPU_CHECK_LIMIT_SCALE:-}"
 if [[ -z "${EMULATE}" ]]; then
   DEV=cuda; ORACLE_LIMIT=32; N_ORACLE=256; T=32; M=8; K_LIST="2 4 8"; C1_BATCH=8
   BENCH=(--T 1 --M 4 --K_list 4 --max_new_tokens 16); SMALL=""; SAMPLING=(--max_new_tokens 64 --batch_start 32)
 else
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-  DEV=cpu; ORACLE_LIMIT=6; N_ORACLE=32; T=6; M=3; K_LIST="2 4"; C1_BATCH=3
+  SCALE="${SCALE:-4}"; DEV=cpu; ORACLE_LIMIT=6; N_ORACLE=32; T=6; M=3; K_LIST="2 4"; C1_BATCH=3
   BENCH=(--T 1 --M 2 --K_list 2 --max_new_tokens 4); SMALL=toy; SAMPLING=(--max_new_tokens 4 --batch_start 2 --batch_max 4)
 fi
 
+SCALE="${SCALE:-1}"
+[[ "${SCALE}" =~ ^[1-9][0-9]*$ ]] || die "GPU_CHECK_LIMIT_SCALE=${SCALE}: use a positive integer"
 START=$(date +%s)
 failed=0
 planned=0
@@ -133,6 +139,7 @@ step() {
   planned=$(( planned + limit + MARGIN ))
   echo "== ${name} (${limit} s): $*"
   [[ "${DRY}" == 1 ]] && return 0
+  limit=$(( limit * SCALE ))
   t0=$(date +%s)
   timeout --kill-after="${MARGIN}" "${limit}" "$@" > "${OUT}/${name}.log" 2>&1
   code=$?
@@ -180,7 +187,7 @@ step bench_1_5b 70 - bench_1_5b.json "${PY}" benchmarks/bench_engines.py --qwen_
 step advisor 15 @tracecov_bf16 advisor.json bash -c '"$0" plots/make_figures.py --advisor "$1"/tracecov_bf16/tracecov_*[0-9].json \
 --out_dir "$1/advisor" && "$0" scripts/gpu_check_steps.py advisor "$1"/tracecov_bf16/tracecov_*[0-9].json \
 "$1/advisor.json"' "${PY}" "${OUT}"
-step c1_memory 25 - c1_memory.json "${PY}" scripts/c1_plan.py --qwen_shapes 1.5B --c1_batch 16 --dir "${OUT}" \
+step c1_memory 20 - c1_memory.json "${PY}" scripts/c1_plan.py --qwen_shapes 1.5B --c1_batch 16 --dir "${OUT}" \
   --out "${OUT}/c1_memory.json"
 step hf_sampling 35 - hf_sampling.json "${PY}" benchmarks/bench_sampling.py --qwen_shapes "${SMALL:-1.5B}" \
   --device "${DEV}" --dtype bf16 "${SAMPLING[@]}" --seconds 30 --out "${OUT}/hf_sampling.json"
