@@ -53,10 +53,35 @@ def _os_line(error: OSError, resume_hint: str | None) -> str:
     return first_line(error)
 
 
+# Packages only some features need (the gradient-evaluation path runs without them): where each comes from
+OPTIONAL_PACKAGES = {
+    "datasets": "pip install datasets (only hub datasets and saved dataset folders need it; .jsonl/.parquet do not)",
+    "vllm": "pip install -r requirements-gpu.txt (only --backend vllm needs it)",
+    "verl": "pip install -r requirements-verl.txt (VERL training)",
+    "ray": "pip install -r requirements-gpu.txt (VERL training)",
+    "trl": "pip install -r requirements-verl.txt (TRL training)",
+    "math_verify": "pip install -r requirements-verl.txt (MATH answers)",
+    "wandb": "pip install -r requirements-verl.txt (W&B logs)",
+    "hydra": "pip install -r requirements-verl.txt (the VERL launcher)",
+    "omegaconf": "pip install -r requirements-verl.txt (the VERL launcher)",
+}
+
+
+def missing_package(error: BaseException) -> str | None:
+    """One line for an optional package that is not installed, or None."""
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        top = error.name.split(".")[0]
+        if top in OPTIONAL_PACKAGES:
+            return f"this needs the package {top!r}, which is not installed: {OPTIONAL_PACKAGES[top]}"
+    return None
+
+
 def describe(error: BaseException, resume_hint: str | None = None) -> str | None:
     """One line for an expected failure on bad input (no ``error:`` prefix), or None for anything else."""
     if isinstance(error, InputError):
         return first_line(error)
+    if missing_package(error):
+        return missing_package(error)
     if isinstance(error, UnicodeDecodeError):
         return f"an input file is not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
     if isinstance(error, json.JSONDecodeError):

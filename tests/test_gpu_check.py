@@ -299,3 +299,26 @@ def test_compare_tracecov_runs(tmp_path):
     )
     assert result.returncode == 1 and "DISAGREE" in result.stdout
     assert json.loads((tmp_path / "r.json").read_text())["agree"] is False
+
+
+# ---------------------------------------------------------------- optional packages: one line when a feature needs one
+
+
+def test_missing_optional_package_is_one_line(tmp_path):
+    """Without `datasets` (hidden as on the GPU machine) a hub dataset id is refused in one line, exit 2, nothing
+    written; local files need no `datasets` (the emulation runs without it too)."""
+    from grpo_mse.errors import describe
+
+    env = {**os.environ, "GPU_CHECK_HIDE": "datasets", "PYTHONPATH": f"{ROOT / 'scripts' / 'hide_modules'}:{ROOT}"}
+    out = tmp_path / "out"
+    command = [sys.executable, "Gradient_evaluation/calculate_oracle_v.py", "--model", "assets/tiny_policy"]
+    command += ["--dataset", "someone/some_dataset", "--device", "cpu", "--out_dir", str(out)]
+    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.strip().splitlines() == [
+        "error: this needs the package 'datasets', which is not installed: pip install datasets (only hub datasets "
+        "and saved dataset folders need it; .jsonl/.parquet do not)"
+    ]
+    line = describe(ModuleNotFoundError("No module named 'vllm'", name="vllm.inputs"))
+    assert line.startswith("this needs the package 'vllm', which is not installed: pip install -r requirements-gpu")
+    assert describe(ModuleNotFoundError("No module named 'numpy'", name="numpy")) is None  # a broken install: traceback

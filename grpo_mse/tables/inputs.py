@@ -101,7 +101,7 @@ def _read_folder(path: str, split: str) -> list[dict]:
             return read_file(candidate)
     try:
         import datasets
-    except ImportError:  # pragma: no cover - datasets is in requirements
+    except ImportError:  # optional: only saved dataset folders and hub ids need it
         raise DataError(f"{path}: no {split}.jsonl/.parquet inside and `datasets` is not installed") from None
     try:
         loaded = datasets.load_from_disk(path)
