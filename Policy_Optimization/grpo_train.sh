@@ -353,9 +353,14 @@ before=$(wc -l < "${LOG_FILE}")
 "${COMMAND[@]}" 2>&1 | tee -a "${LOG_FILE}"
 status=${PIPESTATUS[0]}
 set -e
-if (( status != 0 )) && [[ "${TRAINER}" == "verl" ]] && ! command -v nvidia-smi > /dev/null; then
+if (( status != 0 )) && [[ "${TRAINER}" == "verl" ]]; then
+  missing=$(tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -o "No module named '[^']*'" | head -n 1 | cut -d"'" -f2)
   tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -q "Started a local Ray instance\|Connected to Ray cluster" \
     && stage="after ray.init" || stage="before ray.init"
-  echo "grpo_train.sh: error: VERL stopped ${stage} on a machine without an NVIDIA GPU (no nvidia-smi); its rollout and actor workers need CUDA" >&2
+  if [[ -n "${missing}" ]]; then  # e.g. transfer_queue, which verl 0.9.1's trainer imports right after ray.init
+    echo "grpo_train.sh: error: VERL stopped ${stage}: the module '${missing}' is not installed; pip install -r requirements-gpu.txt" >&2
+  elif ! command -v nvidia-smi > /dev/null; then
+    echo "grpo_train.sh: error: VERL stopped ${stage} on a machine without an NVIDIA GPU (no nvidia-smi); its rollout and actor workers need CUDA" >&2
+  fi
 fi
 exit "${status}"
