@@ -38,6 +38,15 @@ BUDGET=480  # seconds: the step limits plus their kill margins, so that the call
 MARGIN=5    # seconds a step may run past its limit before it is killed
 [[ "${DRY}" =~ ^[01]$ ]] || die "GPU_CHECK_DRY_RUN=${DRY}: use 0 or 1"
 [[ -z "${EMULATE}" || "${EMULATE}" == cpu ]] || die "GPU_CHECK_EMULATE=${EMULATE}: use cpu (or leave it unset)"
+# GPU_CHECK_LIMIT_SCALE multiplies every step's limit (default 1; 4 in the emulation, whose small sizes a shared
+# CPU runs slower than the GPU runs the real ones); the 480 s budget is always checked on the unscaled limits
+SCALE="${GPU_CHECK_LIMIT_SCALE:-$([[ -n "${EMULATE}" ]] && echo 4 || echo 1)}"
+[[ "${SCALE}" =~ ^[1-9][0-9]?$ ]] || die "GPU_CHECK_LIMIT_SCALE=${SCALE}: use an integer from 1 to 99"
+STEPS="versions oracle_fp32 tracecov_fp32 oracle_bf16 tracecov_bf16 demo_agrees bench_0_5b bench_1_5b advisor \
+c1_memory hf_sampling oracle_vllm vllm_agrees tracecov_vllm prepare_data verl_train collect"
+for name in ${SELECTED}; do
+  [[ "${name}" == all || " ${STEPS} " == *" ${name} "* ]] || die "GPU_CHECK_STEPS: unknown step ${name} (steps: ${STEPS})"
+done
 export PYTHONPATH="${REPO}${PYTHONPATH:+:${PYTHONPATH}}"
 if [[ -n "${GPU_CHECK_HIDE:-}" ]]; then
   export GPU_CHECK_HIDE PYTHONPATH="${REPO}/scripts/hide_modules:${PYTHONPATH}"
@@ -65,20 +74,15 @@ fi
 DEMO_ORACLE=$(ls results/demo/oracle_v_n*.jsonl 2> /dev/null | head -n 1)
 DEMO_TRACES=$(ls results/demo/tracecov_*_per_prompt.csv 2> /dev/null | head -n 1)
 [[ -n "${DEMO_ORACLE}" && -n "${DEMO_TRACES}" ]] || die "results/demo is missing its oracle table or per-prompt CSV"
-# GPU_CHECK_LIMIT_SCALE multiplies every step's limit (default 1; 4 in the emulation, whose small sizes a shared
-# CPU runs slower than the GPU runs the real ones); the 480 s budget is always checked on the unscaled limits
-SCALE="${GPU_CHECK_LIMIT_SCALE:-}"
 if [[ -z "${EMULATE}" ]]; then
   DEV=cuda; ORACLE_LIMIT=32; N_ORACLE=256; T=32; M=8; K_LIST="2 4 8"; C1_BATCH=8
   BENCH=(--T 1 --M 4 --K_list 4 --max_new_tokens 16); SMALL=""; SAMPLING=(--max_new_tokens 64 --batch_start 32)
 else
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-  SCALE="${SCALE:-4}"; DEV=cpu; ORACLE_LIMIT=6; N_ORACLE=32; T=6; M=3; K_LIST="2 4"; C1_BATCH=3
+  DEV=cpu; ORACLE_LIMIT=6; N_ORACLE=32; T=6; M=3; K_LIST="2 4"; C1_BATCH=3
   BENCH=(--T 1 --M 2 --K_list 2 --max_new_tokens 4); SMALL=toy; SAMPLING=(--max_new_tokens 4 --batch_start 2 --batch_max 4)
 fi
 
-SCALE="${SCALE:-1}"
-[[ "${SCALE}" =~ ^[1-9][0-9]*$ ]] || die "GPU_CHECK_LIMIT_SCALE=${SCALE}: use a positive integer"
 START=$(date +%s)
 failed=0
 planned=0

@@ -65,7 +65,7 @@ def test_plan_fits_the_budget_in_priority_order(tmp_path):
     assert "== bench_0_5b: skipped: not selected (GPU_CHECK_STEPS)" in selected.stdout
 
 
-@pytest.mark.parametrize("setting", ["file", "foreign", "emulate"])
+@pytest.mark.parametrize("setting", ["file", "foreign", "emulate", "steps", "scale"])
 def test_bad_settings_are_refused_with_one_line(tmp_path, setting):
     out = tmp_path / "out"
     settings = {"GPU_CHECK_OUT": str(out), "GPU_CHECK_EMULATE": "cpu"}
@@ -74,11 +74,17 @@ def test_bad_settings_are_refused_with_one_line(tmp_path, setting):
     elif setting == "foreign":
         out.mkdir()
         (out / "mine.txt").write_text("keep me")
-    else:
+    elif setting == "emulate":
         settings["GPU_CHECK_EMULATE"] = "gpu"
+    elif setting == "steps":
+        settings["GPU_CHECK_STEPS"] = "versions,bench"
+    else:
+        settings["GPU_CHECK_LIMIT_SCALE"] = "0"
     result = run_check(tmp_path, **settings)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert {"file": "is a file", "foreign": "not empty", "emulate": "use cpu"}[setting] in result.stderr
+    expected = {"file": "is a file", "foreign": "not empty", "emulate": "use cpu", "steps": "unknown step bench"}
+    assert {**expected, "scale": "GPU_CHECK_LIMIT_SCALE=0"}[setting] in result.stderr
+    assert setting in ("file", "foreign") or not out.exists()  # refused before anything is written
     if setting == "foreign":
         assert sorted(os.listdir(out)) == ["mine.txt"]
 
