@@ -328,3 +328,19 @@ def test_missing_optional_package_is_one_line(tmp_path):
     line = describe(ModuleNotFoundError("No module named 'vllm'", name="vllm.inputs"))
     assert line.startswith("this needs the package 'vllm', which is not installed: pip install -r requirements-gpu")
     assert describe(ModuleNotFoundError("No module named 'numpy'", name="numpy")) is None  # a broken install: traceback
+
+
+def test_tracecov_refuses_statistics_the_machine_cannot_hold(tmp_path, monkeypatch):
+    """run_tracecov checks the engine's memory beside the loaded model before writing anything: Qwen2.5-1.5B
+    shapes (meta tensors) with 16 GB available are refused in one line; the built-in policy's size passes."""
+    from grpo_mse.errors import UsageError
+    from grpo_mse.gradients import memory
+    from grpo_mse.gradients.config import TracecovConfig
+    from grpo_mse.runs import tracecov
+
+    monkeypatch.setattr(memory, "device_available", lambda device: (16 * 10**9, "available host memory"))
+    config = TracecovConfig(model="m", oracle_table="t", save_json=str(tmp_path), skip_plot=True, engine="reference")
+    big = [torch.empty(1_543_714_304, dtype=torch.bfloat16, device="meta")]
+    with pytest.raises(UsageError, match=r"^memory estimate of the reference engine beside the model: about \d+"):
+        tracecov.check_memory(big, config, "cpu")
+    tracecov.check_memory([torch.empty(270_000, device="meta")], config, "cpu")

@@ -19,7 +19,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
-from grpo_mse.gradients.memory import c1_batch_that_fits, existing_parent, host_available
+from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
 from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, c1_memory
 from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
@@ -162,6 +162,20 @@ def c1_memory_line(params, config: TracecovConfig, base: str) -> str:
             f"{os.path.dirname(base) or '.'}, removed after each batch)"
         )
     return line
+
+
+def check_memory(params, config: TracecovConfig, device: str) -> None:
+    """UsageError (one line, before any file is written) when the engine's statistics and gradient rows
+    (grpo_mse.gradients.memory, an upper bound: every estimator, its bias helper and the score) exceed what
+    ``device`` has left beside the loaded model."""
+    from grpo_mse.gradients.engine import groups_per_pass
+
+    biased = [name for name in config.estimators if name in est.BIASED]
+    labels = len(config.estimators) + len(biased) + 2  # + the score and the std-GRPO helper sums
+    count = sum(p.numel() for p in params)
+    rows = 2 * min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
+    needed = engine_bytes(params, config.engine, labels, rows, device)
+    require_fits(needed, device, f"memory estimate of the {config.engine} engine beside the model")
 
 
 def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
@@ -307,8 +321,10 @@ class TracecovRun:
         mismatch = settings_mismatch(rows, saved_config)
         if mismatch and rank == 0:
             print(f"warning: {mismatch}", file=sys.stderr)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        check_memory(trainable, config, device)
         if config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
-            check_c1_disk([p for p in model.parameters() if p.requires_grad], config, min(config.c1_batch, len(rows)))
+            check_c1_disk(trainable, config, min(config.c1_batch, len(rows)))
         folder = RunFolder(
             config.save_json,
             "tracecov_",
