@@ -5,7 +5,8 @@ batch that fits. This is the number to compare with vLLM on a machine that has i
   python benchmarks/bench_sampling.py --qwen_shapes 1.5B --device cuda --dtype bf16 --out sampling.json
 
 Batches double from --batch_start while the estimated memory (key/value cache, and the float32 logits the
-nucleus sampler sorts) fits what the device has, until --batch_max, an out-of-memory error or --seconds.
+nucleus sampler sorts) fits what the device has, until --batch_max, an out-of-memory error, or a batch that
+would end after --seconds (predicted as 2.5 x the last batch's time).
 Every batch samples --max_new_tokens tokens per row (a random model almost never stops early); tokens/s counts
 the tokens actually generated. The JSON is rewritten after every batch.
 """
@@ -94,6 +95,9 @@ def main(argv=None) -> None:
         if args.out:
             write_json(args.out, report)
         batch *= 2
+        if time.perf_counter() - started + 2.5 * seconds > args.seconds:  # the next batch takes ~2x this one
+            report["stopped"] = f"batch {batch} would end after --seconds {args.seconds:g}"
+            break
     report.setdefault("stopped", "batch_max or time limit reached")
     if report["batches"]:
         report["largest_batch"] = report["batches"][-1]["batch"]

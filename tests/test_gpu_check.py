@@ -134,7 +134,8 @@ def test_emulation_results(emulated):
     assert plan["estimate"]["vector_bytes"] == pytest.approx(1.54e9 * 4, rel=0.01)  # Qwen2.5-1.5B, fp32 means
     assert plan["chosen_c1_batch"] is None or 2 <= plan["chosen_c1_batch"] <= 16
     sampling = json.loads((out / "hf_sampling.json").read_text())
-    assert [b["batch"] for b in sampling["batches"]] == [2, 4] and sampling["best_tokens_per_second"] > 0
+    assert [b["batch"] for b in sampling["batches"]] in ([2], [2, 4]) and sampling["best_tokens_per_second"] > 0
+    assert all(b["tokens"] == 4 * b["batch"] for b in sampling["batches"])  # no EOS: every row its 4 tokens
     assert "recommendation" in json.loads((out / "advisor.json").read_text())
 
 
