@@ -28,7 +28,7 @@ def test_distribution_names_parse():
 def test_requirements_files_and_pyproject_name_the_same_packages():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    in_pyproject = {distribution(s) for s in project["dependencies"] + extras["train"] + extras["dev"]}
+    in_pyproject = {distribution(s) for s in project["dependencies"] + extras["train"] + extras["dev"] + extras["hub"]}
     in_files = {
         name
         for f in ("requirements.txt", "requirements-verl.txt")
