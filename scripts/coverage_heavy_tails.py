@@ -1,18 +1,26 @@
-"""Coverage of the joint prompt bootstrap's 95% intervals on heavy-tailed prompt populations.
+"""Coverage of the group-size advisor's 95% intervals (c1, c3, K*) on heavy-tailed prompt populations.
 
 Population: 30 exact prompt types (3 outcomes, one rewarded, explicit 4-d scores centred under p: every MSE and
 c1, c3 is known in closed form, grpo_mse.analysis.theory); each prompt of a run draws a type uniformly and a score
-scale exp(sigma Z), Z ~ N(0, 1), independent of the type, so its MSEs are scale^2 times its type's. With
-sigma = 1 the largest prompt's share of the oracle's summed MSE is about 0.12-0.20 at T = 192, as in the demo.
-Truth: ratios of mean MSEs (the scale cancels), c3 = E[scale^2] mean_t c3_t, c1 = E[scale^2] mean_t ||g_t||^2 -
-E[scale]^2 ||mean_t g_t||^2. Each simulated run samples M groups of K per prompt, forms the per-prompt traces and
-c1 batches as run_tracecov records them, and calls paired.run_statistics; an interval covers when it holds the
-truth. Prints (and with --out writes) one row per (T, statistic): coverage and the median largest-prompt share.
+scale s independent of the type, so its MSEs are s^2 times its type's. Scale families (TAIL = FAMILY:PARAMETER):
+lognormal:sigma (s = exp(sigma Z)), pareto:alpha (s = U^(-1/alpha) >= 1; alpha > 2), gamma:shape (s ~ Gamma(shape)).
+Truth: c3 = E[s^2] mean_t c3_t, c1 = E[s^2] mean_t ||g_t||^2 - E[s]^2 ||mean_t g_t||^2, K* = 1 + sqrt(c3/c1).
+Each simulated run samples M groups of K per prompt, forms the per-prompt traces and c1 batches as run_tracecov
+records them, and calls advisor.advise; an interval covers when it holds the truth. One cell per (tail, T):
+coverage with its binomial Monte Carlo standard error, and quantiles of the run's largest-prompt share of c2
+(advisor.tail_share, the statistic the advisor matches on).
 
-  python scripts/coverage_heavy_tails.py --runs 200 --T 192 512 --out results/coverage/heavy_tails.json
+  python scripts/coverage_heavy_tails.py --tails lognormal:0.5 lognormal:1 pareto:3 --T 48 192 500 --runs 300 \
+      --out outputs/coverage_calibration.json
+  python scripts/coverage_heavy_tails.py --tails gamma:0.5 --T 48 192 500 --runs 300 \
+      --check grpo_mse/analysis/coverage_calibration.json --out outputs/coverage_check.json  # another generator
 """
 
 from __future__ import annotations
+
+import math
+import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,6 +29,48 @@ from grpo_mse.tables.outputs import write_json
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = ("naive", "grpo", "oracleV")
+CALIBRATED = ("c1", "c3", "K_star_exact")
+SHARE_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+
+
+class Tail(NamedTuple):
+    """A score-scale law: ``sample`` draws s, ``moments`` gives (E s, E s^2) in closed form."""
+
+    family: str
+    parameter: float
+
+    def sample(self, rng, n: int) -> np.ndarray:
+        if self.family == "lognormal":
+            return np.exp(self.parameter * rng.normal(size=n))
+        if self.family == "pareto":
+            return (1.0 - rng.random(n)) ** (-1.0 / self.parameter)
+        return rng.gamma(self.parameter, size=n)
+
+    def moments(self) -> tuple[float, float]:
+        a = self.parameter
+        if self.family == "lognormal":
+            return math.exp(a * a / 2), math.exp(2 * a * a)
+        if self.family == "pareto":
+            return a / (a - 1), a / (a - 2)
+        return a, a * (a + 1)
+
+    def label(self) -> str:
+        return f"{self.family}:{self.parameter:g}"
+
+
+def tail(text: str) -> Tail:
+    """argparse ``type``: FAMILY:PARAMETER with lognormal sigma >= 0, pareto alpha > 2 or gamma shape > 0."""
+    family, _, value = text.partition(":")
+    try:
+        parameter = float(value)
+    except ValueError:
+        parameter = math.nan
+    ok = {"lognormal": parameter >= 0, "pareto": parameter > 2, "gamma": parameter > 0}.get(family, False)
+    if not (ok and math.isfinite(parameter)):
+        raise cli.argparse.ArgumentTypeError(
+            f"{text!r}: expected lognormal:SIGMA (>= 0), pareto:ALPHA (> 2) or gamma:SHAPE (> 0)"
+        )
+    return Tail(family, parameter)
 
 
 def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -35,21 +85,16 @@ def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return types
 
 
-def truth(types, sigma: float) -> dict[str, float]:
-    """Exact c1, c3, K*_exact and MSE ratios of the population with lognormal(0, sigma) score scales."""
+def truth(types, scale: Tail) -> dict[str, float]:
+    """Exact c1, c3 and K*_exact of the population with score scales from ``scale``."""
     from grpo_mse.analysis import theory  # imports torch: after the flags are parsed
 
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     gradients = np.stack([(p * G) @ s for p, G, s in types])
-    scale_sq, scale = np.exp(2 * sigma**2), np.exp(sigma**2 / 2)  # E[scale^2], E[scale]
-    c1 = scale_sq * np.mean((gradients**2).sum(1)) - scale**2 * (gradients.mean(0) ** 2).sum()
-    c3 = scale_sq * 2 * np.mean([m["var_zeta2"] for m in moments])
-    out = {"c1": c1, "c3": c3, "K_star_exact": 1 + np.sqrt(c3 / c1)}
-    for k in K_LIST:
-        mse = {n: np.mean([theory.closed_form_mse(m, k, n) for m in moments]) for n in NAMES}
-        for n in ("naive", "grpo"):
-            out[f"{n}/oracleV@{k}"] = mse[n] / mse["oracleV"]
-    return out
+    mean, mean_sq = scale.moments()
+    c1 = mean_sq * np.mean((gradients**2).sum(1)) - mean**2 * (gradients.mean(0) ** 2).sum()
+    c3 = mean_sq * 2 * np.mean([m["var_zeta2"] for m in moments])
+    return {"c1": float(c1), "c3": float(c3), "K_star_exact": float(1 + np.sqrt(c3 / c1))}
 
 
 def traces(rng, types, chosen, scales, k):
@@ -72,15 +117,12 @@ def traces(rng, types, chosen, scales, k):
     return {n: v.var(1, ddof=1).sum(-1) for n, v in vectors.items()}, vectors["oracleV"].mean(1)
 
 
-def simulated_run(rng, types, n_prompts: int, sigma: float, n_boot: int) -> tuple[dict, float]:
-    """One run's statistics and the largest prompt's share of the oracle's summed MSE at the first K."""
-    from grpo_mse.analysis import paired  # imports torch: after the flags are parsed
-
-    chosen, scales = rng.integers(0, TYPES, n_prompts), np.exp(sigma * rng.normal(size=n_prompts))
-    records, batches, share = {}, {}, None
+def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, dict]:
+    """One run's per-prompt records and c1 batches per K, as run_tracecov writes them."""
+    chosen, scales = rng.integers(0, TYPES, n_prompts), scale.sample(rng, n_prompts)
+    records, batches = {}, {}
     for k in K_LIST:
         per_prompt, means = traces(rng, types, chosen, scales, k)
-        share = share if share is not None else paired.largest_share(per_prompt["oracleV"])
         records[k] = [
             {"K": k, "prompt_index": i, "V_oracle": 0.5, "tr_cov": {n: float(v[i]) for n, v in per_prompt.items()}}
             for i in range(n_prompts)
@@ -97,20 +139,7 @@ def simulated_run(rng, types, n_prompts: int, sigma: float, n_boot: int) -> tupl
                     "within_each": (per_prompt["oracleV"][index] / M).tolist(),
                 }
             )
-    out = paired.run_statistics(
-        records, batches, list(K_LIST), list(NAMES), seed=int(rng.integers(1 << 30)), n_boot=n_boot, budget=64
-    )
-    return out, share
-
-
-def intervals(out: dict) -> dict:
-    """{statistic: 95% interval} for the statistics whose truth is known."""
-    advice, ratios = out["group_size_advisor"], out["paired"]["ratio"]
-    found = {name: advice["ci95"][name] for name in ("c1", "c3", "K_star_exact")}
-    for i, k in enumerate(K_LIST):
-        for name in ("grpo/oracleV", "naive/oracleV"):
-            found[f"{name}@{k}"] = ratios[name][i]["ci95"]
-    return found
+    return records, batches
 
 
 def covers(interval, value: float) -> bool:
@@ -120,54 +149,111 @@ def covers(interval, value: float) -> bool:
     return low <= value <= high
 
 
-def coverage(n_prompts: int, runs: int, sigma: float, n_boot: int, seed: int) -> dict:
-    """{"T", "sigma", "runs", "largest_share_median", "coverage": {statistic: share of runs covered}}."""
+def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int):
+    """(truth, [(largest-prompt share, advice)] per run) for one cell."""
+    from grpo_mse.analysis import advisor
+
     rng = np.random.default_rng(seed)
     types = population(rng)
-    true = truth(types, sigma)
-    hits, shares = dict.fromkeys(true, 0), []
+    out = []
     for _ in range(runs):
-        out, share = simulated_run(rng, types, n_prompts, sigma, n_boot)
-        shares.append(share)
-        for name, interval in intervals(out).items():
-            hits[name] += covers(interval, true[name])
+        records, batches = simulated_records(rng, types, n_prompts, scale)
+        advice = advisor.advise(records, batches, n_boot=n_boot, seed=int(rng.integers(1 << 30)), budget=64)
+        columns = [np.array([r["K"] * r["tr_cov"]["oracleV"] for r in records[k]]) for k in K_LIST]
+        out.append((advisor.tail_share(columns), advice))
+    return truth(types, scale), out
+
+
+def rate(hits: int, runs: int) -> dict:
+    """{"coverage": hits / runs, "mc_se": its binomial standard error}."""
+    p = hits / runs if runs else math.nan
+    return {"coverage": p, "mc_se": math.sqrt(p * (1 - p) / runs) if runs else math.nan}
+
+
+def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int) -> dict:
+    """One calibration cell: T, tail, runs, share quantiles, coverage (with MC error), truth, and per run
+    [largest-prompt share, covered c1, covered c3, covered K*] (``per_run``, for ``check``)."""
+    true, results = simulated_runs(n_prompts, runs, scale, n_boot, seed)
+    shares = [share for share, _ in results]
+    per_run = [[share, *(int(covers(a["ci95"][name], true[name])) for name in CALIBRATED)] for share, a in results]
+    hits = np.sum([row[1:] for row in per_run], axis=0)
     return {
         "T": n_prompts,
-        "sigma": sigma,
+        "tail": scale.label(),
         "runs": runs,
-        "largest_share_median": float(np.median(shares)),
-        "largest_share_quartiles": [float(q) for q in np.quantile(shares, [0.25, 0.75])],
-        "coverage": {name: count / runs for name, count in hits.items()},
+        "n_boot": n_boot,
+        "largest_share_quantiles": dict(zip(map(str, SHARE_QUANTILES), np.quantile(shares, SHARE_QUANTILES).tolist())),
+        "coverage": {name: rate(int(h), runs) for name, h in zip(CALIBRATED, hits)},
         "truth": true,
+        "per_run": per_run,
     }
+
+
+def check(cell: dict, table: str) -> dict:
+    """Printed against actual for a ``coverage`` cell from another generator: per statistic, among the runs the
+    table calibrates, the mean printed coverage (the lowest of the matching cells) and the actual share covered;
+    the same among the runs printed >= 93%; and the share of runs printed "unknown"."""
+    from grpo_mse.analysis import advisor
+
+    found = [(advisor.simulated_coverage(row[0], cell["T"], table), row[1:]) for row in cell["per_run"]]
+    known = [(f, hits) for f, hits in found if f["status"] == "calibrated"]
+    out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": 1 - len(known) / cell["runs"]}
+    for i, name in enumerate(CALIBRATED):
+        printed = [f["coverage"][name]["low"] for f, _ in known]
+        hits = [h[i] for _, h in known]
+        high = [h for p, h in zip(printed, hits) if p >= 0.93]
+        out[name] = {
+            "printed_mean": float(np.mean(printed)) if printed else None,
+            "actual": rate(sum(hits), len(hits)),
+            "runs_printed_93_or_more": len(high),
+            "actual_where_printed_93_or_more": rate(sum(high), len(high)) if high else None,
+            "actual_all_runs": cell["coverage"][name],
+        }
+    return out
 
 
 def main(argv=None) -> None:
     parser = cli.ArgumentParser(description=__doc__)
-    parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[192, 512], help="prompts per run")
-    parser.add_argument("--runs", type=cli.integer(minimum=1), default=200, help="simulated runs per T")
+    parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[48, 192, 500], help="prompts per run")
+    parser.add_argument("--runs", type=cli.integer(minimum=1), default=300, help="simulated runs per cell")
     parser.add_argument(
-        "--sigma",
-        type=cli.number(minimum=0),
-        nargs="+",
-        default=[1.0],
-        help="lognormal sigma(s) of the score scale (one row per sigma and T)",
+        "--tails", type=tail, nargs="+", default=[tail("lognormal:1")], help="score-scale laws, FAMILY:PARAMETER"
     )
     parser.add_argument("--n_boot", type=cli.integer(minimum=50), default=1000, help="bootstrap replicates")
     parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
-    parser.add_argument("--out", default=None, help="JSON file for the table (default: print only)")
+    parser.add_argument("--out", default=None, help="JSON file for the cells (default: print only)")
+    parser.add_argument("--check", default=None, help="calibration JSON to check against (instead of building one)")
     args = parser.parse_args(argv)
     if args.out:
         cli.writable_file(args.out, "--out")
-    rows = [coverage(t, args.runs, sigma, args.n_boot, args.seed + t) for sigma in args.sigma for t in args.T]
-    for row in rows:
-        cells = "  ".join(f"{name}={value:.3f}" for name, value in row["coverage"].items())
-        print(
-            f"T={row['T']} sigma={row['sigma']} runs={row['runs']} largest share (median) "
-            f"{row['largest_share_median']:.3f}: {cells}"
-        )
+    if args.check:
+        cli.require(os.path.isfile(args.check), f"--check {args.check}: no such file")
+    cells, checks = [], []
+    for i, scale in enumerate(args.tails):
+        for t in args.T:
+            cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t)
+            text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell["coverage"].items())
+            share = cell["largest_share_quantiles"]
+            print(
+                f"T={t} {scale.label()} runs={args.runs} share q10-q90 {share['0.1']:.3f}-{share['0.9']:.3f}: {text}",
+                flush=True,
+            )
+            cells.append(cell)
+            if args.check:
+                checks.append(check(cell, args.check))
+                print("  check: " + describe_check(checks[-1]), flush=True)
     if args.out:
-        write_json(args.out, {"rows": rows, "note": __doc__.split("\n\n")[1]})
+        write_json(args.out, {"cells": cells, "checks": checks, "note": __doc__.split("\n\n")[1]})
+
+
+def describe_check(found: dict) -> str:
+    """printed (mean of the lowest matching cell) against actual per statistic, and the unknown share."""
+    parts = [f"unknown {found['unknown']:.2f}"]
+    for name in CALIBRATED:
+        s = found[name]
+        printed = "-" if s["printed_mean"] is None else f"{s['printed_mean']:.3f}"
+        parts.append(f"{name}: printed {printed} actual {s['actual']['coverage']:.3f}+-{s['actual']['mc_se']:.3f}")
+    return "  ".join(parts)
 
 
 if __name__ == "__main__":

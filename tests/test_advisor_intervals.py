@@ -130,41 +130,52 @@ def test_advisor_intervals_cover_on_the_light_tailed_population():
     end mapped the wrong way through K* = 1 + 1/sqrt(q), or a c1 off its target, covers far less. (A standard error
     off by a constant factor cancels in t; the by-hand tests above check its form.) Under heavy tails (sigma = 1) they
     cover less: the table in docs/statistics.md and grpo_mse/analysis/coverage_calibration.json."""
-    row = coverage_heavy_tails.coverage(96, runs=60, sigma=0.0, n_boot=200, seed=11)
+    row = coverage_heavy_tails.coverage(96, 60, coverage_heavy_tails.Tail("lognormal", 0.0), n_boot=200, seed=11)
     for name in ("c1", "c3", "K_star_exact"):
-        assert 0.90 <= row["coverage"][name] <= 0.99, (name, row["coverage"])
+        assert 0.90 <= row["coverage"][name]["coverage"] <= 0.99, (name, row["coverage"])
 
 
-def test_simulated_coverage_is_read_at_the_nearest_largest_share(tmp_path):
-    """The calibration row is the one whose median largest-prompt share is nearest on the log scale; a share
-    above every row's upper quartile is flagged; the printout puts the coverage beside each interval."""
+def test_simulated_coverage_needs_a_cell_at_this_T_and_share_never_the_nearest(tmp_path):
+    """A calibration cell applies when T is within a factor 1.25 of its own and the share within its 10-90% range;
+    over several, the lowest and highest coverage and the largest MC error; otherwise "unknown" (not the nearest
+    cell); the printout puts the coverage (or "unknown") beside each interval."""
     import json
 
-    def row(share, c1):
+    def cell(t, tail, low, high, c1):
+        quantiles = {"0.1": low, "0.9": high}
+        rate = {"coverage": c1, "mc_se": 0.02}
         return {
-            "T": 192,
-            "sigma": 1.0,
-            "runs": 100,
-            "largest_share_median": share,
-            "largest_share_quartiles": [share * 0.8, share * 1.25],
-            "coverage": {"c1": c1, "c3": c1 + 0.01, "K_star_exact": c1 + 0.02, "grpo/oracleV@2": 0.5},
+            "T": t,
+            "tail": tail,
+            "runs": 300,
+            "largest_share_quantiles": quantiles,
+            "coverage": {"c1": rate, "c3": {**rate, "coverage": c1 + 0.01}, "K_star_exact": rate},
         }
 
     path = tmp_path / "table.json"
-    path.write_text(json.dumps({"rows": [row(0.02, 0.95), row(0.06, 0.91), row(0.2, 0.85)]}))
-    assert advisor.simulated_coverage(0.035, str(path))["coverage"]["c1"] == 0.91  # log: nearer 0.06 than 0.02
-    found = advisor.simulated_coverage(0.11, str(path))
-    assert found["coverage"] == {"c1": 0.85, "c3": 0.86, "K_star_exact": 0.87} and not found["beyond_table"]
-    assert advisor.simulated_coverage(0.3, str(path))["beyond_table"]
-    assert advisor.simulated_coverage(float("nan"), str(path)) is None
+    cells = [cell(192, "lognormal:1", 0.1, 0.3, 0.85), cell(192, "pareto:3", 0.2, 0.5, 0.82)]
+    cells.append(cell(48, "x", 0.2, 0.6, 0.8))
+    path.write_text(json.dumps({"cells": cells}))
+    one = advisor.simulated_coverage(0.15, 192, str(path))
+    assert one["status"] == "calibrated" and one["coverage"]["c1"] == {"low": 0.85, "high": 0.85, "mc_se": 0.02}
+    both = advisor.simulated_coverage(0.25, 230, str(path))  # 230 / 192 < 1.25
+    assert both["coverage"]["c3"]["low"] == pytest.approx(0.83)
+    assert both["coverage"]["c3"]["high"] == pytest.approx(0.86)
+    assert [c["tail"] for c in both["cells"]] == ["lognormal:1", "pareto:3"]
+    for share, t in ((0.6, 192), (0.25, 96), (0.25, 250), (float("nan"), 192), (None, 48)):
+        assert advisor.simulated_coverage(share, t, str(path))["status"] == "unknown", (share, t)
+    assert advisor.simulated_coverage(0.3, 48, str(tmp_path / "missing.json"))["status"] == "unknown"
     assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
-        "ci95": {"K_star_exact": [2.5, 4.0]},
+        "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
         "allowed_K": [2, 4],
-        "simulated_coverage": found,
+        "budget": 64,
+        "simulated_coverage": both,
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
-    assert "3 [2.5, 4] (simulated coverage ~87% at this run's tail)" in text
-    assert "share 0.200 (T=192, sigma=1.0, 100 runs)" in text
+    assert "3 [2.5, 4] (simulated coverage 82-85% +-2%)" in text
+    assert "pareto:3 at T=192 (300 runs)" in text and "c2=2 [-, -] c3" in text
+    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(0.25, 96, str(path))})
+    assert "(coverage unknown)" in text and "no calibration cell at T = 96" in text and "simulated coverage" not in text

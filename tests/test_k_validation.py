@@ -114,7 +114,7 @@ def test_setting_summary_schema_and_rank_correlation():
     assert pred["best_allowed_K"] == 8 and pred["ci95"] == [5.4, 8.0]
     acc = {(k, s): {2: 0.10, 4: 0.14, 8: 0.16, 16: 0.15}[k] + 0.002 * s for k in (2, 4, 8, 16) for s in range(3)}
     out = kv.setting_summary("s", frame_of(acc), pred, "t", METRIC)
-    assert set(out["advisor"]) == {"K_star_exact", "ci95", "best_allowed_K", "written_at"}
+    assert set(out["advisor"]) == {"identified", "message", "K_star_exact", "ci95", "best_allowed_K", "written_at"}
     assert set(out["sweep"]) == {"metric", "per_K", "best_K", "started_at", "separated_pairs"}
     # predicted error at K = 2, 4, 8, 16: 570, 346.7, 334.3, 425.3 -> ranks 4, 2, 1, 3; accuracy ranks 1, 2, 4, 3
     assert out["rank_correlation"]["spearman_predicted_error_vs_metric"] == pytest.approx(-0.8)

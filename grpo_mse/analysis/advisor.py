@@ -24,6 +24,7 @@ import os
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.errors import InputError
 from grpo_mse.gradients.estimators import GRPO, ORACLE
 
 
@@ -57,10 +58,26 @@ def k_star(c1, c3):
 
 
 def allowed_group_sizes(budget: int, allowed=None) -> list[int]:
-    """``allowed`` (sorted, >= 2), or the powers of two 2, 4, ... that divide ``budget``."""
-    if allowed:
-        return sorted({int(k) for k in allowed if int(k) >= 2})
-    return [2**j for j in range(1, int(math.log2(max(budget, 2))) + 1) if budget % 2**j == 0]
+    """``allowed`` (sorted), or the powers of two 2, 4, ... that divide ``budget``. InputError (one line) unless
+    ``budget`` is a whole number >= 2 and every allowed K is a whole number >= 2 that divides it (B = N/K prompts)."""
+    if whole(budget) is None or budget < 2:
+        raise InputError(f"the advisor's budget must be a whole number of sequences >= 2 (got {budget!r})")
+    if allowed is None or (hasattr(allowed, "__len__") and len(allowed) == 0):
+        return [2**j for j in range(1, int(math.log2(budget)) + 1) if budget % 2**j == 0]
+    ks = [whole(k) for k in allowed]
+    bad = [k for k, w in zip(allowed, ks) if w is None or w < 2 or budget % w]
+    if bad:
+        raise InputError(
+            f"allowed K {bad} do not fit the budget {budget}: each K must be a whole number >= 2 that divides it"
+        )
+    return sorted(set(ks))
+
+
+def whole(value) -> int | None:
+    """``value`` as an int when it is a whole number (256 or 256.0; not a bool or a string), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    return int(value) if np.isfinite(value) and float(value).is_integer() else None
 
 
 def clipped(c) -> np.ndarray:
@@ -135,7 +152,10 @@ def recommendation(
     near = [k for k, r in zip(allowed, relative) if np.isfinite(r) and r <= 1 + tolerance]
     scores = clipped(c1) * np.asarray(allowed, dtype=np.float64) + clipped(c3) / (np.asarray(allowed) - 1.0)
     tied = [k for k, v in zip(allowed, scores) if v <= scores.min() + TIE * abs(scores.min())]
-    reaches_zero = {name: c <= 0 or ci is None or ci[0] <= 0 for name, c, ci in (("c1", c1, ci_c1), ("c3", c3, ci_c3))}
+    reaches_zero = {  # unless the lower end is a number > 0 (not null, nan or a string)
+        name: not (c > 0 and interval_of(ci) is not None and interval_of(ci)[0] > 0)
+        for name, c, ci in (("c1", c1, ci_c1), ("c3", c3, ci_c3))
+    }
     if c1 <= 0 and c3 <= 0:
         lean = "none (c1 and c3 both <= 0: K does not change the error detectably)"
     elif c1 <= 0:
@@ -196,6 +216,54 @@ def number(value) -> float:
     if isinstance(value, str):
         return float(value)
     return float(value)
+
+
+def interval_of(ci) -> list[float] | None:
+    """A saved 95% interval as two floats ("inf" -> inf, null -> nan); None when absent or malformed."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    try:
+        return [number(v) for v in ci]
+    except (TypeError, ValueError):
+        return None
+
+
+def status(constants: dict, ci: dict, allowed, budget) -> dict:
+    """What a consumer of saved advice may state, recomputed from the pooled constants and their intervals
+    (``recommendation``; saved "inf", null, strings and missing values become undefined): {"identified",
+    "K_star_exact" (1 + sqrt(c3/c1), None unless identified), "K_best" (None unless identified and unique),
+    "message"}. Never a K from constants that are undefined, infinite or <= 0."""
+    values = []
+    for name in ("c1", "c2", "c3"):
+        try:
+            values.append(number(constants.get(name)))
+        except (TypeError, ValueError):
+            values.append(math.nan)
+    try:
+        ks = allowed_group_sizes(int(number(budget)), allowed)
+    except (InputError, TypeError, ValueError, OverflowError):
+        ks = []
+    if not ks:
+        return {
+            "identified": False,
+            "K_star_exact": None,
+            "K_best": None,
+            "message": "best K not identified: the advice names no allowed K that fits its budget",
+        }
+    advice = recommendation(*values, interval_of(ci.get("c1")), interval_of(ci.get("c3")), ks, number(budget))
+    c1, _, c3 = values
+    star = 1 + math.sqrt(c3 / c1) if advice["identified"] else None
+    return {
+        "identified": advice["identified"],
+        "K_star_exact": star,
+        "K_best": advice["K_best"],
+        "message": advice["message"],
+    }
+
+
+def advice_status(advice: dict) -> dict:
+    """``status`` of a saved ``group_size_advisor`` entry."""
+    return status(advice.get("pooled") or {}, advice.get("ci95") or {}, advice.get("allowed_K"), advice.get("budget"))
 
 
 def per_prompt_constants(record: dict) -> tuple[float, float]:
@@ -270,23 +338,43 @@ def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarra
 
 CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
 CALIBRATED = ("c1", "c3", "K_star_exact")  # the intervals whose coverage the calibration table gives
+T_TOLERANCE = 1.25  # a calibration cell applies to runs with T within this factor of its own
+SHARE_RANGE = ("0.1", "0.9")  # ... and a largest-prompt share within these quantiles of its runs' shares
 
 
-def simulated_coverage(share: float, path: str = CALIBRATION) -> dict | None:
-    """The simulated coverage of the c1, c3 and K* intervals at the calibration row (scripts/coverage_heavy_tails.py,
-    committed as ``path``) whose median largest-prompt share is nearest to this run's ``share`` on the log scale;
-    ``beyond_table`` when ``share`` exceeds every row's upper quartile (coverage there is likely lower still).
-    None when ``share`` is undefined or there is no table."""
-    if not (share is not None and np.isfinite(share) and share > 0 and os.path.exists(path)):
-        return None
+def simulated_coverage(share: float, n_prompts: int, path: str = CALIBRATION) -> dict:
+    """The simulated coverage of the c1, c3 and K* intervals at this run's T and tail, from the calibration cells
+    (scripts/coverage_heavy_tails.py, committed as ``path``) that apply: T within a factor T_TOLERANCE of the
+    cell's and the largest prompt's share of c2 within the cell's 10-90% share range. Per statistic the lowest and
+    highest coverage over those cells and the largest Monte Carlo standard error. ``status`` "unknown" (with a
+    ``reason``) when no cell applies or the share is undefined: never the nearest cell."""
+    found = {"largest_prompt_share": None if share is None or not np.isfinite(share) else float(share), "T": n_prompts}
+    if found["largest_prompt_share"] is None:
+        return {**found, "status": "unknown", "reason": "the largest prompt's share of c2 is undefined"}
+    if not os.path.exists(path):
+        return {**found, "status": "unknown", "reason": f"no calibration table at {path}"}
     with open(path, encoding="utf-8") as handle:
-        rows = json.load(handle)["rows"]
-    row = min(rows, key=lambda r: abs(math.log(r["largest_share_median"] / share)))
+        cells = json.load(handle).get("cells") or []
+    near = [c for c in cells if abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
+    if not near:
+        return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts}"}
+    low, high = SHARE_RANGE
+    inside = [c for c in near if c["largest_share_quantiles"][low] <= share <= c["largest_share_quantiles"][high]]
+    if not inside:
+        return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts} has share {share:.3f}"}
+    coverage = {
+        name: {
+            "low": min(c["coverage"][name]["coverage"] for c in inside),
+            "high": max(c["coverage"][name]["coverage"] for c in inside),
+            "mc_se": max(c["coverage"][name]["mc_se"] for c in inside),
+        }
+        for name in CALIBRATED
+    }
     return {
-        "largest_prompt_share": float(share),
-        "calibration_row": {key: row[key] for key in ("T", "sigma", "runs", "largest_share_median")},
-        "coverage": {name: row["coverage"][name] for name in CALIBRATED},
-        "beyond_table": bool(share > max(r["largest_share_quartiles"][1] for r in rows)),
+        **found,
+        "status": "calibrated",
+        "cells": [{key: c[key] for key in ("T", "tail", "runs")} for c in inside],
+        "coverage": coverage,
         "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
     }
 
@@ -399,7 +487,7 @@ def advise(
             "pooled": {name: s["estimate"] for name, s in summaries.items()},
             "ci95": {name: s["ci95"] for name, s in summaries.items()},
             "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
-            "simulated_coverage": simulated_coverage(tail_share(columns["c2"])),
+            "simulated_coverage": simulated_coverage(tail_share(columns["c2"]), len(prompts)),
             "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
             "budget": budget,
             "allowed_K": allowed_k,
@@ -421,7 +509,8 @@ def advise(
                 "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
                 "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
-                "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share. "
+                "than 95%: simulated_coverage gives the coverage simulated at this run's T and largest-prompt share "
+                "(the calibration cells that apply, with Monte Carlo error; status unknown when none applies). "
                 "Degenerate replicates (c1 or c3 <= 0) are counted "
                 '(K*: inf or 1). Numbers: "inf" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. '
                 "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
@@ -439,20 +528,41 @@ def rounded(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def coverage_text(calibration: dict | None, name: str) -> str:
+    """ " (simulated coverage 85% +-2%)", " (simulated coverage 81-87% +-2%)" over the matching calibration cells,
+    or " (coverage unknown)" when no cell applies; "" for c2 (not calibrated) and advice saved without one."""
+    name = "K_star_exact" if name == "K_star_paper" else name  # sqrt(c3/c1) = K*_exact - 1: the same interval
+    if not calibration or name not in CALIBRATED:
+        return ""
+    if calibration.get("status") != "calibrated" or name not in calibration.get("coverage", {}):
+        return " (coverage unknown)"
+    c = calibration["coverage"][name]
+    span = f"{c['low']:.0%}" if round(c["low"], 2) == round(c["high"], 2) else f"{100 * c['low']:.0f}-{c['high']:.0%}"
+    return f" (simulated coverage {span} +-{c['mc_se']:.0%})"
+
+
+def calibration_line(calibration: dict | None) -> str:
+    """Which calibration cells the coverage comes from, or why it is unknown."""
+    if not calibration:
+        return ""
+    share = calibration.get("largest_prompt_share")
+    text = f"\n  T = {calibration.get('T')}, largest prompt's share of c2 {rounded(share)}: "
+    if calibration.get("status") != "calibrated":
+        return text + f"coverage unknown ({calibration.get('reason', 'no calibration cell applies')})"
+    cells = ", ".join(f"{c['tail']} at T={c['T']} ({c['runs']} runs)" for c in calibration["cells"])
+    return text + f"coverage simulated in {cells} (scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
+
+
 def describe(advice: dict) -> str:
     """Advisor printout: constants, paper and exact K*, best allowed K (only where identified), each with its 95%
-    interval, rounded; otherwise which way the data lean and which K are within 10% of the smallest error."""
+    interval, rounded, and its simulated coverage at this run's T and tail (or "unknown"); where K is not
+    identified, "not identified" with the way the data lean and the K within 10% of the smallest error."""
     pooled, ci = advice["pooled"], advice["ci95"]
-
     calibration = advice.get("simulated_coverage")
 
     def item(name):
         low, high = ci.get(name) or (None, None)
-        text = f"{rounded(pooled[name])} [{rounded(low)}, {rounded(high)}]"
-        if calibration and name in calibration["coverage"]:
-            bound = "<= " if calibration["beyond_table"] else "~"
-            text += f" (simulated coverage {bound}{calibration['coverage'][name]:.0%} at this run's tail)"
-        return text
+        return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]" + coverage_text(calibration, name)
 
     slope_line = ""
     if advice.get("c3_slope_per_K"):
@@ -464,27 +574,23 @@ def describe(advice: dict) -> str:
             " (0 under the 1/(K(K-1)) law)"
         )
     bad = advice["degenerate_replicates"]
-    k_star = number(pooled.get("K_star_exact"))
-    small = " (below 2: use the smallest allowed K)" if k_star < 2 else ""
-    advice_line = advice.get("recommendation")
-    if advice_line is None or advice_line["K_best"] is not None:
-        best = f"best K in {advice['allowed_K']} = {item('K_best')}"
-        if advice_line is not None:
-            best += f" ({advice_line['message'].split('; ', 1)[-1]})"
-    else:
-        best = f"K in {advice['allowed_K']}: {advice_line['message']}"
-    tail = ""
-    if calibration:
-        row = calibration["calibration_row"]
-        tail = (
-            f"\n  largest prompt's share of c2 {calibration['largest_prompt_share']:.3f}: coverage simulated at "
-            f"share {row['largest_share_median']:.3f} (T={row['T']}, sigma={row['sigma']}, {row['runs']} runs)"
-            + (", this run's tail is heavier than any in the table" if calibration["beyond_table"] else "")
+    now = advice_status(advice)
+    if now["identified"]:
+        small = " (below 2: use the smallest allowed K)" if now["K_star_exact"] < 2 else ""
+        stars = (
+            f"exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; paper's sqrt(c3/c1) = {item('K_star_paper')}"
         )
+    else:
+        positive = all(number(pooled.get(n)) > 0 and math.isfinite(number(pooled.get(n))) for n in ("c1", "c3"))
+        estimate = f" (point estimate {item('K_star_exact')})" if positive else ""
+        stars = f"exact K* = 1+sqrt(c3/c1): not identified{estimate}"
+    if now["K_best"] is not None:
+        best = f"best K in {advice['allowed_K']} = {now['K_best']} ({now['message'].split('; ', 1)[-1]})"
+    else:
+        best = f"K in {advice['allowed_K']}: {now['message']}"
     return (
         f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
         f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
         f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
-        f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
-        f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line + tail
+        f"  {stars};\n  {best}" + slope_line + calibration_line(calibration)
     )

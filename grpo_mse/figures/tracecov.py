@@ -150,11 +150,14 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
         linestyle=":",
         label="paper: ... + c3/(N K)",
     )
-    star = adv.number(pooled.get("K_star_exact"))
-    if np.isfinite(star):
+    if overridden:
+        now = adv.status(pooled, ci, allowed, budget)
+    else:
+        now = adv.advice_status({**advice, "allowed_K": allowed, "budget": budget})
+    if now["identified"]:  # K* and the best K only where the advisor identifies them
+        star = now["K_star_exact"]
         ax.axvline(star, color="tab:red", linestyle="--", label=f"exact K* = 1 + sqrt(c3/c1) = {star:.3g}")
-    if ci.get("K_star_exact"):
-        low, high = (adv.number(v) for v in ci["K_star_exact"])
+        low, high = adv.interval_of(ci.get("K_star_exact")) or (np.nan, np.nan)
         if np.isfinite(low):
             ax.axvspan(
                 low,
@@ -163,16 +166,8 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
                 alpha=0.12,
                 label="K* 95% joint bootstrap interval" + (" (to inf)" if np.isinf(high) else ""),
             )
-    paper = adv.number(pooled.get("K_star_paper"))
-    if np.isfinite(paper):
-        ax.axvline(paper, color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = {paper:.3g}")
-    saved_advice = advice.get("recommendation")
-    advice_now = (
-        adv.recommendation(c1, c2, c3, ci.get("c1"), ci.get("c3"), allowed, budget)
-        if overridden or saved_advice is None
-        else saved_advice
-    )
-    best = advice_now["K_best"]
+        ax.axvline(star - 1, color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = {star - 1:.3g}")
+    best = now["K_best"]
     if best is not None:
         ax.plot(
             [best],
@@ -191,7 +186,7 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     if overridden:
         title += f"\nN = {budget:g} set by --budget (the run's advisor used N = {saved:g})"
     if best is None:
-        title += "\nbest K not identified: " + advice_now["message"].split("; ")[-1]
+        title += "\n" + ("K* " if not now["identified"] else "") + now["message"]
     ax.set_title(title, fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
