@@ -210,22 +210,23 @@ def json_value(value):
 
 
 def number(value) -> float:
-    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf, None -> nan."""
-    if value is None:
+    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf; None, other text, bools and other types
+    -> nan (undefined)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, np.integer, np.floating)):
         return math.nan
-    if isinstance(value, str):
+    try:
         return float(value)
-    return float(value)
+    except ValueError:
+        return math.nan
 
 
 def interval_of(ci) -> list[float] | None:
-    """A saved 95% interval as two floats ("inf" -> inf, null -> nan); None when absent or malformed."""
+    """A saved 95% interval as two floats ("inf" -> inf); None when absent or malformed (not two numbers, an end
+    undefined, low > high, or an infinite end on the wrong side)."""
     if not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return None
-    try:
-        return [number(v) for v in ci]
-    except (TypeError, ValueError):
-        return None
+    low, high = (number(v) for v in ci)
+    return [low, high] if low <= high and low < math.inf and high > -math.inf else None
 
 
 def status(constants: dict, ci: dict, allowed, budget) -> dict:
@@ -561,7 +562,7 @@ def describe(advice: dict) -> str:
     calibration = advice.get("simulated_coverage")
 
     def item(name):
-        low, high = ci.get(name) or (None, None)
+        low, high = interval_of(ci.get(name)) or (None, None)
         return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]" + coverage_text(calibration, name)
 
     slope_line = ""

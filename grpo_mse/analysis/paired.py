@@ -28,9 +28,9 @@ V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band 
 
 def oracle_value_variance(value: float, n_oracle) -> float:
     """Unbiased Var(V_hat) = V_hat (1 - V_hat) / (n_oracle - 1) of a Monte Carlo V from ``n_oracle`` rewards (a
-    whole number >= 1, also 256.0 as read from a table); 0 for an exact V (``n_oracle`` None) or n_oracle = 1.
+    whole number >= 1, also 256.0 as read from a table); 0 for an exact V (``n_oracle`` null) or n_oracle = 1.
     DataError for anything else ('256', 256.5, 0): a silent 0 would drop the oracle-noise correction."""
-    if n_oracle is None:
+    if n_oracle is None or (isinstance(n_oracle, float) and np.isnan(n_oracle)):  # NaN: pandas' null
         return 0.0
     n = whole(n_oracle)
     if n is None or n < 1:

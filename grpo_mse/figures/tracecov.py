@@ -137,9 +137,10 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     allowed = allowed or adv.allowed_group_sizes(int(budget))
     ks = np.logspace(np.log2(1.5), np.log2(max(budget, 4)), 300, base=2)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    curve = adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget)
     ax.plot(
         ks,
-        adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget),
+        curve,
         color="tab:blue",
         label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), N={budget:g}",
     )
@@ -179,7 +180,8 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
             label=f"best allowed K = {best:g}",
         )
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    if (np.isfinite(curve) & (curve > 0)).any():  # no log axis for a curve that is undefined, infinite or 0
+        ax.set_yscale("log")
     ax.set_xlabel("group size K")
     ax.set_ylabel("error per step at budget N")
     title = f"group-size advisor: c1={c1:.3g}, c2={c2:.3g}, c3={c3:.3g}"

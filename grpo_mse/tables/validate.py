@@ -85,14 +85,19 @@ def check_oracle_values(rows: list[dict], source: str) -> None:
 
 
 def check_oracle_counts(rows: list[dict], source: str) -> None:
-    """DataError unless every n_oracle is absent/null (an exact V) or a whole number >= 1 (256 or 256.0; not
-    '256' or 256.5): the oracle-noise correction Var(V_hat) = V (1 - V) / (n_oracle - 1) reads it."""
+    """DataError unless every n_oracle is absent/null (an exact V; NaN is pandas' null in a parquet column) or a
+    whole number >= 1 (256 or 256.0; not '256' or 256.5): the oracle-noise correction reads it."""
     from grpo_mse.analysis.advisor import whole
 
     for index, row in enumerate(rows):
         value = row.get("n_oracle")
-        if value is not None and (whole(value) is None or whole(value) < 1):
+        if not is_null(value) and (whole(value) is None or whole(value) < 1):
             raise DataError(f"{source}: row {index} has n_oracle {value!r}; it must be a whole number >= 1 (or null)")
+
+
+def is_null(value) -> bool:
+    """None, or a float NaN (how pandas stores a null in a numeric parquet column)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def check_prompt_lengths(lengths: list[int], max_new_tokens: int, positions: int | None, source: str) -> None:
