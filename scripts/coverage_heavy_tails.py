@@ -189,17 +189,42 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int) -> 
     }
 
 
+def share_bins(raw: list[dict], per_bin: int = 300) -> list[dict]:
+    """The calibration table from simulated cells (``coverage`` with ``per_run``): per T, the runs of every tail
+    pooled and cut at their largest-prompt share into bins of ``per_bin`` runs or more (equal counts); per bin its
+    share range, the coverage of each interval with its binomial MC standard error, and the same per tail."""
+    table = []
+    for t in sorted({c["T"] for c in raw}):
+        rows = sorted((row[0], c["tail"], row[1:]) for c in raw if c["T"] == t for row in c["per_run"])
+        n_bins = max(1, len(rows) // per_bin)
+        edges = [round(i * len(rows) / n_bins) for i in range(n_bins + 1)]
+        for start, stop in zip(edges[:-1], edges[1:]):
+            chunk = rows[start:stop]
+            upper = rows[stop][0] if stop < len(rows) else chunk[-1][0]
+            tails = sorted({tail for _, tail, _ in chunk})
+            cell = {"T": t, "share_range": [chunk[0][0], upper], "runs": len(chunk), "coverage": {}}
+            for i, name in enumerate(CALIBRATED):
+                hits = [h[i] for _, _, h in chunk]
+                by_tail = {
+                    tail: rate(sum(h[i] for _, x, h in chunk if x == tail), sum(1 for _, x, _ in chunk if x == tail))
+                    for tail in tails
+                }
+                cell["coverage"][name] = {**rate(sum(hits), len(hits)), "by_tail": by_tail}
+            table.append(cell)
+    return table
+
+
 def check(cell: dict, table: str) -> dict:
     """Printed against actual for a ``coverage`` cell from another generator: per statistic, among the runs the
-    table calibrates, the mean printed coverage (the lowest of the matching cells) and the actual share covered;
-    the same among the runs printed >= 93%; and the share of runs printed "unknown"."""
+    table calibrates, the mean printed coverage and the actual share covered (with its MC error); the same among
+    the runs printed >= 93%; and the share of runs printed "unknown"."""
     from grpo_mse.analysis import advisor
 
     found = [(advisor.simulated_coverage(row[0], cell["T"], table), row[1:]) for row in cell["per_run"]]
     known = [(f, hits) for f, hits in found if f["status"] == "calibrated"]
     out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": 1 - len(known) / cell["runs"]}
     for i, name in enumerate(CALIBRATED):
-        printed = [f["coverage"][name]["low"] for f, _ in known]
+        printed = [f["coverage"][name]["coverage"] for f, _ in known]
         hits = [h[i] for _, h in known]
         high = [h for p, h in zip(printed, hits) if p >= 0.93]
         out[name] = {
@@ -212,6 +237,25 @@ def check(cell: dict, table: str) -> dict:
     return out
 
 
+def describe_check(found: dict) -> str:
+    """printed (mean over the calibrated runs) against actual per statistic, and the unknown share."""
+    parts = [f"unknown {found['unknown']:.2f}"]
+    for name in CALIBRATED:
+        s = found[name]
+        printed = "-" if s["printed_mean"] is None else f"{s['printed_mean']:.3f}"
+        parts.append(f"{name}: printed {printed} actual {s['actual']['coverage']:.3f}+-{s['actual']['mc_se']:.3f}")
+    return "  ".join(parts)
+
+
+def read_cells(paths: list[str]) -> list[dict]:
+    """The simulated cells (with ``per_run``) of earlier runs of this script."""
+    from grpo_mse.tables.outputs import read_json
+
+    cells = [cell for path in paths for cell in read_json(path, ("cells",), "simulated coverage")["cells"]]
+    cli.require(all("per_run" in c for c in cells), "--merge/--raw files must be simulated cells (with per_run)")
+    return cells
+
+
 def main(argv=None) -> None:
     parser = cli.ArgumentParser(description=__doc__)
     parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[48, 192, 500], help="prompts per run")
@@ -221,39 +265,45 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--n_boot", type=cli.integer(minimum=50), default=1000, help="bootstrap replicates")
     parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
-    parser.add_argument("--out", default=None, help="JSON file for the cells (default: print only)")
-    parser.add_argument("--check", default=None, help="calibration JSON to check against (instead of building one)")
+    parser.add_argument("--out", default=None, help="JSON file for the cells / table / check (default: print only)")
+    parser.add_argument("--merge", nargs="+", default=None, help="simulated cell files -> the calibration table")
+    parser.add_argument("--per_bin", type=cli.integer(minimum=50), default=300, help="--merge: runs per share bin")
+    parser.add_argument("--check", default=None, help="calibration table to check the simulated cells against")
+    parser.add_argument("--raw", nargs="+", default=None, help="--check: simulated cell files instead of simulating")
     args = parser.parse_args(argv)
     if args.out:
         cli.writable_file(args.out, "--out")
+    cli.require(not (args.merge and args.check), "give --merge or --check, not both")
+    cli.require(not args.raw or args.check, "--raw needs --check")
     if args.check:
         cli.require(os.path.isfile(args.check), f"--check {args.check}: no such file")
-    cells, checks = [], []
-    for i, scale in enumerate(args.tails):
-        for t in args.T:
-            cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t)
-            text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell["coverage"].items())
-            share = cell["largest_share_quantiles"]
-            print(
-                f"T={t} {scale.label()} runs={args.runs} share q10-q90 {share['0.1']:.3f}-{share['0.9']:.3f}: {text}",
-                flush=True,
-            )
-            cells.append(cell)
-            if args.check:
-                checks.append(check(cell, args.check))
-                print("  check: " + describe_check(checks[-1]), flush=True)
+    if args.merge:
+        cli.require(bool(args.out), "--merge needs --out")
+        table = share_bins(read_cells(args.merge), args.per_bin)
+        for c in table:
+            text = "  ".join(f"{n}={v['coverage']:.3f}+-{v['mc_se']:.3f}" for n, v in c["coverage"].items())
+            low, high = c["share_range"]
+            print(f"T={c['T']} share {low:.3f}-{high:.3f} runs={c['runs']}: {text}")
+        write_json(args.out, {"cells": table, "note": __doc__.split("\n\n")[1]})
+        return
+    cells, checks = (read_cells(args.raw) if args.raw else []), []
+    if not args.raw:
+        for i, scale in enumerate(args.tails):
+            for t in args.T:
+                cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t)
+                text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell["coverage"].items())
+                share = cell["largest_share_quantiles"]
+                print(
+                    f"T={t} {scale.label()} runs={args.runs} share q10-q90 {share['0.1']:.3f}-{share['0.9']:.3f}: "
+                    + text,
+                    flush=True,
+                )
+                cells.append(cell)
+    for cell in cells if args.check else []:
+        checks.append(check(cell, args.check))
+        print(f"check T={cell['T']} {cell['tail']}: " + describe_check(checks[-1]), flush=True)
     if args.out:
         write_json(args.out, {"cells": cells, "checks": checks, "note": __doc__.split("\n\n")[1]})
-
-
-def describe_check(found: dict) -> str:
-    """printed (mean of the lowest matching cell) against actual per statistic, and the unknown share."""
-    parts = [f"unknown {found['unknown']:.2f}"]
-    for name in CALIBRATED:
-        s = found[name]
-        printed = "-" if s["printed_mean"] is None else f"{s['printed_mean']:.3f}"
-        parts.append(f"{name}: printed {printed} actual {s['actual']['coverage']:.3f}+-{s['actual']['mc_se']:.3f}")
-    return "  ".join(parts)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ checked against finite differences and textbook formulas, their coverage on a li
 (scripts/coverage_heavy_tails.py, small: the full measurement is the table in docs/statistics.md), and the
 simulated coverage reported beside them."""
 
+import math
+
 import numpy as np
 import pytest
 from conftest import load_script
@@ -136,46 +138,46 @@ def test_advisor_intervals_cover_on_the_light_tailed_population():
 
 
 def test_simulated_coverage_needs_a_cell_at_this_T_and_share_never_the_nearest(tmp_path):
-    """A calibration cell applies when T is within a factor 1.25 of its own and the share within its 10-90% range;
-    over several, the lowest and highest coverage and the largest MC error; otherwise "unknown" (not the nearest
+    """The calibration table pools the simulated runs of every tail shape at a T and cuts them at their largest
+    share into equal-count bins (coverage per bin with its binomial MC error, and per tail); a bin applies when T
+    is within a factor 1.25 of its own and the share inside its range; otherwise "unknown" (not the nearest
     cell); the printout puts the coverage (or "unknown") beside each interval."""
     import json
 
-    def cell(t, tail, low, high, c1):
-        quantiles = {"0.1": low, "0.9": high}
-        rate = {"coverage": c1, "mc_se": 0.02}
-        return {
-            "T": t,
-            "tail": tail,
-            "runs": 300,
-            "largest_share_quantiles": quantiles,
-            "coverage": {"c1": rate, "c3": {**rate, "coverage": c1 + 0.01}, "K_star_exact": rate},
-        }
-
+    # 8 runs at T = 192: shares 0.1 .. 0.8, the four lowest (two tails) covered, the four highest not
+    raw = [
+        {"T": 192, "tail": tail, "per_run": [[share, int(share < 0.45), 1, 0] for share in shares]}
+        for tail, shares in (("a", (0.1, 0.3, 0.5, 0.7)), ("b", (0.2, 0.4, 0.6, 0.8)))
+    ]
+    table = coverage_heavy_tails.share_bins(raw, per_bin=3)  # 8 // 3 = 2 bins of 4 runs
+    assert [c["share_range"] for c in table] == [[0.1, 0.5], [0.5, 0.8]] and [c["runs"] for c in table] == [4, 4]
+    low = table[0]["coverage"]
+    assert low["c1"]["coverage"] == 1.0 and table[1]["coverage"]["c1"]["coverage"] == 0.0
+    assert low["K_star_exact"]["coverage"] == 0.0 and low["c3"]["mc_se"] == 0.0
+    assert low["c1"]["by_tail"]["a"] == {"coverage": 1.0, "mc_se": 0.0}
+    mixed = coverage_heavy_tails.share_bins(raw, per_bin=8)[0]["coverage"]["c1"]  # one bin: 4 of 8
+    assert mixed["coverage"] == 0.5 and mixed["mc_se"] == pytest.approx(math.sqrt(0.25 / 8))
     path = tmp_path / "table.json"
-    cells = [cell(192, "lognormal:1", 0.1, 0.3, 0.85), cell(192, "pareto:3", 0.2, 0.5, 0.82)]
-    cells.append(cell(48, "x", 0.2, 0.6, 0.8))
-    path.write_text(json.dumps({"cells": cells}))
-    one = advisor.simulated_coverage(0.15, 192, str(path))
-    assert one["status"] == "calibrated" and one["coverage"]["c1"] == {"low": 0.85, "high": 0.85, "mc_se": 0.02}
-    both = advisor.simulated_coverage(0.25, 230, str(path))  # 230 / 192 < 1.25
-    assert both["coverage"]["c3"]["low"] == pytest.approx(0.83)
-    assert both["coverage"]["c3"]["high"] == pytest.approx(0.86)
-    assert [c["tail"] for c in both["cells"]] == ["lognormal:1", "pareto:3"]
-    for share, t in ((0.6, 192), (0.25, 96), (0.25, 250), (float("nan"), 192), (None, 48)):
+    path.write_text(json.dumps({"cells": table}))
+    found = advisor.simulated_coverage(0.2, 230, str(path))  # 230 / 192 < 1.25
+    assert found["status"] == "calibrated" and found["coverage"]["c1"]["coverage"] == 1.0
+    assert found["cell"] == {"T": 192, "share_range": [0.1, 0.5], "runs": 4, "tails": ["a", "b"]}
+    assert advisor.simulated_coverage(0.75, 192, str(path))["coverage"]["c1"]["coverage"] == 0.0
+    for share, t in ((0.9, 192), (0.05, 192), (0.3, 96), (0.3, 250), (float("nan"), 192), (None, 192)):
         assert advisor.simulated_coverage(share, t, str(path))["status"] == "unknown", (share, t)
-    assert advisor.simulated_coverage(0.3, 48, str(tmp_path / "missing.json"))["status"] == "unknown"
+    assert advisor.simulated_coverage(0.3, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
     assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
         "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
         "allowed_K": [2, 4],
         "budget": 64,
-        "simulated_coverage": both,
+        "simulated_coverage": advisor.simulated_coverage(0.6, 192, str(path)),
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
-    assert "3 [2.5, 4] (simulated coverage 82-85% +-2%)" in text
-    assert "pareto:3 at T=192 (300 runs)" in text and "c2=2 [-, -] c3" in text
+    assert "c1=1 [0.5, 2] (simulated coverage 0% +-0%) c2=2 [-, -] c3" in text
+    assert "c3=4 [2, 8] (simulated coverage 100% +-0%)" in text and "3 [2.5, 4] (simulated coverage 0%" in text
+    assert "shares 0.5-0.8 (4 runs of a, b tails" in text
     text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(0.25, 96, str(path))})
     assert "(coverage unknown)" in text and "no calibration cell at T = 96" in text and "simulated coverage" not in text

@@ -340,15 +340,14 @@ def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarra
 CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
 CALIBRATED = ("c1", "c3", "K_star_exact")  # the intervals whose coverage the calibration table gives
 T_TOLERANCE = 1.25  # a calibration cell applies to runs with T within this factor of its own
-SHARE_RANGE = ("0.1", "0.9")  # ... and a largest-prompt share within these quantiles of its runs' shares
 
 
 def simulated_coverage(share: float, n_prompts: int, path: str = CALIBRATION) -> dict:
-    """The simulated coverage of the c1, c3 and K* intervals at this run's T and tail, from the calibration cells
-    (scripts/coverage_heavy_tails.py, committed as ``path``) that apply: T within a factor T_TOLERANCE of the
-    cell's and the largest prompt's share of c2 within the cell's 10-90% share range. Per statistic the lowest and
-    highest coverage over those cells and the largest Monte Carlo standard error. ``status`` "unknown" (with a
-    ``reason``) when no cell applies or the share is undefined: never the nearest cell."""
+    """The simulated coverage of the c1, c3 and K* intervals at this run's T and largest prompt's share of c2, from
+    the calibration table (scripts/coverage_heavy_tails.py --merge, committed as ``path``): the cell whose T is
+    within a factor T_TOLERANCE of this run's and whose share range holds this run's share (runs of several tail
+    shapes pooled; coverage with its Monte Carlo standard error, and per tail shape). ``status`` "unknown" (with
+    a ``reason``) when no cell applies or the share is undefined: never the nearest cell."""
     found = {"largest_prompt_share": None if share is None or not np.isfinite(share) else float(share), "T": n_prompts}
     if found["largest_prompt_share"] is None:
         return {**found, "status": "unknown", "reason": "the largest prompt's share of c2 is undefined"}
@@ -356,26 +355,23 @@ def simulated_coverage(share: float, n_prompts: int, path: str = CALIBRATION) ->
         return {**found, "status": "unknown", "reason": f"no calibration table at {path}"}
     with open(path, encoding="utf-8") as handle:
         cells = json.load(handle).get("cells") or []
-    near = [c for c in cells if abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
+    near = [c for c in cells if "share_range" in c and abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
     if not near:
         return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts}"}
-    low, high = SHARE_RANGE
-    inside = [c for c in near if c["largest_share_quantiles"][low] <= share <= c["largest_share_quantiles"][high]]
+    inside = [c for c in near if c["share_range"][0] <= share <= c["share_range"][1]]
     if not inside:
         return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts} has share {share:.3f}"}
-    coverage = {
-        name: {
-            "low": min(c["coverage"][name]["coverage"] for c in inside),
-            "high": max(c["coverage"][name]["coverage"] for c in inside),
-            "mc_se": max(c["coverage"][name]["mc_se"] for c in inside),
-        }
-        for name in CALIBRATED
-    }
+    cell = inside[0]
     return {
         **found,
         "status": "calibrated",
-        "cells": [{key: c[key] for key in ("T", "tail", "runs")} for c in inside],
-        "coverage": coverage,
+        "cell": {
+            "T": cell["T"],
+            "share_range": cell["share_range"],
+            "runs": cell["runs"],
+            "tails": sorted(cell["coverage"][CALIBRATED[0]].get("by_tail", {})),
+        },
+        "coverage": {name: cell["coverage"][name] for name in CALIBRATED},
         "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
     }
 
@@ -530,28 +526,31 @@ def rounded(value, digits: int = 3) -> str:
 
 
 def coverage_text(calibration: dict | None, name: str) -> str:
-    """ " (simulated coverage 85% +-2%)", " (simulated coverage 81-87% +-2%)" over the matching calibration cells,
-    or " (coverage unknown)" when no cell applies; "" for c2 (not calibrated) and advice saved without one."""
+    """ " (simulated coverage 86% +-1%)" from the calibration cell that applies, or " (coverage unknown)";
+    "" for c2 (not calibrated) and advice saved without a calibration."""
     name = "K_star_exact" if name == "K_star_paper" else name  # sqrt(c3/c1) = K*_exact - 1: the same interval
     if not calibration or name not in CALIBRATED:
         return ""
     if calibration.get("status") != "calibrated" or name not in calibration.get("coverage", {}):
         return " (coverage unknown)"
     c = calibration["coverage"][name]
-    span = f"{c['low']:.0%}" if round(c["low"], 2) == round(c["high"], 2) else f"{100 * c['low']:.0f}-{c['high']:.0%}"
-    return f" (simulated coverage {span} +-{c['mc_se']:.0%})"
+    return f" (simulated coverage {c['coverage']:.0%} +-{c['mc_se']:.0%})"
 
 
 def calibration_line(calibration: dict | None) -> str:
-    """Which calibration cells the coverage comes from, or why it is unknown."""
+    """Which calibration cell the coverage comes from, or why it is unknown."""
     if not calibration:
         return ""
     share = calibration.get("largest_prompt_share")
     text = f"\n  T = {calibration.get('T')}, largest prompt's share of c2 {rounded(share)}: "
     if calibration.get("status") != "calibrated":
         return text + f"coverage unknown ({calibration.get('reason', 'no calibration cell applies')})"
-    cells = ", ".join(f"{c['tail']} at T={c['T']} ({c['runs']} runs)" for c in calibration["cells"])
-    return text + f"coverage simulated in {cells} (scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
+    cell = calibration["cell"]
+    low, high = cell["share_range"]
+    return text + (
+        f"coverage simulated at T={cell['T']}, shares {rounded(low)}-{rounded(high)} ({cell['runs']} runs of "
+        f"{', '.join(cell['tails'])} tails; scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
+    )
 
 
 def describe(advice: dict) -> str:
