@@ -14,8 +14,8 @@ does not change ranks); the check is Spearman's rank correlation between it and 
 
 Across settings (``compare``): does the sweep's best K move the way the advisor's K* moves? Per pair of settings,
 the direction of K* (up, down, same) against the direction of the best K, with the share of 2000 bootstrap
-replicates (seeds resampled within each K of each setting) in which the best K moves the advisor's way, the
-opposite way, or not at all.
+replicates (seeds resampled within each K of each setting, independently per setting) in which the best K moves
+the advisor's way, the opposite way, or not at all.
 """
 
 from __future__ import annotations
@@ -563,7 +563,7 @@ def main(argv=None) -> None:
             frame = read_training(csv, args.metric)
             summary = setting_summary(name, frame, pred, started_at, args.metric)
             runs = run_metric(frame, args.metric)
-            draws.append(best_k_draws(runs))
+            draws.append(best_k_draws(runs, seed=len(draws)))  # independent resampling per setting
             summary["sweep"]["best_K_bootstrap"] = best_k_shares(draws[-1])
             plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), runs)
             settings.append(summary)
