@@ -7,13 +7,15 @@ lognormal:sigma (s = exp(sigma Z)), pareto:alpha (s = U^(-1/alpha) >= 1; alpha >
 Truth: c3 = E[s^2] mean_t c3_t, c1 = E[s^2] mean_t ||g_t||^2 - E[s]^2 ||mean_t g_t||^2, K* = 1 + sqrt(c3/c1).
 Each simulated run samples M groups of K per prompt, forms the per-prompt traces and c1 batches as run_tracecov
 records them, and calls advisor.advise; an interval covers when it holds the truth. One cell per (tail, T):
-coverage with its binomial Monte Carlo standard error, and quantiles of the run's largest-prompt share of c2
-(advisor.tail_share, the statistic the advisor matches on).
+coverage with its binomial Monte Carlo standard error, and quantiles of the run's Hill tail index of the
+per-prompt c2 (advisor.tail_index, the statistic the advisor matches on) and largest-prompt share. --merge pools
+the cells of one T and cuts them at the tail index into bins of >= 300 runs: the advisor's calibration table.
 
-  python scripts/coverage_heavy_tails.py --tails lognormal:0.5 lognormal:1 pareto:3 --T 48 192 500 --runs 300 \
-      --out outputs/coverage_calibration.json
+  python scripts/coverage_heavy_tails.py --tails lognormal:0 lognormal:0.5 lognormal:1 pareto:3 --T 48 192 500 \
+      --runs 300 --out outputs/cells.json                                      # simulate (per_run kept)
+  python scripts/coverage_heavy_tails.py --merge outputs/cells.json --out outputs/coverage_calibration.json
   python scripts/coverage_heavy_tails.py --tails gamma:0.5 --T 48 192 500 --runs 300 \
-      --check grpo_mse/analysis/coverage_calibration.json --out outputs/coverage_check.json  # another generator
+      --check outputs/coverage_calibration.json --out outputs/check.json       # another generator
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from grpo_mse.tables.outputs import write_json
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = ("naive", "grpo", "oracleV")
 CALIBRATED = ("c1", "c3", "K_star_exact")
-SHARE_QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 
 
 class Tail(NamedTuple):
@@ -150,7 +152,7 @@ def covers(interval, value: float) -> bool:
 
 
 def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int):
-    """(truth, [(largest-prompt share, advice)] per run) for one cell."""
+    """(truth, [advice] per run) for one cell."""
     from grpo_mse.analysis import advisor
 
     rng = np.random.default_rng(seed)
@@ -158,9 +160,7 @@ def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: in
     out = []
     for _ in range(runs):
         records, batches = simulated_records(rng, types, n_prompts, scale)
-        advice = advisor.advise(records, batches, n_boot=n_boot, seed=int(rng.integers(1 << 30)), budget=64)
-        columns = [np.array([r["K"] * r["tr_cov"]["oracleV"] for r in records[k]]) for k in K_LIST]
-        out.append((advisor.tail_share(columns), advice))
+        out.append(advisor.advise(records, batches, n_boot=n_boot, seed=int(rng.integers(1 << 30)), budget=64))
     return truth(types, scale), out
 
 
@@ -171,38 +171,54 @@ def rate(hits: int, runs: int) -> dict:
 
 
 def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int) -> dict:
-    """One calibration cell: T, tail, runs, share quantiles, coverage (with MC error), truth, and per run
-    [largest-prompt share, covered c1, covered c3, covered K*] (``per_run``, for ``check``)."""
+    """One simulated cell: T, tail, runs, quantiles of the largest-prompt share and of the Hill tail index of c2
+    (the statistic the advisor matches on), coverage (with MC error), truth, and per run [share, tail index,
+    covered c1, covered c3, covered K*] (``per_run``, for ``index_bins`` and ``check``)."""
     true, results = simulated_runs(n_prompts, runs, scale, n_boot, seed)
-    shares = [share for share, _ in results]
-    per_run = [[share, *(int(covers(a["ci95"][name], true[name])) for name in CALIBRATED)] for share, a in results]
-    hits = np.sum([row[1:] for row in per_run], axis=0)
+    per_run = [
+        [
+            a["simulated_coverage"]["largest_prompt_share"],
+            a["simulated_coverage"]["tail_index"],
+            *(int(covers(a["ci95"][name], true[name])) for name in CALIBRATED),
+        ]
+        for a in results
+    ]
+    hits = np.sum([row[2:] for row in per_run], axis=0)
+
+    def quantiles(column):
+        values = np.array([row[column] for row in per_run if row[column] is not None], dtype=float)
+        return dict(zip(map(str, QUANTILES), np.quantile(values, QUANTILES).tolist()))
+
     return {
         "T": n_prompts,
         "tail": scale.label(),
         "runs": runs,
         "n_boot": n_boot,
-        "largest_share_quantiles": dict(zip(map(str, SHARE_QUANTILES), np.quantile(shares, SHARE_QUANTILES).tolist())),
+        "largest_share_quantiles": quantiles(0),
+        "tail_index_quantiles": quantiles(1),
         "coverage": {name: rate(int(h), runs) for name, h in zip(CALIBRATED, hits)},
         "truth": true,
         "per_run": per_run,
     }
 
 
-def share_bins(raw: list[dict], per_bin: int = 300) -> list[dict]:
+def index_bins(raw: list[dict], per_bin: int = 300) -> list[dict]:
     """The calibration table from simulated cells (``coverage`` with ``per_run``): per T, the runs of every tail
-    pooled and cut at their largest-prompt share into bins of ``per_bin`` runs or more (equal counts); per bin its
-    share range, the coverage of each interval with its binomial MC standard error, and the same per tail."""
+    pooled and cut at their Hill tail index of c2 into bins of ``per_bin`` runs or more (equal counts); per bin its
+    index range, the coverage of each interval with its binomial MC standard error, and the same per tail. Runs
+    with an undefined index are left out."""
     table = []
     for t in sorted({c["T"] for c in raw}):
-        rows = sorted((row[0], c["tail"], row[1:]) for c in raw if c["T"] == t for row in c["per_run"])
+        rows = sorted(
+            (row[1], c["tail"], row[2:]) for c in raw if c["T"] == t for row in c["per_run"] if row[1] is not None
+        )
         n_bins = max(1, len(rows) // per_bin)
         edges = [round(i * len(rows) / n_bins) for i in range(n_bins + 1)]
         for start, stop in zip(edges[:-1], edges[1:]):
             chunk = rows[start:stop]
             upper = rows[stop][0] if stop < len(rows) else chunk[-1][0]
             tails = sorted({tail for _, tail, _ in chunk})
-            cell = {"T": t, "share_range": [chunk[0][0], upper], "runs": len(chunk), "coverage": {}}
+            cell = {"T": t, "index_range": [chunk[0][0], upper], "runs": len(chunk), "coverage": {}}
             for i, name in enumerate(CALIBRATED):
                 hits = [h[i] for _, _, h in chunk]
                 by_tail = {
@@ -220,7 +236,7 @@ def check(cell: dict, table: str) -> dict:
     the runs printed >= 93%; and the share of runs printed "unknown"."""
     from grpo_mse.analysis import advisor
 
-    found = [(advisor.simulated_coverage(row[0], cell["T"], table), row[1:]) for row in cell["per_run"]]
+    found = [(advisor.simulated_coverage(row[1], cell["T"], table), row[2:]) for row in cell["per_run"]]
     known = [(f, hits) for f, hits in found if f["status"] == "calibrated"]
     out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": 1 - len(known) / cell["runs"]}
     for i, name in enumerate(CALIBRATED):
@@ -279,11 +295,11 @@ def main(argv=None) -> None:
         cli.require(os.path.isfile(args.check), f"--check {args.check}: no such file")
     if args.merge:
         cli.require(bool(args.out), "--merge needs --out")
-        table = share_bins(read_cells(args.merge), args.per_bin)
+        table = index_bins(read_cells(args.merge), args.per_bin)
         for c in table:
             text = "  ".join(f"{n}={v['coverage']:.3f}+-{v['mc_se']:.3f}" for n, v in c["coverage"].items())
-            low, high = c["share_range"]
-            print(f"T={c['T']} share {low:.3f}-{high:.3f} runs={c['runs']}: {text}")
+            low, high = c["index_range"]
+            print(f"T={c['T']} tail index {low:.3f}-{high:.3f} runs={c['runs']}: {text}")
         write_json(args.out, {"cells": table, "note": __doc__.split("\n\n")[1]})
         return
     cells, checks = (read_cells(args.raw) if args.raw else []), []
@@ -292,10 +308,10 @@ def main(argv=None) -> None:
             for t in args.T:
                 cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t)
                 text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell["coverage"].items())
-                share = cell["largest_share_quantiles"]
+                share, index = cell["largest_share_quantiles"], cell["tail_index_quantiles"]
                 print(
-                    f"T={t} {scale.label()} runs={args.runs} share q10-q90 {share['0.1']:.3f}-{share['0.9']:.3f}: "
-                    + text,
+                    f"T={t} {scale.label()} runs={args.runs} share q10-q90 {share['0.1']:.3f}-{share['0.9']:.3f} "
+                    f"tail index q10-q90 {index['0.1']:.2f}-{index['0.9']:.2f}: " + text,
                     flush=True,
                 )
                 cells.append(cell)

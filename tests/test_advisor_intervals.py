@@ -137,47 +137,59 @@ def test_advisor_intervals_cover_on_the_light_tailed_population():
         assert 0.90 <= row["coverage"][name]["coverage"] <= 0.99, (name, row["coverage"])
 
 
-def test_simulated_coverage_needs_a_cell_at_this_T_and_share_never_the_nearest(tmp_path):
-    """The calibration table pools the simulated runs of every tail shape at a T and cuts them at their largest
-    share into equal-count bins (coverage per bin with its binomial MC error, and per tail); a bin applies when T
-    is within a factor 1.25 of its own and the share inside its range; otherwise "unknown" (not the nearest
-    cell); the printout puts the coverage (or "unknown") beside each interval."""
+def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
+    """k / sum_{i <= k} log(x_(i) / x_(k+1)) on each prompt's mean c2 over K, k = max(5, T/10): by hand on a
+    constructed sample, near a for Pareto(a) samples, large for a light tail; nan with too few values."""
+    values = np.array([np.e**5, np.e**4, np.e**3, np.e**2, np.e, 1.0] + [0.5] * 44)  # T = 50: k = 5
+    assert advisor.tail_index([values]) == pytest.approx(5 / 15)
+    assert advisor.tail_index([values * 2, values * 4]) == pytest.approx(5 / 15)  # the mean over K: scale-free
+    pareto = (1 - np.random.default_rng(0).random(20000)) ** (-1 / 1.5)
+    assert advisor.tail_index([pareto]) == pytest.approx(1.5, rel=0.1)
+    assert advisor.tail_index([np.random.default_rng(1).uniform(1, 2, 500)]) > 5
+    assert np.isnan(advisor.tail_index([np.array([1.0, 2.0, np.nan, -1.0, 3.0])]))
+
+
+def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tmp_path):
+    """The calibration table pools the simulated runs of every tail shape at a T and cuts them at their tail index
+    into equal-count bins (coverage per bin with its binomial MC error, and per tail); a bin applies when T is
+    within a factor 1.25 of its own and the index inside its range; otherwise "unknown" (not the nearest cell);
+    the printout puts the coverage (or "unknown") beside each interval."""
     import json
 
-    # 8 runs at T = 192: shares 0.1 .. 0.8, the four lowest (two tails) covered, the four highest not
+    # 8 runs at T = 192: tail index 1 .. 8, the four heaviest (two tails) not covered for c1, the four lightest
     raw = [
-        {"T": 192, "tail": tail, "per_run": [[share, int(share < 0.45), 1, 0] for share in shares]}
-        for tail, shares in (("a", (0.1, 0.3, 0.5, 0.7)), ("b", (0.2, 0.4, 0.6, 0.8)))
+        {"T": 192, "tail": tail, "per_run": [[0.1, index, int(index > 4.5), 1, 0] for index in indices]}
+        for tail, indices in (("a", (1, 3, 5, 7)), ("b", (2, 4, 6, 8)))
     ]
-    table = coverage_heavy_tails.share_bins(raw, per_bin=3)  # 8 // 3 = 2 bins of 4 runs
-    assert [c["share_range"] for c in table] == [[0.1, 0.5], [0.5, 0.8]] and [c["runs"] for c in table] == [4, 4]
-    low = table[0]["coverage"]
-    assert low["c1"]["coverage"] == 1.0 and table[1]["coverage"]["c1"]["coverage"] == 0.0
-    assert low["K_star_exact"]["coverage"] == 0.0 and low["c3"]["mc_se"] == 0.0
-    assert low["c1"]["by_tail"]["a"] == {"coverage": 1.0, "mc_se": 0.0}
-    mixed = coverage_heavy_tails.share_bins(raw, per_bin=8)[0]["coverage"]["c1"]  # one bin: 4 of 8
+    table = coverage_heavy_tails.index_bins(raw, per_bin=3)  # 8 // 3 = 2 bins of 4 runs
+    assert [c["index_range"] for c in table] == [[1, 5], [5, 8]] and [c["runs"] for c in table] == [4, 4]
+    heavy = table[0]["coverage"]
+    assert heavy["c1"]["coverage"] == 0.0 and table[1]["coverage"]["c1"]["coverage"] == 1.0
+    assert heavy["c3"]["coverage"] == 1.0 and heavy["K_star_exact"]["coverage"] == 0.0 and heavy["c3"]["mc_se"] == 0.0
+    assert heavy["c1"]["by_tail"]["a"] == {"coverage": 0.0, "mc_se": 0.0}
+    mixed = coverage_heavy_tails.index_bins(raw, per_bin=8)[0]["coverage"]["c1"]  # one bin: 4 of 8
     assert mixed["coverage"] == 0.5 and mixed["mc_se"] == pytest.approx(math.sqrt(0.25 / 8))
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"cells": table}))
-    found = advisor.simulated_coverage(0.2, 230, str(path))  # 230 / 192 < 1.25
+    found = advisor.simulated_coverage(6.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
     assert found["status"] == "calibrated" and found["coverage"]["c1"]["coverage"] == 1.0
-    assert found["cell"] == {"T": 192, "share_range": [0.1, 0.5], "runs": 4, "tails": ["a", "b"]}
-    assert advisor.simulated_coverage(0.75, 192, str(path))["coverage"]["c1"]["coverage"] == 0.0
-    for share, t in ((0.9, 192), (0.05, 192), (0.3, 96), (0.3, 250), (float("nan"), 192), (None, 192)):
-        assert advisor.simulated_coverage(share, t, str(path))["status"] == "unknown", (share, t)
-    assert advisor.simulated_coverage(0.3, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
+    assert found["cell"] == {"T": 192, "index_range": [5, 8], "runs": 4, "tails": ["a", "b"]}
+    assert advisor.simulated_coverage(2.0, 192, str(path))["coverage"]["c1"]["coverage"] == 0.0
+    for index, t in ((9.0, 192), (0.5, 192), (3.0, 96), (3.0, 250), (float("nan"), 192), (None, 192)):
+        assert advisor.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
+    assert advisor.simulated_coverage(3.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
     assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
         "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
         "allowed_K": [2, 4],
         "budget": 64,
-        "simulated_coverage": advisor.simulated_coverage(0.6, 192, str(path)),
+        "simulated_coverage": advisor.simulated_coverage(2.0, 192, str(path), share=0.3),
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
-    assert "c1=1 [0.5, 2] (simulated coverage 0% +-0%) c2=2 [-, -] c3" in text
-    assert "c3=4 [2, 8] (simulated coverage 100% +-0%)" in text and "3 [2.5, 4] (simulated coverage 0%" in text
-    assert "shares 0.5-0.8 (4 runs of a, b tails" in text
-    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(0.25, 96, str(path))})
+    assert "c1=1 [0.5, 2] (simulated coverage 0% +-0%) c2=2 [-, -] c3=4 [2, 8] (simulated coverage 100% +-0%)" in text
+    assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail index 1-5 (4 runs of a, b tails" in text
+    assert "tail index of c2 2 (largest prompt's share 0.3)" in text
+    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(3.0, 96, str(path))})
     assert "(coverage unknown)" in text and "no calibration cell at T = 96" in text and "simulated coverage" not in text

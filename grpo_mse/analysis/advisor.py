@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 
 import numpy as np
 
@@ -342,38 +343,63 @@ CALIBRATED = ("c1", "c3", "K_star_exact")  # the intervals whose coverage the ca
 T_TOLERANCE = 1.25  # a calibration cell applies to runs with T within this factor of its own
 
 
-def simulated_coverage(share: float, n_prompts: int, path: str = CALIBRATION) -> dict:
-    """The simulated coverage of the c1, c3 and K* intervals at this run's T and largest prompt's share of c2, from
-    the calibration table (scripts/coverage_heavy_tails.py --merge, committed as ``path``): the cell whose T is
-    within a factor T_TOLERANCE of this run's and whose share range holds this run's share (runs of several tail
-    shapes pooled; coverage with its Monte Carlo standard error, and per tail shape). ``status`` "unknown" (with
-    a ``reason``) when no cell applies or the share is undefined: never the nearest cell."""
-    found = {"largest_prompt_share": None if share is None or not np.isfinite(share) else float(share), "T": n_prompts}
-    if found["largest_prompt_share"] is None:
-        return {**found, "status": "unknown", "reason": "the largest prompt's share of c2 is undefined"}
+def simulated_coverage(index: float, n_prompts: int, path: str = CALIBRATION, share: float | None = None) -> dict:
+    """The simulated coverage of the c1, c3 and K* intervals at this run's T and tail shape, from the calibration
+    table (scripts/coverage_heavy_tails.py --merge, committed as ``path``): the cell whose T is within a factor
+    T_TOLERANCE of this run's and whose range of the Hill tail index (``tail_index``) holds this run's ``index``
+    (runs of several tail shapes pooled; coverage with its Monte Carlo standard error, and per tail shape).
+    ``status`` "unknown" (with a ``reason``) when no cell applies or the index is undefined: never the nearest
+    cell. ``share`` (the largest prompt's share of c2) is recorded for the printout."""
+    found = {
+        "tail_index": None if index is None or not np.isfinite(index) else float(index),
+        "largest_prompt_share": None if share is None or not np.isfinite(share) else float(share),
+        "T": n_prompts,
+    }
+    if found["tail_index"] is None:
+        return {**found, "status": "unknown", "reason": "the tail index of the per-prompt c2 is undefined"}
     if not os.path.exists(path):
         return {**found, "status": "unknown", "reason": f"no calibration table at {path}"}
     with open(path, encoding="utf-8") as handle:
         cells = json.load(handle).get("cells") or []
-    near = [c for c in cells if "share_range" in c and abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
+    near = [c for c in cells if "index_range" in c and abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
     if not near:
         return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts}"}
-    inside = [c for c in near if c["share_range"][0] <= share <= c["share_range"][1]]
+    inside = [c for c in near if c["index_range"][0] <= index <= c["index_range"][1]]
     if not inside:
-        return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts} has share {share:.3f}"}
+        return {
+            **found,
+            "status": "unknown",
+            "reason": f"no calibration cell at T = {n_prompts} has tail index {index:.3g}",
+        }
     cell = inside[0]
     return {
         **found,
         "status": "calibrated",
         "cell": {
             "T": cell["T"],
-            "share_range": cell["share_range"],
+            "index_range": cell["index_range"],
             "runs": cell["runs"],
             "tails": sorted(cell["coverage"][CALIBRATED[0]].get("by_tail", {})),
         },
         "coverage": {name: cell["coverage"][name] for name in CALIBRATED},
         "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
     }
+
+
+def tail_index(columns: list[np.ndarray], fraction: float = 0.1, smallest: int = 5) -> float:
+    """Hill estimate of the right tail's index of the per-prompt c2 (each prompt's mean over K): with x_(1) >= ...
+    the positive values and k = max(smallest, fraction T), k / sum_{i <= k} log(x_(i) / x_(k+1)); small = heavy
+    (a Pareto tail of index a gives about a). nan with fewer than k + 1 positive values."""
+    stacked = np.stack([np.asarray(c, dtype=np.float64) for c in columns]) if columns else np.empty((0, 0))
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a prompt with no value at any K: nan, dropped
+        values = np.nanmean(stacked, axis=0) if stacked.size else stacked
+    values = np.sort(values[np.isfinite(values) & (values > 0)])[::-1]
+    k = max(smallest, int(fraction * len(values)))
+    if len(values) <= k:
+        return math.nan
+    logs = np.log(values[:k] / values[k]).sum()
+    return float(k / logs) if logs > 0 else math.inf
 
 
 def tail_share(columns: list[np.ndarray]) -> float:
@@ -484,7 +510,9 @@ def advise(
             "pooled": {name: s["estimate"] for name, s in summaries.items()},
             "ci95": {name: s["ci95"] for name, s in summaries.items()},
             "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
-            "simulated_coverage": simulated_coverage(tail_share(columns["c2"]), len(prompts)),
+            "simulated_coverage": simulated_coverage(
+                tail_index(columns["c2"]), len(prompts), share=tail_share(columns["c2"])
+            ),
             "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
             "budget": budget,
             "allowed_K": allowed_k,
@@ -506,7 +534,7 @@ def advise(
                 "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
                 "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
-                "than 95%: simulated_coverage gives the coverage simulated at this run's T and largest-prompt share "
+                "than 95%: simulated_coverage gives the coverage simulated at this run's T and tail index of c2 "
                 "(the calibration cells that apply, with Monte Carlo error; status unknown when none applies). "
                 "Degenerate replicates (c1 or c3 <= 0) are counted "
                 '(K*: inf or 1). Numbers: "inf" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. '
@@ -541,14 +569,16 @@ def calibration_line(calibration: dict | None) -> str:
     """Which calibration cell the coverage comes from, or why it is unknown."""
     if not calibration:
         return ""
-    share = calibration.get("largest_prompt_share")
-    text = f"\n  T = {calibration.get('T')}, largest prompt's share of c2 {rounded(share)}: "
+    text = (
+        f"\n  T = {calibration.get('T')}, tail index of c2 {rounded(calibration.get('tail_index'))} (largest "
+        f"prompt's share {rounded(calibration.get('largest_prompt_share'))}): "
+    )
     if calibration.get("status") != "calibrated":
         return text + f"coverage unknown ({calibration.get('reason', 'no calibration cell applies')})"
     cell = calibration["cell"]
-    low, high = cell["share_range"]
+    low, high = cell["index_range"]
     return text + (
-        f"coverage simulated at T={cell['T']}, shares {rounded(low)}-{rounded(high)} ({cell['runs']} runs of "
+        f"coverage simulated at T={cell['T']}, tail index {rounded(low)}-{rounded(high)} ({cell['runs']} runs of "
         f"{', '.join(cell['tails'])} tails; scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
     )
 
