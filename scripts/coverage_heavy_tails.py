@@ -8,8 +8,8 @@ Truth: c3 = E[s^2] mean_t c3_t, c1 = E[s^2] mean_t ||g_t||^2 - E[s]^2 ||mean_t g
 Each simulated run samples M groups of K per prompt, forms the per-prompt traces and c1 batches as run_tracecov
 records them, and calls advisor.advise; an interval covers when it holds the truth. One cell per (tail, T):
 coverage with its binomial Monte Carlo standard error, and quantiles of the run's Hill tail index of the
-per-prompt c2 (advisor.tail_index, the statistic the advisor matches on) and largest-prompt share. --merge pools
-the cells of one T and cuts them at the tail index into bins of >= 300 runs: the advisor's calibration table.
+per-prompt c2 (advisor.tail_index) and largest-prompt share. --merge writes the advisor's calibration table: per
+(tail, T) the coverage and the 5-95% range of the tail index, where the advisor applies that cell.
 
   python scripts/coverage_heavy_tails.py --tails lognormal:0 lognormal:0.5 lognormal:1 pareto:3 --T 48 192 500 \
       --runs 300 --out outputs/cells.json                                      # simulate (per_run kept)
@@ -173,7 +173,7 @@ def rate(hits: int, runs: int) -> dict:
 def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int) -> dict:
     """One simulated cell: T, tail, runs, quantiles of the largest-prompt share and of the Hill tail index of c2
     (the statistic the advisor matches on), coverage (with MC error), truth, and per run [share, tail index,
-    covered c1, covered c3, covered K*] (``per_run``, for ``index_bins`` and ``check``)."""
+    covered c1, covered c3, covered K*] (``per_run``, for ``calibration_cells`` and ``check``)."""
     true, results = simulated_runs(n_prompts, runs, scale, n_boot, seed)
     per_run = [
         [
@@ -202,64 +202,71 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int) -> 
     }
 
 
-def index_bins(raw: list[dict], per_bin: int = 300) -> list[dict]:
-    """The calibration table from simulated cells (``coverage`` with ``per_run``): per T, the runs of every tail
-    pooled and cut at their Hill tail index of c2 into bins of ``per_bin`` runs or more (equal counts); per bin its
-    index range, the coverage of each interval with its binomial MC standard error, and the same per tail. Runs
-    with an undefined index are left out."""
+def calibration_cells(raw: list[dict]) -> list[dict]:
+    """The calibration table from simulated cells (``coverage`` with ``per_run``; cells of one tail and T pooled):
+    per (tail, T) the runs, the 5-95% range of their Hill tail index of c2 (where the advisor applies the cell),
+    and the coverage of each interval with its binomial MC standard error."""
     table = []
-    for t in sorted({c["T"] for c in raw}):
-        rows = sorted(
-            (row[1], c["tail"], row[2:]) for c in raw if c["T"] == t for row in c["per_run"] if row[1] is not None
+    for tail_label, t in sorted({(c["tail"], c["T"]) for c in raw}, key=lambda key: (key[1], key[0])):
+        rows = [row for c in raw if (c["tail"], c["T"]) == (tail_label, t) for row in c["per_run"]]
+        index = np.array([row[1] for row in rows if row[1] is not None], dtype=float)
+        table.append(
+            {
+                "T": t,
+                "tail": tail_label,
+                "runs": len(rows),
+                "index_range": np.quantile(index, [0.05, 0.95]).tolist(),
+                "coverage": {
+                    name: rate(sum(row[2 + i] for row in rows), len(rows)) for i, name in enumerate(CALIBRATED)
+                },
+            }
         )
-        n_bins = max(1, len(rows) // per_bin)
-        edges = [round(i * len(rows) / n_bins) for i in range(n_bins + 1)]
-        for start, stop in zip(edges[:-1], edges[1:]):
-            chunk = rows[start:stop]
-            upper = rows[stop][0] if stop < len(rows) else chunk[-1][0]
-            tails = sorted({tail for _, tail, _ in chunk})
-            cell = {"T": t, "index_range": [chunk[0][0], upper], "runs": len(chunk), "coverage": {}}
-            for i, name in enumerate(CALIBRATED):
-                hits = [h[i] for _, _, h in chunk]
-                by_tail = {
-                    tail: rate(sum(h[i] for _, x, h in chunk if x == tail), sum(1 for _, x, _ in chunk if x == tail))
-                    for tail in tails
-                }
-                cell["coverage"][name] = {**rate(sum(hits), len(hits)), "by_tail": by_tail}
-            table.append(cell)
     return table
 
 
 def check(cell: dict, table: str) -> dict:
     """Printed against actual for a ``coverage`` cell from another generator: per statistic, among the runs the
-    table calibrates, the mean printed coverage and the actual share covered (with its MC error); the same among
-    the runs printed >= 93%; and the share of runs printed "unknown"."""
+    table calibrates, the mean printed range (lowest and highest matching cell), the actual share covered (with
+    its MC error) and whether it lies in the mean printed range widened by 2 MC errors; the actual share among
+    the runs whose printed lowest coverage is >= 93%; and the share of runs printed "unknown"."""
     from grpo_mse.analysis import advisor
 
     found = [(advisor.simulated_coverage(row[1], cell["T"], table), row[2:]) for row in cell["per_run"]]
     known = [(f, hits) for f, hits in found if f["status"] == "calibrated"]
     out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": 1 - len(known) / cell["runs"]}
     for i, name in enumerate(CALIBRATED):
-        printed = [f["coverage"][name]["coverage"] for f, _ in known]
+        low = [f["coverage"][name]["low"] for f, _ in known]
+        high = [f["coverage"][name]["high"] for f, _ in known]
+        se = max([f["coverage"][name]["mc_se"] for f, _ in known], default=0.0)
         hits = [h[i] for _, h in known]
-        high = [h for p, h in zip(printed, hits) if p >= 0.93]
+        sure = [h for p, h in zip(low, hits) if p >= 0.93]
+        actual = rate(sum(hits), len(hits)) if hits else None
+        printed = [float(np.mean(low)), float(np.mean(high))] if low else None
+        margin = 2 * math.hypot(se, actual["mc_se"]) if actual else 0.0
         out[name] = {
-            "printed_mean": float(np.mean(printed)) if printed else None,
-            "actual": rate(sum(hits), len(hits)),
-            "runs_printed_93_or_more": len(high),
-            "actual_where_printed_93_or_more": rate(sum(high), len(high)) if high else None,
+            "printed_mean": printed,
+            "actual": actual,
+            "actual_in_printed": bool(printed and printed[0] - margin <= actual["coverage"] <= printed[1] + margin),
+            "runs_printed_93_or_more": len(sure),
+            "actual_where_printed_93_or_more": rate(sum(sure), len(sure)) if sure else None,
             "actual_all_runs": cell["coverage"][name],
         }
     return out
 
 
 def describe_check(found: dict) -> str:
-    """printed (mean over the calibrated runs) against actual per statistic, and the unknown share."""
+    """printed range (mean over the calibrated runs) against actual per statistic, and the unknown share."""
     parts = [f"unknown {found['unknown']:.2f}"]
     for name in CALIBRATED:
         s = found[name]
-        printed = "-" if s["printed_mean"] is None else f"{s['printed_mean']:.3f}"
-        parts.append(f"{name}: printed {printed} actual {s['actual']['coverage']:.3f}+-{s['actual']['mc_se']:.3f}")
+        if s["printed_mean"] is None:
+            parts.append(f"{name}: nothing printed")
+            continue
+        low, high = s["printed_mean"]
+        parts.append(
+            f"{name}: printed {low:.3f}-{high:.3f} actual {s['actual']['coverage']:.3f}+-{s['actual']['mc_se']:.3f}"
+            + ("" if s["actual_in_printed"] else " (outside)")
+        )
     return "  ".join(parts)
 
 
@@ -283,7 +290,6 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
     parser.add_argument("--out", default=None, help="JSON file for the cells / table / check (default: print only)")
     parser.add_argument("--merge", nargs="+", default=None, help="simulated cell files -> the calibration table")
-    parser.add_argument("--per_bin", type=cli.integer(minimum=50), default=300, help="--merge: runs per share bin")
     parser.add_argument("--check", default=None, help="calibration table to check the simulated cells against")
     parser.add_argument("--raw", nargs="+", default=None, help="--check: simulated cell files instead of simulating")
     args = parser.parse_args(argv)
@@ -295,11 +301,11 @@ def main(argv=None) -> None:
         cli.require(os.path.isfile(args.check), f"--check {args.check}: no such file")
     if args.merge:
         cli.require(bool(args.out), "--merge needs --out")
-        table = index_bins(read_cells(args.merge), args.per_bin)
+        table = calibration_cells(read_cells(args.merge))
         for c in table:
             text = "  ".join(f"{n}={v['coverage']:.3f}+-{v['mc_se']:.3f}" for n, v in c["coverage"].items())
             low, high = c["index_range"]
-            print(f"T={c['T']} tail index {low:.3f}-{high:.3f} runs={c['runs']}: {text}")
+            print(f"T={c['T']} {c['tail']} tail index {low:.2f}-{high:.2f} runs={c['runs']}: {text}")
         write_json(args.out, {"cells": table, "note": __doc__.split("\n\n")[1]})
         return
     cells, checks = (read_cells(args.raw) if args.raw else []), []

@@ -150,46 +150,62 @@ def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
 
 
 def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tmp_path):
-    """The calibration table pools the simulated runs of every tail shape at a T and cuts them at their tail index
-    into equal-count bins (coverage per bin with its binomial MC error, and per tail); a bin applies when T is
-    within a factor 1.25 of its own and the index inside its range; otherwise "unknown" (not the nearest cell);
+    """The calibration table has one cell per simulated (tail, T): its coverage with the binomial MC error and the
+    5-95% range of its runs' tail index. A cell applies when T is within a factor 1.25 of its own and the index
+    inside its range; over several, the lowest and highest coverage; otherwise "unknown" (not the nearest cell);
     the printout puts the coverage (or "unknown") beside each interval."""
     import json
 
-    # 8 runs at T = 192: tail index 1 .. 8, the four heaviest (two tails) not covered for c1, the four lightest
+    def runs(index, hits_c1, n=20):  # n runs with tail indices spread around ``index``, hits_c1 of them covering c1
+        return [[0.1, index * (0.8 + 0.4 * i / (n - 1)), int(i < hits_c1), 1, 0] for i in range(n)]
+
     raw = [
-        {"T": 192, "tail": tail, "per_run": [[0.1, index, int(index > 4.5), 1, 0] for index in indices]}
-        for tail, indices in (("a", (1, 3, 5, 7)), ("b", (2, 4, 6, 8)))
+        {"T": 192, "tail": "light", "per_run": runs(4.0, 19)},
+        {"T": 192, "tail": "heavy", "per_run": runs(1.0, 10)},
+        {"T": 192, "tail": "heavy", "per_run": runs(1.0, 14)},  # a second batch of the same cell: pooled
+        {"T": 48, "tail": "heavy", "per_run": runs(1.0, 12)},
     ]
-    table = coverage_heavy_tails.index_bins(raw, per_bin=3)  # 8 // 3 = 2 bins of 4 runs
-    assert [c["index_range"] for c in table] == [[1, 5], [5, 8]] and [c["runs"] for c in table] == [4, 4]
-    heavy = table[0]["coverage"]
-    assert heavy["c1"]["coverage"] == 0.0 and table[1]["coverage"]["c1"]["coverage"] == 1.0
-    assert heavy["c3"]["coverage"] == 1.0 and heavy["K_star_exact"]["coverage"] == 0.0 and heavy["c3"]["mc_se"] == 0.0
-    assert heavy["c1"]["by_tail"]["a"] == {"coverage": 0.0, "mc_se": 0.0}
-    mixed = coverage_heavy_tails.index_bins(raw, per_bin=8)[0]["coverage"]["c1"]  # one bin: 4 of 8
-    assert mixed["coverage"] == 0.5 and mixed["mc_se"] == pytest.approx(math.sqrt(0.25 / 8))
+    table = coverage_heavy_tails.calibration_cells(raw)
+    assert [(c["T"], c["tail"], c["runs"]) for c in table] == [
+        (48, "heavy", 20),
+        (192, "heavy", 40),
+        (192, "light", 20),
+    ]
+    heavy = table[1]
+    assert heavy["coverage"]["c1"] == {"coverage": 0.6, "mc_se": pytest.approx(math.sqrt(0.24 / 40))}
+    assert heavy["coverage"]["c3"]["coverage"] == 1.0 and heavy["coverage"]["K_star_exact"]["coverage"] == 0.0
+    assert heavy["index_range"] == pytest.approx(
+        np.quantile([1.0 * (0.8 + 0.4 * i / 19) for i in range(20)] * 2, [0.05, 0.95])
+    )
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"cells": table}))
-    found = advisor.simulated_coverage(6.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
-    assert found["status"] == "calibrated" and found["coverage"]["c1"]["coverage"] == 1.0
-    assert found["cell"] == {"T": 192, "index_range": [5, 8], "runs": 4, "tails": ["a", "b"]}
-    assert advisor.simulated_coverage(2.0, 192, str(path))["coverage"]["c1"]["coverage"] == 0.0
-    for index, t in ((9.0, 192), (0.5, 192), (3.0, 96), (3.0, 250), (float("nan"), 192), (None, 192)):
+    found = advisor.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
+    assert found["status"] == "calibrated" and found["coverage"]["c1"]["low"] == 0.95
+    assert found["cells"] == [{"T": 192, "tail": "light", "runs": 20}]
+    assert advisor.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
+        "low": 0.6,
+        "high": 0.6,
+        "mc_se": pytest.approx(math.sqrt(0.24 / 40)),
+    }
+    for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 96), (1.0, 250), (float("nan"), 192), (None, 192)):
         assert advisor.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
-    assert advisor.simulated_coverage(3.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
+    assert advisor.simulated_coverage(1.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
+    both = [{**c, "index_range": [0.5, 5.0]} for c in table]  # two tails fit: their lowest and highest coverage
+    path.write_text(json.dumps({"cells": both}))
+    found = advisor.simulated_coverage(1.0, 192, str(path), share=0.3)
+    assert found["coverage"]["c1"]["low"] == 0.6 and found["coverage"]["c1"]["high"] == 0.95
     assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
         "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
         "allowed_K": [2, 4],
         "budget": 64,
-        "simulated_coverage": advisor.simulated_coverage(2.0, 192, str(path), share=0.3),
+        "simulated_coverage": found,
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
-    assert "c1=1 [0.5, 2] (simulated coverage 0% +-0%) c2=2 [-, -] c3=4 [2, 8] (simulated coverage 100% +-0%)" in text
-    assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail index 1-5 (4 runs of a, b tails" in text
-    assert "tail index of c2 2 (largest prompt's share 0.3)" in text
+    assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-8%) c2=2 [-, -] c3=4 [2, 8] (simulated coverage 100%" in text
+    assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail shapes that fit (heavy, light;" in text
+    assert "tail index of c2 1 (largest prompt's share 0.3)" in text
     text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(3.0, 96, str(path))})
     assert "(coverage unknown)" in text and "no calibration cell at T = 96" in text and "simulated coverage" not in text

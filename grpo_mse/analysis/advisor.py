@@ -344,12 +344,13 @@ T_TOLERANCE = 1.25  # a calibration cell applies to runs with T within this fact
 
 
 def simulated_coverage(index: float, n_prompts: int, path: str = CALIBRATION, share: float | None = None) -> dict:
-    """The simulated coverage of the c1, c3 and K* intervals at this run's T and tail shape, from the calibration
-    table (scripts/coverage_heavy_tails.py --merge, committed as ``path``): the cell whose T is within a factor
-    T_TOLERANCE of this run's and whose range of the Hill tail index (``tail_index``) holds this run's ``index``
-    (runs of several tail shapes pooled; coverage with its Monte Carlo standard error, and per tail shape).
-    ``status`` "unknown" (with a ``reason``) when no cell applies or the index is undefined: never the nearest
-    cell. ``share`` (the largest prompt's share of c2) is recorded for the printout."""
+    """The simulated coverage of the c1, c3 and K* intervals at this run's T and tail, from the calibration cells
+    (scripts/coverage_heavy_tails.py --merge, committed as ``path``; one per simulated tail shape and T) that apply:
+    T within a factor T_TOLERANCE of the cell's, and the Hill tail index of the per-prompt c2 (``tail_index``)
+    within the 5-95% range of the cell's runs. Per statistic the lowest and highest coverage over those cells (the
+    data cannot say which tail shape produced them) and the largest Monte Carlo standard error. ``status``
+    "unknown" (with a ``reason``) when no cell applies or the index is undefined: never the nearest cell.
+    ``share`` (the largest prompt's share of c2) is recorded for the printout."""
     found = {
         "tail_index": None if index is None or not np.isfinite(index) else float(index),
         "largest_prompt_share": None if share is None or not np.isfinite(share) else float(share),
@@ -369,19 +370,21 @@ def simulated_coverage(index: float, n_prompts: int, path: str = CALIBRATION, sh
         return {
             **found,
             "status": "unknown",
-            "reason": f"no calibration cell at T = {n_prompts} has tail index {index:.3g}",
+            "reason": f"no simulated tail at T = {n_prompts} has tail index {index:.3g}",
         }
-    cell = inside[0]
+    coverage = {
+        name: {
+            "low": min(c["coverage"][name]["coverage"] for c in inside),
+            "high": max(c["coverage"][name]["coverage"] for c in inside),
+            "mc_se": max(c["coverage"][name]["mc_se"] for c in inside),
+        }
+        for name in CALIBRATED
+    }
     return {
         **found,
         "status": "calibrated",
-        "cell": {
-            "T": cell["T"],
-            "index_range": cell["index_range"],
-            "runs": cell["runs"],
-            "tails": sorted(cell["coverage"][CALIBRATED[0]].get("by_tail", {})),
-        },
-        "coverage": {name: cell["coverage"][name] for name in CALIBRATED},
+        "cells": [{key: c[key] for key in ("T", "tail", "runs")} for c in inside],
+        "coverage": coverage,
         "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
     }
 
@@ -554,19 +557,22 @@ def rounded(value, digits: int = 3) -> str:
 
 
 def coverage_text(calibration: dict | None, name: str) -> str:
-    """ " (simulated coverage 86% +-1%)" from the calibration cell that applies, or " (coverage unknown)";
-    "" for c2 (not calibrated) and advice saved without a calibration."""
+    """ " (simulated coverage 86% +-2%)" or, over several tail shapes that fit this run, " (simulated coverage
+    79-93% +-2%)"; " (coverage unknown)" when no cell applies; "" for c2 (not calibrated) and advice saved
+    without a calibration."""
     name = "K_star_exact" if name == "K_star_paper" else name  # sqrt(c3/c1) = K*_exact - 1: the same interval
     if not calibration or name not in CALIBRATED:
         return ""
     if calibration.get("status") != "calibrated" or name not in calibration.get("coverage", {}):
         return " (coverage unknown)"
     c = calibration["coverage"][name]
-    return f" (simulated coverage {c['coverage']:.0%} +-{c['mc_se']:.0%})"
+    low, high = round(100 * c["low"]), round(100 * c["high"])
+    span = f"{low}%" if low == high else f"{low}-{high}%"
+    return f" (simulated coverage {span} +-{c['mc_se']:.0%})"
 
 
 def calibration_line(calibration: dict | None) -> str:
-    """Which calibration cell the coverage comes from, or why it is unknown."""
+    """Which calibration cells the coverage comes from, or why it is unknown."""
     if not calibration:
         return ""
     text = (
@@ -575,11 +581,10 @@ def calibration_line(calibration: dict | None) -> str:
     )
     if calibration.get("status") != "calibrated":
         return text + f"coverage unknown ({calibration.get('reason', 'no calibration cell applies')})"
-    cell = calibration["cell"]
-    low, high = cell["index_range"]
+    cells = ", ".join(f"{c['tail']}" for c in calibration["cells"])
     return text + (
-        f"coverage simulated at T={cell['T']}, tail index {rounded(low)}-{rounded(high)} ({cell['runs']} runs of "
-        f"{', '.join(cell['tails'])} tails; scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
+        f"coverage simulated at T={calibration['cells'][0]['T']} for the tail shapes that fit ({cells}; "
+        "scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
     )
 
 
