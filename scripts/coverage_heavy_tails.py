@@ -325,7 +325,8 @@ def main(argv=None) -> None:
         checks.append(check(cell, args.check))
         print(f"check T={cell['T']} {cell['tail']}: " + describe_check(checks[-1]), flush=True)
     if args.out:
-        write_json(args.out, {"cells": cells, "checks": checks, "note": __doc__.split("\n\n")[1]})
+        kept = {} if args.raw else {"cells": cells}  # --raw: the cells are already in their files
+        write_json(args.out, {**kept, "checks": checks, "note": __doc__.split("\n\n")[1]})
 
 
 if __name__ == "__main__":
