@@ -164,3 +164,16 @@ def test_n_oracle_is_a_whole_number_or_null_where_it_is_read():
             oracle_value_variance(0.25, bad)
         with pytest.raises(DataError, match=re.escape(f"t: row 1 has n_oracle {bad!r};")):
             check_oracle_counts([{"n_oracle": 8}, {"n_oracle": bad}], "t")
+
+
+def test_advise_checks_allowed_k_against_the_budget():
+    """advise() itself refuses allowed K that do not fit the budget (3 does not divide 128, 256 exceeds it), in
+    one line, instead of answering "best K = 3"."""
+    from grpo_mse.errors import InputError
+
+    records = {2: [{"K": 2, "prompt_index": i, "tr_cov": {"grpo": 2.0 + i, "oracleV": 1.0 + i}} for i in range(4)]}
+    with pytest.raises(InputError, match=re.escape("allowed K [3, 256] do not fit the budget 128")):
+        advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256])
+    with pytest.raises(InputError, match="budget must be a whole number"):
+        advisor.advise(records, {}, n_boot=50, budget=100.5)
+    assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0])["allowed_K"] == [2, 4]
