@@ -151,7 +151,7 @@ def covers(interval, value: float) -> bool:
     return low <= value <= high
 
 
-def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int):
+def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95):
     """(truth, [advice] per run) for one cell."""
     from grpo_mse.analysis import advisor
 
@@ -160,7 +160,8 @@ def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: in
     out = []
     for _ in range(runs):
         records, batches = simulated_records(rng, types, n_prompts, scale)
-        out.append(advisor.advise(records, batches, n_boot=n_boot, seed=int(rng.integers(1 << 30)), budget=64))
+        seed_r = int(rng.integers(1 << 30))
+        out.append(advisor.advise(records, batches, n_boot=n_boot, seed=seed_r, budget=64, level=level))
     return truth(types, scale), out
 
 
@@ -170,11 +171,11 @@ def rate(hits: int, runs: int) -> dict:
     return {"coverage": p, "mc_se": math.sqrt(p * (1 - p) / runs) if runs else math.nan}
 
 
-def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int) -> dict:
+def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95) -> dict:
     """One simulated cell: T, tail, runs, quantiles of the largest-prompt share and of the Hill tail index of c2
     (the statistic the advisor matches on), coverage (with MC error), truth, and per run [share, tail index,
     covered c1, covered c3, covered K*] (``per_run``, for ``calibration_cells`` and ``check``)."""
-    true, results = simulated_runs(n_prompts, runs, scale, n_boot, seed)
+    true, results = simulated_runs(n_prompts, runs, scale, n_boot, seed, level)
     per_run = [
         [
             a["simulated_coverage"]["largest_prompt_share"],
@@ -194,6 +195,7 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int) -> 
         "tail": scale.label(),
         "runs": runs,
         "n_boot": n_boot,
+        "level": level,
         "largest_share_quantiles": quantiles(0),
         "tail_index_quantiles": quantiles(1),
         "coverage": {name: rate(int(h), runs) for name, h in zip(CALIBRATED, hits)},
@@ -288,6 +290,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--n_boot", type=cli.integer(minimum=50), default=1000, help="bootstrap replicates")
     parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
+    parser.add_argument(
+        "--level", type=cli.number(above=0, maximum=0.999), default=0.95, help="nominal level of the intervals"
+    )
     parser.add_argument("--out", default=None, help="JSON file for the cells / table / check (default: print only)")
     parser.add_argument("--merge", nargs="+", default=None, help="simulated cell files -> the calibration table")
     parser.add_argument("--check", default=None, help="calibration table to check the simulated cells against")
@@ -312,7 +317,7 @@ def main(argv=None) -> None:
     if not args.raw:
         for i, scale in enumerate(args.tails):
             for t in args.T:
-                cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t)
+                cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t, args.level)
                 text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell["coverage"].items())
                 share, index = cell["largest_share_quantiles"], cell["tail_index_quantiles"]
                 print(

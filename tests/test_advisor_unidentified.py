@@ -177,3 +177,30 @@ def test_advise_checks_allowed_k_against_the_budget():
     with pytest.raises(InputError, match="budget must be a whole number"):
         advisor.advise(records, {}, n_boot=50, budget=100.5)
     assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0])["allowed_K"] == [2, 4]
+
+
+def test_a_higher_level_widens_the_studentized_intervals():
+    """advise(level=0.99) (coverage studies): the pooled constants' and K*'s intervals contain the 95% ones from the
+    same replicates and the point estimates are unchanged; the level is recorded."""
+    rng = np.random.default_rng(3)
+    records = {
+        k: [
+            {"K": k, "prompt_index": i, "tr_cov": {"oracleV": o, "grpo": o + g / (k * (k - 1))}}
+            for i, (o, g) in enumerate(zip(rng.uniform(1, 3, 32), rng.uniform(2, 9, 32)))
+        ]
+        for k in (2, 4)
+    }
+    means = rng.normal(size=(32, 3)) + 1.0
+    batches = {
+        k: [
+            {"n": 8, "prompt_indices": idx, "gram": (means[idx] @ means[idx].T).tolist(), "within_each": [0.05] * 8}
+            for idx in (list(range(s, s + 8)) for s in range(0, 32, 8))
+        ]
+        for k in (2, 4)
+    }
+    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99)
+    usual = advisor.advise(records, batches, n_boot=400, budget=64)
+    assert wide["interval_level"] == 0.99 and "interval_level" not in usual
+    for name in ("c1", "c2", "c3", "K_star_exact"):
+        (lo99, hi99), (lo95, hi95) = (advisor.interval_of(a["ci95"][name]) for a in (wide, usual))
+        assert lo99 < lo95 and hi95 < hi99 and wide["pooled"][name] == usual["pooled"][name], name

@@ -311,7 +311,9 @@ def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient:
     return value, np.where(np.isfinite(value)[:, None], derivative, np.nan)
 
 
-def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarray, weights: np.ndarray) -> dict:
+def k_star_summary(
+    c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarray, weights: np.ndarray, level: float = 0.95
+) -> dict:
     """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
     replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
     is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
@@ -323,7 +325,7 @@ def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarra
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(c3 > 0, c1 / c3, np.nan)
         se = np.sqrt(bs.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
-    summary = bs.studentized_summary(q, se, weights, log=True)
+    summary = bs.studentized_summary(q, se, weights, log=True, level=level)
     if summary["interval"] == "bca":
         return {**bs.summarise(k, weights), "interval": "bca"}
     low, high = summary["ci95"]
@@ -440,9 +442,12 @@ def advise(
     budget: int = 1024,
     allowed=None,
     weights: np.ndarray | None = None,
+    level: float = 0.95,
 ) -> dict:
     """c1, c2, c3 per K and pooled (plain means over K), K* (paper and exact), best allowed K, all with joint
-    prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others)."""
+    prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others;
+    ``level``: another level for the studentized intervals of the pooled constants and K*, for coverage studies,
+    recorded as ``interval_level``; the keys keep their names)."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
@@ -477,10 +482,12 @@ def advise(
         frequency["undefined"] = float(np.mean(np.isnan(best)))  # ties (e.g. c1 = c3 = 0) or undefined constants
     summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
     errors = {name: np.sqrt(bs.influence_covariance(weights, derivative[name])) for name in derivative}
-    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights)
+    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level)
     for name in ("c2", "c3"):
-        summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True)
-    summaries["K_star_exact"] = k_star_summary(pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"], weights)
+        summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True, level=level)
+    summaries["K_star_exact"] = k_star_summary(
+        pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"], weights, level=level
+    )
     paper = summaries["K_star_exact"]
     if paper["interval"] != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
         summaries["K_star_paper"] = {
@@ -513,6 +520,7 @@ def advise(
             "pooled": {name: s["estimate"] for name, s in summaries.items()},
             "ci95": {name: s["ci95"] for name, s in summaries.items()},
             "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
+            **({} if level == 0.95 else {"interval_level": level}),
             "simulated_coverage": simulated_coverage(
                 tail_index(columns["c2"]), len(prompts), share=tail_share(columns["c2"])
             ),
