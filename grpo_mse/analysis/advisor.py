@@ -147,7 +147,7 @@ def recommendation(
             "ties": [],
             "near_best_K": [],
             "lean": "undefined",
-            "message": "best K not identified: c1, c2 or c3 is undefined",
+            "message": "best K not identified: c1, c2 or c3 is undefined or infinite",
         }
     relative = relative_errors(c1, c2, c3, allowed, budget)
     near = [k for k, r in zip(allowed, relative) if np.isfinite(r) and r <= 1 + tolerance]
