@@ -27,6 +27,7 @@ import numpy as np
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.errors import InputError
 from grpo_mse.gradients.estimators import GRPO, ORACLE
+from grpo_mse.tables.validate import whole
 
 
 def exact_error(c1: float, c2: float, c3: float, k, budget: float):
@@ -72,13 +73,6 @@ def allowed_group_sizes(budget: int, allowed=None) -> list[int]:
             f"allowed K {bad} do not fit the budget {budget}: each K must be a whole number >= 2 that divides it"
         )
     return sorted(set(ks))
-
-
-def whole(value) -> int | None:
-    """``value`` as an int when it is a whole number (256 or 256.0; not a bool or a string), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return None
-    return int(value) if np.isfinite(value) and float(value).is_integer() else None
 
 
 def clipped(c) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 from grpo_mse.tables.inputs import DataError
 
@@ -87,12 +88,18 @@ def check_oracle_values(rows: list[dict], source: str) -> None:
 def check_oracle_counts(rows: list[dict], source: str) -> None:
     """DataError unless every n_oracle is absent/null (an exact V; NaN is pandas' null in a parquet column) or a
     whole number >= 1 (256 or 256.0; not '256' or 256.5): the oracle-noise correction reads it."""
-    from grpo_mse.analysis.advisor import whole
-
     for index, row in enumerate(rows):
         value = row.get("n_oracle")
         if not is_null(value) and (whole(value) is None or whole(value) < 1):
             raise DataError(f"{source}: row {index} has n_oracle {value!r}; it must be a whole number >= 1 (or null)")
+
+
+def whole(value) -> int | None:
+    """``value`` as an int when it is a whole number (256, 256.0 or a numpy scalar; not a bool or a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    number = float(value)
+    return int(number) if math.isfinite(number) and number.is_integer() else None
 
 
 def is_null(value) -> bool:
