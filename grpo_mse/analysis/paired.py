@@ -21,8 +21,8 @@ import numpy as np
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis.advisor import advise, column, prompt_columns, rounded
 from grpo_mse.errors import DataError
-from grpo_mse.tables.validate import whole
 from grpo_mse.gradients.estimators import GRPO_STD, ORACLE
+from grpo_mse.tables.validate import whole
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
 
