@@ -1,18 +1,28 @@
-"""Coverage of the joint prompt bootstrap's 95% intervals on heavy-tailed prompt populations.
+"""Coverage of the group-size advisor's 95% intervals (c1, c3, K*) on heavy-tailed prompt populations.
 
 Population: 30 exact prompt types (3 outcomes, one rewarded, explicit 4-d scores centred under p: every MSE and
 c1, c3 is known in closed form, grpo_mse.analysis.theory); each prompt of a run draws a type uniformly and a score
-scale exp(sigma Z), Z ~ N(0, 1), independent of the type, so its MSEs are scale^2 times its type's. With
-sigma = 1 the largest prompt's share of the oracle's summed MSE is about 0.12-0.20 at T = 192, as in the demo.
-Truth: ratios of mean MSEs (the scale cancels), c3 = E[scale^2] mean_t c3_t, c1 = E[scale^2] mean_t ||g_t||^2 -
-E[scale]^2 ||mean_t g_t||^2. Each simulated run samples M groups of K per prompt, forms the per-prompt traces and
-c1 batches as run_tracecov records them, and calls paired.run_statistics; an interval covers when it holds the
-truth. Prints (and with --out writes) one row per (T, statistic): coverage and the median largest-prompt share.
+scale s independent of the type, so its MSEs are s^2 times its type's. Scale families (TAIL = FAMILY:PARAMETER):
+lognormal:sigma (s = exp(sigma Z)), pareto:alpha (s = U^(-1/alpha) >= 1; alpha > 2), gamma:shape (s ~ Gamma(shape)).
+Truth: c3 = E[s^2] mean_t c3_t, c1 = E[s^2] mean_t ||g_t||^2 - E[s]^2 ||mean_t g_t||^2, K* = 1 + sqrt(c3/c1).
+Each simulated run samples M groups of K per prompt, forms the per-prompt traces and c1 batches as run_tracecov
+records them, and calls advisor.advise; an interval covers when it holds the truth. One cell per (tail, T):
+coverage with its binomial Monte Carlo standard error, and quantiles of the run's Hill tail index of the
+per-prompt c2 (advisor.tail_index) and largest-prompt share. --merge writes the advisor's calibration table: per
+(tail, T) the coverage and the 5-95% range of the tail index, where the advisor applies that cell.
 
-  python scripts/coverage_heavy_tails.py --runs 200 --T 192 512 --out results/coverage/heavy_tails.json
+  python scripts/coverage_heavy_tails.py --tails lognormal:0 lognormal:0.5 lognormal:1 pareto:3 --T 48 192 500 \
+      --runs 300 --out outputs/cells.json                                      # simulate (per_run kept)
+  python scripts/coverage_heavy_tails.py --merge outputs/cells.json --out outputs/coverage_calibration.json
+  python scripts/coverage_heavy_tails.py --tails gamma:0.5 --T 48 192 500 --runs 300 \
+      --check outputs/coverage_calibration.json --out outputs/check.json       # another generator
 """
 
 from __future__ import annotations
+
+import math
+import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -21,6 +31,48 @@ from grpo_mse.tables.outputs import write_json
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = ("naive", "grpo", "oracleV")
+CALIBRATED = ("c1", "c3", "K_star_exact")
+QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+
+
+class Tail(NamedTuple):
+    """A score-scale law: ``sample`` draws s, ``moments`` gives (E s, E s^2) in closed form."""
+
+    family: str
+    parameter: float
+
+    def sample(self, rng, n: int) -> np.ndarray:
+        if self.family == "lognormal":
+            return np.exp(self.parameter * rng.normal(size=n))
+        if self.family == "pareto":
+            return (1.0 - rng.random(n)) ** (-1.0 / self.parameter)
+        return rng.gamma(self.parameter, size=n)
+
+    def moments(self) -> tuple[float, float]:
+        a = self.parameter
+        if self.family == "lognormal":
+            return math.exp(a * a / 2), math.exp(2 * a * a)
+        if self.family == "pareto":
+            return a / (a - 1), a / (a - 2)
+        return a, a * (a + 1)
+
+    def label(self) -> str:
+        return f"{self.family}:{self.parameter:g}"
+
+
+def tail(text: str) -> Tail:
+    """argparse ``type``: FAMILY:PARAMETER with lognormal sigma >= 0, pareto alpha > 2 or gamma shape > 0."""
+    family, _, value = text.partition(":")
+    try:
+        parameter = float(value)
+    except ValueError:
+        parameter = math.nan
+    ok = {"lognormal": parameter >= 0, "pareto": parameter > 2, "gamma": parameter > 0}.get(family, False)
+    if not (ok and math.isfinite(parameter)):
+        raise cli.argparse.ArgumentTypeError(
+            f"{text!r}: expected lognormal:SIGMA (>= 0), pareto:ALPHA (> 2) or gamma:SHAPE (> 0)"
+        )
+    return Tail(family, parameter)
 
 
 def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -35,21 +87,16 @@ def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return types
 
 
-def truth(types, sigma: float) -> dict[str, float]:
-    """Exact c1, c3, K*_exact and MSE ratios of the population with lognormal(0, sigma) score scales."""
+def truth(types, scale: Tail) -> dict[str, float]:
+    """Exact c1, c3 and K*_exact of the population with score scales from ``scale``."""
     from grpo_mse.analysis import theory  # imports torch: after the flags are parsed
 
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     gradients = np.stack([(p * G) @ s for p, G, s in types])
-    scale_sq, scale = np.exp(2 * sigma**2), np.exp(sigma**2 / 2)  # E[scale^2], E[scale]
-    c1 = scale_sq * np.mean((gradients**2).sum(1)) - scale**2 * (gradients.mean(0) ** 2).sum()
-    c3 = scale_sq * 2 * np.mean([m["var_zeta2"] for m in moments])
-    out = {"c1": c1, "c3": c3, "K_star_exact": 1 + np.sqrt(c3 / c1)}
-    for k in K_LIST:
-        mse = {n: np.mean([theory.closed_form_mse(m, k, n) for m in moments]) for n in NAMES}
-        for n in ("naive", "grpo"):
-            out[f"{n}/oracleV@{k}"] = mse[n] / mse["oracleV"]
-    return out
+    mean, mean_sq = scale.moments()
+    c1 = mean_sq * np.mean((gradients**2).sum(1)) - mean**2 * (gradients.mean(0) ** 2).sum()
+    c3 = mean_sq * 2 * np.mean([m["var_zeta2"] for m in moments])
+    return {"c1": float(c1), "c3": float(c3), "K_star_exact": float(1 + np.sqrt(c3 / c1))}
 
 
 def traces(rng, types, chosen, scales, k):
@@ -72,15 +119,12 @@ def traces(rng, types, chosen, scales, k):
     return {n: v.var(1, ddof=1).sum(-1) for n, v in vectors.items()}, vectors["oracleV"].mean(1)
 
 
-def simulated_run(rng, types, n_prompts: int, sigma: float, n_boot: int) -> tuple[dict, float]:
-    """One run's statistics and the largest prompt's share of the oracle's summed MSE at the first K."""
-    from grpo_mse.analysis import paired  # imports torch: after the flags are parsed
-
-    chosen, scales = rng.integers(0, TYPES, n_prompts), np.exp(sigma * rng.normal(size=n_prompts))
-    records, batches, share = {}, {}, None
+def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, dict]:
+    """One run's per-prompt records and c1 batches per K, as run_tracecov writes them."""
+    chosen, scales = rng.integers(0, TYPES, n_prompts), scale.sample(rng, n_prompts)
+    records, batches = {}, {}
     for k in K_LIST:
         per_prompt, means = traces(rng, types, chosen, scales, k)
-        share = share if share is not None else paired.largest_share(per_prompt["oracleV"])
         records[k] = [
             {"K": k, "prompt_index": i, "V_oracle": 0.5, "tr_cov": {n: float(v[i]) for n, v in per_prompt.items()}}
             for i in range(n_prompts)
@@ -97,20 +141,7 @@ def simulated_run(rng, types, n_prompts: int, sigma: float, n_boot: int) -> tupl
                     "within_each": (per_prompt["oracleV"][index] / M).tolist(),
                 }
             )
-    out = paired.run_statistics(
-        records, batches, list(K_LIST), list(NAMES), seed=int(rng.integers(1 << 30)), n_boot=n_boot, budget=64
-    )
-    return out, share
-
-
-def intervals(out: dict) -> dict:
-    """{statistic: 95% interval} for the statistics whose truth is known."""
-    advice, ratios = out["group_size_advisor"], out["paired"]["ratio"]
-    found = {name: advice["ci95"][name] for name in ("c1", "c3", "K_star_exact")}
-    for i, k in enumerate(K_LIST):
-        for name in ("grpo/oracleV", "naive/oracleV"):
-            found[f"{name}@{k}"] = ratios[name][i]["ci95"]
-    return found
+    return records, batches
 
 
 def covers(interval, value: float) -> bool:
@@ -120,54 +151,187 @@ def covers(interval, value: float) -> bool:
     return low <= value <= high
 
 
-def coverage(n_prompts: int, runs: int, sigma: float, n_boot: int, seed: int) -> dict:
-    """{"T", "sigma", "runs", "largest_share_median", "coverage": {statistic: share of runs covered}}."""
+def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95):
+    """(truth, [advice] per run) for one cell."""
+    from grpo_mse.analysis import advisor
+
     rng = np.random.default_rng(seed)
     types = population(rng)
-    true = truth(types, sigma)
-    hits, shares = dict.fromkeys(true, 0), []
+    out = []
     for _ in range(runs):
-        out, share = simulated_run(rng, types, n_prompts, sigma, n_boot)
-        shares.append(share)
-        for name, interval in intervals(out).items():
-            hits[name] += covers(interval, true[name])
+        records, batches = simulated_records(rng, types, n_prompts, scale)
+        seed_r = int(rng.integers(1 << 30))
+        out.append(advisor.advise(records, batches, n_boot=n_boot, seed=seed_r, budget=64, level=level))
+    return truth(types, scale), out
+
+
+def rate(hits: int, runs: int) -> dict:
+    """{"coverage": hits / runs, "mc_se": its binomial standard error}."""
+    p = hits / runs if runs else math.nan
+    return {"coverage": p, "mc_se": math.sqrt(p * (1 - p) / runs) if runs else math.nan}
+
+
+def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95) -> dict:
+    """One simulated cell: T, tail, runs, quantiles of the largest-prompt share and of the Hill tail index of c2
+    (the statistic the advisor matches on), coverage (with MC error), truth, and per run [share, tail index,
+    covered c1, covered c3, covered K*] (``per_run``, for ``calibration_cells`` and ``check``)."""
+    true, results = simulated_runs(n_prompts, runs, scale, n_boot, seed, level)
+    per_run = [
+        [
+            a["simulated_coverage"]["largest_prompt_share"],
+            a["simulated_coverage"]["tail_index"],
+            *(int(covers(a["ci95"][name], true[name])) for name in CALIBRATED),
+        ]
+        for a in results
+    ]
+    hits = np.sum([row[2:] for row in per_run], axis=0)
+
+    def quantiles(column):
+        values = np.array([row[column] for row in per_run if row[column] is not None], dtype=float)
+        return dict(zip(map(str, QUANTILES), np.quantile(values, QUANTILES).tolist()))
+
     return {
         "T": n_prompts,
-        "sigma": sigma,
+        "tail": scale.label(),
         "runs": runs,
-        "largest_share_median": float(np.median(shares)),
-        "largest_share_quartiles": [float(q) for q in np.quantile(shares, [0.25, 0.75])],
-        "coverage": {name: count / runs for name, count in hits.items()},
+        "n_boot": n_boot,
+        "level": level,
+        "largest_share_quantiles": quantiles(0),
+        "tail_index_quantiles": quantiles(1),
+        "coverage": {name: rate(int(h), runs) for name, h in zip(CALIBRATED, hits)},
         "truth": true,
+        "per_run": per_run,
     }
+
+
+def calibration_cells(raw: list[dict]) -> list[dict]:
+    """The calibration table from simulated cells (``coverage`` with ``per_run``; cells of one tail and T pooled):
+    per (tail, T) the runs, the 5-95% range of their Hill tail index of c2 (where the advisor applies the cell),
+    and the coverage of each interval with its binomial MC standard error."""
+    table = []
+    for tail_label, t in sorted({(c["tail"], c["T"]) for c in raw}, key=lambda key: (key[1], key[0])):
+        rows = [row for c in raw if (c["tail"], c["T"]) == (tail_label, t) for row in c["per_run"]]
+        index = np.array([row[1] for row in rows if row[1] is not None], dtype=float)
+        table.append(
+            {
+                "T": t,
+                "tail": tail_label,
+                "runs": len(rows),
+                "index_range": np.quantile(index, [0.05, 0.95]).tolist(),
+                "coverage": {
+                    name: rate(sum(row[2 + i] for row in rows), len(rows)) for i, name in enumerate(CALIBRATED)
+                },
+            }
+        )
+    return table
+
+
+def check(cell: dict, table: str) -> dict:
+    """Printed against actual for a ``coverage`` cell from another generator: per statistic, among the runs the
+    table calibrates, the mean printed range (lowest and highest matching cell), the actual share covered (with
+    its MC error) and whether it lies in the mean printed range widened by 2 MC errors; the actual share among
+    the runs whose printed lowest coverage is >= 93%; and the share of runs printed "unknown"."""
+    from grpo_mse.analysis import advisor
+
+    found = [(advisor.simulated_coverage(row[1], cell["T"], table), row[2:]) for row in cell["per_run"]]
+    known = [(f, hits) for f, hits in found if f["status"] == "calibrated"]
+    out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": 1 - len(known) / cell["runs"]}
+    for i, name in enumerate(CALIBRATED):
+        low = [f["coverage"][name]["low"] for f, _ in known]
+        high = [f["coverage"][name]["high"] for f, _ in known]
+        se = max([f["coverage"][name]["mc_se"] for f, _ in known], default=0.0)
+        hits = [h[i] for _, h in known]
+        sure = [h for p, h in zip(low, hits) if p >= 0.93]
+        actual = rate(sum(hits), len(hits)) if hits else None
+        printed = [float(np.mean(low)), float(np.mean(high))] if low else None
+        margin = 2 * math.hypot(se, actual["mc_se"]) if actual else 0.0
+        out[name] = {
+            "printed_mean": printed,
+            "actual": actual,
+            "actual_in_printed": bool(printed and printed[0] - margin <= actual["coverage"] <= printed[1] + margin),
+            "runs_printed_93_or_more": len(sure),
+            "actual_where_printed_93_or_more": rate(sum(sure), len(sure)) if sure else None,
+            "actual_all_runs": cell["coverage"][name],
+        }
+    return out
+
+
+def describe_check(found: dict) -> str:
+    """printed range (mean over the calibrated runs) against actual per statistic, and the unknown share."""
+    parts = [f"unknown {found['unknown']:.2f}"]
+    for name in CALIBRATED:
+        s = found[name]
+        if s["printed_mean"] is None:
+            parts.append(f"{name}: nothing printed")
+            continue
+        low, high = s["printed_mean"]
+        parts.append(
+            f"{name}: printed {low:.3f}-{high:.3f} actual {s['actual']['coverage']:.3f}+-{s['actual']['mc_se']:.3f}"
+            + ("" if s["actual_in_printed"] else " (outside)")
+        )
+    return "  ".join(parts)
+
+
+def read_cells(paths: list[str]) -> list[dict]:
+    """The simulated cells (with ``per_run``) of earlier runs of this script."""
+    from grpo_mse.tables.outputs import read_json
+
+    cells = [cell for path in paths for cell in read_json(path, ("cells",), "simulated coverage")["cells"]]
+    cli.require(all("per_run" in c for c in cells), "--merge/--raw files must be simulated cells (with per_run)")
+    return cells
 
 
 def main(argv=None) -> None:
     parser = cli.ArgumentParser(description=__doc__)
-    parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[192, 512], help="prompts per run")
-    parser.add_argument("--runs", type=cli.integer(minimum=1), default=200, help="simulated runs per T")
+    parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[48, 192, 500], help="prompts per run")
+    parser.add_argument("--runs", type=cli.integer(minimum=1), default=300, help="simulated runs per cell")
     parser.add_argument(
-        "--sigma",
-        type=cli.number(minimum=0),
-        nargs="+",
-        default=[1.0],
-        help="lognormal sigma(s) of the score scale (one row per sigma and T)",
+        "--tails", type=tail, nargs="+", default=[tail("lognormal:1")], help="score-scale laws, FAMILY:PARAMETER"
     )
     parser.add_argument("--n_boot", type=cli.integer(minimum=50), default=1000, help="bootstrap replicates")
     parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
-    parser.add_argument("--out", default=None, help="JSON file for the table (default: print only)")
+    parser.add_argument(
+        "--level", type=cli.number(above=0, maximum=0.999), default=0.95, help="nominal level of the intervals"
+    )
+    parser.add_argument("--out", default=None, help="JSON file for the cells / table / check (default: print only)")
+    parser.add_argument("--merge", nargs="+", default=None, help="simulated cell files -> the calibration table")
+    parser.add_argument("--check", default=None, help="calibration table to check the simulated cells against")
+    parser.add_argument("--raw", nargs="+", default=None, help="--check: simulated cell files instead of simulating")
     args = parser.parse_args(argv)
     if args.out:
         cli.writable_file(args.out, "--out")
-    rows = [coverage(t, args.runs, sigma, args.n_boot, args.seed + t) for sigma in args.sigma for t in args.T]
-    for row in rows:
-        cells = "  ".join(f"{name}={value:.3f}" for name, value in row["coverage"].items())
-        print(
-            f"T={row['T']} sigma={row['sigma']} runs={row['runs']} largest share (median) "
-            f"{row['largest_share_median']:.3f}: {cells}"
-        )
+    cli.require(not (args.merge and args.check), "give --merge or --check, not both")
+    cli.require(not args.raw or args.check, "--raw needs --check")
+    if args.check:
+        cli.require(os.path.isfile(args.check), f"--check {args.check}: no such file")
+    if args.merge:
+        cli.require(bool(args.out), "--merge needs --out")
+        table = calibration_cells(read_cells(args.merge))
+        for c in table:
+            text = "  ".join(f"{n}={v['coverage']:.3f}+-{v['mc_se']:.3f}" for n, v in c["coverage"].items())
+            low, high = c["index_range"]
+            print(f"T={c['T']} {c['tail']} tail index {low:.2f}-{high:.2f} runs={c['runs']}: {text}")
+        write_json(args.out, {"cells": table, "note": __doc__.split("\n\n")[1]})
+        return
+    cells, checks = (read_cells(args.raw) if args.raw else []), []
+    if not args.raw:
+        for i, scale in enumerate(args.tails):
+            for t in args.T:
+                cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t, args.level)
+                text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell["coverage"].items())
+                share, index = cell["largest_share_quantiles"], cell["tail_index_quantiles"]
+                print(
+                    f"T={t} {scale.label()} runs={args.runs} share q10-q90 {share['0.1']:.3f}-{share['0.9']:.3f} "
+                    f"tail index q10-q90 {index['0.1']:.2f}-{index['0.9']:.2f}: " + text,
+                    flush=True,
+                )
+                cells.append(cell)
+    for cell in cells if args.check else []:
+        checks.append(check(cell, args.check))
+        print(f"check T={cell['T']} {cell['tail']}: " + describe_check(checks[-1]), flush=True)
     if args.out:
-        write_json(args.out, {"rows": rows, "note": __doc__.split("\n\n")[1]})
+        kept = {} if args.raw else {"cells": cells}  # --raw: the cells are already in their files
+        write_json(args.out, {**kept, "checks": checks, "note": __doc__.split("\n\n")[1]})
 
 
 if __name__ == "__main__":

@@ -14,11 +14,13 @@ algorithm1_summary.json, algorithm1.png and algorithm1.pdf.
 """
 
 import glob
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
 
 from grpo_mse import cli
+from grpo_mse.analysis.advisor import interval_of
 from grpo_mse.analysis.simulation_config import SimulationConfig
 from grpo_mse.flags import option
 from grpo_mse.tables.outputs import write_csv, write_json
@@ -165,8 +167,9 @@ def draw_final_panel(ax, summary: dict, K_list, ylabel: str) -> None:
             linestyle="--",
             label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}",
         )
-        if advisor.get("K_star_ci95"):
-            ax.axvspan(*advisor["K_star_ci95"], color="tab:red", alpha=0.08, label="K* 95% interval")
+        low, high = interval_of(advisor.get("K_star_ci95")) or (math.nan, math.nan)
+        if math.isfinite(low):
+            ax.axvspan(low, min(high, max(K_list)), color="tab:red", alpha=0.08, label="K* 95% interval")
     log2_k_axis(ax, K_list)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)

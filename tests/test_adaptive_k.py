@@ -58,8 +58,12 @@ def console(text: str) -> dict[int, dict[str, float]]:
 
 
 def fake_advice(k):
+    """The advisor's answer K (None: a tie, K stays); identified (intervals clear of 0) exactly when K is given."""
     return {
         "pooled": {"K_best": k, "c1": 1.0, "c2": 2.0, "c3": 3.0, "K_star_exact": "inf" if k is None else float(k)},
+        "ci95": {"c1": [0.5, 2.0], "c3": [1.0, 6.0]} if k is not None else {},
+        "allowed_K": [2, 4, 8, 16],
+        "budget": 32,
         "recommendation": {"identified": k is not None, "message": "fake"},
     }
 

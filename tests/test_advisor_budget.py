@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from grpo_mse.analysis import advisor, theory
+from grpo_mse.errors import InputError
 from grpo_mse.gradients.statistics import BetweenPromptBatch
 
 SEED, PROMPTS, OUTCOMES, DIM, BUDGET = 16, 3, 3, 3, 1024  # seed 16: c3/c1 = 6.6 (found by a search)
@@ -96,7 +97,13 @@ def test_k_star_edge_cases_and_allowed_sizes():
     assert advisor.k_star(1.0, 9.0) == pytest.approx(4.0) and np.isnan(advisor.paper_k_star(-1.0, 9.0))
     assert advisor.k_star(-1.0, 9.0) == np.inf and advisor.k_star(1.0, -9.0) == 1.0
     assert np.isnan(advisor.k_star(-1.0, -9.0))
-    assert advisor.allowed_group_sizes(96) == [2, 4, 8, 16, 32] and advisor.allowed_group_sizes(64, [8, 1, 3]) == [3, 8]
+    assert advisor.allowed_group_sizes(96) == [2, 4, 8, 16, 32] and advisor.allowed_group_sizes(64, [8, 2.0]) == [2, 8]
+    for bad in ([8, 1], [3, 8], [256], [2.5], ["4"], [True]):  # K < 2, not dividing N, beyond N, not whole
+        with pytest.raises(InputError, match="do not fit the budget 64"):
+            advisor.allowed_group_sizes(64, bad)
+    for budget in (1, 64.5, "64", None):
+        with pytest.raises(InputError, match="budget must be a whole number"):
+            advisor.allowed_group_sizes(budget)
     assert list(advisor.best_allowed_k([1.0, -1.0, 1.0], [9.0, 9.0, -9.0], [2, 4, 8])) == [4.0, 8.0, 2.0]
 
 

@@ -3,6 +3,8 @@ checked against finite differences and textbook formulas, their coverage on a li
 (scripts/coverage_heavy_tails.py, small: the full measurement is the table in docs/statistics.md), and the
 simulated coverage reported beside them."""
 
+import math
+
 import numpy as np
 import pytest
 from conftest import load_script
@@ -130,41 +132,80 @@ def test_advisor_intervals_cover_on_the_light_tailed_population():
     end mapped the wrong way through K* = 1 + 1/sqrt(q), or a c1 off its target, covers far less. (A standard error
     off by a constant factor cancels in t; the by-hand tests above check its form.) Under heavy tails (sigma = 1) they
     cover less: the table in docs/statistics.md and grpo_mse/analysis/coverage_calibration.json."""
-    row = coverage_heavy_tails.coverage(96, runs=60, sigma=0.0, n_boot=200, seed=11)
+    row = coverage_heavy_tails.coverage(96, 60, coverage_heavy_tails.Tail("lognormal", 0.0), n_boot=200, seed=11)
     for name in ("c1", "c3", "K_star_exact"):
-        assert 0.90 <= row["coverage"][name] <= 0.99, (name, row["coverage"])
+        assert 0.90 <= row["coverage"][name]["coverage"] <= 0.99, (name, row["coverage"])
 
 
-def test_simulated_coverage_is_read_at_the_nearest_largest_share(tmp_path):
-    """The calibration row is the one whose median largest-prompt share is nearest on the log scale; a share
-    above every row's upper quartile is flagged; the printout puts the coverage beside each interval."""
+def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
+    """k / sum_{i <= k} log(x_(i) / x_(k+1)) on each prompt's mean c2 over K, k = max(5, T/10): by hand on a
+    constructed sample, near a for Pareto(a) samples, large for a light tail; nan with too few values."""
+    values = np.array([np.e**5, np.e**4, np.e**3, np.e**2, np.e, 1.0] + [0.5] * 44)  # T = 50: k = 5
+    assert advisor.tail_index([values]) == pytest.approx(5 / 15)
+    assert advisor.tail_index([values * 2, values * 4]) == pytest.approx(5 / 15)  # the mean over K: scale-free
+    pareto = (1 - np.random.default_rng(0).random(20000)) ** (-1 / 1.5)
+    assert advisor.tail_index([pareto]) == pytest.approx(1.5, rel=0.1)
+    assert advisor.tail_index([np.random.default_rng(1).uniform(1, 2, 500)]) > 5
+    assert np.isnan(advisor.tail_index([np.array([1.0, 2.0, np.nan, -1.0, 3.0])]))
+
+
+def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tmp_path):
+    """The calibration table has one cell per simulated (tail, T): its coverage with the binomial MC error and the
+    5-95% range of its runs' tail index. A cell applies when T is within a factor 1.25 of its own and the index
+    inside its range; over several, the lowest and highest coverage; otherwise "unknown" (not the nearest cell);
+    the printout puts the coverage (or "unknown") beside each interval."""
     import json
 
-    def row(share, c1):
-        return {
-            "T": 192,
-            "sigma": 1.0,
-            "runs": 100,
-            "largest_share_median": share,
-            "largest_share_quartiles": [share * 0.8, share * 1.25],
-            "coverage": {"c1": c1, "c3": c1 + 0.01, "K_star_exact": c1 + 0.02, "grpo/oracleV@2": 0.5},
-        }
+    def runs(index, hits_c1, n=20):  # n runs with tail indices spread around ``index``, hits_c1 of them covering c1
+        return [[0.1, index * (0.8 + 0.4 * i / (n - 1)), int(i < hits_c1), 1, 0] for i in range(n)]
 
+    raw = [
+        {"T": 192, "tail": "light", "per_run": runs(4.0, 19)},
+        {"T": 192, "tail": "heavy", "per_run": runs(1.0, 10)},
+        {"T": 192, "tail": "heavy", "per_run": runs(1.0, 14)},  # a second batch of the same cell: pooled
+        {"T": 48, "tail": "heavy", "per_run": runs(1.0, 12)},
+    ]
+    table = coverage_heavy_tails.calibration_cells(raw)
+    assert [(c["T"], c["tail"], c["runs"]) for c in table] == [
+        (48, "heavy", 20),
+        (192, "heavy", 40),
+        (192, "light", 20),
+    ]
+    heavy = table[1]
+    assert heavy["coverage"]["c1"] == {"coverage": 0.6, "mc_se": pytest.approx(math.sqrt(0.24 / 40))}
+    assert heavy["coverage"]["c3"]["coverage"] == 1.0 and heavy["coverage"]["K_star_exact"]["coverage"] == 0.0
+    assert heavy["index_range"] == pytest.approx(
+        np.quantile([1.0 * (0.8 + 0.4 * i / 19) for i in range(20)] * 2, [0.05, 0.95])
+    )
     path = tmp_path / "table.json"
-    path.write_text(json.dumps({"rows": [row(0.02, 0.95), row(0.06, 0.91), row(0.2, 0.85)]}))
-    assert advisor.simulated_coverage(0.035, str(path))["coverage"]["c1"] == 0.91  # log: nearer 0.06 than 0.02
-    found = advisor.simulated_coverage(0.11, str(path))
-    assert found["coverage"] == {"c1": 0.85, "c3": 0.86, "K_star_exact": 0.87} and not found["beyond_table"]
-    assert advisor.simulated_coverage(0.3, str(path))["beyond_table"]
-    assert advisor.simulated_coverage(float("nan"), str(path)) is None
+    path.write_text(json.dumps({"cells": table}))
+    found = advisor.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
+    assert found["status"] == "calibrated" and found["coverage"]["c1"]["low"] == 0.95
+    assert found["cells"] == [{"T": 192, "tail": "light", "runs": 20}]
+    assert advisor.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
+        "low": 0.6,
+        "high": 0.6,
+        "mc_se": pytest.approx(math.sqrt(0.24 / 40)),
+    }
+    for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 96), (1.0, 250), (float("nan"), 192), (None, 192)):
+        assert advisor.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
+    assert advisor.simulated_coverage(1.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
+    both = [{**c, "index_range": [0.5, 5.0]} for c in table]  # two tails fit: their lowest and highest coverage
+    path.write_text(json.dumps({"cells": both}))
+    found = advisor.simulated_coverage(1.0, 192, str(path), share=0.3)
+    assert found["coverage"]["c1"]["low"] == 0.6 and found["coverage"]["c1"]["high"] == 0.95
     assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
-        "ci95": {"K_star_exact": [2.5, 4.0]},
+        "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
         "allowed_K": [2, 4],
+        "budget": 64,
         "simulated_coverage": found,
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
-    assert "3 [2.5, 4] (simulated coverage ~87% at this run's tail)" in text
-    assert "share 0.200 (T=192, sigma=1.0, 100 runs)" in text
+    assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-8%) c2=2 [-, -] c3=4 [2, 8] (simulated coverage 100%" in text
+    assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail shapes that fit (heavy, light;" in text
+    assert "tail index of c2 1 (largest prompt's share 0.3)" in text
+    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(3.0, 96, str(path))})
+    assert "(coverage unknown)" in text and "no calibration cell at T = 96" in text and "simulated coverage" not in text

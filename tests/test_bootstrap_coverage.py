@@ -126,13 +126,15 @@ def test_interval_always_contains_its_estimate():
 def test_advisor_flags_k_star_below_two():
     from grpo_mse.analysis import advisor
 
-    def advice(k_star):
-        pooled = {"c1": 1.0, "c2": 1.0, "c3": 0.25, "K_star_exact": k_star, "K_star_paper": k_star - 1, "K_best": 2.0}
+    def advice(k_star):  # identified constants (intervals clear of 0) whose K* = 1 + sqrt(c3/c1) is k_star
+        c3 = (k_star - 1) ** 2
+        pooled = {"c1": 1.0, "c2": 1.0, "c3": c3, "K_star_exact": k_star, "K_star_paper": k_star - 1, "K_best": 2.0}
         return {
             "pooled": pooled,
-            "ci95": {},
+            "ci95": {"c1": [0.5, 2.0], "c3": [c3 / 2, c3 * 2]},
             "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
             "allowed_K": [2, 4],
+            "budget": 64,
         }
 
     assert "use the smallest allowed K" in advisor.describe(advice(1.5))

@@ -268,6 +268,14 @@ CASES = [
     Case("V_oracle 100", tracecov(), "V_oracle 100; it must be a probability", setup=(table({"V_oracle": 100}),)),
     Case("V_oracle -1", tracecov(), "V_oracle -1", setup=(table({"V_oracle": -1}),)),
     Case("V_oracle NaN", tracecov(), "V_oracle nan", setup=(table({"V_oracle": float("nan")}),)),
+    # n_oracle read as text or a fraction would silently drop the oracle-noise correction
+    Case(
+        "n_oracle '256'", tracecov(), "n_oracle '256'; it must be a whole number", setup=(table({"n_oracle": "256"}),)
+    ),
+    Case(
+        "n_oracle 256.5", tracecov(), "n_oracle 256.5; it must be a whole number", setup=(table({"n_oracle": 256.5}),)
+    ),
+    Case("n_oracle 0", tracecov(), "n_oracle 0; it must be a whole number >= 1", setup=(table({"n_oracle": 0}),)),
     Case("empty prompt", tracecov(), "row 0 has an empty prompt", setup=(table({"prompt": ""}),)),
     Case(
         "empty oracle prompt",

@@ -114,7 +114,7 @@ def test_setting_summary_schema_and_rank_correlation():
     assert pred["best_allowed_K"] == 8 and pred["ci95"] == [5.4, 8.0]
     acc = {(k, s): {2: 0.10, 4: 0.14, 8: 0.16, 16: 0.15}[k] + 0.002 * s for k in (2, 4, 8, 16) for s in range(3)}
     out = kv.setting_summary("s", frame_of(acc), pred, "t", METRIC)
-    assert set(out["advisor"]) == {"K_star_exact", "ci95", "best_allowed_K", "written_at"}
+    assert set(out["advisor"]) == {"identified", "message", "K_star_exact", "ci95", "best_allowed_K", "written_at"}
     assert set(out["sweep"]) == {"metric", "per_K", "best_K", "started_at", "separated_pairs"}
     # predicted error at K = 2, 4, 8, 16: 570, 346.7, 334.3, 425.3 -> ranks 4, 2, 1, 3; accuracy ranks 1, 2, 4, 3
     assert out["rank_correlation"]["spearman_predicted_error_vs_metric"] == pytest.approx(-0.8)
@@ -255,3 +255,36 @@ def test_script_refuses_bad_settings_before_writing(tmp_path, settings, message)
     )
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+def test_settings_are_resampled_independently(tmp_path, capsys):
+    """Two settings with the same runs: with shared resampling indices the best K would never move (100% "no
+    move"); resampled independently it moves in a share of the replicates (issue 27: 27%/34% -> 30%/37%)."""
+    acc = {
+        (k, s): {2: 0.10, 4: 0.15, 8: 0.15, 16: 0.12}[k] + 0.01 * ((s * 7 + k) % 5)
+        for k in (2, 4, 8, 16)
+        for s in range(4)
+    }
+    csv = tmp_path / "runs.csv"
+    frame_of(acc).to_csv(csv, index=False)
+    pred = tmp_path / "p.json"
+    pred.write_text(json.dumps(kv.predict(advisor_run(), "s", written_at="t")))
+    kv.main(
+        [
+            "summarize",
+            "--setting",
+            "a",
+            str(csv),
+            str(pred),
+            "t",
+            "--setting",
+            "b",
+            str(csv),
+            str(pred),
+            "t",
+            "--out_dir",
+            str(tmp_path / "out"),
+        ]
+    )
+    shares = json.loads((tmp_path / "out" / "summary.json").read_text())["comparisons"][0]["bootstrap_best_K_shares"]
+    assert 0.05 < shares["no_move"] < 0.95

@@ -192,7 +192,8 @@ def test_script_end_to_end(tiny_model_dir, tmp_path):
 
     advisor = tmp_path / "tracecov_test.json"
     pooled = {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0}
-    advisor.write_text(json.dumps({"group_size_advisor": {"pooled": pooled, "ci95": {"K_star_exact": [2.0, 4.5]}}}))
+    ci = {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.0, 4.5]}  # identified: K* = 1 + sqrt(4/1)
+    advisor.write_text(json.dumps({"group_size_advisor": {"pooled": pooled, "ci95": ci, "budget": 64}}))
     out = tmp_path / "out"
     flags = [
         "--model",

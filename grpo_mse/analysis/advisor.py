@@ -20,11 +20,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.errors import InputError
 from grpo_mse.gradients.estimators import GRPO, ORACLE
+from grpo_mse.tables.validate import whole
 
 
 def exact_error(c1: float, c2: float, c3: float, k, budget: float):
@@ -57,10 +60,19 @@ def k_star(c1, c3):
 
 
 def allowed_group_sizes(budget: int, allowed=None) -> list[int]:
-    """``allowed`` (sorted, >= 2), or the powers of two 2, 4, ... that divide ``budget``."""
-    if allowed:
-        return sorted({int(k) for k in allowed if int(k) >= 2})
-    return [2**j for j in range(1, int(math.log2(max(budget, 2))) + 1) if budget % 2**j == 0]
+    """``allowed`` (sorted), or the powers of two 2, 4, ... that divide ``budget``. InputError (one line) unless
+    ``budget`` is a whole number >= 2 and every allowed K is a whole number >= 2 that divides it (B = N/K prompts)."""
+    if whole(budget) is None or budget < 2:
+        raise InputError(f"the advisor's budget must be a whole number of sequences >= 2 (got {budget!r})")
+    if allowed is None or (hasattr(allowed, "__len__") and len(allowed) == 0):
+        return [2**j for j in range(1, int(math.log2(budget)) + 1) if budget % 2**j == 0]
+    ks = [whole(k) for k in allowed]
+    bad = [k for k, w in zip(allowed, ks) if w is None or w < 2 or budget % w]
+    if bad:
+        raise InputError(
+            f"allowed K {bad} do not fit the budget {budget}: each K must be a whole number >= 2 that divides it"
+        )
+    return sorted(set(ks))
 
 
 def clipped(c) -> np.ndarray:
@@ -129,13 +141,16 @@ def recommendation(
             "ties": [],
             "near_best_K": [],
             "lean": "undefined",
-            "message": "best K not identified: c1, c2 or c3 is undefined",
+            "message": "best K not identified: c1, c2 or c3 is undefined or infinite",
         }
     relative = relative_errors(c1, c2, c3, allowed, budget)
     near = [k for k, r in zip(allowed, relative) if np.isfinite(r) and r <= 1 + tolerance]
     scores = clipped(c1) * np.asarray(allowed, dtype=np.float64) + clipped(c3) / (np.asarray(allowed) - 1.0)
     tied = [k for k, v in zip(allowed, scores) if v <= scores.min() + TIE * abs(scores.min())]
-    reaches_zero = {name: c <= 0 or ci is None or ci[0] <= 0 for name, c, ci in (("c1", c1, ci_c1), ("c3", c3, ci_c3))}
+    reaches_zero = {  # unless the lower end is a number > 0 (not null, nan or a string)
+        name: not (c > 0 and interval_of(ci) is not None and interval_of(ci)[0] > 0)
+        for name, c, ci in (("c1", c1, ci_c1), ("c3", c3, ci_c3))
+    }
     if c1 <= 0 and c3 <= 0:
         lean = "none (c1 and c3 both <= 0: K does not change the error detectably)"
     elif c1 <= 0:
@@ -190,12 +205,61 @@ def json_value(value):
 
 
 def number(value) -> float:
-    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf, None -> nan."""
-    if value is None:
+    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf; None, other text, bools and other types
+    -> nan (undefined)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, np.integer, np.floating)):
         return math.nan
-    if isinstance(value, str):
+    try:
         return float(value)
-    return float(value)
+    except ValueError:
+        return math.nan
+
+
+def interval_of(ci) -> list[float] | None:
+    """A saved 95% interval as two floats ("inf" -> inf); None when absent or malformed (not two numbers, an end
+    undefined, low > high, or an infinite end on the wrong side)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    low, high = (number(v) for v in ci)
+    return [low, high] if low <= high and low < math.inf and high > -math.inf else None
+
+
+def status(constants: dict, ci: dict, allowed, budget) -> dict:
+    """What a consumer of saved advice may state, recomputed from the pooled constants and their intervals
+    (``recommendation``; saved "inf", null, strings and missing values become undefined): {"identified",
+    "K_star_exact" (1 + sqrt(c3/c1), None unless identified), "K_best" (None unless identified and unique),
+    "message"}. Never a K from constants that are undefined, infinite or <= 0."""
+    values = []
+    for name in ("c1", "c2", "c3"):
+        try:
+            values.append(number(constants.get(name)))
+        except (TypeError, ValueError):
+            values.append(math.nan)
+    try:
+        ks = allowed_group_sizes(int(number(budget)), allowed)
+    except (InputError, TypeError, ValueError, OverflowError):
+        ks = []
+    if not ks:
+        return {
+            "identified": False,
+            "K_star_exact": None,
+            "K_best": None,
+            "message": "best K not identified: the advice names no allowed K that fits its budget",
+        }
+    advice = recommendation(*values, interval_of(ci.get("c1")), interval_of(ci.get("c3")), ks, number(budget))
+    c1, _, c3 = values
+    star = 1 + math.sqrt(c3 / c1) if advice["identified"] else None
+    return {
+        "identified": advice["identified"],
+        "K_star_exact": star,
+        "K_best": advice["K_best"],
+        "message": advice["message"],
+    }
+
+
+def advice_status(advice: dict) -> dict:
+    """``status`` of a saved ``group_size_advisor`` entry."""
+    return status(advice.get("pooled") or {}, advice.get("ci95") or {}, advice.get("allowed_K"), advice.get("budget"))
 
 
 def per_prompt_constants(record: dict) -> tuple[float, float]:
@@ -241,7 +305,9 @@ def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient:
     return value, np.where(np.isfinite(value)[:, None], derivative, np.nan)
 
 
-def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarray, weights: np.ndarray) -> dict:
+def k_star_summary(
+    c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarray, weights: np.ndarray, level: float = 0.95
+) -> dict:
     """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
     replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
     is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
@@ -253,7 +319,7 @@ def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarra
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(c3 > 0, c1 / c3, np.nan)
         se = np.sqrt(bs.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
-    summary = bs.studentized_summary(q, se, weights, log=True)
+    summary = bs.studentized_summary(q, se, weights, log=True, level=level)
     if summary["interval"] == "bca":
         return {**bs.summarise(k, weights), "interval": "bca"}
     low, high = summary["ci95"]
@@ -270,25 +336,69 @@ def k_star_summary(c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarra
 
 CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
 CALIBRATED = ("c1", "c3", "K_star_exact")  # the intervals whose coverage the calibration table gives
+T_TOLERANCE = 1.25  # a calibration cell applies to runs with T within this factor of its own
 
 
-def simulated_coverage(share: float, path: str = CALIBRATION) -> dict | None:
-    """The simulated coverage of the c1, c3 and K* intervals at the calibration row (scripts/coverage_heavy_tails.py,
-    committed as ``path``) whose median largest-prompt share is nearest to this run's ``share`` on the log scale;
-    ``beyond_table`` when ``share`` exceeds every row's upper quartile (coverage there is likely lower still).
-    None when ``share`` is undefined or there is no table."""
-    if not (share is not None and np.isfinite(share) and share > 0 and os.path.exists(path)):
-        return None
+def simulated_coverage(index: float, n_prompts: int, path: str = CALIBRATION, share: float | None = None) -> dict:
+    """The simulated coverage of the c1, c3 and K* intervals at this run's T and tail, from the calibration cells
+    (scripts/coverage_heavy_tails.py --merge, committed as ``path``; one per simulated tail shape and T) that apply:
+    T within a factor T_TOLERANCE of the cell's, and the Hill tail index of the per-prompt c2 (``tail_index``)
+    within the 5-95% range of the cell's runs. Per statistic the lowest and highest coverage over those cells (the
+    data cannot say which tail shape produced them) and the largest Monte Carlo standard error. ``status``
+    "unknown" (with a ``reason``) when no cell applies or the index is undefined: never the nearest cell.
+    ``share`` (the largest prompt's share of c2) is recorded for the printout."""
+    found = {
+        "tail_index": None if index is None or not np.isfinite(index) else float(index),
+        "largest_prompt_share": None if share is None or not np.isfinite(share) else float(share),
+        "T": n_prompts,
+    }
+    if found["tail_index"] is None:
+        return {**found, "status": "unknown", "reason": "the tail index of the per-prompt c2 is undefined"}
+    if not os.path.exists(path):
+        return {**found, "status": "unknown", "reason": f"no calibration table at {path}"}
     with open(path, encoding="utf-8") as handle:
-        rows = json.load(handle)["rows"]
-    row = min(rows, key=lambda r: abs(math.log(r["largest_share_median"] / share)))
+        cells = json.load(handle).get("cells") or []
+    near = [c for c in cells if "index_range" in c and abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
+    if not near:
+        return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts}"}
+    inside = [c for c in near if c["index_range"][0] <= index <= c["index_range"][1]]
+    if not inside:
+        return {
+            **found,
+            "status": "unknown",
+            "reason": f"no simulated tail at T = {n_prompts} has tail index {index:.3g}",
+        }
+    coverage = {
+        name: {
+            "low": min(c["coverage"][name]["coverage"] for c in inside),
+            "high": max(c["coverage"][name]["coverage"] for c in inside),
+            "mc_se": max(c["coverage"][name]["mc_se"] for c in inside),
+        }
+        for name in CALIBRATED
+    }
     return {
-        "largest_prompt_share": float(share),
-        "calibration_row": {key: row[key] for key in ("T", "sigma", "runs", "largest_share_median")},
-        "coverage": {name: row["coverage"][name] for name in CALIBRATED},
-        "beyond_table": bool(share > max(r["largest_share_quartiles"][1] for r in rows)),
+        **found,
+        "status": "calibrated",
+        "cells": [{key: c[key] for key in ("T", "tail", "runs")} for c in inside],
+        "coverage": coverage,
         "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
     }
+
+
+def tail_index(columns: list[np.ndarray], fraction: float = 0.1, smallest: int = 5) -> float:
+    """Hill estimate of the right tail's index of the per-prompt c2 (each prompt's mean over K): with x_(1) >= ...
+    the positive values and k = max(smallest, fraction T), k / sum_{i <= k} log(x_(i) / x_(k+1)); small = heavy
+    (a Pareto tail of index a gives about a). nan with fewer than k + 1 positive values."""
+    stacked = np.stack([np.asarray(c, dtype=np.float64) for c in columns]) if columns else np.empty((0, 0))
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a prompt with no value at any K: nan, dropped
+        values = np.nanmean(stacked, axis=0) if stacked.size else stacked
+    values = np.sort(values[np.isfinite(values) & (values > 0)])[::-1]
+    k = max(smallest, int(fraction * len(values)))
+    if len(values) <= k:
+        return math.nan
+    logs = np.log(values[:k] / values[k]).sum()
+    return float(k / logs) if logs > 0 else math.inf
 
 
 def tail_share(columns: list[np.ndarray]) -> float:
@@ -326,9 +436,12 @@ def advise(
     budget: int = 1024,
     allowed=None,
     weights: np.ndarray | None = None,
+    level: float = 0.95,
 ) -> dict:
     """c1, c2, c3 per K and pooled (plain means over K), K* (paper and exact), best allowed K, all with joint
-    prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others)."""
+    prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others;
+    ``level``: another level for the studentized intervals of the pooled constants and K*, for coverage studies,
+    recorded as ``interval_level``; the keys keep their names)."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
@@ -363,10 +476,12 @@ def advise(
         frequency["undefined"] = float(np.mean(np.isnan(best)))  # ties (e.g. c1 = c3 = 0) or undefined constants
     summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
     errors = {name: np.sqrt(bs.influence_covariance(weights, derivative[name])) for name in derivative}
-    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights)
+    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level)
     for name in ("c2", "c3"):
-        summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True)
-    summaries["K_star_exact"] = k_star_summary(pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"], weights)
+        summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True, level=level)
+    summaries["K_star_exact"] = k_star_summary(
+        pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"], weights, level=level
+    )
     paper = summaries["K_star_exact"]
     if paper["interval"] != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
         summaries["K_star_paper"] = {
@@ -399,7 +514,10 @@ def advise(
             "pooled": {name: s["estimate"] for name, s in summaries.items()},
             "ci95": {name: s["ci95"] for name, s in summaries.items()},
             "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
-            "simulated_coverage": simulated_coverage(tail_share(columns["c2"])),
+            **({} if level == 0.95 else {"interval_level": level}),
+            "simulated_coverage": simulated_coverage(
+                tail_index(columns["c2"]), len(prompts), share=tail_share(columns["c2"])
+            ),
             "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
             "budget": budget,
             "allowed_K": allowed_k,
@@ -421,7 +539,8 @@ def advise(
                 "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
                 "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
                 "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
-                "than 95%: simulated_coverage gives the coverage simulated at this run's largest-prompt share. "
+                "than 95%: simulated_coverage gives the coverage simulated at this run's T and tail index of c2 "
+                "(the calibration cells that apply, with Monte Carlo error; status unknown when none applies). "
                 "Degenerate replicates (c1 or c3 <= 0) are counted "
                 '(K*: inf or 1). Numbers: "inf" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. '
                 "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
@@ -439,20 +558,48 @@ def rounded(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def coverage_text(calibration: dict | None, name: str) -> str:
+    """ " (simulated coverage 86% +-2%)" or, over several tail shapes that fit this run, " (simulated coverage
+    79-93% +-2%)"; " (coverage unknown)" when no cell applies; "" for c2 (not calibrated) and advice saved
+    without a calibration."""
+    name = "K_star_exact" if name == "K_star_paper" else name  # sqrt(c3/c1) = K*_exact - 1: the same interval
+    if not calibration or name not in CALIBRATED:
+        return ""
+    if calibration.get("status") != "calibrated" or name not in calibration.get("coverage", {}):
+        return " (coverage unknown)"
+    c = calibration["coverage"][name]
+    low, high = round(100 * c["low"]), round(100 * c["high"])
+    span = f"{low}%" if low == high else f"{low}-{high}%"
+    return f" (simulated coverage {span} +-{c['mc_se']:.0%})"
+
+
+def calibration_line(calibration: dict | None) -> str:
+    """Which calibration cells the coverage comes from, or why it is unknown."""
+    if not calibration:
+        return ""
+    text = (
+        f"\n  T = {calibration.get('T')}, tail index of c2 {rounded(calibration.get('tail_index'))} (largest "
+        f"prompt's share {rounded(calibration.get('largest_prompt_share'))}): "
+    )
+    if calibration.get("status") != "calibrated":
+        return text + f"coverage unknown ({calibration.get('reason', 'no calibration cell applies')})"
+    cells = ", ".join(f"{c['tail']}" for c in calibration["cells"])
+    return text + (
+        f"coverage simulated at T={calibration['cells'][0]['T']} for the tail shapes that fit ({cells}; "
+        "scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
+    )
+
+
 def describe(advice: dict) -> str:
     """Advisor printout: constants, paper and exact K*, best allowed K (only where identified), each with its 95%
-    interval, rounded; otherwise which way the data lean and which K are within 10% of the smallest error."""
+    interval, rounded, and its simulated coverage at this run's T and tail (or "unknown"); where K is not
+    identified, "not identified" with the way the data lean and the K within 10% of the smallest error."""
     pooled, ci = advice["pooled"], advice["ci95"]
-
     calibration = advice.get("simulated_coverage")
 
     def item(name):
-        low, high = ci.get(name) or (None, None)
-        text = f"{rounded(pooled[name])} [{rounded(low)}, {rounded(high)}]"
-        if calibration and name in calibration["coverage"]:
-            bound = "<= " if calibration["beyond_table"] else "~"
-            text += f" (simulated coverage {bound}{calibration['coverage'][name]:.0%} at this run's tail)"
-        return text
+        low, high = interval_of(ci.get(name)) or (None, None)
+        return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]" + coverage_text(calibration, name)
 
     slope_line = ""
     if advice.get("c3_slope_per_K"):
@@ -464,27 +611,23 @@ def describe(advice: dict) -> str:
             " (0 under the 1/(K(K-1)) law)"
         )
     bad = advice["degenerate_replicates"]
-    k_star = number(pooled.get("K_star_exact"))
-    small = " (below 2: use the smallest allowed K)" if k_star < 2 else ""
-    advice_line = advice.get("recommendation")
-    if advice_line is None or advice_line["K_best"] is not None:
-        best = f"best K in {advice['allowed_K']} = {item('K_best')}"
-        if advice_line is not None:
-            best += f" ({advice_line['message'].split('; ', 1)[-1]})"
-    else:
-        best = f"K in {advice['allowed_K']}: {advice_line['message']}"
-    tail = ""
-    if calibration:
-        row = calibration["calibration_row"]
-        tail = (
-            f"\n  largest prompt's share of c2 {calibration['largest_prompt_share']:.3f}: coverage simulated at "
-            f"share {row['largest_share_median']:.3f} (T={row['T']}, sigma={row['sigma']}, {row['runs']} runs)"
-            + (", this run's tail is heavier than any in the table" if calibration["beyond_table"] else "")
+    now = advice_status(advice)
+    if now["identified"]:
+        small = " (below 2: use the smallest allowed K)" if now["K_star_exact"] < 2 else ""
+        stars = (
+            f"exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; paper's sqrt(c3/c1) = {item('K_star_paper')}"
         )
+    else:
+        positive = all(number(pooled.get(n)) > 0 and math.isfinite(number(pooled.get(n))) for n in ("c1", "c3"))
+        estimate = f" (point estimate {item('K_star_exact')})" if positive else ""
+        stars = f"exact K* = 1+sqrt(c3/c1): not identified{estimate}"
+    if now["K_best"] is not None:
+        best = f"best K in {advice['allowed_K']} = {now['K_best']} ({now['message'].split('; ', 1)[-1]})"
+    else:
+        best = f"K in {advice['allowed_K']}: {now['message']}"
     return (
         f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
         f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
         f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
-        f"  exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; "
-        f"paper's sqrt(c3/c1) = {item('K_star_paper')};\n  {best}" + slope_line + tail
+        f"  {stars};\n  {best}" + slope_line + calibration_line(calibration)
     )

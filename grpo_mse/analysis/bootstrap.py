@@ -149,11 +149,13 @@ def influence_covariance(weights: np.ndarray, first: np.ndarray, second: np.ndar
         return np.where(n > 1, n / (n - 1) * np.einsum("ri,ri,ri->r", weights, first, second), np.nan)
 
 
-def studentized_summary(draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False) -> dict:
+def studentized_summary(
+    draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False, level: float = 0.95
+) -> dict:
     """``summarise`` with a studentized interval (``studentized_interval``; log scale when ``log`` and every
     value is positive, else the natural scale); BCa when the estimate's own standard error is undefined."""
     draws = np.asarray(draws, dtype=np.float64)
-    ci = studentized_interval(draws, errors, weights, log=log)
+    ci = studentized_interval(draws, errors, weights, level=level, log=log)
     if ci is None:
         return {**summarise(draws, weights), "interval": "bca"}
     rows = draws[: 1 + n_boot_of(weights)]

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.analysis.advisor import k_star, paper_k_star
+from grpo_mse.analysis.advisor import interval_of, k_star, paper_k_star
 from grpo_mse.analysis.one_token import batch_c1_target
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import Z95, mean_ci
@@ -113,7 +113,8 @@ def advisor_check(theory: dict, run: dict) -> dict | None:
         "K_star_exact": exact["K_star_exact_fixed_prompts"],
     }
     ci = advice["ci95"]
-    inside = {n: bool(ci[n][0] <= v <= ci[n][1]) for n, v in targets.items() if ci.get(n) and not math.isnan(v)}
+    bounds = {n: interval_of(ci.get(n)) for n in targets}  # "inf" ends as inf; malformed -> None
+    inside = {n: bool(b[0] <= targets[n] <= b[1]) for n, b in bounds.items() if b and not math.isnan(targets[n])}
     return {
         "exact": exact,
         "estimated": advice["pooled"],

@@ -20,23 +20,23 @@ import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis.advisor import advise, column, prompt_columns, rounded
+from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO_STD, ORACLE
+from grpo_mse.tables.validate import whole
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
 
 
-def whole_number(value) -> int | None:
-    """``value`` as an int when it is a whole number (256 or 256.0; not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        return None
-    return int(value) if np.isfinite(value) and float(value).is_integer() else None
-
-
 def oracle_value_variance(value: float, n_oracle) -> float:
-    """Unbiased Var(V_hat) = V_hat (1 - V_hat) / (n_oracle - 1) of a Monte Carlo V from ``n_oracle`` rewards (any
-    whole number, also 256.0 as read from a table); 0 for an exact V (no whole n_oracle > 1)."""
-    n = whole_number(n_oracle)
-    return value * (1 - value) / (n - 1) if n is not None and n > 1 else 0.0
+    """Unbiased Var(V_hat) = V_hat (1 - V_hat) / (n_oracle - 1) of a Monte Carlo V from ``n_oracle`` rewards (a
+    whole number >= 1, also 256.0 as read from a table); 0 for an exact V (``n_oracle`` null) or n_oracle = 1.
+    DataError for anything else ('256', 256.5, 0): a silent 0 would drop the oracle-noise correction."""
+    if n_oracle is None or (isinstance(n_oracle, float) and np.isnan(n_oracle)):  # NaN: pandas' null
+        return 0.0
+    n = whole(n_oracle)
+    if n is None or n < 1:
+        raise DataError(f"n_oracle {n_oracle!r} is not a whole number >= 1 (null for an exact V)")
+    return value * (1 - value) / (n - 1) if n > 1 else 0.0
 
 
 def score_law_mismatch(score_distribution: str, top_p: float, include_eos: bool = True) -> bool:
@@ -75,7 +75,7 @@ def largest_share(values: np.ndarray) -> float:
 
 
 def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: np.ndarray) -> dict:
-    """Per K: mean MSE per estimator, ratio / difference to the oracle, median per-prompt ratio, largest-prompt
+    """Per K: mean MSE per estimator, ratio / difference to the oracle, largest-prompt
     share, ||E s||^2, oracle noise and std-GRPO against its own target, each with a joint 95% interval."""
     _, position = prompt_columns({k: records_by_k[k] for k in k_list})
     out = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from grpo_mse.analysis.advisor import advice_status
 from grpo_mse.analysis.simulation_config import SimulationConfig  # noqa: F401 - the settings, importable here
 from grpo_mse.gradients import estimators as est
 
@@ -102,13 +103,15 @@ def read_advisor(path: str) -> dict:
         raise ValueError(f"{path}: no group_size_advisor entry")
     advice = result["group_size_advisor"]
     config = result.get("config", {})
-    pooled, ci = advice["pooled"], advice.get("ci95", {})
+    ci = advice.get("ci95", {})
+    now = advice_status(advice)  # K* only where the advisor identifies it (else None and the message)
     return {
         "path": path,
-        "K_star": pooled.get("K_star_exact"),
-        "K_star_ci95": ci.get("K_star_exact"),
-        "K_star_paper": pooled.get("K_star_paper"),
-        "K_best": pooled.get("K_best"),
+        "K_star": now["K_star_exact"],
+        "K_star_ci95": ci.get("K_star_exact") if now["identified"] else None,
+        "K_star_paper": now["K_star_exact"] - 1 if now["identified"] else None,
+        "K_best": now["K_best"],
+        "message": now["message"],
         **{c: advice["pooled"].get(c) for c in ("c1", "c2", "c3")},
         "config": {k: config.get(k) for k in ("model", "temperature", "top_p", "max_new_tokens", "T", "M")},
     }

@@ -14,8 +14,8 @@ does not change ranks); the check is Spearman's rank correlation between it and 
 
 Across settings (``compare``): does the sweep's best K move the way the advisor's K* moves? Per pair of settings,
 the direction of K* (up, down, same) against the direction of the best K, with the share of 2000 bootstrap
-replicates (seeds resampled within each K of each setting) in which the best K moves the advisor's way, the
-opposite way, or not at all.
+replicates (seeds resampled within each K of each setting, independently per setting) in which the best K moves
+the advisor's way, the opposite way, or not at all.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.analysis import advisor
 from grpo_mse.tables.outputs import mean_t_interval, read_json, t975, to_json, write_atomic
 
 KINDS = ("mixed", "division", "nodivision")
@@ -65,24 +66,49 @@ def subset(data_dir: str, out_dir: str, kinds: str, n_test: int) -> dict:
 
 
 def predict(run: dict, name: str, written_at: str | None = None) -> dict:
-    """The advisor's prediction from a run_tracecov JSON, stamped with the time it is written."""
+    """The advisor's prediction from a run_tracecov JSON, stamped with the time it is written. K* and the best
+    allowed K are stated only where the advisor identifies them (``advisor.advice_status``): null otherwise,
+    with ``message`` saying why (c1 or c3 undefined, infinite, <= 0, or an interval reaching 0)."""
     adv = run.get("group_size_advisor")
     cli.require(isinstance(adv, dict) and "pooled" in adv, "the run has no group_size_advisor (was --no_advisor set?)")
-    pooled, ci = adv["pooled"], adv["ci95"]
+    pooled, ci = adv["pooled"], adv.get("ci95") or {}
+    now = advisor.advice_status(adv)
     return {
         "name": name,
-        "K_star_exact": pooled["K_star_exact"],
-        "ci95": ci["K_star_exact"],
-        "best_allowed_K": int(pooled["K_best"]),
-        "best_allowed_K_ci95": ci.get("K_best"),
+        "identified": now["identified"],
+        "message": now["message"],
+        "K_star_exact": now["K_star_exact"],
+        "ci95": ci.get("K_star_exact") if now["identified"] else None,
+        "best_allowed_K": now["K_best"],
         "allowed_K": adv.get("allowed_K"),
-        "c1": pooled["c1"],
-        "c2": pooled["c2"],
-        "c3": pooled["c3"],
-        "c_ci95": {c: ci[c] for c in ("c1", "c2", "c3")},
+        "c1": pooled.get("c1"),
+        "c2": pooled.get("c2"),
+        "c3": pooled.get("c3"),
+        "c_ci95": {c: ci.get(c) for c in ("c1", "c2", "c3")},
         "budget": adv.get("budget"),
         "written_at": written_at or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def prediction_status(prediction: dict) -> dict:
+    """``advisor.status`` of a saved prediction (recomputed from its constants: older files stated a best K
+    from unidentified constants)."""
+    return advisor.status(
+        prediction, prediction.get("c_ci95") or {}, prediction.get("allowed_K"), prediction.get("budget")
+    )
+
+
+def describe_prediction(prediction: dict) -> str:
+    """ "K*_exact = 4.21 [1.59, 6.06], best allowed K = 4" where identified, else "K* not identified: why"."""
+    now = prediction_status(prediction)
+    if not now["identified"]:
+        return f"K* not identified ({now['message']})"
+    low, high = advisor.interval_of(prediction.get("ci95")) or (math.nan, math.nan)
+    best = now["K_best"] if now["K_best"] is not None else "a tie"
+    return (
+        f"K*_exact = {advisor.rounded(now['K_star_exact'])} [{advisor.rounded(low)}, {advisor.rounded(high)}], "
+        f"best allowed K = {best}"
+    )
 
 
 def run_metric(frame, metric: str):
@@ -132,7 +158,9 @@ def ranks(values) -> np.ndarray:
 
 
 def spearman(x, y) -> float:
-    """Spearman's rank correlation (Pearson's on average ranks); nan if either side is constant."""
+    """Spearman's rank correlation (Pearson's on average ranks); nan if either side is constant or not finite."""
+    if not (np.isfinite(np.asarray(x, float)).all() and np.isfinite(np.asarray(y, float)).all()):
+        return float("nan")
     rx, ry = ranks(x), ranks(y)
     if rx.std() == 0 or ry.std() == 0:
         return float("nan")
@@ -140,8 +168,14 @@ def spearman(x, y) -> float:
 
 
 def predicted_error(prediction: dict, k: int) -> float:
-    """c1 K + c2 + c3/(K - 1): N times the exact budgeted error of the GRPO step."""
-    return prediction["c1"] * k + prediction["c2"] + prediction["c3"] / (k - 1)
+    """c1 K + c2 + c3/(K - 1): N times the exact budgeted error of the GRPO step; nan when a constant is
+    undefined, infinite or saved as text."""
+    try:
+        c1, c2, c3 = (advisor.number(prediction.get(c)) for c in ("c1", "c2", "c3"))
+    except (TypeError, ValueError):
+        return math.nan
+    value = c1 * k + c2 + c3 / (k - 1) if all(map(math.isfinite, (c1, c2, c3))) else math.nan
+    return value if math.isfinite(value) else math.nan
 
 
 def sweep_summary(frame, metric: str, started_at: str) -> dict:
@@ -188,26 +222,27 @@ def best_k_shares(draws) -> dict:
 
 
 def compare(a: dict, b: dict, draws_a, draws_b) -> dict:
-    """Does the best K move from setting a to setting b in the direction of the advisor's K*?"""
+    """Does the best K move from setting a to setting b in the direction of the advisor's K*? The advisor's
+    direction is 0 ("none") unless K* is identified in both settings."""
     k_a, k_b = a["advisor"]["K_star_exact"], b["advisor"]["K_star_exact"]
-    advisor = int(np.sign(k_b - k_a)) if k_a is not None and k_b is not None else 0
+    advisor_way = int(np.sign(k_b - k_a)) if k_a is not None and k_b is not None else 0
     moves = np.sign(np.asarray(draws_b, float) - np.asarray(draws_a, float))
     sweep = int(np.sign(b["sweep"]["best_K"] - a["sweep"]["best_K"]))
     shares = {
-        "advisor_way": float(np.mean(moves == advisor)) if advisor else float("nan"),
-        "opposite_way": float(np.mean(moves == -advisor)) if advisor else float("nan"),
+        "advisor_way": float(np.mean(moves == advisor_way)) if advisor_way else float("nan"),
+        "opposite_way": float(np.mean(moves == -advisor_way)) if advisor_way else float("nan"),
         "no_move": float(np.mean(moves == 0)),
     }
     return {
         "settings": [a["name"], b["name"]],
         "advisor_K_star": [k_a, k_b],
-        "advisor_direction": advisor,
+        "advisor_direction": advisor_way,
         "sweep_best_K": [a["sweep"]["best_K"], b["sweep"]["best_K"]],
         "sweep_direction": sweep,
-        "agree": bool(advisor != 0 and sweep == advisor),
+        "agree": bool(advisor_way != 0 and sweep == advisor_way),
         "bootstrap_best_K_shares": shares,
-        "note": "direction: +1 up, -1 down, 0 same, from the first setting to the second; shares over "
-        "replicates resampling seeds within each K",
+        "note": "direction: +1 up, -1 down, 0 same (advisor: also 0 when K* is not identified in a setting), "
+        "from the first setting to the second; shares over replicates resampling seeds within each K",
     }
 
 
@@ -216,10 +251,18 @@ def setting_summary(name: str, frame, prediction: dict, started_at: str, metric:
     ks = sorted(int(k) for k in sweep["per_K"])
     errors = [predicted_error(prediction, k) for k in ks]
     observed = [sweep["per_K"][str(k)]["mean"] for k in ks]
-    advisor = {key: prediction[key] for key in ("K_star_exact", "ci95", "best_allowed_K", "written_at")}
+    now = prediction_status(prediction)
+    stated = {
+        "identified": now["identified"],
+        "message": now["message"],
+        "K_star_exact": now["K_star_exact"],
+        "ci95": prediction.get("ci95") if now["identified"] else None,
+        "best_allowed_K": now["K_best"],
+        "written_at": prediction.get("written_at"),
+    }
     return {
         "name": name,
-        "advisor": advisor,
+        "advisor": stated,
         "sweep": sweep,
         "rank_correlation": {
             "spearman_predicted_error_vs_metric": spearman(errors, observed),
@@ -254,19 +297,23 @@ def plot_setting(summary: dict, path: str, runs=None) -> None:
         label="mean, 95% t-interval",
         zorder=3,
     )
-    k_lo, k_hi = adv["ci95"] if adv["ci95"] else (None, None)
     right = max(ks) * 1.5
-    if k_lo is not None:
+    k_star, ci = adv.get("K_star_exact"), advisor.interval_of(adv.get("ci95"))
+    if k_star is not None and ci is not None and math.isfinite(ci[0]):  # identified K* only
         ax.axvspan(
-            max(k_lo, min(ks) / 1.5),
-            min(k_hi if k_hi is not None else right, right),
+            max(ci[0], min(ks) / 1.5),
+            min(ci[1] if math.isfinite(ci[1]) else right, right),
             color="C1",
             alpha=0.15,
             label="advisor K* 95% interval",
         )
-    if adv["K_star_exact"] is not None and math.isfinite(adv["K_star_exact"]):
-        ax.axvline(adv["K_star_exact"], color="C1", label=f"advisor K* = {adv['K_star_exact']:.2f}")
-    ax.axvline(adv["best_allowed_K"], color="C1", ls=":", label=f"advisor best allowed K = {adv['best_allowed_K']}")
+    if k_star is not None and math.isfinite(k_star):
+        ax.axvline(k_star, color="C1", label=f"advisor K* = {k_star:.2f}")
+    if adv.get("best_allowed_K") is not None:
+        best = adv["best_allowed_K"]
+        ax.axvline(best, color="C1", ls=":", label=f"advisor best allowed K = {best}")
+    if k_star is None:
+        ax.plot([], [], " ", label="advisor K* not identified")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlim(min(ks) / 1.5, right)
@@ -307,16 +354,18 @@ def plot_settings(summaries: list, path: str) -> None:
             color=color,
             label=f"{summary['name']}: best K = {sweep['best_K']}",
         )
-        k_star, ci = adv["K_star_exact"], adv["ci95"]
-        if ci and ci[0] is not None:
-            ax.axvspan(
-                max(ci[0], min(all_ks) / 1.5),
-                min(ci[1] if ci[1] is not None else right, right),
-                color=color,
-                alpha=0.08,
-            )
-        if k_star is not None and math.isfinite(k_star):
-            ax.axvline(k_star, color=color, ls="--", label=f"advisor K* = {k_star:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]")
+        k_star, ci = adv.get("K_star_exact"), advisor.interval_of(adv.get("ci95"))
+        if k_star is None or ci is None or not math.isfinite(k_star):  # not identified: no K* drawn
+            ax.plot([], [], " ", label=f"{summary['name']}: advisor K* not identified")
+            continue
+        if math.isfinite(ci[0]):
+            ax.axvspan(max(ci[0], min(all_ks) / 1.5), min(ci[1], right), color=color, alpha=0.08)
+        ax.axvline(
+            k_star,
+            color=color,
+            ls="--",
+            label=f"advisor K* = {k_star:.2f} [{advisor.rounded(ci[0])}, {advisor.rounded(ci[1])}]",
+        )
     ax.axhline(0, color="0.7", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(all_ks, [str(k) for k in all_ks])
@@ -501,10 +550,7 @@ def main(argv=None) -> None:
         run = read_json(args.run_json, ("group_size_advisor",), "run_tracecov result")
         pred = predict(run, args.name)
         write_atomic(args.out, to_json(pred, indent=1))
-        print(
-            f"{args.name}: K*_exact = {pred['K_star_exact']:.2f} {pred['ci95']}, best allowed K = "
-            f"{pred['best_allowed_K']} (written {pred['written_at']}) -> {args.out}"
-        )
+        print(f"{args.name}: {describe_prediction(pred)} (written {pred['written_at']}) -> {args.out}")
     else:
         from grpo_mse.figures.training import read_training
 
@@ -513,17 +559,17 @@ def main(argv=None) -> None:
         cli.require(len(set(names)) == len(names), f"--setting names repeat: {names}")
         os.makedirs(args.out_dir, exist_ok=True)
         for name, csv, pred_path, started_at in args.setting:
-            pred = read_json(pred_path, ("K_star_exact", "c1", "c2", "c3"), "advisor prediction")
+            pred = read_json(pred_path, ("c1", "c2", "c3"), "advisor prediction")
             frame = read_training(csv, args.metric)
             summary = setting_summary(name, frame, pred, started_at, args.metric)
             runs = run_metric(frame, args.metric)
-            draws.append(best_k_draws(runs))
+            draws.append(best_k_draws(runs, seed=len(draws)))  # independent resampling per setting
             summary["sweep"]["best_K_bootstrap"] = best_k_shares(draws[-1])
             plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), runs)
             settings.append(summary)
             sw = summary["sweep"]
             print(
-                f"{name}: advisor K* {pred['K_star_exact']:.2f} {pred['ci95']} best {pred['best_allowed_K']}; "
+                f"{name}: advisor {describe_prediction(pred)}; "
                 f"sweep best K {sw['best_K']}, separated {sw['separated_pairs']}, Spearman "
                 f"{summary['rank_correlation']['spearman_predicted_error_vs_metric']:.2f}"
             )

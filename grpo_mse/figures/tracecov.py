@@ -137,9 +137,10 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     allowed = allowed or adv.allowed_group_sizes(int(budget))
     ks = np.logspace(np.log2(1.5), np.log2(max(budget, 4)), 300, base=2)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    curve = adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget)
     ax.plot(
         ks,
-        adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget),
+        curve,
         color="tab:blue",
         label=f"exact: c1 K/N + c2/N + c3/(N(K-1)), N={budget:g}",
     )
@@ -150,11 +151,14 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
         linestyle=":",
         label="paper: ... + c3/(N K)",
     )
-    star = adv.number(pooled.get("K_star_exact"))
-    if np.isfinite(star):
+    if overridden:
+        now = adv.status(pooled, ci, allowed, budget)
+    else:
+        now = adv.advice_status({**advice, "allowed_K": allowed, "budget": budget})
+    if now["identified"]:  # K* and the best K only where the advisor identifies them
+        star = now["K_star_exact"]
         ax.axvline(star, color="tab:red", linestyle="--", label=f"exact K* = 1 + sqrt(c3/c1) = {star:.3g}")
-    if ci.get("K_star_exact"):
-        low, high = (adv.number(v) for v in ci["K_star_exact"])
+        low, high = adv.interval_of(ci.get("K_star_exact")) or (np.nan, np.nan)
         if np.isfinite(low):
             ax.axvspan(
                 low,
@@ -163,16 +167,8 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
                 alpha=0.12,
                 label="K* 95% joint bootstrap interval" + (" (to inf)" if np.isinf(high) else ""),
             )
-    paper = adv.number(pooled.get("K_star_paper"))
-    if np.isfinite(paper):
-        ax.axvline(paper, color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = {paper:.3g}")
-    saved_advice = advice.get("recommendation")
-    advice_now = (
-        adv.recommendation(c1, c2, c3, ci.get("c1"), ci.get("c3"), allowed, budget)
-        if overridden or saved_advice is None
-        else saved_advice
-    )
-    best = advice_now["K_best"]
+        ax.axvline(star - 1, color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = {star - 1:.3g}")
+    best = now["K_best"]
     if best is not None:
         ax.plot(
             [best],
@@ -184,14 +180,15 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
             label=f"best allowed K = {best:g}",
         )
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    if (np.isfinite(curve) & (curve > 0)).any():  # no log axis for a curve that is undefined, infinite or 0
+        ax.set_yscale("log")
     ax.set_xlabel("group size K")
     ax.set_ylabel("error per step at budget N")
     title = f"group-size advisor: c1={c1:.3g}, c2={c2:.3g}, c3={c3:.3g}"
     if overridden:
         title += f"\nN = {budget:g} set by --budget (the run's advisor used N = {saved:g})"
     if best is None:
-        title += "\nbest K not identified: " + advice_now["message"].split("; ")[-1]
+        title += "\n" + ("K* " if not now["identified"] else "") + now["message"]
     ax.set_title(title, fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 from grpo_mse.tables.inputs import DataError
 
@@ -82,6 +83,28 @@ def check_oracle_values(rows: list[dict], source: str) -> None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         if not (ok and 0 <= value <= 1):
             raise DataError(f"{source}: row {index} has V_oracle {value!r}; it must be a probability in [0, 1]")
+
+
+def check_oracle_counts(rows: list[dict], source: str) -> None:
+    """DataError unless every n_oracle is absent/null (an exact V; NaN is pandas' null in a parquet column) or a
+    whole number >= 1 (256 or 256.0; not '256' or 256.5): the oracle-noise correction reads it."""
+    for index, row in enumerate(rows):
+        value = row.get("n_oracle")
+        if not is_null(value) and (whole(value) is None or whole(value) < 1):
+            raise DataError(f"{source}: row {index} has n_oracle {value!r}; it must be a whole number >= 1 (or null)")
+
+
+def whole(value) -> int | None:
+    """``value`` as an int when it is a whole number (256, 256.0 or a numpy scalar; not a bool or a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    number = float(value)
+    return int(number) if math.isfinite(number) and number.is_integer() else None
+
+
+def is_null(value) -> bool:
+    """None, or a float NaN (how pandas stores a null in a numeric parquet column)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def check_prompt_lengths(lengths: list[int], max_new_tokens: int, positions: int | None, source: str) -> None:

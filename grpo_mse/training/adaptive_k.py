@@ -15,8 +15,9 @@ How a step changes K without touching TRL's loop (``AdaptiveKTrainer``):
   next step's generation), and logs the advisor's answer; TRL logs the K in force as ``trl/group_size``.
 
 Which K: the argmin over the allowed K of the exact budgeted error c1 K + c3/(K - 1) at the advisor's point
-estimates (``pooled.K_best``, c1 and c3 clipped at 0), whether or not its intervals identify it (the
-``adaptive_k/identified`` metric says which); when the point estimates tie or are undefined, K stays.
+estimates (``pooled.K_best``) when c1 and c3 are finite and > 0, whether or not their intervals identify it (the
+``adaptive_k/identified`` metric says which); when c1 or c3 is undefined, infinite or <= 0, or the point
+estimates tie, K stays (no K from constants that name none).
 """
 
 from __future__ import annotations
@@ -138,19 +139,33 @@ def estimate(
 
 
 def chosen_k(advice: dict, current: int) -> int:
-    """The advisor's best allowed K at its point estimates (``pooled.K_best``); ``current`` if tied/undefined."""
-    best = advice["pooled"].get("K_best")
-    return current if best is None or not math.isfinite(float(best)) else int(best)
+    """The argmin over the allowed K of c1 K + c3/(K - 1) at the advisor's point estimates (``pooled.K_best``)
+    when c1 and c3 are finite and > 0; ``current`` otherwise (undefined, infinite, <= 0 or tied: no K from
+    constants that name none)."""
+    from grpo_mse.analysis.advisor import number
+
+    pooled = advice.get("pooled") or {}
+    try:
+        c1, c3, best = (number(pooled.get(name)) for name in ("c1", "c3", "K_best"))
+    except (TypeError, ValueError):
+        return current
+    usable = all(math.isfinite(v) and v > 0 for v in (c1, c3)) and math.isfinite(best)
+    return int(best) if usable else current
 
 
 def advice_metrics(advice: dict, k: int) -> dict:
-    """What a re-estimate logs: the K chosen, the advisor's K*, constants, and whether its intervals identify K."""
-    pooled = advice["pooled"]
-    metrics = {"adaptive_k/K": float(k), "adaptive_k/identified": float(bool(advice["recommendation"]["identified"]))}
-    for name in ("c1", "c2", "c3", "K_star_exact"):
+    """What a re-estimate logs: the K chosen, the constants, whether the advisor identifies K (its
+    ``advice_status``), and K* only where it does ("inf", null and text are left out: not numbers)."""
+    from grpo_mse.analysis.advisor import advice_status
+
+    pooled, now = advice.get("pooled") or {}, advice_status(advice)
+    metrics = {"adaptive_k/K": float(k), "adaptive_k/identified": float(now["identified"])}
+    for name in ("c1", "c2", "c3"):
         value = pooled.get(name)
-        if isinstance(value, (int, float)) and math.isfinite(value):  # "inf" / null are left out (not numbers)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             metrics[f"adaptive_k/{name}"] = float(value)
+    if now["K_star_exact"] is not None:
+        metrics["adaptive_k/K_star_exact"] = float(now["K_star_exact"])
     return metrics
 
 

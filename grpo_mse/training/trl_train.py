@@ -207,8 +207,7 @@ def adaptive_callback(args: TrlTrainConfig, train_rows: list[dict], tokenizer, p
         count[0] += 1
         k = adaptive_k.chosen_k(advice, callback.trainer.group_size)
         print(
-            f"[adaptive_k] {advice['recommendation']['message']}; K* = {advice['pooled'].get('K_star_exact')}"
-            f" -> K = {k}",
+            f"[adaptive_k] {(advice.get('recommendation') or {}).get('message', 'no recommendation')} -> K = {k}",
             flush=True,
         )
         return k, adaptive_k.advice_metrics(advice, k)
