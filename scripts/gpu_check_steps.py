@@ -90,7 +90,13 @@ def write(path: str, record: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+USAGE = "usage: gpu_check_steps.py versions OUT.json | installed NAME... | advisor RUN OUT"
+
+
 def main(argv: list[str]) -> int:
+    if argv in (["--help"], ["-h"]):
+        print(USAGE + "\n\n" + (__doc__ or "").strip())
+        return 0
     if len(argv) >= 2 and argv[0] == "installed":
         return 0 if all(module_found(name) for name in argv[1:]) else 1
     if len(argv) == 2 and argv[0] == "versions":
@@ -103,7 +109,7 @@ def main(argv: list[str]) -> int:
         write(argv[2], record)
         print(json.dumps(record.get("recommendation")))
         return 0
-    print("usage: gpu_check_steps.py versions OUT.json | installed NAME... | advisor RUN OUT", file=sys.stderr)
+    print(USAGE, file=sys.stderr)
     return 2
 
 
