@@ -4,9 +4,9 @@
 1.0 or 0.0; anything that cannot be parsed scores 0.0. Arithmetic and GSM8K answers are checked
 in process (regular expressions and exact fractions). MATH answers are compared with math-verify
 when it is installed (exact normalised string match otherwise), in a worker process with a
-wall-clock limit (grpo_mse.rewards.worker_pool): sympy can hold the GIL for ever on an answer
+limit on its own compute (grpo_mse.rewards.worker_pool): sympy can hold the GIL for ever on an answer
 such as ``9^{9^{9^{9}}}``, which no thread-side timeout interrupts. An answer that overruns
-``GRPO_REWARD_TIMEOUT`` seconds (default 5) scores 0.0.
+``GRPO_REWARD_TIMEOUT`` seconds of CPU (default 5) scores 0.0; waiting for a worker never does.
 """
 
 from __future__ import annotations
