@@ -149,6 +149,8 @@ for arg in "$@"; do
   case "${key}" in
     actor_rollout_ref.rollout.n|data.train_batch_size|actor_rollout_ref.actor.ppo_mini_batch_size|--group_size|--budget)
       die "override ${arg} contradicts GROUP_SIZE/BUDGET: set GROUP_SIZE=... and BUDGET=... instead" ;;
+    data.seed|actor_rollout_ref.rollout.seed|--seed|actor_rollout_ref.actor.optim.lr|--lr)  # the run's recorded identity
+      die "override ${arg} contradicts SEED/LR (the settings recorded in the log): set SEED=... and LR=... instead" ;;
   esac
 done
 
@@ -309,7 +311,9 @@ mask() {  # print arguments with secret-looking values replaced
   echo "${out[*]}"
 }
 
+# the settings line is the run's identity for the collector (grpo_mse/training/run_identity.py); names are labels
 HEADER="[grpo_train] TRAINER=${TRAINER} EXPERIMENT_NAME=${EXPERIMENT_NAME} GROUP_SIZE=${G} SEED=${SEED:-default} BUDGET=${BUDGET}
+[grpo_train] settings: TRAINER=${TRAINER} GROUP_SIZE=${G} SEED=${SEED:-default} BUDGET=${BUDGET} LR=${LR}
 [grpo_train] train_batch_size=${TRAIN_BATCH_SIZE} ppo_mini_batch_size=${PPO_MINI_BATCH_SIZE} total_epochs=${TOTAL_EPOCHS}
 [grpo_train] MODEL=${MODEL} NNODES=${NNODES} GPUS=${GPUS} WANDB_MODE=${WANDB_MODE} \
 WANDB_API_KEY=$([[ -n "${WANDB_API_KEY:-}" ]] && echo '****' || echo unset) HF_HOME=${HF_HOME:-default}
@@ -348,11 +352,31 @@ fi
 echo "[grpo_train] log: ${LOG_FILE}"
 ( set -o noclobber; echo "${HEADER}" > "${LOG_FILE}" ) 2> /dev/null \
   || die "LOG_FILE=${LOG_FILE} exists or cannot be written: a log holds one run"
+# The end line records how the run ended (the collector's completeness): exit 0 completed, 130/143 interrupted.
+end_line() {  # end_line STATUS REASON: to the log and the terminal
+  local last
+  last="$(grep -aoE '(^|[^[:alnum:]_/@.-])step:[0-9]+ - ' "${LOG_FILE}" | tail -n 1 | grep -oE '[0-9]+' || true)"
+  echo "[grpo_train] end: exit=$1 reason=$2 steps=${last:-none}" | tee -a "${LOG_FILE}"
+}
+interrupted() {  # Ctrl-C or SIGTERM: say so in the log, exit 128+N
+  trap - INT TERM
+  end_line "$1" interrupted
+  echo "grpo_train.sh: error: interrupted (signal $(( $1 - 128 ))); the log says so: ${LOG_FILE}" >&2
+  exit "$1"
+}
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 set +e
 before=$(wc -l < "${LOG_FILE}")
 "${COMMAND[@]}" 2>&1 | tee -a "${LOG_FILE}"
 status=${PIPESTATUS[0]}
 set -e
+trap - INT TERM
+case "${status}" in
+  0) end_line 0 completed ;;
+  130|143) end_line "${status}" interrupted ;;
+  *) end_line "${status}" failed ;;
+esac
 if (( status != 0 )) && [[ "${TRAINER}" == "verl" ]] && ! command -v nvidia-smi > /dev/null; then
   tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -q "Started a local Ray instance\|Connected to Ray cluster" \
     && stage="after ray.init" || stage="before ray.init"

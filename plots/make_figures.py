@@ -38,7 +38,12 @@ class FiguresConfig(Flags):
     paper: str | None = option(None, help="paper_figure4.csv: add the published Figure 4 panels")
     training_csv: str | None = option(None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
     metric: str | None = option(None, help="metric of --training_csv to plot (default: first val accuracy)")
-    steps: list[int] | None = option(None, nargs="*", minimum=0, help="training steps drawn in Figure 5")
+    steps: list[int] | None = option(
+        None, nargs="*", minimum=0, help="training steps drawn in Figure 5; Table 2 compares K at the largest"
+    )
+    include_incomplete: bool = option(
+        False, help="Figure 5 / Table 2: include interrupted, failed and truncated runs (footnoted)"
+    )
     out_dir: str = option("results/figures", help="output folder")
     name: str = option("figure4", help="file stem of the Figure-4 outputs")
 
@@ -240,9 +245,10 @@ def main(argv=None) -> None:
     if advisor is not None:
         check_advisor(advisor, args.advisor)
     if args.training_csv:
-        from grpo_mse.figures.training import main_training, read_training
+        from grpo_mse.figures.training import main_training, read_training, select_runs
 
         training = read_training(args.training_csv, args.metric)
+        select_runs(training, args.metric, args.steps, args.include_incomplete)  # refusals before any file is written
     if runs:
         for path in figure4(runs, os.path.join(args.out_dir, args.name)):
             print(f"wrote {path}")
@@ -257,6 +263,7 @@ def main(argv=None) -> None:
                 name="figure5_accuracy_vs_K",
                 metric=args.metric,
                 steps=args.steps,
+                include_incomplete=args.include_incomplete,
             ),
             training,
         )
