@@ -36,7 +36,7 @@ class FiguresConfig(Flags):
         None, help="theory JSON of scripts/exact_theory.py: dashed exact curves on the --tracecov panels"
     )
     paper: str | None = option(None, help="paper_figure4.csv: add the published Figure 4 panels")
-    training_csv: str | None = option(None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
+    training_csv: str | None = option(None, help="CSV of training runs written by collect_runs.py")
     metric: str | None = option(None, help="metric of --training_csv to plot (default: first val accuracy)")
     steps: list[int] | None = option(
         None, nargs="*", minimum=0, help="training steps drawn in Figure 5; Table 2 compares K at the largest"
