@@ -255,3 +255,27 @@ def test_script_refuses_bad_settings_before_writing(tmp_path, settings, message)
     )
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+def test_script_never_writes_the_committed_results_by_default(tmp_path):
+    """Issue 25 case 1: a small test run modified results/k_validation, then crashed. The default is now under
+    outputs/, and a folder of committed results is refused (one line, nothing written) without KVAL_OVERWRITE=1."""
+    root = Path(__file__).resolve().parents[1]
+    script = root / "scripts" / "k_validation.sh"
+    assert "KVAL_RESULTS (outputs/k_validation_results;" in script.read_text()
+    before = subprocess.run(["git", "status", "--porcelain", "results"], cwd=root, capture_output=True, text=True)
+    for results in ("results/k_validation", str(root / "results" / "k_validation")):
+        env = {
+            **os.environ,
+            "KVAL_WORK": str(tmp_path / "work"),
+            "KVAL_RESULTS": results,
+            "KVAL_SETTINGS": "tiny_mixed",
+            "KVAL_STAGES": "advisor",
+            "KVAL_ADVISOR_T": "3",
+        }
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, cwd=root)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "holds committed results (tracked by git); set KVAL_OVERWRITE=1" in done.stderr
+        assert not (tmp_path / "work").exists()
+    after = subprocess.run(["git", "status", "--porcelain", "results"], cwd=root, capture_output=True, text=True)
+    assert after.stdout == before.stdout
