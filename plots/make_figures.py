@@ -124,6 +124,36 @@ def check_one_token(result: dict, theory: dict, label: str) -> None:
         print(f"warning: {label}: the exact curves assume other settings: {', '.join(differ)}", file=sys.stderr)
 
 
+def recorded_fingerprint(config: dict) -> str | None:
+    """The model fingerprint a result recorded, else that of its recorded local model folder if it is here, else
+    None (grpo_mse.tables.resume.model_fingerprint: sha256 of the folder's files, or hub:<id>@<revision>)."""
+    from grpo_mse.tables.resume import model_fingerprint
+
+    if config.get("model_fingerprint"):
+        return str(config["model_fingerprint"])
+    model = config.get("model")
+    if isinstance(model, str) and os.path.isdir(os.path.expanduser(model)):
+        return model_fingerprint(model, config.get("revision") or "main")
+    return None
+
+
+def check_same_model(result: dict, theory: dict, label: str, theory_path: str) -> None:
+    """Refuse (one line) a theory computed for another model than the run's, or one whose model cannot be told."""
+    run_config, theory_config = result.get("config", {}), theory.get("config", {})
+    ours, theirs = recorded_fingerprint(run_config), recorded_fingerprint(theory_config)
+    cli.require(
+        ours is not None and theirs is not None,
+        f"--theory {theory_path}: cannot tell whether it was computed for the model of {label} (no model "
+        f"fingerprint recorded, and the recorded model folder is not here: run {run_config.get('model')!r}, "
+        f"theory {theory_config.get('model')!r})",
+    )
+    cli.require(
+        ours == theirs,
+        f"--theory {theory_path} was computed for another model ({theory_config.get('model')}, {theirs[:20]}...) "
+        f"than {label} ({run_config.get('model')}, {ours[:20]}...); use the theory of the run's own model",
+    )
+
+
 PAPER_COLUMNS = ("model", "K", "estimator", "mse")
 
 
@@ -236,6 +266,7 @@ def main(argv=None) -> None:
         label = args.labels[index] if args.labels else os.path.basename(str(result["config"].get("model", path)))
         if args.theory:
             theory = load_theory(args.theory)
+            check_same_model(result, theory, label, args.theory)
             check_one_token(result, theory, label)
             result["theory"] = theory_overlay(theory, result["conditional_on_x"])
         runs.append((label, result))
