@@ -74,6 +74,8 @@ GSM8K_ANSWER = re.compile(r"####\s*\$?\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 BOXED_COMMANDS = ("\\boxed", "\\fbox")
 MAX_ANSWER_CHARS = 1000  # longer boxed answers score 0 without being parsed
 MATH_VERIFY_TIMEOUT = 5.0  # seconds per MATH answer (GRPO_REWARD_TIMEOUT overrides)
+
+
 def _number(text: str) -> Fraction | None:
     """``text`` as an exact number (commas, a leading ``$`` and a trailing ``.`` allowed), or None."""
     cleaned = ascii_minus(text).strip().replace(",", "").lstrip("$").rstrip(".").strip()
