@@ -79,6 +79,44 @@ DRY_RUN="${DRY_RUN:-0}"                               # 0 | 1 | print
 
 die() { echo "grpo_train.sh: error: $*" >&2; exit 2; }
 
+# A mistyped setting (GROUPSIZE=8) would silently run the default: refuse an environment variable whose name is a
+# setting's with underscores or case changed, or (names of 5+ characters) one character added, dropped, changed
+# or two swapped.
+SETTING_NAMES="$(sed -n 's/^\([A-Z][A-Z0-9_]*\)="\${\1:-.*/\1/p' "${BASH_SOURCE[0]}") BASE_DIR LOG_FILE CKPT_DIR
+  WANDB_DIR WANDB_CACHE_DIR WANDB_CONFIG_DIR WANDB_DATA_DIR WANDB_PROJECT WANDB_ENTITY WANDB_API_KEY WANDB_BASE_URL
+  HF_HOME HF_DATASETS_CACHE HF_HUB_CACHE HF_HUB_OFFLINE HF_TOKEN TRANSFORMERS_OFFLINE TMPDIR PYTHONPATH
+  GRPO_REWARD_TIMEOUT GRPO_REWARD_WORKERS"
+# shellcheck disable=SC2086
+SETTING_NAMES=" $(echo ${SETTING_NAMES}) "  # one space between names
+one_edit() {  # one_edit A B: B is A with one character added, dropped or changed, or two neighbours swapped
+  local a=$1 b=$2 i
+  (( ${#a} >= 5 && ${#b} >= 5 )) || return 1
+  if (( ${#a} == ${#b} )); then
+    for (( i = 0; i < ${#a}; i++ )); do
+      [[ "${a:i:1}" == "${b:i:1}" ]] && continue
+      [[ "${a:i+1}" == "${b:i+1}" ]] && return 0
+      [[ "${a:i:1}" == "${b:i+1:1}" && "${a:i+1:1}" == "${b:i:1}" && "${a:i+2}" == "${b:i+2}" ]] && return 0
+      return 1
+    done
+    return 1
+  fi
+  (( ${#a} < ${#b} )) && { local t=$a; a=$b; b=$t; }
+  (( ${#a} == ${#b} + 1 )) || return 1
+  for (( i = 0; i < ${#a}; i++ )); do
+    [[ "${a:0:i}${a:i+1}" == "${b}" ]] && return 0
+  done
+  return 1
+}
+for _name in $(compgen -e); do
+  [[ "${SETTING_NAMES}" == *" ${_name} "* || ! "${_name}" =~ ^[A-Za-z][A-Za-z0-9_]*$ ]] && continue
+  for _known in ${SETTING_NAMES}; do
+    _squashed="${_name//_/}"; _squashed="${_squashed^^}"
+    if [[ "${_squashed}" == "${_known//_/}" ]] || { [[ "${_name:0:1}" == "${_known:0:1}" ]] && one_edit "${_name}" "${_known}"; }; then
+      die "${_name} is not a setting of this script (did you mean ${_known}?); unset it or rename it, otherwise ${_known} keeps its default"
+    fi
+  done
+done
+
 case "${DRY_RUN}" in
   0|false|no|"") DRY_RUN=0 ;;
   1|true|yes) DRY_RUN=1 ;;
@@ -190,6 +228,9 @@ if [[ -e "${MODEL}" ]]; then
   [[ -f "${MODEL}/config.json" ]] || die "MODEL=${MODEL} is not a model folder (no config.json)"
 elif [[ "${MODEL}" == /* || "${MODEL}" == .* || "${MODEL}" == "~"* || "${MODEL}" == */*/* ]]; then
   die "MODEL=${MODEL}: no such local folder (a hub id looks like org/name)"
+elif [[ "${MODEL}" == */* ]] && compgen -G "${MODEL%%/*}/*/config.json" > /dev/null; then  # mistyped, not a hub id
+  models=(); for config in "${MODEL%%/*}"/*/config.json; do models+=("$(dirname "${config}")"); done
+  die "MODEL=${MODEL}: no such local folder (${MODEL%%/*}/ is a local folder of models: ${models[*]}), so no hub download is tried"
 fi
 BASE="$(abspath "${BASE}")"
 

@@ -90,6 +90,7 @@ class TrlTrainConfig(Flags):
         )
         unknown = sorted(self.logger_names - set(LOGGERS))
         require(not unknown, f"--loggers: unknown {unknown}; use console and/or wandb")
+        cli.check_model_path(self.model)  # a mistyped local folder: one line, no hub retries
         for path in (self.train_file, self.val_file, self.reward_path):
             require(os.path.isfile(path), f"{path} not found")
         if self.adaptive_k_list is not None:

@@ -1,0 +1,71 @@
+"""Issue 25 case 8: inputs checked where they are read. A mistyped local model path is one line without hub retries;
+a launcher variable whose name is close to a setting's is refused naming the setting; the launcher refuses
+overrides that would change the identity it records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grpo_mse import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
+
+
+def launch(tmp_path, *args, **settings):
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    for name in ("train.parquet", "test.parquet"):
+        (data / name).write_text("x")
+    env = {k: v for k, v in os.environ.items() if k not in ("GROUP_SIZE", "SEED", "LR", "BUDGET", "MODEL")}
+    env.update({"DRY_RUN": "print", "TRAINER": "trl", "MODEL": "assets/tiny_policy", "DATA_DIR": str(data), **settings})
+    return subprocess.run(["bash", str(LAUNCHER), *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def one_line(result, message):
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_mistyped_local_model_path_is_one_line_without_hub_retries(tmp_path, monkeypatch):
+    """MODEL=assets/tiny_polcy was tried as a hub id for ~50 s; assets/ is a local folder of models."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(
+        cli.UsageError, match=r"model folder not found: assets/tiny_polcy \(did you mean assets/tiny_policy\?\)"
+    ):
+        cli.check_model_path("assets/tiny_polcy")
+    assert cli.check_model_path("assets/tiny_policy") is True
+    assert cli.check_model_path("Qwen/Qwen2.5-1.5B-Instruct") is False  # a hub id: no local folder named Qwen
+    one_line(launch(tmp_path, MODEL="assets/tiny_polcy"), "MODEL=assets/tiny_polcy: no such local folder")
+
+
+@pytest.mark.parametrize(
+    "name, closest",
+    [
+        ("GROUPSIZE", "GROUP_SIZE"),
+        ("group_size", "GROUP_SIZE"),
+        ("GROUP_SIZ", "GROUP_SIZE"),
+        ("BUDGT", "BUDGET"),
+        ("DATADIR", "DATA_DIR"),
+        ("TEMPERTURE", "TEMPERATURE"),
+        ("MAX_RESPONSE_LENTGH", "MAX_RESPONSE_LENGTH"),
+    ],
+)
+def test_a_launcher_variable_close_to_a_setting_is_refused(tmp_path, name, closest):
+    """GROUPSIZE=8 silently ran the default K=32."""
+    one_line(launch(tmp_path, **{name: "8"}), f"{name} is not a setting of this script (did you mean {closest}?)")
+
+
+def test_settings_and_unrelated_variables_pass(tmp_path):
+    result = launch(tmp_path, GROUP_SIZE="8", SEEDS="1", MY_OWN_VARIABLE="x", GPU="1")
+    assert result.returncode == 0, result.stderr
+    assert "[grpo_train] settings: TRAINER=trl GROUP_SIZE=8 SEED=default BUDGET=1024 LR=1e-6" in result.stdout
+
+
+@pytest.mark.parametrize("override", ["data.seed=3", "--seed", "actor_rollout_ref.actor.optim.lr=1e-5", "--lr=1e-5"])
+def test_overrides_that_change_the_recorded_identity_are_refused(tmp_path, override):
+    one_line(launch(tmp_path, override), f"override {override} contradicts SEED/LR")
