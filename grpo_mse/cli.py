@@ -8,6 +8,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 
 from grpo_mse.errors import InputError, UsageError, describe  # noqa: F401 - InputError is re-exported here
 
@@ -214,6 +215,11 @@ def writable_dir(path: str, flag: str) -> None:
         probe = os.path.dirname(probe)
     require(os.path.isdir(probe), f"{flag} {path}: {probe} is a file, not a folder")
     require(os.access(probe, os.W_OK | os.X_OK), f"{flag} {path}: folder {probe} is not writable")
+    try:  # os.access says yes to root on read-only file systems (/proc, a read-only mount): try a file that vanishes
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: cannot write in {probe} ({error.strerror or error})") from None
 
 
 def writable_file(path: str, flag: str) -> None:

@@ -69,3 +69,13 @@ def test_settings_and_unrelated_variables_pass(tmp_path):
 @pytest.mark.parametrize("override", ["data.seed=3", "--seed", "actor_rollout_ref.actor.optim.lr=1e-5", "--lr=1e-5"])
 def test_overrides_that_change_the_recorded_identity_are_refused(tmp_path, override):
     one_line(launch(tmp_path, override), f"override {override} contradicts SEED/LR")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    """--out_dir that could not be created failed only after the model loaded (os.access says yes to root on
+    /proc); the check now writes and removes a temporary file in the nearest existing folder."""
+    with pytest.raises(cli.UsageError, match="--out_dir /proc/nope/out: cannot write in /proc"):
+        cli.writable_dir("/proc/nope/out", "--out_dir")
+    cli.writable_dir(str(tmp_path / "new" / "out"), "--out_dir")
+    assert list(tmp_path.iterdir()) == []  # nothing created
