@@ -79,3 +79,37 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(tmp_
         cli.writable_dir("/proc/nope/out", "--out_dir")
     cli.writable_dir(str(tmp_path / "new" / "out"), "--out_dir")
     assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("repeat_ids", [False, True])
+def test_resume_with_another_limit_never_duplicates_or_drops_rows_and_counts_the_file(tmp_path, capsys, repeat_ids):
+    """`--resume --limit 10` on a 40-row output printed "0 new, 10 total" while the file kept 40 rows."""
+    import json
+
+    from conftest import BUILTIN_POLICY, load_script
+
+    from grpo_mse.builtin.arithmetic import make_rows
+
+    oracle = load_script("Gradient_evaluation/calculate_oracle_v.py")
+    rows = make_rows(6, seed=3)
+    if repeat_ids:  # a table whose ids repeat: rows are keyed by position
+        rows = [{**row, "id": 7} for row in rows]
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = ["--model", BUILTIN_POLICY, "--dataset", str(data), "--device", "cpu", "--n_oracle", "2"]
+    common += ["--max_new_tokens", "2", "--out_dir", str(tmp_path / "o")]
+
+    def run(*extra):
+        oracle.main(common + list(extra))
+        (path,) = (tmp_path / "o").glob("*.jsonl")
+        lines = path.read_text().splitlines()
+        return capsys.readouterr().out, [json.loads(line)["prompt"] for line in lines]
+
+    out, prompts = run("--limit", "4")
+    assert "examples: 4 new, 4 in the output file" in out and len(prompts) == 4
+    out, prompts = run("--resume", "--limit", "2")  # shrinking: nothing new, nothing removed, the file's count
+    assert "examples: 0 new, 4 in the output file" in out and "more than the 2 that --limit selects" in out
+    assert prompts == [r["prompt"] for r in rows[:4]]
+    out, prompts = run("--resume", "--limit", "6")  # growing: the two missing rows, once each
+    assert "examples: 2 new, 6 in the output file" in out and prompts == [r["prompt"] for r in rows]
