@@ -113,3 +113,17 @@ def test_resume_with_another_limit_never_duplicates_or_drops_rows_and_counts_the
     assert prompts == [r["prompt"] for r in rows[:4]]
     out, prompts = run("--resume", "--limit", "6")  # growing: the two missing rows, once each
     assert "examples: 2 new, 6 in the output file" in out and prompts == [r["prompt"] for r in rows]
+
+
+def test_resume_takes_one_model_folder_named_two_ways_as_one(tmp_path, monkeypatch):
+    """`./assets/x` and its absolute path were refused on resume as "settings differ: model"."""
+    from grpo_mse.tables.resume import differences
+
+    monkeypatch.chdir(ROOT)
+    keys = ["model", "model_fingerprint", "T"]
+    saved = {"model": "./assets/tiny_policy", "model_fingerprint": "sha256:1", "T": 4}
+    assert differences(saved, {**saved, "model": str(ROOT / "assets" / "tiny_policy")}, keys) == []
+    unrecorded = {"model": "./assets/tiny_policy", "T": 4}  # no fingerprints: the same real path
+    assert differences(unrecorded, {**unrecorded, "model": str(ROOT / "assets" / "tiny_policy")}, keys) == []
+    other = {**saved, "model": "assets/train_policy", "model_fingerprint": "sha256:2"}
+    assert [d.split(" ")[0] for d in differences(saved, other, keys)] == ["model", "model_fingerprint"]
