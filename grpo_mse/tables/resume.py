@@ -109,9 +109,7 @@ def _same(key: str, saved: dict, current: dict) -> bool:
 def differences(saved: dict, current: dict, keys) -> list[str]:
     """``key (saved X, now Y)`` for every key whose value differs (a model named two ways is one model)."""
     return [
-        f"{key} (saved {saved.get(key)!r}, now {current.get(key)!r})"
-        for key in keys
-        if not _same(key, saved, current)
+        f"{key} (saved {saved.get(key)!r}, now {current.get(key)!r})" for key in keys if not _same(key, saved, current)
     ]
 
 
