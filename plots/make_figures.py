@@ -90,6 +90,12 @@ def load_curves(path: str, curves: str, what: str) -> dict:
                 f"{path}: {name} holds a value that is not a number",
             )
             table[name] = [float("nan") if v is None else v for v in series]  # null (undefined) -> not drawn
+    for name, series in (loaded.get("ci95") if isinstance(loaded.get("ci95"), dict) else {}).items():
+        negative = next((v for v in series if v < 0), None)
+        cli.require(
+            negative is None,
+            f"{path}: ci95 of {name} holds the half-width {negative}, below 0 (a damaged or edited file)",
+        )
     return loaded
 
 

@@ -127,3 +127,53 @@ def test_resume_takes_one_model_folder_named_two_ways_as_one(tmp_path, monkeypat
     assert differences(unrecorded, {**unrecorded, "model": str(ROOT / "assets" / "tiny_policy")}, keys) == []
     other = {**saved, "model": "assets/train_policy", "model_fingerprint": "sha256:2"}
     assert [d.split(" ")[0] for d in differences(saved, other, keys)] == ["model", "model_fingerprint"]
+
+
+def test_intervals_of_quantities_at_least_zero_are_clipped_and_flagged_at_small_T():
+    """`--T 6 --M 2` printed a ratio interval with a negative lower bound and an ||E s||^2 interval entirely below 0
+    (unbiased estimates of quantities >= 0 can be negative with few prompts)."""
+    from grpo_mse.analysis import paired
+
+    assert paired.at_least_zero({"estimate": 1.2, "ci95": [-0.4, 3.0]}) == {
+        "estimate": 1.2,
+        "ci95": [0.0, 3.0],
+        "clipped": True,
+    }
+    below = paired.at_least_zero({"estimate": -0.5, "ci95": [-0.9, -0.1]})
+    assert below["ci95"] == [0.0, 0.0] and below["clipped"] and below["unreliable"] == paired.UNRELIABLE
+    assert paired.at_least_zero({"estimate": 0.5, "ci95": [0.1, 0.9]}) == {"estimate": 0.5, "ci95": [0.1, 0.9]}
+    assert paired.at_least_zero({"estimate": None, "ci95": None}) == {"estimate": None, "ci95": None}
+    # through the run's statistics: six prompts whose per-prompt ||E s||^2 estimates are mostly negative
+    values = [-0.5, -0.2, -0.4, 0.1, -0.3, -0.6]
+    records = {
+        k: [
+            {"K": k, "prompt_index": i, "tr_cov": {"grpo": 2.0 + i, "oracleV": 1.0 + i}, "mean_score_sq": v}
+            for i, v in enumerate(values)
+        ]
+        for k in (2, 4)
+    }
+    out = paired.run_statistics(records, {}, [2, 4], ["grpo", "oracleV"], n_boot=200, with_advisor=False)["paired"]
+    for summary in out["mean_score_sq"]:
+        assert summary["estimate"] < 0 and summary["unreliable"] and summary["ci95"][0] == 0.0
+    assert all(s["ci95"][0] >= 0 for series in out["ratio"].values() for s in series)
+    assert "(unreliable: below 0)" in paired.describe(out)
+
+
+def test_figure4_refuses_a_negative_half_width_and_clips_the_ratio_band(tmp_path):
+    """make_figures.py with a negative interval bound in a JSON gave a matplotlib traceback; a ratio band of
+    -10,000 to 55,000 set the axis."""
+    import json
+
+    from conftest import load_script
+
+    from grpo_mse.figures.tracecov import ratio_band
+
+    figures = load_script("plots/make_figures.py")
+    run = {"K_list": [2, 4], "conditional_on_x": {"grpo": [1.0, 0.5], "oracleV": [0.9, 0.5]}, "config": {}}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**run, "ci95": {"grpo": [-0.1, 0.1], "oracleV": [0.1, 0.1]}}))
+    with pytest.raises(cli.UsageError, match="ci95 of grpo holds the half-width -0.1, below 0"):
+        figures.main(["--tracecov", str(bad), "--out_dir", str(tmp_path / "f")])
+    assert not (tmp_path / "f").exists()
+    wide = {"estimate": 1.1, "ci95": [-10000.0, 55000.0]}
+    assert ratio_band({"paired": {"ratio": {"grpo/oracleV": [wide, wide]}}}) == ([0.0, 0.0], [55000.0, 55000.0])
