@@ -52,6 +52,7 @@ WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # np.float64(0.5), tensor(0.
 NAME_K = re.compile(r"(?:^|[^A-Za-z0-9])K(\d+)(?![0-9])")
 NAME_SEED = re.compile(r"seed[_-]?(\d+)", re.IGNORECASE)
 LOG_EXTENSIONS = (".log", ".txt", ".out")
+HEAD_LINES = 400  # the launcher's and TRL's settings lines come before the first step, among library warnings
 EXIT_SUMMARY = "run/exit_code"  # trl_train's summary of how the run ended (0: completed)
 RUN_METADATA = "run/"  # summary keys about the run itself, never metrics
 SKIP_DIRS = {"hf_cache", "checkpoints", "wandb_cache", "wandb_data", "wandb_config"}
@@ -175,7 +176,7 @@ def read_console_run(path: str, wanted: re.Pattern | str | None = None) -> RunRe
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         text = f.read()
     lines = text.splitlines()
-    identity, planned = from_console(lines[:40])
+    identity, planned = from_console(lines[:HEAD_LINES])
     records = parse_console(text, wanted, source=path)
     return RunRecord(path, os.path.basename(path), identity, planned, console_status(lines), records)
 
@@ -229,7 +230,9 @@ def read_wandb_run(run_dir: str) -> RunRecord:
             run = read_wandb_file(binaries[0])
             name, config, records, summary = run["name"] or name, run["config"], run["history"], run["summary"]
             exit_code, truncated = run["exit_code"], run["truncated"]
-        except (ImportError, ValueError, OSError) as exc:
+        except ImportError as exc:  # no wandb here: the folder's text files only, completeness unrecorded
+            warnings.warn(f"cannot read {binaries[0]}: {exc}", stacklevel=2)
+        except (ValueError, OSError) as exc:
             warnings.warn(f"cannot read {binaries[0]}: {exc}", stacklevel=2)
             truncated = True
     history, summary_path, config_path = (
