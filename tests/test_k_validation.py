@@ -82,13 +82,18 @@ def test_sweep_summary_metric_intervals_and_separation():
     assert out["started_at"] == "2026-01-01T00:00:00Z"
 
 
-def test_unfinished_runs_are_left_out():
+def test_unfinished_runs_are_left_out(capsys):
     acc = {(2, 0): 0.1, (2, 1): 0.2, (4, 0): 0.3}
     frame = frame_of(acc, steps=(0, 3, 6))
     frame = frame[~((frame["K"] == 2) & (frame["seed"] == 1) & (frame["step"] == 6))]  # seed 1 stopped after step 3
     runs = kv.run_metric(frame, METRIC)
     assert sorted(map(tuple, runs[["K", "seed"]].values.tolist())) == [(2, 0), (4, 0)]
     assert runs["value"].tolist() == pytest.approx([0.1045, 0.3045])
+    assert "note: left out 1 run(s): K=2 seed=1 (steps [3])" in capsys.readouterr().err
+    interrupted = frame.assign(status=["interrupted" if k == 4 else "complete" for k in frame["K"]])
+    runs = kv.run_metric(interrupted, METRIC)  # a recorded interruption is left out even at full length
+    assert sorted(map(tuple, runs[["K", "seed"]].values.tolist())) == [(2, 0)]
+    assert "K=4 seed=0 (interrupted)" in capsys.readouterr().err
 
 
 def advisor_run(c1=15.0, c2=160.0, c3=380.0):
