@@ -170,4 +170,5 @@ def test_real_wandb_offline_run(tmp_path):
     (cut / files[0].name).write_bytes(data[: len(data) // 2])
     with pytest.warns(UserWarning):
         short = collect([str(cut)])
-    assert set(short["status"]) == {"truncated"} and 0 < len(short) < len(frame)
+    # cut inside a record: truncated; cut between two records: no exit record, so interrupted (both left out)
+    assert set(short["status"]) <= {"truncated", "interrupted"} and 0 < len(short) < len(frame)

@@ -205,7 +205,8 @@ def table2(frame, metric: str | None = None, percent: bool = True, steps=None, i
         best = group.groupby("seed")["value"].max()
         mark = "†" if any(label.startswith(f"K={k} ") for label in flagged) else ""
         rows.append((int(k), len(at_step), interval(list(at_step * scale)), interval(list(best * scale)), mark))
-    top = max(rows, key=lambda r: r[2][0])[0]
+    best_mean = max(r[2][0] for r in rows)
+    top = {r[0] for r in rows if r[2][0] == best_mean}  # every K of a tie in bold
     how = "the largest of --steps" if chosen.chosen else "the last step every included run reached"
     lines = [
         f"Metric: `{chosen.metric}`, at step {chosen.step} ({how}); best: the highest value up to that step.",
@@ -215,13 +216,18 @@ def table2(frame, metric: str | None = None, percent: bool = True, steps=None, i
     ]
     for k, n, (fm, fh), (bm, bh), mark in rows:
         final_text = pm(fm, fh)
-        lines.append(f"| {k}{mark} | {n} | {f'**{final_text}**' if k == top else final_text} | {pm(bm, bh)} |")
+        lines.append(f"| {k}{mark} | {n} | {f'**{final_text}**' if k in top else final_text} | {pm(bm, bh)} |")
     notes = []
     if any(n == 1 for _, n, _, _, _ in rows):
         notes.append("n/a: one seed, no interval.")
     if chosen.incomplete:
         notes.append(f"†: includes runs that did not complete (--include_incomplete): {'; '.join(chosen.incomplete)}.")
-    if chosen.unrecorded:
+    if chosen.unrecorded and len(chosen.unrecorded) == sum(n for _, n, _, _, _ in rows):
+        notes.append(
+            "Completeness not recorded for any run (a CSV collected before the status column, or wandb folders "
+            "without an exit code): all included."
+        )
+    elif chosen.unrecorded:
         notes.append(f"Completeness not recorded (included): {'; '.join(chosen.unrecorded)}.")
     if chosen.excluded:
         notes.append(f"Left out ({len(chosen.excluded)}): {'; '.join(chosen.excluded)}.")
