@@ -56,8 +56,10 @@ def test_a_log_named_for_another_run_is_the_run_it_recorded(tmp_path):
     log.write_text(console_log(8, 1).replace("EXPERIMENT_NAME=run", "EXPERIMENT_NAME=x_K32_seed4"))
     assert read_console_run(str(log)).identity == RunIdentity(8, 1, 1024, None, "verl")
     (tmp_path / "named_K16_seed2.log").write_text(f"step:0 - {METRIC}:0.5\n")  # no recorded settings: skipped
-    with pytest.warns(UserWarning, match="the recorded settings win"):
+    with pytest.warns(UserWarning) as caught:
         frame = collect([str(tmp_path)])
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "the recorded settings win" in messages and "named_K16_seed2.log: it records no group size K" in messages
     assert frame[["K", "seed"]].drop_duplicates().values.tolist() == [[8, 1]]
 
 
