@@ -79,6 +79,44 @@ DRY_RUN="${DRY_RUN:-0}"                               # 0 | 1 | print
 
 die() { echo "grpo_train.sh: error: $*" >&2; exit 2; }
 
+# A mistyped setting (GROUPSIZE=8) would silently run the default: refuse an environment variable whose name is a
+# setting's with underscores or case changed, or (names of 5+ characters) one character added, dropped, changed
+# or two swapped.
+SETTING_NAMES="$(sed -n 's/^\([A-Z][A-Z0-9_]*\)="\${\1:-.*/\1/p' "${BASH_SOURCE[0]}") BASE_DIR LOG_FILE CKPT_DIR
+  WANDB_DIR WANDB_CACHE_DIR WANDB_CONFIG_DIR WANDB_DATA_DIR WANDB_PROJECT WANDB_ENTITY WANDB_API_KEY WANDB_BASE_URL
+  HF_HOME HF_DATASETS_CACHE HF_HUB_CACHE HF_HUB_OFFLINE HF_TOKEN TRANSFORMERS_OFFLINE TMPDIR PYTHONPATH
+  GRPO_REWARD_TIMEOUT GRPO_REWARD_WORKERS"
+# shellcheck disable=SC2086
+SETTING_NAMES=" $(echo ${SETTING_NAMES}) "  # one space between names
+one_edit() {  # one_edit A B: B is A with one character added, dropped or changed, or two neighbours swapped
+  local a=$1 b=$2 i
+  (( ${#a} >= 5 && ${#b} >= 5 )) || return 1
+  if (( ${#a} == ${#b} )); then
+    for (( i = 0; i < ${#a}; i++ )); do
+      [[ "${a:i:1}" == "${b:i:1}" ]] && continue
+      [[ "${a:i+1}" == "${b:i+1}" ]] && return 0
+      [[ "${a:i:1}" == "${b:i+1:1}" && "${a:i+1:1}" == "${b:i:1}" && "${a:i+2}" == "${b:i+2}" ]] && return 0
+      return 1
+    done
+    return 1
+  fi
+  (( ${#a} < ${#b} )) && { local t=$a; a=$b; b=$t; }
+  (( ${#a} == ${#b} + 1 )) || return 1
+  for (( i = 0; i < ${#a}; i++ )); do
+    [[ "${a:0:i}${a:i+1}" == "${b}" ]] && return 0
+  done
+  return 1
+}
+for _name in $(compgen -e); do
+  [[ "${SETTING_NAMES}" == *" ${_name} "* || ! "${_name}" =~ ^[A-Za-z][A-Za-z0-9_]*$ ]] && continue
+  for _known in ${SETTING_NAMES}; do
+    _squashed="${_name//_/}"; _squashed="${_squashed^^}"
+    if [[ "${_squashed}" == "${_known//_/}" ]] || { [[ "${_name:0:1}" == "${_known:0:1}" ]] && one_edit "${_name}" "${_known}"; }; then
+      die "${_name} is not a setting of this script (did you mean ${_known}?); unset it or rename it, otherwise ${_known} keeps its default"
+    fi
+  done
+done
+
 case "${DRY_RUN}" in
   0|false|no|"") DRY_RUN=0 ;;
   1|true|yes) DRY_RUN=1 ;;
@@ -149,6 +187,8 @@ for arg in "$@"; do
   case "${key}" in
     actor_rollout_ref.rollout.n|data.train_batch_size|actor_rollout_ref.actor.ppo_mini_batch_size|--group_size|--budget)
       die "override ${arg} contradicts GROUP_SIZE/BUDGET: set GROUP_SIZE=... and BUDGET=... instead" ;;
+    data.seed|actor_rollout_ref.rollout.seed|--seed|actor_rollout_ref.actor.optim.lr|--lr)  # the run's recorded identity
+      die "override ${arg} contradicts SEED/LR (the settings recorded in the log): set SEED=... and LR=... instead" ;;
   esac
 done
 
@@ -188,6 +228,9 @@ if [[ -e "${MODEL}" ]]; then
   [[ -f "${MODEL}/config.json" ]] || die "MODEL=${MODEL} is not a model folder (no config.json)"
 elif [[ "${MODEL}" == /* || "${MODEL}" == .* || "${MODEL}" == "~"* || "${MODEL}" == */*/* ]]; then
   die "MODEL=${MODEL}: no such local folder (a hub id looks like org/name)"
+elif [[ "${MODEL}" == */* ]] && compgen -G "${MODEL%%/*}/*/config.json" > /dev/null; then  # mistyped, not a hub id
+  models=(); for config in "${MODEL%%/*}"/*/config.json; do models+=("$(dirname "${config}")"); done
+  die "MODEL=${MODEL}: no such local folder (${MODEL%%/*}/ is a local folder of models: ${models[*]}), so no hub download is tried"
 fi
 BASE="$(abspath "${BASE}")"
 
@@ -309,7 +352,9 @@ mask() {  # print arguments with secret-looking values replaced
   echo "${out[*]}"
 }
 
+# the settings line is the run's identity for the collector (grpo_mse/training/run_identity.py); names are labels
 HEADER="[grpo_train] TRAINER=${TRAINER} EXPERIMENT_NAME=${EXPERIMENT_NAME} GROUP_SIZE=${G} SEED=${SEED:-default} BUDGET=${BUDGET}
+[grpo_train] settings: TRAINER=${TRAINER} GROUP_SIZE=${G} SEED=${SEED:-default} BUDGET=${BUDGET} LR=${LR}
 [grpo_train] train_batch_size=${TRAIN_BATCH_SIZE} ppo_mini_batch_size=${PPO_MINI_BATCH_SIZE} total_epochs=${TOTAL_EPOCHS}
 [grpo_train] MODEL=${MODEL} NNODES=${NNODES} GPUS=${GPUS} WANDB_MODE=${WANDB_MODE} \
 WANDB_API_KEY=$([[ -n "${WANDB_API_KEY:-}" ]] && echo '****' || echo unset) HF_HOME=${HF_HOME:-default}
@@ -348,11 +393,31 @@ fi
 echo "[grpo_train] log: ${LOG_FILE}"
 ( set -o noclobber; echo "${HEADER}" > "${LOG_FILE}" ) 2> /dev/null \
   || die "LOG_FILE=${LOG_FILE} exists or cannot be written: a log holds one run"
+# The end line records how the run ended (the collector's completeness): exit 0 completed, 130/143 interrupted.
+end_line() {  # end_line STATUS REASON: to the log and the terminal
+  local last
+  last="$(grep -aoE '(^|[^[:alnum:]_/@.-])step:[0-9]+ - ' "${LOG_FILE}" | tail -n 1 | grep -oE '[0-9]+' || true)"
+  echo "[grpo_train] end: exit=$1 reason=$2 steps=${last:-none}" | tee -a "${LOG_FILE}"
+}
+interrupted() {  # Ctrl-C or SIGTERM: say so in the log, exit 128+N
+  trap - INT TERM
+  end_line "$1" interrupted
+  echo "grpo_train.sh: error: interrupted (signal $(( $1 - 128 ))); the log says so: ${LOG_FILE}" >&2
+  exit "$1"
+}
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 set +e
 before=$(wc -l < "${LOG_FILE}")
 "${COMMAND[@]}" 2>&1 | tee -a "${LOG_FILE}"
 status=${PIPESTATUS[0]}
 set -e
+trap - INT TERM
+case "${status}" in
+  0) end_line 0 completed ;;
+  130|143) end_line "${status}" interrupted ;;
+  *) end_line "${status}" failed ;;
+esac
 if (( status != 0 )) && [[ "${TRAINER}" == "verl" ]]; then
   missing=$(tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -o "No module named '[^']*'" | head -n 1 | cut -d"'" -f2)
   tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -q "Started a local Ray instance\|Connected to Ray cluster" \

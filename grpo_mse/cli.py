@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 import re
 import sys
+import tempfile
 
 from grpo_mse.errors import InputError, UsageError, describe  # noqa: F401 - InputError is re-exported here
 
@@ -96,19 +98,34 @@ def device_name(text: str) -> str:
     return text
 
 
+def model_folders(folder: str) -> list[str]:
+    """Names of the subfolders of ``folder`` that hold a ``config.json`` (none when it is not a folder)."""
+    try:
+        return sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n, "config.json")))
+    except OSError:
+        return []
+
+
 def check_model_path(name: str) -> bool:
     """True when ``name`` is a local model folder; UsageError when it names a local path that is not one.
 
-    A name is local when it exists or starts with ``.``, ``/`` or ``~``, or has more than one ``/``
-    (a hub id is ``org/name``); cheap (no torch), so commands call it before reading data."""
+    A name is local when it exists or starts with ``.``, ``/`` or ``~``, has more than one ``/`` (a hub id is
+    ``org/name``), or its ``org`` part is a local folder that holds model folders (``assets/tiny_polcy``: no
+    hub retries for a mistyped local path); cheap (no torch), so commands call it before reading data."""
     path = os.path.expanduser(name)
-    local = os.path.exists(path) or name.startswith((".", "/", "~")) or name.rstrip("/").count("/") > 1
+    parent = os.path.dirname(path.rstrip("/"))
+    local = (
+        os.path.exists(path)
+        or name.startswith((".", "/", "~"))
+        or name.rstrip("/").count("/") > 1
+        or bool(parent and model_folders(parent))
+    )
     if local and not os.path.isdir(path):
-        raise UsageError(
-            f"model folder not found: {name}"
-            if not os.path.exists(path)
-            else f"--model {name} is a file; give the model's folder"
-        )
+        if os.path.exists(path):
+            raise UsageError(f"--model {name} is a file; give the model's folder")
+        close = difflib.get_close_matches(os.path.basename(path.rstrip("/")), model_folders(parent or "."), n=1)
+        hint = f" (did you mean {os.path.join(os.path.dirname(name.rstrip('/')), close[0])}?)" if close else ""
+        raise UsageError(f"model folder not found: {name}{hint}")
     require(
         not local or os.path.isfile(os.path.join(path, "config.json")), f"{name} is not a model folder (no config.json)"
     )
@@ -198,6 +215,11 @@ def writable_dir(path: str, flag: str) -> None:
         probe = os.path.dirname(probe)
     require(os.path.isdir(probe), f"{flag} {path}: {probe} is a file, not a folder")
     require(os.access(probe, os.W_OK | os.X_OK), f"{flag} {path}: folder {probe} is not writable")
+    try:  # os.access says yes to root on read-only file systems (/proc, a read-only mount): try a file that vanishes
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: cannot write in {probe} ({error.strerror or error})") from None
 
 
 def writable_file(path: str, flag: str) -> None:

@@ -36,9 +36,14 @@ class FiguresConfig(Flags):
         None, help="theory JSON of scripts/exact_theory.py: dashed exact curves on the --tracecov panels"
     )
     paper: str | None = option(None, help="paper_figure4.csv: add the published Figure 4 panels")
-    training_csv: str | None = option(None, help="CSV of (K, seed, step, metric, value) from collect_runs.py")
+    training_csv: str | None = option(None, help="CSV of training runs written by collect_runs.py")
     metric: str | None = option(None, help="metric of --training_csv to plot (default: first val accuracy)")
-    steps: list[int] | None = option(None, nargs="*", minimum=0, help="training steps drawn in Figure 5")
+    steps: list[int] | None = option(
+        None, nargs="*", minimum=0, help="training steps drawn in Figure 5; Table 2 compares K at the largest"
+    )
+    include_incomplete: bool = option(
+        False, help="Figure 5 / Table 2: include interrupted, failed and truncated runs (footnoted)"
+    )
     out_dir: str = option("results/figures", help="output folder")
     name: str = option("figure4", help="file stem of the Figure-4 outputs")
 
@@ -85,6 +90,12 @@ def load_curves(path: str, curves: str, what: str) -> dict:
                 f"{path}: {name} holds a value that is not a number",
             )
             table[name] = [float("nan") if v is None else v for v in series]  # null (undefined) -> not drawn
+    for name, series in (loaded.get("ci95") if isinstance(loaded.get("ci95"), dict) else {}).items():
+        negative = next((v for v in series if v < 0), None)
+        cli.require(
+            negative is None,
+            f"{path}: ci95 of {name} holds the half-width {negative}, below 0 (a damaged or edited file)",
+        )
     return loaded
 
 
@@ -117,6 +128,36 @@ def check_one_token(result: dict, theory: dict, label: str) -> None:
     ]
     if differ:
         print(f"warning: {label}: the exact curves assume other settings: {', '.join(differ)}", file=sys.stderr)
+
+
+def recorded_fingerprint(config: dict) -> str | None:
+    """The model fingerprint a result recorded, else that of its recorded local model folder if it is here, else
+    None (grpo_mse.tables.resume.model_fingerprint: sha256 of the folder's files, or hub:<id>@<revision>)."""
+    from grpo_mse.tables.resume import model_fingerprint
+
+    if config.get("model_fingerprint"):
+        return str(config["model_fingerprint"])
+    model = config.get("model")
+    if isinstance(model, str) and os.path.isdir(os.path.expanduser(model)):
+        return model_fingerprint(model, config.get("revision") or "main")
+    return None
+
+
+def check_same_model(result: dict, theory: dict, label: str, theory_path: str) -> None:
+    """Refuse (one line) a theory computed for another model than the run's, or one whose model cannot be told."""
+    run_config, theory_config = result.get("config", {}), theory.get("config", {})
+    ours, theirs = recorded_fingerprint(run_config), recorded_fingerprint(theory_config)
+    cli.require(
+        ours is not None and theirs is not None,
+        f"--theory {theory_path}: cannot tell whether it was computed for the model of {label} (no model "
+        f"fingerprint recorded, and the recorded model folder is not here: run {run_config.get('model')!r}, "
+        f"theory {theory_config.get('model')!r})",
+    )
+    cli.require(
+        ours == theirs,
+        f"--theory {theory_path} was computed for another model ({theory_config.get('model')}, {theirs[:20]}...) "
+        f"than {label} ({run_config.get('model')}, {ours[:20]}...); use the theory of the run's own model",
+    )
 
 
 PAPER_COLUMNS = ("model", "K", "estimator", "mse")
@@ -231,6 +272,7 @@ def main(argv=None) -> None:
         label = args.labels[index] if args.labels else os.path.basename(str(result["config"].get("model", path)))
         if args.theory:
             theory = load_theory(args.theory)
+            check_same_model(result, theory, label, args.theory)
             check_one_token(result, theory, label)
             result["theory"] = theory_overlay(theory, result["conditional_on_x"])
         runs.append((label, result))
@@ -240,9 +282,10 @@ def main(argv=None) -> None:
     if advisor is not None:
         check_advisor(advisor, args.advisor)
     if args.training_csv:
-        from grpo_mse.figures.training import main_training, read_training
+        from grpo_mse.figures.training import main_training, read_training, select_runs
 
         training = read_training(args.training_csv, args.metric)
+        select_runs(training, args.metric, args.steps, args.include_incomplete)  # refusals before any file is written
     if runs:
         for path in figure4(runs, os.path.join(args.out_dir, args.name)):
             print(f"wrote {path}")
@@ -257,6 +300,7 @@ def main(argv=None) -> None:
                 name="figure5_accuracy_vs_K",
                 metric=args.metric,
                 steps=args.steps,
+                include_incomplete=args.include_incomplete,
             ),
             training,
         )

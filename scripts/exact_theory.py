@@ -110,8 +110,11 @@ def main(argv=None) -> None:
         gradients.append(enum.g)
         settings = {**oracle_settings(args, None), "max_new_tokens": 1}
         oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1]["V"], settings)) + "\n")
+    from grpo_mse.tables.resume import model_fingerprint
+
     config = {
         **vars(args),
+        "model_fingerprint": model_fingerprint(args.model, args.revision),  # make_figures --theory checks it
         "n_rows_used": len(rows),
         "matching_run_flags": {
             "max_new_tokens": 1,

@@ -12,7 +12,8 @@
 #   KVAL_BUDGET (128)  KVAL_STEPS (12)  KVAL_LR (1e-5)  KVAL_TEST_FREQ (3)  KVAL_N_TEST (200 held-out problems)
 #   KVAL_MAX_RESPONSE_LENGTH (16)  KVAL_JOBS (2 runs side by side, one thread each)
 #   KVAL_ADVISOR_T (48 prompts)  KVAL_ADVISOR_M (8 groups)  KVAL_STAGES ("advisor pilot sweep summary")
-#   KVAL_WORK (outputs/k_validation: data, logs, wandb runs)  KVAL_RESULTS (results/k_validation)
+#   KVAL_WORK (outputs/k_validation: data, logs, wandb runs)  KVAL_RESULTS (outputs/k_validation_results; the
+#   committed results/k_validation, or any folder holding files tracked by git, only with KVAL_OVERWRITE=1)
 # Stage "adaptive" (issue 19 item 7; not in the default stages; about 21 min): adaptive-K TRL runs of one setting
 #   (KVAL_ADAPTIVE_SETTING, default train_mixed) for every sweep seed, K chosen from KVAL_K_LIST by the advisor
 #   on the current policy at step 0 and every KVAL_ADAPTIVE_EVERY (4) steps, on KVAL_ADAPTIVE_T (32) training
@@ -50,7 +51,9 @@ ADVISOR_T="${KVAL_ADVISOR_T:-48}"
 ADVISOR_M="${KVAL_ADVISOR_M:-8}"
 STAGES="${KVAL_STAGES:-advisor pilot sweep summary}"
 WORK="${KVAL_WORK:-outputs/k_validation}"
-RESULTS="${KVAL_RESULTS:-results/k_validation}"
+RESULTS="${KVAL_RESULTS:-outputs/k_validation_results}"
+COMMITTED="results/k_validation"  # the committed results: read by the adaptive stage, replaced only on request
+OVERWRITE="${KVAL_OVERWRITE:-0}"
 MARKER=".made_by_k_validation"
 ADAPTIVE_SETTING="${KVAL_ADAPTIVE_SETTING:-train_mixed}"
 ADAPTIVE_EVERY="${KVAL_ADAPTIVE_EVERY:-4}"
@@ -90,6 +93,12 @@ done
 [[ " ${K_LIST} " == *" ${ADAPTIVE_START_K} "* ]] || die "KVAL_ADAPTIVE_START_K=${ADAPTIVE_START_K} is not in KVAL_K_LIST (${K_LIST})"
 ALLOWED_K="${K_LIST}"
 has_stage() { [[ " ${STAGES} " == *" $1 "* ]]; }
+[[ "${OVERWRITE}" =~ ^[01]$ ]] || die "KVAL_OVERWRITE=${OVERWRITE}: use 0 or 1"
+# never write into committed results by default (issue 25 case 1): checked before anything is deleted or written
+if [[ -e "${RESULTS}" && ! -d "${RESULTS}" ]]; then die "KVAL_RESULTS=${RESULTS} is a file, not a folder"; fi
+if [[ -d "${RESULTS}" && "${OVERWRITE}" != 1 && -n "$( (git ls-files -- "${RESULTS}" 2> /dev/null || true) | head -n 1)" ]]; then
+  die "KVAL_RESULTS=${RESULTS} holds committed results (tracked by git); set KVAL_OVERWRITE=1 to write there, or choose another folder"
+fi
 
 if has_stage advisor; then  # a fresh start: data and the advisor's predictions come first
   if [[ -e "${WORK}" && ! -f "${WORK}/${MARKER}" ]]; then
@@ -190,8 +199,10 @@ if has_stage adaptive; then  # issue 19 item 7: adaptive K against the committed
     ADAPTIVE_K_N_ORACLE="${ADAPTIVE_N_ORACLE}" COLLECT_DIR="${RESULTS}/adaptive" \
     COLLECT_METRICS='^(val-core/|critic/score/mean$|trl/group_size$|adaptive_k/)' \
     runs "${ADAPTIVE_TAG}" "${ADAPTIVE_START_K}" "${SEEDS}" "${ADAPTIVE_SETTING}"
+  sweep_csv="${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv"
+  [[ -f "${sweep_csv}" ]] || sweep_csv="${COMMITTED}/sweep_runs_${ADAPTIVE_SETTING}.csv"  # read only
   "${PY}" -m grpo_mse.figures.k_validation adaptive "${RESULTS}/adaptive/${ADAPTIVE_TAG}_runs_${ADAPTIVE_SETTING}.csv" \
-    "${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv" --name "${ADAPTIVE_NAME}" --out_dir "${RESULTS}/adaptive" \
+    "${sweep_csv}" --name "${ADAPTIVE_NAME}" --out_dir "${RESULTS}/adaptive" \
     --started_at "$(cat "${RESULTS}/adaptive/started_at_${ADAPTIVE_NAME}.txt")"
 fi
 [[ " ${STAGES} " =~ \ (pilot|sweep|summary)\  ]] || { echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"; exit 0; }

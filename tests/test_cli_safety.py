@@ -137,7 +137,11 @@ WANDB_ROW = json.dumps({"_step": 1, "val-core/x/acc/mean@1": 0.5}) + "\n"
 
 
 def wandb_run(folder: str, value: float) -> tuple:
-    return (f"runs/{folder}/files/wandb-history.jsonl", json.dumps({"_step": 1, "val-core/x/acc/mean@1": value}) + "\n")
+    """A wandb-history run folder of a K=8 run (its config records K; the folder name is a label only)."""
+    return (
+        (f"runs/{folder}/files/wandb-history.jsonl", json.dumps({"_step": 1, "val-core/x/acc/mean@1": value}) + "\n"),
+        (f"runs/{folder}/files/config.yaml", "actor_rollout_ref:\n  value:\n    rollout:\n      n: 8\n"),
+    )
 
 
 CASES = [
@@ -488,8 +492,8 @@ CASES = [
     Case(
         "collect_runs two runs one name",
         ["Policy_Optimization/collect_runs.py", "{tmp}/runs", "--out", "{tmp}/r.csv"],
-        "both look like K=8 seed=0",
-        setup=(wandb_run("a_K8", 0.5), wandb_run("b_K8", 0.7)),
+        "both record K=8 seed=default but differ",
+        setup=(*wandb_run("a", 0.5), *wandb_run("b", 0.7)),
     ),
     Case(
         "collect_runs --out folder",
@@ -807,7 +811,10 @@ def test_collector_skips_a_torn_line_and_merges_one_run_logged_twice(tmp_path):
     history = tmp_path / "grpo_K8_seed1" / "files" / "wandb-history.jsonl"
     history.parent.mkdir(parents=True)
     history.write_text(WANDB_ROW + WANDB_ROW.replace('"_step": 1', '"_step": 2')[:-9])
-    (tmp_path / "grpo_K8_seed1.log").write_text("step:1 - val-core/x/acc/mean@1:0.5\n")
+    config = "actor_rollout_ref:\n  value:\n    rollout:\n      n: 8\ndata:\n  value:\n    seed: 1\n"
+    (history.parent / "config.yaml").write_text(config)
+    settings = "[grpo_train] settings: TRAINER=verl GROUP_SIZE=8 SEED=1 BUDGET=1024 LR=1e-6\n"
+    (tmp_path / "grpo_K8_seed1.log").write_text(settings + "step:1 - val-core/x/acc/mean@1:0.5\n")
     with pytest.warns(UserWarning, match="skipping unreadable line 2"):
         frame = collect([str(tmp_path)])
     assert frame[["K", "seed", "step", "value"]].values.tolist() == [[8, 1, 1, 0.5]]

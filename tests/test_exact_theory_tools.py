@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -201,13 +203,20 @@ def test_estimator_table_rows_and_markdown():
 
 def test_make_figures_overlays_theory(tmp_path, capsys):
     result, _ = _synthetic()
+    result["config"]["model_fingerprint"] = "sha256:abc"
     theory_path = tmp_path / "theory.json"
     theory_path.write_text(json.dumps(result))
     run = {
         "K_list": [2, 4],
         "conditional_on_x": {"grpo": [210.0, 99.0], "oracleV": [190.0, 101.0]},
         "ci95": {"grpo": [20.0, 10.0], "oracleV": [20.0, 10.0]},
-        "config": {"model": "m", "max_new_tokens": 32, "top_p": 0.95, "temperature": 1.0},
+        "config": {
+            "model": "m",
+            "model_fingerprint": "sha256:abc",
+            "max_new_tokens": 32,
+            "top_p": 0.95,
+            "temperature": 1.0,
+        },
     }
     run_path = tmp_path / "run.json"
     run_path.write_text(json.dumps(run))
@@ -225,3 +234,42 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
     assert "the exact curves assume other settings: max_new_tokens=32 (theory: 1)" in capsys.readouterr().err
     with pytest.raises(cli.UsageError, match="not a theory JSON"):
         make_figures.main(["--tracecov", str(run_path), "--theory", str(run_path), "--out_dir", str(tmp_path)])
+
+
+def test_make_figures_refuses_another_models_theory(tmp_path):
+    """Issue 25 case 5: the tiny policy's exact curves were drawn as "train_policy (exact)". The theory's model
+    fingerprint (recorded, or computed from its recorded local folder for older theory files) must be the run's."""
+    from grpo_mse.tables.resume import model_fingerprint
+
+    result, _ = _synthetic()
+    result["config"]["model"] = "assets/tiny_policy"  # an older theory file: no fingerprint, a local folder
+    theory_path = tmp_path / "theory.json"
+    theory_path.write_text(json.dumps(result))
+    run = {
+        "K_list": [2, 4],
+        "conditional_on_x": {"grpo": [210.0, 99.0], "oracleV": [190.0, 101.0]},
+        "config": {"model": "assets/train_policy", "max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0},
+    }
+    run["config"]["model_fingerprint"] = model_fingerprint(os.path.join(ROOT, "assets", "train_policy"))
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps(run))
+    argv = [
+        "plots/make_figures.py",
+        "--tracecov",
+        str(run_path),
+        "--theory",
+        str(theory_path),
+        "--out_dir",
+        str(tmp_path / "f"),
+    ]
+    done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "was computed for another model (assets/tiny_policy" in done.stderr and not (tmp_path / "f").exists()
+    run["config"]["model_fingerprint"] = model_fingerprint(os.path.join(ROOT, "assets", "tiny_policy"))
+    run_path.write_text(json.dumps(run))
+    done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr  # the same model: drawn
+    result["config"]["model"] = "elsewhere/not_here/model"
+    theory_path.write_text(json.dumps(result))
+    done = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "cannot tell whether it was computed for the model" in done.stderr

@@ -82,13 +82,18 @@ def test_sweep_summary_metric_intervals_and_separation():
     assert out["started_at"] == "2026-01-01T00:00:00Z"
 
 
-def test_unfinished_runs_are_left_out():
+def test_unfinished_runs_are_left_out(capsys):
     acc = {(2, 0): 0.1, (2, 1): 0.2, (4, 0): 0.3}
     frame = frame_of(acc, steps=(0, 3, 6))
     frame = frame[~((frame["K"] == 2) & (frame["seed"] == 1) & (frame["step"] == 6))]  # seed 1 stopped after step 3
     runs = kv.run_metric(frame, METRIC)
     assert sorted(map(tuple, runs[["K", "seed"]].values.tolist())) == [(2, 0), (4, 0)]
     assert runs["value"].tolist() == pytest.approx([0.1045, 0.3045])
+    assert "note: left out 1 run(s): K=2 seed=1 (steps [3])" in capsys.readouterr().err
+    interrupted = frame.assign(status=["interrupted" if k == 4 else "complete" for k in frame["K"]])
+    runs = kv.run_metric(interrupted, METRIC)  # a recorded interruption is left out even at full length
+    assert sorted(map(tuple, runs[["K", "seed"]].values.tolist())) == [(2, 0)]
+    assert "K=4 seed=0 (interrupted)" in capsys.readouterr().err
 
 
 def advisor_run(c1=15.0, c2=160.0, c3=380.0):
@@ -288,3 +293,27 @@ def test_settings_are_resampled_independently(tmp_path, capsys):
     )
     shares = json.loads((tmp_path / "out" / "summary.json").read_text())["comparisons"][0]["bootstrap_best_K_shares"]
     assert 0.05 < shares["no_move"] < 0.95
+
+
+def test_script_never_writes_the_committed_results_by_default(tmp_path):
+    """Issue 25 case 1: a small test run modified results/k_validation, then crashed. The default is now under
+    outputs/, and a folder of committed results is refused (one line, nothing written) without KVAL_OVERWRITE=1."""
+    root = Path(__file__).resolve().parents[1]
+    script = root / "scripts" / "k_validation.sh"
+    assert "KVAL_RESULTS (outputs/k_validation_results;" in script.read_text()
+    before = subprocess.run(["git", "status", "--porcelain", "results"], cwd=root, capture_output=True, text=True)
+    for results in ("results/k_validation", str(root / "results" / "k_validation")):
+        env = {
+            **os.environ,
+            "KVAL_WORK": str(tmp_path / "work"),
+            "KVAL_RESULTS": results,
+            "KVAL_SETTINGS": "tiny_mixed",
+            "KVAL_STAGES": "advisor",
+            "KVAL_ADVISOR_T": "3",
+        }
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, cwd=root)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "holds committed results (tracked by git); set KVAL_OVERWRITE=1" in done.stderr
+        assert not (tmp_path / "work").exists()
+    after = subprocess.run(["git", "status", "--porcelain", "results"], cwd=root, capture_output=True, text=True)
+    assert after.stdout == before.stdout

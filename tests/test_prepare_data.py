@@ -181,3 +181,41 @@ def test_other_data_in_out_dir_is_replaced_only_with_overwrite(tmp_path):
     prepare_main()(gsm + ["--overwrite"])
     assert [len(pd.read_parquet(path)) for path in paths.values()] == [1, 1]
     assert sorted(os.listdir(out)) == ["test.parquet", "train.parquet"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "source, field, value, kind",
+    [
+        ("gsm8k", "question", None, "null"),
+        ("gsm8k", "question", "", "empty"),
+        ("gsm8k", "question", "   ", "empty"),
+        ("gsm8k", "question", 42, "a int, not text"),
+        ("math", "problem", None, "null"),
+        ("math", "problem", ["a", "b"], "a list, not text"),
+    ],
+)
+def test_null_empty_or_non_text_prompts_are_refused_with_a_count(tmp_path, source, field, value, kind):
+    """Issue 25 case 6: {"question": null} became the prompt "None Let's think step by step"; "" became " Let's...".
+    Refused (one line: the first record, the count), nothing written; parquet input (NaN for a missing value) too."""
+    good = {"gsm8k": {"question": "1+1?", "answer": "#### 2"}, "math": {"problem": "1+1?", "answer": "2"}}[source]
+    records = [good, {**good, field: value}, good, {**good, field: value}]
+    with pytest.raises(
+        ValueError, match=rf"train record 1: '{field}' is {re.escape(kind)} \(and 1 more of 4 records\)"
+    ):
+        (gsm8k_rows if source == "gsm8k" else math_rows)(records, "train")
+    if value is None:  # the same through prepare_data.py from a parquet file (pandas reads a missing value as None)
+        path = tmp_path / "in.parquet"
+        pd.DataFrame(records).to_parquet(path)
+        argv = [
+            "--source",
+            source,
+            "--train_file",
+            str(path),
+            "--test_file",
+            str(path),
+            "--out_dir",
+            str(tmp_path / "o"),
+        ]
+        with pytest.raises(ValueError, match=f"'{field}' is null"):
+            prepare_main()(argv)
+        assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

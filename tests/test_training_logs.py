@@ -15,7 +15,8 @@ import pytest
 
 from grpo_mse.figures.training import default_steps, pick_metric, plot_figure5, table2
 from grpo_mse.tables.outputs import mean_t_interval
-from grpo_mse.training.logs import COLUMNS, collect, parse_console, parse_value, run_identity
+from grpo_mse.training.logs import COLUMNS, collect, parse_console, parse_value, read_console_run
+from grpo_mse.training.run_identity import RunIdentity, from_config, from_console
 
 ROOT = Path(__file__).resolve().parents[1]
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
@@ -27,13 +28,14 @@ def accuracy(k: int, seed: int, step: int) -> float:
 
 
 def console_log(k: int, seed: int, steps=(0, 5, 10, 15, 20)) -> str:
-    lines = [f"[grpo_train] EXPERIMENT_NAME=run GROUP_SIZE={k} SEED={seed} BUDGET=1024", "some VERL banner"]
+    lines = [f"[grpo_train] TRAINER=verl EXPERIMENT_NAME=run GROUP_SIZE={k} SEED={seed} BUDGET=1024", "VERL banner"]
     for step in range(1, max(steps) + 1):
         parts = [f"step:{step}", "actor/pg_loss:np.float64(-0.01)", "critic/score/mean:0.5", "timing_s/gen:3.2"]
         if step in steps:
             parts.append(f"{METRIC}:np.float64({accuracy(k, seed, step)})")
         lines.append(f"(TaskRunner pid=123) {' - '.join(parts)}")
     lines.insert(2, f"(TaskRunner pid=123) step:0 - {METRIC}:{accuracy(k, seed, 0)}")
+    lines.append(f"[grpo_train] end: exit=0 reason=completed steps={max(steps)}")
     return "\n".join(lines) + "\n"
 
 
@@ -42,10 +44,23 @@ def test_console_parsing_helpers():
     assert math.isnan(parse_value("nan")) and parse_value("abc") is None  # non-finite: refused by the collector
     records = parse_console("noise\n(Runner pid=1) step:7 - a/b:1 - c@1/d:np.float32(0.5) - e:text\nstep:x - a:1")
     assert records == [(7, "a/b", 1.0), (7, "c@1/d", 0.5)]
-    assert run_identity("gsm8k_Qwen2.5-1.5B_K32_seed4") == (32, 4)
-    assert run_identity("x", {"actor_rollout_ref": {"rollout": {"n": 16}}, "data": {"seed": 2}}) == (16, 2)
-    assert run_identity("x", header="GROUP_SIZE=8 SEED=1") == (8, 1)
-    assert run_identity("no_identity") == (None, 0)
+    settings = "[grpo_train] settings: TRAINER=trl GROUP_SIZE=8 SEED=1 BUDGET=32 LR=0.001"
+    assert from_console([settings]) == (RunIdentity(8, 1, 32, 0.001, "trl"), None)
+    verl = {"actor_rollout_ref": {"rollout": {"n": 16}}, "data": {"seed": 2, "train_batch_size": 4}}
+    assert from_config(verl) == (RunIdentity(16, 2, 64, None, "verl"), None)
+    assert from_console(["gsm8k_Qwen2.5-1.5B_K32_seed4"]) == (None, None)  # a name is a label only
+
+
+def test_a_log_named_for_another_run_is_the_run_it_recorded(tmp_path):
+    log = tmp_path / "grpo_K32_seed4.log"
+    log.write_text(console_log(8, 1).replace("EXPERIMENT_NAME=run", "EXPERIMENT_NAME=x_K32_seed4"))
+    assert read_console_run(str(log)).identity == RunIdentity(8, 1, 1024, None, "verl")
+    (tmp_path / "named_K16_seed2.log").write_text(f"step:0 - {METRIC}:0.5\n")  # no recorded settings: skipped
+    with pytest.warns(UserWarning) as caught:
+        frame = collect([str(tmp_path)])
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "the recorded settings win" in messages and "named_K16_seed2.log: it records no group size K" in messages
+    assert frame[["K", "seed"]].drop_duplicates().values.tolist() == [[8, 1]]
 
 
 @pytest.fixture()
@@ -63,7 +78,8 @@ def run_logs(tmp_path):
     (run / "wandb-history.jsonl").write_text("\n".join(json.dumps(h) for h in history) + "\n")
     (run / "wandb-summary.json").write_text(json.dumps({"_step": 25, METRIC: 0.5, "_runtime": 9.0}))
     (run / "config.yaml").write_text(
-        "actor_rollout_ref:\n  value:\n    rollout:\n      n: 64\ndata:\n  value:\n    seed: 0\n"
+        "actor_rollout_ref:\n  value:\n    rollout:\n      n: 64\n"
+        "data:\n  value:\n    seed: 0\n    train_batch_size: 16\n"
     )
     (run.parent / "logs").mkdir()
     (run.parent / "logs" / "debug.log").write_text("step:5 - junk:1\n")
@@ -72,8 +88,9 @@ def run_logs(tmp_path):
 
 def test_collect_console_and_wandb_history(run_logs):
     frame = collect([str(run_logs)])
-    assert list(frame.columns) == COLUMNS
+    assert list(frame.columns) == [*COLUMNS, "budget", "lr", "trainer", "status"]
     assert sorted(frame["K"].unique()) == [4, 16, 32, 64, 128]
+    assert set(frame["status"]) == {"complete", "unrecorded"}  # the wandb-history folder records no exit
     assert set(frame["metric"]) == {METRIC, "critic/score/mean"}
     acc = frame[frame["metric"] == METRIC]
     assert len(acc) == 4 * 3 * 5 + 6
@@ -92,7 +109,7 @@ def test_collect_runs_script_and_figures(run_logs, tmp_path):
     spec.loader.exec_module(module)
     module.main([str(run_logs / "logs"), "--out", str(out)])
     frame = pd.read_csv(out)
-    assert list(frame.columns) == COLUMNS and sorted(frame["K"].unique()) == [4, 16, 32, 128]
+    assert list(frame.columns[:5]) == COLUMNS and sorted(frame["K"].unique()) == [4, 16, 32, 128]
 
     assert pick_metric(frame) == METRIC
     assert default_steps(frame[frame["metric"] == METRIC]) == [0, 5, 15, 20]
@@ -127,7 +144,8 @@ def test_real_wandb_offline_run(tmp_path):
     pytest.importorskip("wandb")
     code = (
         "import wandb\n"
-        "r = wandb.init(project='p', name='grpo_K16_seed3', config={'actor_rollout_ref': {'rollout': {'n': 16}}})\n"
+        "r = wandb.init(project='p', name='grpo_K16_seed9',\n"
+        "               config={'actor_rollout_ref': {'rollout': {'n': 16}}, 'data': {'seed': 3}})\n"
         "for s in range(1, 301):\n"
         f"    d = {{f'actor/m{{j}}': s + j for j in range(10)}}\n"
         f"    d.update({{'{METRIC}': s / 1000}} if s % 5 == 0 else {{}})\n"
@@ -141,7 +159,18 @@ def test_real_wandb_offline_run(tmp_path):
         pytest.skip(f"wandb could not write an offline run here: {result.stderr[-300:]}")
     files = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert files and files[0].stat().st_size > 64 * 1024
-    frame = collect([str(tmp_path / "wandb")])  # the latest-run link must not double count
-    assert set(frame["K"]) == {16} and set(frame["seed"]) == {3}
+    with pytest.warns(UserWarning, match="seed 9 in the name, 3 recorded"):
+        frame = collect([str(tmp_path / "wandb")])  # the latest-run link must not double count
+    assert set(frame["K"]) == {16} and set(frame["seed"]) == {3}  # the config's seed, not the name's
+    assert set(frame["status"]) == {"complete"}  # wandb's exit record: exit code 0
     assert frame["step"].tolist() == list(range(5, 301, 5))
     assert frame["value"].tolist() == pytest.approx([s / 1000 for s in range(5, 301, 5)])
+    # issue 25 case 4: a truncated run file was read silently (4 of 10 rows); now it says so
+    cut = tmp_path / "cut" / files[0].parent.name
+    cut.mkdir(parents=True)
+    data = files[0].read_bytes()
+    (cut / files[0].name).write_bytes(data[: len(data) // 2])
+    with pytest.warns(UserWarning):
+        short = collect([str(cut)])
+    # cut inside a record: truncated; cut between two records: no exit record, so interrupted (both left out)
+    assert set(short["status"]) <= {"truncated", "interrupted"} and 0 < len(short) < len(frame)

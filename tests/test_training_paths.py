@@ -349,10 +349,11 @@ def test_collector_refuses_what_it_cannot_read_right(tmp_path, text, message):
 
 def test_unterminated_last_line_is_skipped_with_a_warning(tmp_path):
     log = tmp_path / "run_K4_seed0.log"
-    log.write_text(f"step:0 - {ACC}:0.25\nstep:1 - {ACC}:0.3")  # killed while writing "0.375"
-    with pytest.warns(UserWarning, match="unterminated last line 2"):
+    settings = "[grpo_train] settings: TRAINER=trl GROUP_SIZE=4 SEED=0 BUDGET=32 LR=0.001"
+    log.write_text(f"{settings}\nstep:0 - {ACC}:0.25\nstep:1 - {ACC}:0.3")  # killed while writing "0.375"
+    with pytest.warns(UserWarning, match="unterminated last line 3"):
         frame = collect([str(log)])
-    assert frame["value"].tolist() == [0.25]
+    assert frame["value"].tolist() == [0.25] and set(frame["status"]) == {"interrupted"}  # no end line
 
 
 def _wandb_run(tmp_path, summary=None, config=None, history=None) -> Path:

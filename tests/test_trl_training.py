@@ -49,7 +49,7 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
         WANDB_MODE="offline",
         PYTHON_BIN=sys.executable,
         OMP_NUM_THREADS="1",
-        RUN_TAG="smoke",
+        EXPERIMENT_NAME="test_K8_seed5",  # issue 25 case 3: a name that says another K and seed is a label only
         WANDB_API_KEY="secret-key-123",
     )
     result = subprocess.run(
@@ -57,12 +57,14 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "secret-key-123" not in result.stdout + result.stderr
-    run = "smoke_tiny_policy_K4_seed1"
+    run = "test_K8_seed5"
     logs = list((tmp_path / "base" / "logs").glob(f"{run}_B32_lr1e-3_*.log"))  # one log per run, lr in the name
     assert len(logs) == 1, logs
     log = logs[0].read_text()
     assert "step:0 - val-core/arithmetic_zero_shot/acc/mean@1:" in log
     assert "step:2 - " in log and "critic/score/mean:" in log  # the reward is logged per step
+    assert "\n[trl] end: exit=0 steps=2\n" in log  # the run's own end line, then the launcher's
+    assert log.endswith("\n[grpo_train] end: exit=0 reason=completed steps=2\n")
 
     saved = tmp_path / "base" / "checkpoints" / "demystifying_grpo" / f"{run}_B32_lr1e-3"
     before, after = _weights(BUILTIN_POLICY), _weights(saved)
@@ -79,6 +81,13 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     val = frame[frame["metric"] == "val-core/arithmetic_zero_shot/acc/mean@1"]
     assert set(val["K"]) == {4} and set(val["seed"]) == {1} and sorted(val["step"]) == [0, 1, 2]
     assert set(frame[frame["metric"] == "critic/score/mean"]["step"]) == {1, 2}
+    assert frame[["budget", "lr", "trainer", "status"]].drop_duplicates().values.tolist() == [
+        [32, 0.001, "trl", "complete"]
+    ]
+    both = tmp_path / "both.csv"  # the console log and the wandb record of one run are one run (was "2 runs")
+    with pytest.warns(UserWarning, match="K 8 in the name, 4 recorded; seed 5 in the name, 1 recorded"):
+        load_script("Policy_Optimization/collect_runs.py").main([str(tmp_path / "base"), "--out", str(both)])
+    assert pd.read_csv(both).equals(frame)
 
     from grpo_mse.figures.training import main_training, parse_args
     from grpo_mse.training.demo_summary import summary

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import sys
 
 import numpy as np
 
@@ -113,11 +114,24 @@ def describe_prediction(prediction: dict) -> str:
 
 def run_metric(frame, metric: str):
     """Per (K, seed): the mean of ``metric`` over its validation steps after step 0. A run whose validation steps
-    are not those of the longest run (unfinished or interrupted) is left out, so every run averages the same steps."""
-    sub = frame[(frame["metric"] == metric) & (frame["step"] > 0)]
+    are not those of the longest run (unfinished or interrupted), or whose recorded status is interrupted, failed
+    or truncated (grpo_mse.training.run_identity), is left out with a note on stderr, so every run averages the
+    same steps."""
+    from grpo_mse.figures.training import run_label, with_run_columns
+    from grpo_mse.training.run_identity import INCOMPLETE
+
+    sub = with_run_columns(frame[(frame["metric"] == metric) & (frame["step"] > 0)])
     steps = sub.groupby(["K", "seed"])["step"].apply(lambda s: tuple(sorted(set(s))))
+    status = sub.groupby(["K", "seed"])["status"].first()
     full = max(steps, key=len) if len(steps) else ()
-    keep = steps[steps == full].index
+    keep = steps[(steps == full) & ~status.isin(INCOMPLETE)].index
+    left_out = [
+        f"{run_label(k, seed)} ({status[(k, seed)] if status[(k, seed)] in INCOMPLETE else 'steps ' + str(list(s))})"
+        for (k, seed), s in steps.items()
+        if (k, seed) not in keep
+    ]
+    if left_out:
+        print(f"note: left out {len(left_out)} run(s): {'; '.join(left_out)}", file=sys.stderr)
     sub = sub.set_index(["K", "seed"]).loc[keep].reset_index()
     return sub.groupby(["K", "seed"])["value"].mean().reset_index()
 

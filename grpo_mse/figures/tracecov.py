@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import os
 
 import matplotlib
@@ -63,11 +64,12 @@ def theory_overlay(theory_json: dict, names) -> dict:
 
 
 def ratio_band(result: dict, name: str = f"{est.GRPO}/{est.ORACLE}") -> tuple[list[float], list[float]] | None:
-    """(lower, upper) of the paired bootstrap 95% interval of a ratio per K, from the run's ``paired`` entry."""
+    """(lower, upper) of the paired bootstrap 95% interval of a ratio per K, from the run's ``paired`` entry; a ratio
+    of MSEs is >= 0, so a lower bound below 0 (older runs, few prompts) is drawn at 0."""
     series = result.get("paired", {}).get("ratio", {}).get(name)
     if not series or any(s["ci95"] is None for s in series):
         return None
-    return [s["ci95"][0] for s in series], [s["ci95"][1] for s in series]
+    return [max(s["ci95"][0], 0.0) for s in series], [max(s["ci95"][1], 0.0) for s in series]
 
 
 def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
@@ -87,6 +89,8 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
                 exact = [g / o if o else float("nan") for g, o in zip(theory[est.GRPO], theory[est.ORACLE])]
                 ax.plot(theory["K"], exact, linestyle="--", color=line.get_color(), alpha=0.7, label=f"{label} (exact)")
     ax.axhline(1.0, color="gray", linestyle=":")
+    points = [float(y) for line in ax.get_lines() for y in line.get_ydata() if math.isfinite(float(y))]
+    ax.set_ylim(0, max([2.0, *points]) * 1.25)  # the ratios set the axis; a wide band (few prompts) runs off it
     ax.set_xscale("log", base=2)
     ks = sorted({k for _, result in results for k in result["K_list"]})
     ax.set_xlim(min(ks) / 1.25, max(ks) * 1.25)  # also when every ratio is undefined (nothing drawn)

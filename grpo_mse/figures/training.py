@@ -1,8 +1,12 @@
 """Figure 5 (test accuracy against group size K at fixed budget) and Table 2 from the collected CSV.
 
-Input: the long table of grpo_mse.training.logs (columns K, seed, step, metric, value). Bands and
-intervals are 95% Student-t intervals of the mean over seeds; with a single seed there is none: the
-figure draws no band and Table 2 writes "n/a" (not a zero-width "± 0.00").
+Input: the long table of grpo_mse.training.logs (columns K, seed, step, metric, value, budget, lr, trainer,
+status). Every K is compared at one common step S: the last step every included run logged the metric, or the
+largest of ``--steps``. Included runs: complete ones and those whose completeness was not recorded (footnoted);
+interrupted, failed and truncated runs are left out and listed unless ``include_incomplete`` (then footnoted), and
+so are runs that did not log the metric at a drawn step. A table with runs at several budgets, learning rates or
+trainers is refused. Bands and intervals are 95% Student-t intervals of the mean over seeds; with a single seed
+there is none: the figure draws no band and Table 2 writes "n/a" (not a zero-width "± 0.00").
 
   python -m grpo_mse.figures.training --csv results/training_runs.csv --out_dir results/figures
 """
@@ -13,8 +17,13 @@ import argparse
 import math
 import os
 import re
+from dataclasses import dataclass, field
 
 from grpo_mse.tables.outputs import mean_t_interval
+from grpo_mse.training.run_identity import COMPLETE, DEFAULT_SEED, INCOMPLETE, UNRECORDED
+
+SETTINGS = ("budget", "lr", "trainer")
+RUN_COLUMNS = (*SETTINGS, "status")
 
 ACCURACY_METRIC = re.compile(r"^val-core/.*/(acc|reward)/mean@\d+$")
 
@@ -42,6 +51,85 @@ def default_steps(frame, n_steps: int = 4) -> list[int]:
     return sorted(picks)
 
 
+def with_run_columns(frame):
+    """``frame`` with the collector's run columns (a CSV collected before they existed: blank settings and status
+    ``unrecorded``), settings as text so that blanks compare equal."""
+    frame = frame.copy()
+    for column in RUN_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = UNRECORDED if column == "status" else ""
+        blank = UNRECORDED if column == "status" else ""
+        frame[column] = [
+            blank if value is None or value != value or value == "" else str(value) for value in frame[column]
+        ]
+    return frame
+
+
+def run_label(k: int, seed: int) -> str:
+    return f"K={k} seed={'default' if seed == DEFAULT_SEED else seed}"
+
+
+@dataclass
+class Selection:
+    """The runs Figure 5 and Table 2 compare, the common step, and every run left out or footnoted."""
+
+    frame: object  # rows of ``metric`` of the included runs
+    metric: str
+    step: int  # Table 2's step: the last step every included run reached, or the largest of --steps
+    steps: list  # Figure 5's steps
+    chosen: bool  # step given with --steps
+    excluded: list = field(default_factory=list)  # "K=2 seed=1: interrupted (last step 2)"
+    incomplete: list = field(default_factory=list)  # included with include_incomplete
+    unrecorded: list = field(default_factory=list)  # included, completeness not recorded
+
+
+def select_runs(frame, metric: str | None = None, steps=None, include_incomplete: bool = False) -> Selection:
+    """The runs to compare and the common step (see the module docstring); DataError when none is left."""
+    from grpo_mse.tables.inputs import DataError
+
+    metric = pick_metric(frame, metric)
+    sub = with_run_columns(frame[frame["metric"] == metric])
+    settings = sub[list(SETTINGS)].drop_duplicates()
+    if len(settings) > 1:
+        listed = "; ".join(
+            ", ".join(f"{c} {v or '?'}" for c, v in zip(SETTINGS, row)) for row in settings.itertuples(index=False)
+        )
+        raise DataError(
+            f"the table holds runs at {len(settings)} settings ({listed}); Figure 5 and Table 2 compare K at one "
+            "budget, lr and trainer: collect one sweep"
+        )
+    excluded, candidates = [], {}
+    for (k, seed), run in sub.groupby(["K", "seed"]):
+        status, last = run["status"].iloc[0], int(run["step"].max())
+        if status in INCOMPLETE and not include_incomplete:
+            excluded.append(f"{run_label(k, seed)}: {status} (last step {last})")
+        else:
+            candidates[(int(k), int(seed))] = (set(run["step"]), status)
+    if not candidates:
+        raise DataError(f"no complete run logged {metric} ({'; '.join(excluded)}); --include_incomplete includes them")
+    if steps:
+        drawn, chosen = sorted({int(s) for s in steps}), True
+    else:
+        drawn, chosen = sorted(set.intersection(*(logged for logged, _ in candidates.values()))), False
+        if not drawn:
+            raise DataError(f"no step at which every run logged {metric}; choose steps with --steps")
+    incomplete, unrecorded = [], []
+    for key, (logged, status) in list(candidates.items()):
+        missing = [s for s in drawn if s not in logged]
+        if missing:
+            excluded.append(f"{run_label(*key)}: did not log step {missing[-1]} (last step {max(logged)})")
+            del candidates[key]
+        elif status in INCOMPLETE:
+            incomplete.append(f"{run_label(*key)}: {status}")
+        elif status != COMPLETE:
+            unrecorded.append(f"{run_label(*key)}: {status}")
+    if not candidates:
+        raise DataError(f"no run logged {metric} at every step of --steps {' '.join(map(str, drawn))}")
+    included = sub[[key in candidates for key in zip(sub["K"].astype(int), sub["seed"].astype(int))]]
+    figure_steps = drawn if chosen else default_steps(included[included["step"].isin(drawn)])
+    return Selection(included, metric, drawn[-1], figure_steps, chosen, excluded, incomplete, unrecorded)
+
+
 def interval(values) -> tuple[float, float | None]:
     """(mean, 95% t half-width over seeds); the half-width is None for a single value (no interval)."""
     mean, half = mean_t_interval(values)
@@ -59,16 +147,18 @@ def pm(mean: float, half: float | None, digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± " + ("n/a" if half is None else f"{half:.{digits}f}")
 
 
-def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, title: str | None = None) -> list[str]:
-    """Test accuracy against K (log2 axis) at several steps, mean and 95% band; writes PNG and PDF."""
+def plot_figure5(
+    frame, out_path: str, metric: str | None = None, steps=None, title: str | None = None, include_incomplete=False
+) -> list[str]:
+    """Test accuracy against K (log2 axis) at several steps, mean and 95% band over the runs of ``select_runs``;
+    writes PNG and PDF."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metric = pick_metric(frame, metric)
-    sub = frame[frame["metric"] == metric]
-    steps = list(steps) if steps else default_steps(sub)
+    chosen = select_runs(frame, metric, steps, include_incomplete)
+    metric, sub, steps = chosen.metric, chosen.frame, chosen.steps
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for step in steps:
         rows = accuracy_by_k(sub, metric, step)
@@ -102,28 +192,47 @@ def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, ti
     return paths
 
 
-def table2(frame, metric: str | None = None, percent: bool = True) -> str:
-    """Markdown table per K: seeds, final and best accuracy (mean +- 95% CI over seeds); best final in bold."""
-    metric = pick_metric(frame, metric)
-    sub = frame[frame["metric"] == metric].sort_values("step")
+def table2(frame, metric: str | None = None, percent: bool = True, steps=None, include_incomplete=False) -> str:
+    """Markdown table per K over the runs of ``select_runs``: seeds, accuracy at the common step S and the best
+    accuracy up to S (mean +- 95% CI over seeds); the best at S in bold; every run left out listed below."""
+    chosen = select_runs(frame, metric, steps, include_incomplete)
+    sub = chosen.frame[chosen.frame["step"] <= chosen.step]
     scale, unit = (100.0, " (%)") if percent else (1.0, "")
+    flagged = {line.split(":")[0] for line in chosen.incomplete}
     rows = []
     for k, group in sorted(sub.groupby("K")):
-        per_seed = group.groupby("seed")["value"]
-        final, best = interval(list(per_seed.last() * scale)), interval(list(per_seed.max() * scale))
-        rows.append((int(k), group["seed"].nunique(), final, best))
-    top = max(rows, key=lambda r: r[2][0])[0] if rows else None
+        at_step = group[group["step"] == chosen.step].groupby("seed")["value"].first()
+        best = group.groupby("seed")["value"].max()
+        mark = "†" if any(label.startswith(f"K={k} ") for label in flagged) else ""
+        rows.append((int(k), len(at_step), interval(list(at_step * scale)), interval(list(best * scale)), mark))
+    best_mean = max(r[2][0] for r in rows)
+    top = {r[0] for r in rows if r[2][0] == best_mean}  # every K of a tie in bold
+    how = "the largest of --steps" if chosen.chosen else "the last step every included run reached"
     lines = [
-        f"Metric: `{metric}`",
+        f"Metric: `{chosen.metric}`, at step {chosen.step} ({how}); best: the highest value up to that step.",
         "",
-        f"| K | seeds | final accuracy{unit} | best accuracy{unit} |",
+        f"| K | seeds | accuracy at step {chosen.step}{unit} | best up to step {chosen.step}{unit} |",
         "|---:|---:|---:|---:|",
     ]
-    for k, n, (fm, fh), (bm, bh) in rows:
+    for k, n, (fm, fh), (bm, bh), mark in rows:
         final_text = pm(fm, fh)
-        lines.append(f"| {k} | {n} | {f'**{final_text}**' if k == top else final_text} | {pm(bm, bh)} |")
-    if any(n == 1 for _, n, _, _ in rows):
-        lines += ["", "n/a: one seed, no interval."]
+        lines.append(f"| {k}{mark} | {n} | {f'**{final_text}**' if k in top else final_text} | {pm(bm, bh)} |")
+    notes = []
+    if any(n == 1 for _, n, _, _, _ in rows):
+        notes.append("n/a: one seed, no interval.")
+    if chosen.incomplete:
+        notes.append(f"†: includes runs that did not complete (--include_incomplete): {'; '.join(chosen.incomplete)}.")
+    if chosen.unrecorded and len(chosen.unrecorded) == sum(n for _, n, _, _, _ in rows):
+        notes.append(
+            "Completeness not recorded for any run (a CSV collected before the status column, or wandb folders "
+            "without an exit code): all included."
+        )
+    elif chosen.unrecorded:
+        notes.append(f"Completeness not recorded (included): {'; '.join(chosen.unrecorded)}.")
+    if chosen.excluded:
+        notes.append(f"Left out ({len(chosen.excluded)}): {'; '.join(chosen.excluded)}.")
+    for note in notes:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -166,19 +275,45 @@ def read_training(path: str, metric: str | None = None):
         pick_metric(frame, metric)
     except ValueError as error:
         raise DataError(f"{path}: {error}") from None
-    return frame
+    return one_row_per_value(with_run_columns(frame), path)
+
+
+def one_row_per_value(frame, path: str):
+    """``frame`` with repeated identical rows dropped; a DataError naming ``path`` when two rows give one run's
+    metric at one step different values, or one run (K, seed) two settings or statuses (two runs under one name)."""
+    from grpo_mse.tables.inputs import DataError
+
+    key = ["K", "seed", "step", "metric"]
+    per_run = frame.groupby(["K", "seed"])[list(RUN_COLUMNS)].nunique()
+    if (per_run > 1).any(axis=None):
+        k, seed = per_run[(per_run > 1).any(axis=1)].index[0]
+        raise DataError(f"{path}: {run_label(k, seed)} has rows with different {', '.join(RUN_COLUMNS)}: two runs")
+    values = frame.groupby(key)["value"].nunique()
+    if (values > 1).any():
+        k, seed, step, metric = values[values > 1].index[0]
+        raise DataError(
+            f"{path}: rows of {run_label(k, seed)} give {metric} at step {step} different values (two runs under "
+            "one K and seed, or a damaged file); collect the runs again"
+        )
+    return frame.drop_duplicates(key).reset_index(drop=True)
 
 
 def main_training(args=None, frame=None) -> dict:
     """Figure 5 (PNG+PDF) and Table 2 (markdown) from a collected CSV; ``args`` as from ``parse_args``."""
     args = parse_args(args) if args is None or isinstance(args, list) else args
     frame = read_training(args.csv, args.metric) if frame is None else frame
-    figure = plot_figure5(frame, os.path.join(args.out_dir, args.name), args.metric, args.steps)
+    include = getattr(args, "include_incomplete", False)
+    table = table2(frame, args.metric, steps=args.steps, include_incomplete=include)  # refusals before any file
+    figure = plot_figure5(
+        frame, os.path.join(args.out_dir, args.name), args.metric, args.steps, include_incomplete=include
+    )
     table_path = os.path.join(args.out_dir, f"{args.name}_table.md")
     with open(table_path, "w", encoding="utf-8") as f:
-        f.write(table2(frame, args.metric))
+        f.write(table)
     for path in [*figure, table_path]:
         print(f"wrote {path}")
+    for line in select_runs(frame, args.metric, args.steps, include).excluded:
+        print(f"left out: {line}")
     return {"figure": figure, "table": table_path}
 
 
@@ -191,7 +326,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--name", default="figure5_accuracy_vs_K", help="file stem of the outputs")
     p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
     p.add_argument(
-        "--steps", type=cli.integer(minimum=0), nargs="*", default=None, help="default: four steps incl. the last"
+        "--steps",
+        type=cli.integer(minimum=0),
+        nargs="*",
+        default=None,
+        help="Figure 5's steps; Table 2 compares K at the largest (default: the last step every run reached)",
+    )
+    p.add_argument(
+        "--include_incomplete",
+        action="store_true",
+        help="include interrupted, failed and truncated runs (footnoted) instead of leaving them out",
     )
     args = p.parse_args(argv)
     cli.writable_dir(args.out_dir, "--out_dir")

@@ -1,12 +1,12 @@
-"""Answer-checking rules of training and gradient evaluation: arithmetic (last integer), GSM8K ("####"), MATH (boxed).
+"""Answer-checking rules of training and gradient evaluation: arithmetic (last number), GSM8K ("####"), MATH (boxed).
 
 ``score(data_source, solution, ground_truth)`` picks the rule from the data source and returns
 1.0 or 0.0; anything that cannot be parsed scores 0.0. Arithmetic and GSM8K answers are checked
 in process (regular expressions and exact fractions). MATH answers are compared with math-verify
 when it is installed (exact normalised string match otherwise), in a worker process with a
-wall-clock limit (grpo_mse.rewards.worker_pool): sympy can hold the GIL for ever on an answer
+limit on its own compute (grpo_mse.rewards.worker_pool): sympy can hold the GIL for ever on an answer
 such as ``9^{9^{9^{9}}}``, which no thread-side timeout interrupts. An answer that overruns
-``GRPO_REWARD_TIMEOUT`` seconds (default 5) scores 0.0.
+``GRPO_REWARD_TIMEOUT`` seconds of CPU (default 5) scores 0.0; waiting for a worker never does.
 """
 
 from __future__ import annotations
@@ -17,13 +17,32 @@ from fractions import Fraction
 
 from grpo_mse.rewards.worker_pool import shared_pool
 
-INTEGER = re.compile(r"-?\d+")
+# Number conventions of the arithmetic and GSM8K rules (docs/training.md, "Answer conventions"), those of GSM8K's
+# reference answers and of math-verify: a Unicode minus or dash before a digit is a minus sign, a comma between
+# groups of three digits is a thousands separator ("1,234" = 1234), and numbers compare by value ("42.0" = 42).
+MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
+NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
+MAX_NUMBER_CHARS = 4000  # longer numbers score 0 (exact comparison of huge literals is pointless)
+
+
+def ascii_minus(text: str) -> str:
+    """``text`` with the Unicode minus and dash signs (U+2212, U+2012, U+2013, U+FE63, U+FF0D) as ``-``."""
+    return str(text or "").translate(MINUS_SIGNS)
+
+
+def last_number(text: str) -> Fraction | None:
+    """The last number of ``text`` (optional minus, thousands commas, decimals) as an exact Fraction, or None."""
+    matches = NUMBER.findall(ascii_minus(text))
+    if not matches or len(matches[-1]) > MAX_NUMBER_CHARS:
+        return None
+    return Fraction(matches[-1].replace(",", ""))
 
 
 def last_integer(text: str) -> int | None:
-    """The last match of ``-?\\d+`` in ``text`` as an int, or None when there is none."""
-    matches = INTEGER.findall(text or "")
-    return int(matches[-1]) if matches else None
+    """The last number of ``text`` when it is a whole number ("42.0" -> 42, "1,234" -> 1234, "−7" -> -7), else
+    None."""
+    number = last_number(text)
+    return int(number) if number is not None and number.denominator == 1 else None
 
 
 def parse_gold(gold) -> int | None:
@@ -34,7 +53,7 @@ def parse_gold(gold) -> int | None:
         return gold
     if isinstance(gold, float):
         return int(gold) if gold.is_integer() else None
-    text = str(gold).strip().replace(",", "")
+    text = ascii_minus(str(gold)).strip().replace(",", "")
     try:
         return int(text)
     except ValueError:
@@ -46,8 +65,8 @@ def parse_gold(gold) -> int | None:
 
 
 def last_integer_reward(text: str, gold) -> float:
-    """1.0 if the last integer of ``text`` equals ``gold``, else 0.0 (G in {0, 1})."""
-    predicted, target = last_integer(text), parse_gold(gold)
+    """1.0 if the last number of ``text`` equals the integer ``gold`` by value, else 0.0 (G in {0, 1})."""
+    predicted, target = last_number(text), parse_gold(gold)
     return float(predicted is not None and target is not None and predicted == target)
 
 
@@ -55,12 +74,11 @@ GSM8K_ANSWER = re.compile(r"####\s*\$?\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 BOXED_COMMANDS = ("\\boxed", "\\fbox")
 MAX_ANSWER_CHARS = 1000  # longer boxed answers score 0 without being parsed
 MATH_VERIFY_TIMEOUT = 5.0  # seconds per MATH answer (GRPO_REWARD_TIMEOUT overrides)
-MAX_NUMBER_CHARS = 4000  # longer numbers score 0 (exact comparison of huge literals is pointless)
 
 
 def _number(text: str) -> Fraction | None:
     """``text`` as an exact number (commas, a leading ``$`` and a trailing ``.`` allowed), or None."""
-    cleaned = str(text).strip().replace(",", "").lstrip("$").rstrip(".").strip()
+    cleaned = ascii_minus(text).strip().replace(",", "").lstrip("$").rstrip(".").strip()
     if len(cleaned) > MAX_NUMBER_CHARS:
         return None
     try:
@@ -71,7 +89,7 @@ def _number(text: str) -> Fraction | None:
 
 def extract_gsm8k(text: str) -> str | None:
     """The number after the last ``####`` in ``text`` (commas removed), or None."""
-    matches = GSM8K_ANSWER.findall(text or "")
+    matches = GSM8K_ANSWER.findall(ascii_minus(text))
     return matches[-1].replace(",", "") if matches else None
 
 

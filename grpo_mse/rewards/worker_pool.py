@@ -1,12 +1,16 @@
-"""Run a function in a worker process with a wall-clock limit; a worker that overruns is killed and replaced.
+"""Run a function in a worker process with a limit on its own compute; a worker that overruns is killed and replaced.
 
 ``WorkerPool.call(fn, args, timeout, default)`` returns ``fn(*args)`` computed in one of a few
-long-lived worker processes, or ``default`` when the call overruns ``timeout`` seconds, raises,
-or the worker dies. Workers are fresh interpreters (``python -m grpo_mse.rewards.worker_pool``)
-talking over pipes: safe to use from threads, and they never re-run the caller's ``__main__``.
-Each call has a worker to itself, so killing one overrunning worker never disturbs the calls in
-the others, and its replacement starts in the background. ``fn`` must be importable (a
-module-level function). A worker exits when its parent closes the pipe.
+long-lived worker processes, or ``default`` when the call's own compute overruns ``timeout``
+seconds, raises, or the worker dies. The limit counts only the worker's CPU time on this call
+(Linux ``/proc``; wall-clock time since the request elsewhere), with a wall-clock backstop of
+``WALL_FACTOR`` x ``timeout``: waiting for a free worker, a new worker's start-up and a host
+busy with other processes never score an answer ``default``; the caller waits instead.
+Workers are fresh interpreters (``python -m grpo_mse.rewards.worker_pool``) talking over pipes:
+safe to use from threads, and they never re-run the caller's ``__main__``. Each call has a
+worker to itself, so killing one overrunning worker never disturbs the calls in the others, and
+its replacement starts in the background. ``fn`` must be importable (a module-level function).
+A worker exits when its parent closes the pipe.
 """
 
 from __future__ import annotations
@@ -23,6 +27,20 @@ from multiprocessing.connection import Connection
 MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
 STARTUP_TIMEOUT = 60.0  # seconds for a new worker to import its modules and report ready
 MEMORY_LIMIT = 4 << 30  # bytes of address space per worker (Linux), so a runaway sympy integer cannot swap the host
+WALL_FACTOR = 20.0  # wall-clock backstop per call, in multiples of its limit (a worker stuck off the CPU)
+POLL_SECONDS = 0.25  # how often a waiting caller re-checks for a free worker or a free slot
+START_ATTEMPTS = 3  # a call that finds no worker running tries this many start-ups before scoring ``default``
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds used so far by process ``pid`` (Linux ``/proc/<pid>/stat``), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _serve(preload: tuple[str, ...]) -> None:
@@ -75,10 +93,19 @@ class _Worker:
             raise TimeoutError("reward worker did not start")
 
     def run(self, fn, args, timeout: float):
-        """``(ok, value)`` of ``fn(*args)``; raises TimeoutError after ``timeout`` s, EOFError if the worker died."""
+        """``(ok, value)`` of ``fn(*args)``; TimeoutError once the call used ``timeout`` s of this worker's CPU
+        (wall-clock where CPU time is unreadable) or ``WALL_FACTOR * timeout`` s of wall clock; EOFError if
+        the worker died."""
+        cpu_start, wall_start = cpu_seconds(self.process.pid), time.monotonic()
         self.conn_out.send((fn, args))
-        if not self.conn_in.poll(timeout):
-            raise TimeoutError
+        wait = timeout
+        while not self.conn_in.poll(wait):
+            elapsed = time.monotonic() - wall_start
+            cpu_now = cpu_seconds(self.process.pid) if cpu_start is not None else None
+            used = elapsed if cpu_now is None else cpu_now - cpu_start
+            if used >= timeout or elapsed >= WALL_FACTOR * timeout:
+                raise TimeoutError
+            wait = max(min(timeout - used, WALL_FACTOR * timeout - elapsed), 0.02)
         return self.conn_in.recv()
 
     def kill(self) -> None:
@@ -96,21 +123,32 @@ class WorkerPool:
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._lock = threading.Lock()
         self._started = 0
-        self.timeouts = 0
+        self.timeouts = 0  # calls whose own compute overran their limit
+        self.start_failures = 0  # calls that scored ``default`` because no worker could be started
 
-    def _acquire(self, wait: float) -> tuple[_Worker | None, bool]:
-        """An idle worker, else a new one (``fresh``), else the first freed within ``wait`` s, else None."""
-        try:
-            return self._idle.get_nowait(), False
-        except queue.Empty:
-            pass
-        if self._reserve():
-            worker = self._launch()
-            return worker, worker is not None
-        try:
-            return self._idle.get(timeout=max(wait, 0.0)), False
-        except queue.Empty:
-            return None, False
+    def _acquire(self) -> _Worker | None:
+        """An idle worker, else a new one, else the first one freed (waiting as long as it takes); None only
+        when START_ATTEMPTS start-ups failed while no other worker was running."""
+        failures = 0
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            if self._reserve():
+                worker = self._launch()
+                if worker is not None:
+                    return worker
+                failures += 1
+                with self._lock:
+                    alone = self._started == 0
+                if alone and failures >= START_ATTEMPTS:
+                    self.start_failures += 1
+                    return None
+            try:
+                return self._idle.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                continue
 
     def _retire(self, worker: _Worker) -> None:
         """Kill ``worker`` and start its replacement in the background, so the next call finds one ready."""
@@ -142,15 +180,13 @@ class WorkerPool:
             self._idle.put(worker)
 
     def call(self, fn, args=(), timeout: float = 5.0, default=None):
-        """``fn(*args)`` in a worker, or ``default`` after ``timeout`` s (waiting for a busy pool included; a new
-        worker's start-up, at most STARTUP_TIMEOUT, is not), on an error or a crash."""
-        start = time.monotonic()
-        worker, fresh = self._acquire(timeout)
+        """``fn(*args)`` in a worker, or ``default`` once it used ``timeout`` s of its own compute, on an error or a
+        crash. Waiting for a free worker and a new worker's start-up are not counted: the caller waits."""
+        worker = self._acquire()
         if worker is None:
             return default
-        used = 0.0 if fresh else time.monotonic() - start  # a new worker's start-up is not the answer's time
         try:
-            ok, value = worker.run(fn, args, max(timeout - used, 0.01))
+            ok, value = worker.run(fn, args, timeout)
         except TimeoutError:
             self.timeouts += 1
             self._retire(worker)

@@ -32,16 +32,23 @@ def settings(config: OracleConfig) -> dict:
 
 
 def run_oracle(config: OracleConfig) -> dict | None:
-    """The whole run of calculate_oracle_v.py; on rank 0 returns {"path", "new", "total", "seconds"}."""
+    """The whole run of calculate_oracle_v.py; on rank 0 returns {"path", "new", "total", "selected", "seconds"}:
+    ``total`` counts the rows in the output file (a resumed file may hold more than ``--limit`` selects),
+    ``selected`` the table rows this run covered."""
     run = OracleRun.start(config)
     start = time.time()
     run.sample_all()
     run.close()
-    return (
-        {"path": run.path, "new": len(run.todo), "total": len(run.rows), "seconds": time.time() - start}
-        if run.rank == 0
-        else None
-    )
+    if run.rank != 0:
+        return None
+    total = len(read_complete_jsonl(run.path))
+    return {
+        "path": run.path,
+        "new": len(run.todo),
+        "total": total,
+        "selected": len(run.rows),
+        "seconds": time.time() - start,
+    }
 
 
 @dataclass

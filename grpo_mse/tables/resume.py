@@ -92,12 +92,24 @@ def model_fingerprint(model: str, revision: str = "main") -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+def _same(key: str, saved: dict, current: dict) -> bool:
+    """Equal values; for ``model``, also one folder named two ways (``./assets/x`` and its absolute path) or
+    two names whose recorded content fingerprints are equal."""
+    a, b = saved.get(key), current.get(key)
+    if a == b:
+        return True
+    if key != "model" or not isinstance(a, str) or not isinstance(b, str):
+        return False
+    fingerprint = saved.get("model_fingerprint")
+    if fingerprint and fingerprint == current.get("model_fingerprint"):
+        return True
+    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+
+
 def differences(saved: dict, current: dict, keys) -> list[str]:
-    """``key (saved X, now Y)`` for every key whose value differs."""
+    """``key (saved X, now Y)`` for every key whose value differs (a model named two ways is one model)."""
     return [
-        f"{key} (saved {saved.get(key)!r}, now {current.get(key)!r})"
-        for key in keys
-        if saved.get(key) != current.get(key)
+        f"{key} (saved {saved.get(key)!r}, now {current.get(key)!r})" for key in keys if not _same(key, saved, current)
     ]
 
 

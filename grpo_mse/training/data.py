@@ -79,26 +79,47 @@ def _text(value) -> str | None:
     return text or None
 
 
+def _kind(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "null"
+    return "empty" if isinstance(value, str) else f"a {type(value).__name__}, not text"
+
+
+def prompt_texts(records: list[dict], name: str, split: str) -> list[str]:
+    """The stripped ``name`` field of every record; a DataError counting the records whose field is null (None,
+    NaN from parquet), empty or blank, or not a string (they would become prompts such as "None Let's think..."),
+    naming the first one."""
+    texts = [_field(rec, name, split, i) for i, rec in enumerate(records)]
+    bad = [i for i, value in enumerate(texts) if not isinstance(value, str) or not value.strip()]
+    if bad:
+        more = f" (and {len(bad) - 1} more of {len(records)} records)" if len(bad) > 1 else ""
+        raise DataError(
+            f"{split} record {bad[0]}: {name!r} is {_kind(texts[bad[0]])}{more}; every prompt must be non-empty "
+            "text: fix or filter the file"
+        )
+    return [value.strip() for value in texts]
+
+
 def gsm8k_rows(records: list[dict], split: str, data_source: str = GSM8K_SOURCE) -> list[dict]:
     """GSM8K-format records (``question``, ``answer`` ending in ``#### N``) as VERL rows."""
-    rows = []
+    rows, questions = [], prompt_texts(records, "question", split)
     for i, rec in enumerate(records):
         gold = extract_gsm8k(str(_field(rec, "answer", split, i)))
         if gold is None:
             raise DataError(f"{split} record {i}: no '#### <number>' in the answer field")
-        content = f"{str(_field(rec, 'question', split, i)).strip()} {GSM8K_INSTRUCTION}"
+        content = f"{questions[i]} {GSM8K_INSTRUCTION}"
         rows.append(verl_row(content, gold, data_source, split, i, answer=str(rec["answer"])))
     return rows
 
 
 def math_rows(records: list[dict], split: str, data_source: str = MATH_SOURCE) -> list[dict]:
     """MATH-format records (``problem`` and ``answer`` or a ``solution`` with ``\\boxed{}``) as VERL rows."""
-    rows = []
+    rows, problems = [], prompt_texts(records, "problem", split)
     for i, rec in enumerate(records):
         gold = _text(rec.get("answer")) or last_boxed(_text(rec.get("solution")) or "")
         if not gold:
             raise DataError(f"{split} record {i}: no answer field and no \\boxed{{}} in the solution")
-        content = f"{str(_field(rec, 'problem', split, i)).strip()} {MATH_INSTRUCTION}"
+        content = f"{problems[i]} {MATH_INSTRUCTION}"
         extra = {k: _text(rec.get(k)) for k in ("level", "type", "subject") if _text(rec.get(k))}
         rows.append(verl_row(content, gold, data_source, split, i, **extra))
     return rows

@@ -2,20 +2,22 @@
 
   python -m grpo_mse.training.demo_summary results/training_demo/training_runs.csv [--out summary.md]
 
-Per run: the accuracy at its first and last logged step and the change (paired by run). Intervals are
-Student-t intervals of the mean over seeds (grpo_mse.tables.outputs.mean_t_interval).
+Per run: the accuracy at its first logged step and at the common step of Figure 5 and Table 2 (the last step
+every included run reached; grpo_mse.figures.training.select_runs, which also leaves out runs that did not
+complete), and the change (paired by run). Intervals are Student-t intervals of the mean over seeds
+(grpo_mse.tables.outputs.mean_t_interval).
 """
 
 from __future__ import annotations
 
 from grpo_mse import cli
-from grpo_mse.figures.training import interval, pick_metric, pm, read_training
+from grpo_mse.figures.training import interval, pm, read_training, select_runs
 from grpo_mse.tables.outputs import write_atomic
 
 
-def run_table(frame, metric: str):
-    """One row per (K, seed): accuracy at the first and at the last step."""
-    sub = frame[frame["metric"] == metric].sort_values("step")
+def run_table(frame, step: int):
+    """One row per (K, seed) of ``frame`` (one metric): accuracy at the first step and at ``step``."""
+    sub = frame[frame["step"] <= step].sort_values("step")
     grouped = sub.groupby(["K", "seed"])["value"]
     runs = grouped.first().rename("start").to_frame().join(grouped.last().rename("end"))
     runs["change"] = runs["end"] - runs["start"]
@@ -24,10 +26,10 @@ def run_table(frame, metric: str):
 
 def summary(frame, metric: str | None = None) -> str:
     """Markdown: start, end and change (mean ± 95% CI over seeds) per K and over all runs; best K by end accuracy."""
-    metric = pick_metric(frame, metric)
-    runs = run_table(frame, metric)
+    chosen = select_runs(frame, metric)
+    metric, runs = chosen.metric, run_table(chosen.frame, chosen.step)
     lines = [
-        f"Metric: `{metric}` (held-out, greedy)",
+        f"Metric: `{metric}` (held-out, greedy); end: step {chosen.step}, the last step every included run reached",
         "",
         "| K | runs | start | end | change |",
         "|---:|---:|---:|---:|---:|",
@@ -50,6 +52,8 @@ def summary(frame, metric: str | None = None) -> str:
         lines += ["", f"Best K by end accuracy: K = {best[0]} ({pm(best[1], best[2], digits=3)})."]
     if (runs.groupby("K").size() == 1).any():
         lines += ["", "n/a: one seed, no interval."]
+    if chosen.excluded:
+        lines += ["", f"Left out ({len(chosen.excluded)}): {'; '.join(chosen.excluded)}."]
     return "\n".join(lines) + "\n"
 
 

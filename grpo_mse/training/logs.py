@@ -3,9 +3,13 @@
 Sources: VERL console lines ``step:5 - val-core/<source>/acc/mean@1:0.42 - ...`` (any prefix such
 as Ray's ``(TaskRunner pid=1)`` or a progress bar's ``\r...29.09it/s]`` is ignored), wandb
 ``files/wandb-history.jsonl`` when present,
-otherwise the run's ``run-<id>.wandb`` file. K and the seed come from the run configuration
-(``actor_rollout_ref.rollout.n``, ``data.seed``), the run name (``..._K32_seed1``) or the
-launcher's header line (``GROUP_SIZE=32 SEED=1``). Output columns: K, seed, step, metric, value.
+otherwise the run's ``run-<id>.wandb`` file. A run's identity (K, seed, budget, lr, trainer) and completeness
+come from what it recorded (grpo_mse.training.run_identity: the run config, TRL's own line, the launcher's
+settings and end lines); its name is a label only. Records of one identity are one run (a console log and a wandb
+folder of the same run, or the same run in two merged sweep folders); two records that share K and the seed but
+differ in another setting, in a logged value or in their planned steps are refused. Output columns: K, seed, step,
+metric, value, then the run's budget, lr, trainer and status (``complete``, ``interrupted``, ``failed``,
+``truncated``, ``unrecorded``).
 
 What is refused (a one-line DataError naming the file, so the scripts exit 2): a log file that holds two
 runs (two launcher headers, or step numbers that go down), a metric line that is torn or garbled (a part
@@ -27,8 +31,18 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
+from grpo_mse.training.run_identity import (
+    UNRECORDED,
+    RunIdentity,
+    best_status,
+    console_status,
+    from_config,
+    from_console,
+    status_of_exit,
+)
 
 COLUMNS = ["K", "seed", "step", "metric", "value"]
+RUN_COLUMNS = ["budget", "lr", "trainer", "status"]  # one value per run, repeated on its rows
 DEFAULT_METRICS = r"^(val-core/|val-aux/.*/acc/|critic/score/mean$|critic/rewards/mean$)"
 STEP_LINE = re.compile(r"(?<![\w/@.-])step:(\d+) - (.*)$")  # not inside a name: "]step:1", " step:1"
 METRIC_NAME = re.compile(r"[^\s:]+")
@@ -37,9 +51,10 @@ RUN_HEADERS = ("[grpo_train] TRAINER=", "[trl] K=")  # printed once at the start
 WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\((.*)\)$")  # np.float64(0.5), tensor(0.5)
 NAME_K = re.compile(r"(?:^|[^A-Za-z0-9])K(\d+)(?![0-9])")
 NAME_SEED = re.compile(r"seed[_-]?(\d+)", re.IGNORECASE)
-HEADER_K = re.compile(r"GROUP_SIZE=(\d+)")
-HEADER_SEED = re.compile(r"\bSEED=(\d+)")
 LOG_EXTENSIONS = (".log", ".txt", ".out")
+HEAD_LINES = 400  # the launcher's and TRL's settings lines come before the first step, among library warnings
+EXIT_SUMMARY = "run/exit_code"  # trl_train's summary of how the run ended (0: completed)
+RUN_METADATA = "run/"  # summary keys about the run itself, never metrics
 SKIP_DIRS = {"hf_cache", "checkpoints", "wandb_cache", "wandb_data", "wandb_config"}
 
 
@@ -133,37 +148,37 @@ def parse_console(text: str, wanted: re.Pattern | str | None = None, source: str
     return records
 
 
-def _nested(config: dict, dotted: str):
-    node = config
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-        if isinstance(node, dict) and "value" in node and set(node) <= {"value", "desc"}:  # wandb config.yaml
-            node = node["value"]
-    return node
+@dataclass
+class RunRecord:
+    """One record of a run (a console log or a wandb folder): its identity, planned steps, status and metrics."""
+
+    path: str
+    name: str
+    identity: RunIdentity | None
+    planned_steps: int | None
+    status: str
+    records: list  # (step, metric, value)
 
 
-def run_identity(name: str = "", config: dict | None = None, header: str = "") -> tuple[int | None, int]:
-    """(K, seed) of a run from its config, else its name, else the launcher header; seed defaults to 0."""
-    config = config or {}
-    k = _nested(config, "actor_rollout_ref.rollout.n")
-    seed = _nested(config, "data.seed")
-    for pattern, text in ((NAME_K, name), (HEADER_K, header)):
-        if k is None and text and pattern.search(text):
-            k = int(pattern.search(text).group(1))
-    for pattern, text in ((NAME_SEED, name), (HEADER_SEED, header)):
-        if seed is None and text and pattern.search(text):
-            seed = int(pattern.search(text).group(1))
-    return (int(k) if k is not None else None), int(seed or 0)
+def name_mismatch(name: str, identity: RunIdentity) -> str | None:
+    """A note when the run's name suggests another K or seed than it recorded (the name is a label only)."""
+    k, seed = NAME_K.search(name or ""), NAME_SEED.search(name or "")
+    wrong = [
+        f"{what} {found.group(1)} in the name, {recorded} recorded"
+        for what, found, recorded in (("K", k, identity.K), ("seed", seed, identity.seed))
+        if found and int(found.group(1)) != recorded
+    ]
+    return "; ".join(wrong) or None
 
 
-def read_console_run(path: str, wanted: re.Pattern | str | None = None) -> tuple[int | None, int, list]:
-    """(K, seed, records) of one console log file (``wanted``: as for :func:`parse_console`)."""
+def read_console_run(path: str, wanted: re.Pattern | str | None = None) -> RunRecord:
+    """The RunRecord of one console log file (``wanted``: as for :func:`parse_console`)."""
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         text = f.read()
-    k, seed = run_identity(os.path.basename(path), header="\n".join(text.splitlines()[:20]))
-    return k, seed, parse_console(text, wanted, source=path)
+    lines = text.splitlines()
+    identity, planned = from_console(lines[:HEAD_LINES])
+    records = parse_console(text, wanted, source=path)
+    return RunRecord(path, os.path.basename(path), identity, planned, console_status(lines), records)
 
 
 def _whole_step(raw, source: str) -> int:
@@ -203,9 +218,10 @@ def _run_file(run_dir: str, name: str) -> str | None:
     return None
 
 
-def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
-    """(K, seed, records) of one wandb run folder (``run-*`` or ``offline-run-*``)."""
+def read_wandb_run(run_dir: str) -> RunRecord:
+    """The RunRecord of one wandb run folder (``run-*`` or ``offline-run-*``)."""
     name, config, records, summary = os.path.basename(run_dir), {}, [], {}
+    exit_code, truncated = None, False
     binaries = sorted(glob.glob(os.path.join(run_dir, "*.wandb")))
     if binaries:
         try:
@@ -213,8 +229,12 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
 
             run = read_wandb_file(binaries[0])
             name, config, records, summary = run["name"] or name, run["config"], run["history"], run["summary"]
-        except (ImportError, ValueError, OSError) as exc:
+            exit_code, truncated = run["exit_code"], run["truncated"]
+        except ImportError as exc:  # no wandb here: the folder's text files only, completeness unrecorded
             warnings.warn(f"cannot read {binaries[0]}: {exc}", stacklevel=2)
+        except (ValueError, OSError) as exc:
+            warnings.warn(f"cannot read {binaries[0]}: {exc}", stacklevel=2)
+            truncated = True
     history, summary_path, config_path = (
         _run_file(run_dir, f) for f in ("wandb-history.jsonl", "wandb-summary.json", "config.yaml")
     )
@@ -243,7 +263,7 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise _data_error(
                 f"{config_path}: not readable YAML ({str(error).splitlines()[0]}); fix or remove "
-                "it (K and the seed then come from the run name)"
+                "it (the run's K and seed are read from it)"
             ) from None
         if not isinstance(config, dict):
             raise _data_error(f"{config_path}: a YAML {type(config).__name__}, not a mapping; fix or remove it")
@@ -262,8 +282,19 @@ def read_wandb_run(run_dir: str) -> tuple[int | None, int, list]:
                 and latest.get(key) != float(raw)
             ):
                 records.append((step, key, float(raw)))
-    k, seed = run_identity(name, config)
-    return k, seed, records
+    identity, planned = from_config(config)
+    recorded_exit = summary.get(EXIT_SUMMARY)
+    code = (
+        exit_code
+        if exit_code is not None
+        else (int(recorded_exit) if isinstance(recorded_exit, (int, float)) else None)
+    )
+    if code is not None:
+        status = status_of_exit(code)
+    else:
+        status = "truncated" if truncated else ("interrupted" if binaries else UNRECORDED)
+    records = [r for r in records if not r[1].startswith(RUN_METADATA)]
+    return RunRecord(run_dir, name, identity, planned, status, records)
 
 
 def _is_wandb_run(dirpath: str, filenames: list[str]) -> bool:
@@ -303,29 +334,71 @@ def find_runs(paths: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def merge_same_run(runs: dict, identity: tuple[int, int], path: str, records: dict) -> None:
-    """Add ``records`` {(step, metric): value} of ``path`` to ``runs[identity]``. Two sources of one run (its
-    console log and its wandb folder) agree where they overlap; a disagreement means two runs that cannot be
-    told apart, a DataError naming both."""
+@dataclass
+class Run:
+    """One run as collected: its identity, the paths of its records, its status and {(step, metric): value}."""
+
+    identity: RunIdentity
+    paths: list
+    planned_steps: int | None
+    status: str
+    values: dict
+
+
+def _settings_clash(first: RunIdentity, second: RunIdentity) -> str | None:
+    for field in ("budget", "lr", "trainer"):
+        a, b = getattr(first, field), getattr(second, field)
+        if a is not None and b is not None and a != b:
+            return f"{field} {a} vs {b}"
+    return None
+
+
+def merge_same_run(runs: dict, record: RunRecord, values: dict) -> None:
+    """Add ``record`` (its kept ``values`` {(step, metric): value}) to ``runs``, keyed by (K, seed). Two records of
+    one run (its console log and its wandb folder, or one run in two merged sweep folders) agree in every recorded
+    setting, planned step count and overlapping value; anything else is two runs that cannot be told apart, a
+    DataError naming both."""
     from grpo_mse.tables.inputs import DataError
 
-    if identity not in runs:
-        runs[identity] = (path, dict(records))
+    identity, key = record.identity, (record.identity.K, record.identity.seed)
+    if key not in runs:
+        runs[key] = Run(identity, [record.path], record.planned_steps, record.status, dict(values))
         return
-    first, merged = runs[identity]
-    clash = [
-        key
-        for key, value in records.items()
-        if key in merged and not math.isclose(merged[key], value, rel_tol=1e-6, abs_tol=1e-9)
-    ]
-    if clash:
-        k, seed = identity
-        raise DataError(
-            f"{first} and {path} both look like K={k} seed={seed} but log different values "
-            f"(e.g. {clash[0][1]} at step {clash[0][0]}); collect them separately or name the runs "
-            f"..._K{k}_seed<N>"
+    run = runs[key]
+    first = run.paths[0]
+    clash = _settings_clash(run.identity, identity)
+    if (
+        clash is None
+        and None not in (run.planned_steps, record.planned_steps)
+        and run.planned_steps != record.planned_steps
+    ):
+        clash = f"planned steps {run.planned_steps} vs {record.planned_steps}"
+    if clash is None:
+        differ = [
+            k
+            for k, value in values.items()
+            if k in run.values and not math.isclose(run.values[k], value, rel_tol=1e-6, abs_tol=1e-9)
+        ]
+        clash = (
+            f"{differ[0][1]} at step {differ[0][0]}: {run.values[differ[0]]} vs {values[differ[0]]}" if differ else None
         )
-    merged.update(records)
+    if clash:
+        raise DataError(
+            f"{first} and {record.path} both record {identity.label().split(' budget')[0]} but differ ({clash}): "
+            "two runs, not one; collect each sweep's folder separately"
+        )
+    run.identity = RunIdentity(
+        identity.K,
+        identity.seed,
+        *(
+            getattr(run.identity, f) if getattr(run.identity, f) is not None else getattr(identity, f)
+            for f in ("budget", "lr", "trainer")
+        ),
+    )
+    run.paths.append(record.path)
+    run.planned_steps = run.planned_steps if run.planned_steps is not None else record.planned_steps
+    run.status = best_status(run.status, record.status)
+    run.values.update(values)
 
 
 @dataclass(kw_only=True)
@@ -355,13 +428,21 @@ def collect(paths: list[str], metric_regex: str = DEFAULT_METRICS):
     if missing:
         raise DataError(f"not found: {', '.join(missing)}")
     wanted = re.compile(metric_regex)
-    runs: dict[tuple[int, int], tuple[str, dict]] = {}
+    runs: dict[tuple[int, int], Run] = {}
     for kind, path in find_runs(paths):
-        k, seed, records = read_console_run(path, wanted) if kind == "console" else read_wandb_run(path)
-        if k is None:
+        record = read_console_run(path, wanted) if kind == "console" else read_wandb_run(path)
+        records = record.records
+        if record.identity is None:
             if any(wanted.search(metric) for _, metric, _ in records):
-                warnings.warn(f"skipping {path}: cannot tell its group size K", stacklevel=2)
+                warnings.warn(
+                    f"skipping {path}: it records no group size K (no launcher settings line, TRL line or run "
+                    "config; a run's name is a label only)",
+                    stacklevel=2,
+                )
             continue
+        mismatch = name_mismatch(record.name, record.identity)
+        if mismatch:
+            warnings.warn(f"{path}: {mismatch}; the recorded settings win (a name is a label only)", stacklevel=2)
         kept = {(step, metric): value for step, metric, value in records if wanted.search(metric)}
         bad = next(((step, metric, value) for (step, metric), value in kept.items() if not math.isfinite(value)), None)
         if bad:
@@ -369,11 +450,21 @@ def collect(paths: list[str], metric_regex: str = DEFAULT_METRICS):
                 f"{path}: {bad[1]} is {bad[2]} at step {bad[0]}; leave the metric out with --metrics or fix the run"
             )
         if kept:
-            merge_same_run(runs, (k, seed), path, kept)
+            merge_same_run(runs, record, kept)
     rows = [
-        (k, seed, step, metric, value)
-        for (k, seed), (_, records) in runs.items()
-        for (step, metric), value in records.items()
+        (
+            run.identity.K,
+            run.identity.seed,
+            step,
+            metric,
+            value,
+            run.identity.budget,
+            run.identity.lr,
+            run.identity.trainer,
+            run.status,
+        )
+        for run in runs.values()
+        for (step, metric), value in run.values.items()
     ]
-    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = pd.DataFrame(rows, columns=COLUMNS + RUN_COLUMNS)
     return frame.sort_values(["metric", "K", "seed", "step"]).reset_index(drop=True)

@@ -90,6 +90,7 @@ class TrlTrainConfig(Flags):
         )
         unknown = sorted(self.logger_names - set(LOGGERS))
         require(not unknown, f"--loggers: unknown {unknown}; use console and/or wandb")
+        cli.check_model_path(self.model)  # a mistyped local folder: one line, no hub retries
         for path in (self.train_file, self.val_file, self.reward_path):
             require(os.path.isfile(path), f"{path} not found")
         if self.adaptive_k_list is not None:
@@ -128,7 +129,7 @@ class RunLogger:
     """Console lines and the wandb run, one record per VERL step."""
 
     def __init__(self, args, config: dict):
-        self.console, self.run = "console" in args.logger_names, None
+        self.console, self.run, self.last_step = "console" in args.logger_names, None, None
         if "wandb" in args.logger_names and os.environ.get("WANDB_MODE", "online") != "disabled":
             import wandb
 
@@ -140,14 +141,19 @@ class RunLogger:
             )
 
     def log(self, step: int, metrics: dict) -> None:
+        self.last_step = step
         if self.console:
             print(backend.console_line(step, metrics), flush=True)
         if self.run is not None:
             self.run.log(metrics, step=step)
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0, last_step: int | None = None) -> None:
+        """Record how the run ended (the collector's completeness): ``[trl] end: exit=N`` and wandb's exit code."""
+        if self.console:
+            print(f"[trl] end: exit={exit_code} steps={'none' if last_step is None else last_step}", flush=True)
         if self.run is not None:
-            self.run.finish()
+            self.run.summary["run/exit_code"] = exit_code
+            self.run.finish(exit_code=exit_code)
 
 
 def make_callback(logger: RunLogger, evaluate, test_freq: int):
@@ -317,8 +323,11 @@ def run(args: TrlTrainConfig) -> dict:
     start = time.time()
     try:
         trainer.train()
-    finally:
-        logger.finish()
+    except BaseException as error:
+        interrupted = isinstance(error, KeyboardInterrupt)
+        logger.finish(130 if interrupted else 1, logger.last_step)
+        raise
+    logger.finish(0, logger.last_step)
     seconds = time.time() - start
     if args.save_model:
         trainer.save_model(args.output_dir)

@@ -16,8 +16,9 @@ FILE_HEADER = struct.Struct("<4sHB")
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def iter_chunks(data: bytes):
-    """Yield the reassembled record payloads of a ``.wandb`` byte string."""
+def iter_chunks(data: bytes, damage: list | None = None):
+    """Yield the reassembled record payloads of a ``.wandb`` byte string; a chunk cut short by the end of the file
+    (a truncated or still-written run) is appended to ``damage`` when given, not yielded."""
     ident, _, _ = FILE_HEADER.unpack_from(data, 0)
     if ident != b":W&B":
         raise ValueError("not a wandb run file")
@@ -33,6 +34,10 @@ def iter_chunks(data: bytes):
             pos += BLOCK_SIZE - pos % BLOCK_SIZE if pos % BLOCK_SIZE else 0
             continue
         payload, pos = data[pos : pos + length], pos + length
+        if len(payload) < length:
+            if damage is not None:
+                damage.append(pos - length)
+            return
         if kind == FULL:
             yield payload
         elif kind == FIRST:
@@ -42,6 +47,8 @@ def iter_chunks(data: bytes):
         elif kind == LAST:
             yield pending + payload
             pending = b""
+    if pending and damage is not None:  # a record begun but never finished
+        damage.append(len(data))
 
 
 def _item_key(item) -> str:
@@ -57,17 +64,20 @@ def _number(value_json: str):
 
 
 def read_wandb_file(path: str) -> dict:
-    """``{"name", "config", "history": [(step, metric, value)], "summary": {metric: value}}`` of a run file."""
+    """``{"name", "config", "history": [(step, metric, value)], "summary": {metric: value}, "exit_code": int | None,
+    "truncated": bool}`` of a run file (``exit_code``: of wandb's exit record, None when the file has none)."""
     from wandb.proto import wandb_internal_pb2
 
     with open(path, "rb") as f:
         data = f.read()
-    run = {"name": None, "config": {}, "history": [], "summary": {}}
-    for payload in iter_chunks(data):
+    run = {"name": None, "config": {}, "history": [], "summary": {}, "exit_code": None, "truncated": False}
+    damage: list = []
+    for payload in iter_chunks(data, damage):
         record = wandb_internal_pb2.Record()
         try:
             record.ParseFromString(payload)
-        except Exception:  # a truncated last record of a crashed run
+        except Exception:  # a damaged record of a crashed run
+            run["truncated"] = True
             continue
         kind = record.WhichOneof("record_type")
         if kind == "run":
@@ -83,9 +93,12 @@ def read_wandb_file(path: str) -> dict:
                 key, value = _item_key(item), _number(item.value_json)
                 if value is not None and not key.startswith("_"):
                     run["history"].append((int(step), key, value))
+        elif kind == "exit":
+            run["exit_code"] = int(record.exit.exit_code)
         elif kind == "summary":
             for item in record.summary.update:
                 value = _number(item.value_json)
                 if value is not None:
                     run["summary"][_item_key(item)] = value
+    run["truncated"] = run["truncated"] or bool(damage)
     return run
