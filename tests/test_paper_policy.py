@@ -1,0 +1,165 @@
+"""The paper-regime policy: its builder's response format and the format carried by assets/paper_policy."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections import Counter
+
+import pytest
+import torch
+from conftest import BUILTIN_POLICY, ROOT
+
+from grpo_mse.builtin import paper_policy as pp
+from grpo_mse.builtin import tiny_policy as tp
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.rewards.rules import last_integer_reward
+
+PAPER_POLICY = os.path.join(ROOT, "assets", "paper_policy")
+needs_tiny = pytest.mark.skipif(
+    not os.path.exists(os.path.join(BUILTIN_POLICY, "tokenizer.json")), reason="no assets/tiny_policy"
+)
+needs_paper = pytest.mark.skipif(
+    not os.path.exists(os.path.join(PAPER_POLICY, "model.safetensors")), reason="no assets/paper_policy"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(BUILTIN_POLICY)
+
+
+def test_responses_end_with_the_answer_and_pass_the_reward():
+    rng = random.Random(3)
+    for answer in (0, 7, -4, 42, -1188, 1188):
+        text = pp.response(answer, rng)
+        words, tail = text.split(pp.ANSWER_MARK)
+        assert tail == f" {answer}" and last_integer_reward(text, answer) == 1.0
+        assert last_integer_reward(text, answer + 1) == 0.0
+        assert words.startswith(" ") and len(words.split()) == pp.LEAD_IN_WORDS
+        assert set(words.split()) <= set(pp.WORDS)
+
+
+def test_lead_in_words_are_uniform_and_independent():
+    """Chi-square tests (16 - 1 and 16^2 - 1 degrees of freedom) on 20000 lead-ins: each slot uniform, pairs too."""
+    rng = random.Random(0)
+    texts = [pp.lead_in(rng).split() for _ in range(20000)]
+    n_words = len(pp.WORDS)
+    for slot in (0, pp.LEAD_IN_WORDS - 1):
+        counts = Counter(t[slot] for t in texts)
+        expected = len(texts) / n_words
+        chi2 = sum((counts[w] - expected) ** 2 / expected for w in pp.WORDS)
+        assert chi2 < 37.7  # 99.9% quantile of chi2(15)
+    pairs = Counter((t[0], t[1]) for t in texts)
+    expected = len(texts) / n_words**2
+    chi2 = sum((pairs[(a, b)] - expected) ** 2 / expected for a in pp.WORDS for b in pp.WORDS)
+    assert chi2 < 255 + 4.9 * math.sqrt(2 * 255)  # ~99.9% quantile of chi2(255)
+
+
+def test_training_rows_are_seeded_and_keep_the_problems():
+    a, b, c = (pp.training_rows(200, seed=s) for s in (1, 1, 2))
+    assert a == b and [r["target"] for r in a] != [r["target"] for r in c]
+    assert [r["prompt"] for r in a] == [r["prompt"] for r in c]
+    assert [r["prompt"] for r in a] == [r["prompt"] for r in make_rows(200, seed=tp.TRAIN_DATA_SEED)]
+    assert all(last_integer_reward(r["target"], r["ground_truth"]) == 1.0 for r in a)
+
+
+@needs_tiny
+def test_answer_starts_at_a_fixed_token_offset(tokenizer):
+    """Every lead-in is LEAD_IN_WORDS tokens, so the answer's first token sits at the same offset after the prompt."""
+    pp.check_single_token_words(tokenizer)
+    mark = tokenizer.convert_tokens_to_ids(pp.ANSWER_MARK)
+    for row in pp.training_rows(300, seed=5):
+        ids, n_prompt = tp.encode_example(tokenizer, row)
+        response = ids[n_prompt:]
+        assert response[pp.LEAD_IN_WORDS] == mark
+        assert tokenizer.decode(response[pp.LEAD_IN_WORDS + 1 :]) == f" {row['ground_truth']}{tp.IM_END}"
+
+
+@needs_tiny
+def test_a_word_that_splits_is_refused(tokenizer, monkeypatch):
+    monkeypatch.setattr(pp, "WORDS", (*pp.WORDS, "zebra"))
+    with pytest.raises(ValueError, match="not single tokens of this tokenizer: zebra"):
+        pp.check_single_token_words(tokenizer)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "0"], "argument --steps: must be >= 1 (got 0)"),
+        (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
+        (["--eval_samples", "0"], "argument --eval_samples: must be >= 1 (got 0)"),
+        (["--base_dir", "/no/such/policy"], "model folder not found: /no/such/policy"),
+    ],
+)
+def test_builder_refuses_bad_settings_before_loading(tmp_path, capsys, argv, message):
+    """scripts/build_paper_policy.py: one line and exit 2, no folder created."""
+    from conftest import load_script
+
+    from grpo_mse import cli
+
+    script = load_script("scripts/build_paper_policy.py")
+    out = tmp_path / "policy"
+    with pytest.raises(SystemExit) as stop:
+        cli.run(lambda: script.main(["--out_dir", str(out), *argv]))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1 and not out.exists()
+
+
+@needs_tiny
+@pytest.mark.slow
+def test_build_is_seeded(tmp_path):
+    """Two builds with the same seed (a few steps) give identical weights; another seed does not."""
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(1)
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        pp.build_and_save(tmp_path / name, base_dir=BUILTIN_POLICY, seed=seed, steps=3, n_rows=64, batch_size=8)
+    a, b, c = (load_file(tmp_path / n / "model.safetensors") for n in "abc")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def paper_policy():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(PAPER_POLICY).eval(), AutoTokenizer.from_pretrained(PAPER_POLICY)
+
+
+@needs_paper
+def test_shipped_policy_spreads_the_lead_in_over_the_words(paper_policy):
+    """The first lead-in token's law is near uniform on WORDS (entropy > 0.9 log 16), with < 5% of mass elsewhere."""
+    model, tokenizer = paper_policy
+    word_ids = [tokenizer(f" {w}", add_special_tokens=False)["input_ids"][0] for w in pp.WORDS]
+    for row in make_rows(8, seed=0):
+        ids = tokenizer(
+            tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
+            return_tensors="pt",
+        )["input_ids"]
+        with torch.no_grad():
+            probs = torch.softmax(model(input_ids=ids).logits[0, -1].double(), -1)
+        on_words = probs[word_ids]
+        assert on_words.sum() > 0.95
+        p = on_words / on_words.sum()
+        assert -(p * p.log()).sum() > 0.9 * math.log(len(pp.WORDS))
+
+
+@needs_paper
+def test_shipped_policy_answers_in_the_trained_format(paper_policy):
+    """Greedy responses: LEAD_IN_WORDS words of WORDS, ":", an integer, then EOS."""
+    model, tokenizer = paper_policy
+    rows = make_rows(6, seed=0)
+    texts = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(**enc, do_sample=False, max_new_tokens=pp.LEAD_IN_WORDS + 8)
+    for seq in out[:, enc["input_ids"].shape[1] :].tolist():
+        assert tokenizer.eos_token_id in seq
+        words, answer = tokenizer.decode(seq, skip_special_tokens=True).split(pp.ANSWER_MARK)
+        assert len(words.split()) == pp.LEAD_IN_WORDS and set(words.split()) <= set(pp.WORDS)
+        int(answer)
