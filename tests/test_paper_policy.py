@@ -59,12 +59,14 @@ def test_lead_in_words_are_uniform_and_independent():
     assert chi2 < 255 + 4.9 * math.sqrt(2 * 255)  # ~99.9% quantile of chi2(255)
 
 
-def test_training_rows_are_seeded_and_keep_the_problems():
-    a, b, c = (pp.training_rows(200, seed=s) for s in (1, 1, 2))
+def test_training_rows_are_the_demo_problems_with_fresh_lead_ins_per_copy():
+    a, b, c = (pp.training_rows(20, 3, seed=s) for s in (1, 1, 2))
     assert a == b and [r["target"] for r in a] != [r["target"] for r in c]
-    assert [r["prompt"] for r in a] == [r["prompt"] for r in c]
-    assert [r["prompt"] for r in a] == [r["prompt"] for r in make_rows(200, seed=tp.TRAIN_DATA_SEED)]
+    demo = make_rows(20, seed=0, style="zero_shot")
+    assert [r["prompt"] for r in a] == [r["prompt"] for r in demo for _ in range(3)]
     assert all(last_integer_reward(r["target"], r["ground_truth"]) == 1.0 for r in a)
+    copies = [{r["target"] for r in a[i : i + 3]} for i in range(0, 60, 3)]
+    assert sum(len(t) == 3 for t in copies) >= 19  # 8 words from 16: two equal lead-ins have chance 16^-8
 
 
 @needs_tiny
@@ -117,7 +119,8 @@ def test_build_is_seeded(tmp_path):
 
     torch.set_num_threads(1)
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        pp.build_and_save(tmp_path / name, base_dir=BUILTIN_POLICY, seed=seed, steps=3, n_rows=64, batch_size=8)
+        out = tmp_path / name
+        pp.build_and_save(out, base_dir=BUILTIN_POLICY, seed=seed, steps=3, problems=8, copies=2, batch_size=8)
     a, b, c = (load_file(tmp_path / n / "model.safetensors") for n in "abc")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
@@ -163,3 +166,45 @@ def test_shipped_policy_answers_in_the_trained_format(paper_policy):
         words, answer = tokenizer.decode(seq, skip_special_tokens=True).split(pp.ANSWER_MARK)
         assert len(words.split()) == pp.LEAD_IN_WORDS and set(words.split()) <= set(pp.WORDS)
         int(answer)
+
+
+@needs_paper
+@pytest.mark.slow
+def test_fast_engine_equals_reference_on_the_paper_policy(paper_policy):
+    """Sampled groups of the shipped paper-regime policy (lead-in + answer, ~13 tokens): the fast engine (shared
+    prompt, two backward passes) gives the reference's traces (one plain pass and backward per estimator)."""
+    from grpo_mse.gradients import estimators as est
+    from grpo_mse.gradients.engine import prompt_traces
+    from grpo_mse.policy.loading import eos_token_ids
+    from grpo_mse.rewards.rules import row_reward
+    from grpo_mse.runs.tracecov import PromptSampler
+
+    model, tokenizer = paper_policy
+    eos = eos_token_ids(model, tokenizer)
+    fast_sampler, reference_sampler = (
+        PromptSampler(model, tokenizer, eos, 1.0, 0.95, 24, 64, 0, shared_prompt=shared) for shared in (True, False)
+    )
+    row = make_rows(3, seed=0)[2]
+    ids, continuations, texts = fast_sampler.draw(row, (0, 0), 12)
+    assert all(len(c) > pp.LEAD_IN_WORDS + 2 for c in continuations)  # the lead-in is in the scored sequences
+    groups = [continuations[i : i + 4] for i in range(0, 12, 4)]
+    rewards = torch.tensor([row_reward(row, t) for t in texts], dtype=torch.float64).reshape(3, 4)
+    rewards[0] = torch.tensor([1.0, 0.0, 1.0, 0.0])  # mixed rewards in one group at least: every estimator moves
+    params = [p for p in model.parameters() if p.requires_grad]
+    fast = prompt_traces(fast_sampler.logprob_fn(ids), params, groups, rewards, 0.4, est.ALL, "fast")
+    reference = prompt_traces(reference_sampler.logprob_fn(ids), params, groups, rewards, 0.4, est.ALL, "reference")
+    assert fast.traces[est.NAIVE] > 0 and fast.traces[est.ORACLE] > 0
+    for name in est.ALL:
+        assert fast.traces[name] == pytest.approx(reference.traces[name], rel=1e-5, abs=1e-9)
+
+
+def test_training_problems_are_the_shipped_zero_shot_data():
+    """PROBLEMS rows of make_rows(seed=0) are data/arithmetic_zero_shot.jsonl, the file the demo measures."""
+    import json
+
+    with open(os.path.join(ROOT, "data", "arithmetic_zero_shot.jsonl"), encoding="utf-8") as handle:
+        shipped = [json.loads(line) for line in handle]
+    assert len(shipped) == pp.PROBLEMS
+    assert [(r["prompt"], r["ground_truth"]) for r in shipped] == [
+        (r["prompt"], r["ground_truth"]) for r in make_rows(pp.PROBLEMS, seed=0, style="zero_shot")
+    ]
