@@ -87,8 +87,8 @@ if [ "$PAPER" = 1 ]; then
   cat "$OUT/paper_regime.log"
   rm "$OUT/paper_regime.log"
   python plots/make_figures.py --tracecov "$OUT"/paper_regime/tracecov_*[0-9].json "$OUT"/tracecov_*[0-9].json \
-    --labels "paper regime: assets/paper_policy (Assumption 2 holds)" \
-    "counter-example: tiny policy (Assumption 2 fails)" --out_dir "$OUT" --name figure4
+    --labels "paper regime: Assumption 2 holds" "tiny policy: Assumption 2 fails" \
+    --out_dir "$OUT" --name figure4
   python scripts/compare_baseline.py --diagnostics "$OUT"/paper_regime/baseline_diagnostic.json \
     "$OUT"/baseline_diagnostic.json --labels "paper regime" "tiny policy" --out "$OUT"/assumption2.md
 else

@@ -126,6 +126,28 @@ def test_build_is_seeded(tmp_path):
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+@needs_tiny
+@pytest.mark.slow
+def test_steps_s_reproduce_step_s_of_a_longer_build(tmp_path):
+    """Constant learning rate after warmup: a build of s steps equals step s of a longer build (how the shipped
+    step count was chosen from one run's V trajectory, docs/paper_regime.md)."""
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(1)
+    seen = {}
+    settings = {"base_dir": BUILTIN_POLICY, "problems": 8, "copies": 2, "batch_size": 8, "warmup": 2}
+
+    def keep(step, model):
+        seen[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    pp.build_and_save(tmp_path / "long", steps=6, log_every=4, callback=keep, **settings)
+    pp.build_and_save(tmp_path / "short", steps=4, **settings)
+    short = load_file(tmp_path / "short" / "model.safetensors")
+    assert all(torch.equal(short[k], seen[4][k]) for k in short)
+    long = load_file(tmp_path / "long" / "model.safetensors")
+    assert not all(torch.equal(short[k], long[k]) for k in short)
+
+
 @pytest.fixture(scope="module")
 def paper_policy():
     from transformers import AutoModelForCausalLM, AutoTokenizer
