@@ -17,8 +17,8 @@ def test_the_panel_plots_mse_with_vanilla_bias_when_saved():
     assert label.startswith("MSE = tr Cov + bias²")
     fig, ax = plt.subplots()
     draw_mse_panel(ax, RUN)
-    vanilla = next(line for line in ax.get_lines() if line.get_label() == "vanilla")
-    assert list(vanilla.get_ydata()) == [14.0, 6.0]
+    vanilla = next(c for c in ax.containers if c.get_label() == "vanilla")
+    assert list(vanilla.lines[0].get_ydata()) == [14.0, 6.0]
     plt.close(fig)
 
 
