@@ -11,7 +11,7 @@
 # DEMO_T (prompts, 192), DEMO_N_ORACLE (samples per prompt for V, 256), DEMO_M (groups, 8), DEMO_K_LIST ("2 4 8 16"),
 # DEMO_LABEL (its panel's title when DEMO_PAPER=0);
 # the paper-regime part (into DEMO_OUT/paper_regime/): DEMO_PAPER (1: run it, 0: skip), DEMO_PAPER_MODEL (default
-# assets/paper_policy, built when missing), DEMO_PAPER_T (48), DEMO_PAPER_N_ORACLE (128), DEMO_PAPER_M (6),
+# assets/paper_policy, built when missing), DEMO_PAPER_T (32), DEMO_PAPER_N_ORACLE (96), DEMO_PAPER_M (4),
 # DEMO_PAPER_K_LIST ("4 8 16").
 # Every setting is checked before anything is written; the outputs are written to a staging folder beside
 # DEMO_OUT and moved into place only when every step succeeded.
@@ -28,9 +28,9 @@ K_LIST=${DEMO_K_LIST:-2 4 8 16}
 LABEL=${DEMO_LABEL:-built-in policy (zero-shot)}
 PAPER=${DEMO_PAPER:-1}
 PAPER_MODEL=${DEMO_PAPER_MODEL:-assets/paper_policy}
-PAPER_T=${DEMO_PAPER_T:-48}
-PAPER_N_ORACLE=${DEMO_PAPER_N_ORACLE:-128}
-PAPER_M=${DEMO_PAPER_M:-6}
+PAPER_T=${DEMO_PAPER_T:-32}
+PAPER_N_ORACLE=${DEMO_PAPER_N_ORACLE:-96}
+PAPER_M=${DEMO_PAPER_M:-4}
 PAPER_K_LIST=${DEMO_PAPER_K_LIST:-4 8 16}
 need_int DEMO_T "$T" 1
 need_int DEMO_N_ORACLE "$N_ORACLE" 1
@@ -73,6 +73,7 @@ run_policy() {
     --device cpu --dtype fp32 --T "$t" --M "$m" --K_list $k_list --gen_bs 256 --save_json "$dir" --plot_path "$dir"
   python scripts/explain_baseline.py --model "$model" --oracle_table "$dir"/oracle_v_n*.jsonl --prompts 10 --n 96 \
     --out "$dir"/baseline_diagnostic.json
+  echo "$dir: CPU time of this policy's steps (user, system): $(times | tail -n 1)"
 }
 
 # The two policies run at the same time, one core each (each run is single-threaded: same numbers either way).
