@@ -40,7 +40,8 @@ def summary_row(label: str, diagnostic: dict) -> list[str]:
     """One table row from an explain_baseline summary (prompts without a correct sample are left out of the
     correct-answer columns)."""
     rows = diagnostic["per_prompt"]
-    measured = [r for r in rows if r["E_norm2_given_correct"] == r["E_norm2_given_correct"]]  # not nan
+    measured = [r for r in rows if isinstance(r["E_norm2_given_correct"], (int, float)) and r["E_norm2"] > 0]
+    measured = [r for r in measured if r["E_norm2_given_correct"] == r["E_norm2_given_correct"]]  # not nan
     right = statistics.fmean(r["E_norm2_given_correct"] for r in measured) if measured else float("nan")
     ratio = statistics.median(r["E_norm2_given_correct"] / r["E_norm2"] for r in measured) if measured else float("nan")
     return [

@@ -11,7 +11,7 @@
 # DEMO_T (prompts, 192), DEMO_N_ORACLE (samples per prompt for V, 256), DEMO_M (groups, 8), DEMO_K_LIST ("2 4 8 16"),
 # DEMO_LABEL (its panel's title when DEMO_PAPER=0);
 # the paper-regime part (into DEMO_OUT/paper_regime/): DEMO_PAPER (1: run it, 0: skip), DEMO_PAPER_MODEL (default
-# assets/paper_policy, built when missing), DEMO_PAPER_T (32), DEMO_PAPER_N_ORACLE (96), DEMO_PAPER_M (4),
+# assets/paper_policy, built when missing), DEMO_PAPER_T (24), DEMO_PAPER_N_ORACLE (64), DEMO_PAPER_M (4),
 # DEMO_PAPER_K_LIST ("4 8 16").
 # Every setting is checked before anything is written; the outputs are written to a staging folder beside
 # DEMO_OUT and moved into place only when every step succeeded.
@@ -28,8 +28,9 @@ K_LIST=${DEMO_K_LIST:-2 4 8 16}
 LABEL=${DEMO_LABEL:-built-in policy (zero-shot)}
 PAPER=${DEMO_PAPER:-1}
 PAPER_MODEL=${DEMO_PAPER_MODEL:-assets/paper_policy}
-PAPER_T=${DEMO_PAPER_T:-32}
-PAPER_N_ORACLE=${DEMO_PAPER_N_ORACLE:-96}
+PAPER_T=${DEMO_PAPER_T:-24}
+PAPER_N_ORACLE=${DEMO_PAPER_N_ORACLE:-64}
+PAPER_EXPLAIN_N=48  # samples per prompt of its Assumption-2 diagnostic (the tiny policy: 96)
 PAPER_M=${DEMO_PAPER_M:-4}
 PAPER_K_LIST=${DEMO_PAPER_K_LIST:-4 8 16}
 need_int DEMO_T "$T" 1
@@ -63,32 +64,35 @@ python scripts/make_arithmetic_data.py --out_dir data
 FINAL=$OUT
 stage_output "$FINAL" OUT
 
-# run_policy DIR MODEL T N_ORACLE M "K_LIST": oracle table, trace of covariance and the Assumption-2 diagnostic
+# run_policy DIR MODEL T N_ORACLE M "K_LIST" EXPLAIN_N: oracle table, trace of covariance, Assumption-2 diagnostic
+# (10 prompts x EXPLAIN_N samples); prints the CPU time of its steps
 run_policy() {
-  local dir=$1 model=$2 t=$3 n_oracle=$4 m=$5 k_list=$6
+  local dir=$1 model=$2 t=$3 n_oracle=$4 m=$5 k_list=$6 explain_n=$7
+  local TIMEFORMAT="$dir: %U s user + %S s system CPU time (%R s wall)"
   mkdir -p "$dir"
-  python Gradient_evaluation/calculate_oracle_v.py --model "$model" --dataset data/arithmetic_zero_shot.jsonl \
-    --device cpu --dtype fp32 --limit "$t" --n_oracle "$n_oracle" --batch_size 256 --out_dir "$dir"
-  python Gradient_evaluation/run_tracecov.py --model "$model" --oracle_table "$dir"/oracle_v_n*.jsonl \
-    --device cpu --dtype fp32 --T "$t" --M "$m" --K_list $k_list --gen_bs 256 --save_json "$dir" --plot_path "$dir"
-  python scripts/explain_baseline.py --model "$model" --oracle_table "$dir"/oracle_v_n*.jsonl --prompts 10 --n 96 \
-    --out "$dir"/baseline_diagnostic.json
-  echo "$dir: CPU time of this policy's steps (user, system): $(times | tail -n 1)"
+  time {
+    python Gradient_evaluation/calculate_oracle_v.py --model "$model" --dataset data/arithmetic_zero_shot.jsonl \
+      --device cpu --dtype fp32 --limit "$t" --n_oracle "$n_oracle" --batch_size 256 --out_dir "$dir"
+    python Gradient_evaluation/run_tracecov.py --model "$model" --oracle_table "$dir"/oracle_v_n*.jsonl \
+      --device cpu --dtype fp32 --T "$t" --M "$m" --K_list $k_list --gen_bs 256 --save_json "$dir" --plot_path "$dir"
+    python scripts/explain_baseline.py --model "$model" --oracle_table "$dir"/oracle_v_n*.jsonl --prompts 10 \
+      --n "$explain_n" --out "$dir"/baseline_diagnostic.json
+  }
 }
 
 # The two policies run at the same time, one core each (each run is single-threaded: same numbers either way).
 if [ "$PAPER" = 1 ]; then
-  run_policy "$OUT/paper_regime" "$PAPER_MODEL" "$PAPER_T" "$PAPER_N_ORACLE" "$PAPER_M" "$PAPER_K_LIST" \
+  run_policy "$OUT/paper_regime" "$PAPER_MODEL" "$PAPER_T" "$PAPER_N_ORACLE" "$PAPER_M" "$PAPER_K_LIST" "$PAPER_EXPLAIN_N" \
     > "$OUT/paper_regime.log" 2>&1 &
   paper_job=$!
 fi
-run_policy "$OUT" "$MODEL" "$T" "$N_ORACLE" "$M" "$K_LIST"
+run_policy "$OUT" "$MODEL" "$T" "$N_ORACLE" "$M" "$K_LIST" 96
 if [ "$PAPER" = 1 ]; then
   wait "$paper_job" || { cat "$OUT/paper_regime.log" >&2; fail "the paper-regime part failed (log above)"; }
   cat "$OUT/paper_regime.log"
   rm "$OUT/paper_regime.log"
   python plots/make_figures.py --tracecov "$OUT"/paper_regime/tracecov_*[0-9].json "$OUT"/tracecov_*[0-9].json \
-    --labels "paper regime: Assumption 2 holds" "tiny policy: Assumption 2 fails" \
+    --labels "paper_policy (lead-in + answer)" "tiny_policy (confident digits)" \
     --out_dir "$OUT" --name figure4
   python scripts/compare_baseline.py --diagnostics "$OUT"/paper_regime/baseline_diagnostic.json \
     "$OUT"/baseline_diagnostic.json --labels "paper regime" "tiny policy" --out "$OUT"/assumption2.md
