@@ -83,7 +83,8 @@ def load_curves(path: str, curves: str, what: str) -> dict:
     )
     cli.require(ok, f"{path}: {what} JSON is incomplete ({curves} does not give one value per K)")
     cli.require(bool(ks) and all(_number(k) and k >= 1 for k in ks), f"{path}: K_list must hold group sizes >= 1")
-    for table in (values, loaded.get("ci95") if isinstance(loaded.get("ci95"), dict) else {}):
+    extra = [loaded[key] for key in ("ci95", "mse", "mse_ci95") if isinstance(loaded.get(key), dict)]
+    for table in (values, *extra):
         for name, series in table.items():
             cli.require(
                 isinstance(series, list) and all(v is None or _number(v) for v in series),

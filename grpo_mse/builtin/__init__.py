@@ -1,1 +1,2 @@
-"""The built-in default: the arithmetic data generator and the tiny policy builder."""
+"""The built-in defaults: the arithmetic data generator and the builders of the tiny, training-demo and paper-regime
+policies."""

@@ -175,8 +175,10 @@ def train(
     weight_decay: float = 0.01,
     log_every: int = 100,
     callback=None,
+    schedule: str = "cosine",
 ) -> list[float]:
-    """AdamW on the answer tokens only (cosine schedule); returns the per-step losses.
+    """AdamW on the answer tokens only (linear warmup, then ``schedule``: cosine decay to 0 over ``steps``, or
+    constant, so that the first s steps of a run equal a run of s steps); returns the per-step losses.
 
     Batches alternate between the short (zero-shot) and long (few-shot) half of the rows, split
     at the median prompt length, which keeps padding small. Batches are drawn with
@@ -192,9 +194,14 @@ def train(
     groups = [g for g in groups if g]
     optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
 
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"unknown schedule {schedule!r}; choose cosine or constant")
+
     def lr_at(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lr_at)

@@ -23,11 +23,28 @@ def style(name: str) -> dict:
     return {"color": entry.color, "label": entry.label} if entry else {"color": None, "label": name}
 
 
+def panel_curves(result: dict) -> tuple[dict, dict, str]:
+    """(means, 95% half-widths, y label) drawn for a run: its MSE = tr Cov + bias^2 when the run saved it
+    (``mse``: vanilla's squared bias at top_p < 1 included, as in the paired ratios and the README's tables),
+    else the trace of covariance (= MSE for unbiased estimators)."""
+    mse = result.get("mse")
+    if (
+        isinstance(mse, dict)
+        and set(mse) == set(result["conditional_on_x"])
+        and all(len(series) == len(result["K_list"]) for series in mse.values())
+    ):
+        return result["mse"], result.get("mse_ci95", {}), "MSE = tr Cov + bias² (mean over prompts)"
+    unbiased_only = set(result["conditional_on_x"]) <= set(est.UNBIASED)
+    label = "MSE = tr Cov (mean over prompts)" if unbiased_only else "tr Cov, mean over prompts (= MSE if unbiased)"
+    return result["conditional_on_x"], result.get("ci95", {}), label
+
+
 def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None) -> None:
-    """MSE (mean trace over prompts) against K with 95% error bars, log2 K axis, log y axis."""
+    """MSE (mean over prompts, see panel_curves) against K with 95% error bars, log2 K axis, log y axis."""
     ks = result["K_list"]
-    for name, means in result["conditional_on_x"].items():
-        ax.errorbar(ks, means, yerr=result.get("ci95", {}).get(name), marker="o", capsize=3, **style(name))
+    curves, half_widths, y_label = panel_curves(result)
+    for name, means in curves.items():
+        ax.errorbar(ks, means, yerr=half_widths.get(name), marker="o", capsize=3, **style(name))
         if theory and name in theory:
             ax.plot(
                 theory["K"],
@@ -38,15 +55,12 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
                 label=f"{style(name)['label']} (exact)",
             )
     ax.set_xscale("log", base=2)
-    positive = any(v > 0 for means in result["conditional_on_x"].values() for v in means if v == v)
+    positive = any(v > 0 for means in curves.values() for v in means if v == v)
     ax.set_yscale("log" if positive else "linear")  # all zero (e.g. every reward equal): a log axis cannot draw
     ax.set_xlim(min(ks) / 1.25, max(ks) * 1.25)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
-    unbiased_only = set(result["conditional_on_x"]) <= set(est.UNBIASED)
-    ax.set_ylabel(
-        "MSE = tr Cov (mean over prompts)" if unbiased_only else "tr Cov, mean over prompts (= MSE if unbiased)"
-    )
+    ax.set_ylabel(y_label)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     crowded = len(ax.get_legend_handles_labels()[1]) > 6

@@ -1,0 +1,105 @@
+"""Paper-regime policy: a built-in policy whose responses have the structure of an instruction-tuned LLM's.
+
+Why it exists. With a 0/1 reward, per sample MSE_vanilla - MSE_oracle = V^2 (2 E[||s||^2 | G=1] - E||s||^2):
+the oracle baseline helps when correct responses carry at least half the average squared score norm
+(the paper's Assumption 2). A real LLM's response is long and most of its tokens (phrasing, the worked
+form) are sampled with entropy whether or not the final answer is right, so correct and wrong responses
+have similar score norms. The tiny policy (assets/tiny_policy) answers with a few near-deterministic
+digits, so its correct answers carry almost no score norm and the assumption fails.
+
+Design, from that mechanism (chosen before any measurement, not tuned to a figure):
+
+* **A lead-in of fixed token length before the answer**: ``LEAD_IN_WORDS`` words, each drawn uniformly
+  and independently from ``WORDS`` (each `` word`` is one token of the tiny policy's tokenizer: the
+  prompt's own vocabulary), then ``":"`` and the answer: ``" the final with each problem in ONLY and: 42"``.
+  Each lead-in token carries log 16 nats of entropy that does not depend on the prompt, so it cannot
+  decide correctness; because the
+  number of lead-in tokens never changes, the answer always starts at the same offset from the prompt
+  and its computation is not shifted (a prototype with variable-length phrases cut accuracy five-fold).
+* **Trained on correct answers of its task, same small model**: it starts from the tiny policy's weights
+  and tokenizer (0.27M parameters, so every gradient pass over all parameters stays cheap) and is
+  fine-tuned on the demo's own zero-shot problems (``make_rows(PROBLEMS, seed=0)`` =
+  data/arithmetic_zero_shot.jsonl) with their correct answers, each problem ``COPIES`` times with a
+  fresh lead-in (so no lead-in is tied to a problem), at a constant learning rate. The zero-shot
+  arithmetic is beyond this model's generalisation (the tiny policy's mean V is 0.18; a first build
+  on non-evaluation problems fell to V 0.03 with the lead-in), so the accuracy in the paper's range
+  (mean V about 0.3-0.6, spread over prompts) comes from having seen the task's problems, as an
+  instruction-tuned LLM has seen its task's distribution; the number of steps is the knob that sets
+  it (constant rate: ``--steps s`` reproduces step s of a longer run). V measures this policy on
+  these prompts, not generalisation: do not use it for held-out accuracy (the training demo's
+  held-out problems are these). docs/paper_regime.md records what was tried. A larger model was
+  priced out: ~2 s per training step on the shared 2-core CPU, and 4x the cost of every gradient run.
+
+The policy was built to have this structure, so its agreement with the paper demonstrates the mechanism
+rather than confirming the paper independently.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from grpo_mse.builtin import defaults
+from grpo_mse.builtin import tiny_policy as tp
+from grpo_mse.builtin.arithmetic import make_rows
+
+# Sixteen words of the prompts' vocabulary; each is one token (with its leading space) of the tiny tokenizer.
+WORDS = (
+    "and", "are", "each", "final", "in", "the", "with", "reply",
+    "solve", "problem", "integer", "arithmetic", "calculator", "Return", "Solve", "ONLY",
+)  # fmt: skip
+LEAD_IN_WORDS = defaults.PAPER_LEAD_IN_WORDS
+ANSWER_MARK = ":"
+DEFAULT_BASE = defaults.TRAIN_BASE
+DEFAULT_STEPS = defaults.PAPER_STEPS
+DEFAULT_LR = defaults.PAPER_LR
+PROBLEMS = 500  # every row of data/arithmetic_zero_shot.jsonl
+COPIES = 40
+
+
+def lead_in(rng: random.Random, n_words: int = LEAD_IN_WORDS) -> str:
+    """``n_words`` words drawn uniformly and independently from ``WORDS``, each with a leading space."""
+    return "".join(f" {rng.choice(WORDS)}" for _ in range(n_words))
+
+
+def response(answer: int, rng: random.Random, n_words: int = LEAD_IN_WORDS) -> str:
+    """The trained response text: lead-in, ``":"``, a space, the answer (the last integer of the text)."""
+    return f"{lead_in(rng, n_words)}{ANSWER_MARK} {answer}"
+
+
+def training_rows(problems: int = PROBLEMS, copies: int = COPIES, seed: int = 0, n_words: int = LEAD_IN_WORDS):
+    """The demo's first ``problems`` zero-shot rows, each ``copies`` times with its own ``"target"`` response
+    (lead-ins drawn from ``random.Random(seed)``)."""
+    rng = random.Random(seed)
+    rows = make_rows(problems, seed=0, style="zero_shot")
+    return [{**row, "target": response(int(row["ground_truth"]), rng, n_words)} for row in rows for _ in range(copies)]
+
+
+def check_single_token_words(tokenizer) -> None:
+    """Raise if some `` word`` of ``WORDS`` is not exactly one token (the lead-in's length would vary)."""
+    split = [w for w in WORDS if len(tokenizer(f" {w}", add_special_tokens=False)["input_ids"]) != 1]
+    if split:
+        raise ValueError(f"lead-in words that are not single tokens of this tokenizer: {', '.join(split)}")
+
+
+def build_and_save(
+    out_dir,
+    base_dir=DEFAULT_BASE,
+    seed: int = 0,
+    steps: int = DEFAULT_STEPS,
+    lr: float = DEFAULT_LR,
+    problems: int = PROBLEMS,
+    copies: int = COPIES,
+    **train_kwargs,
+):
+    """Load the base policy, fine-tune it on lead-in + correct-answer targets from ``seed``, save to ``out_dir``."""
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    check_single_token_words(tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    rows = training_rows(problems, copies, seed=seed)
+    tp.train(model, tokenizer, rows, steps=steps, seed=seed, lr=lr, schedule="constant", **train_kwargs)
+    tp.save_policy(model, tokenizer, out_dir)
+    return model, tokenizer

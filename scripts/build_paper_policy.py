@@ -1,0 +1,91 @@
+"""Build the paper-regime policy (assets/paper_policy) from the built-in one and print its V(x) summary.
+
+The tiny policy is fine-tuned on zero-shot arithmetic whose targets put a fixed-length lead-in of
+random words before the correct answer (" the final with each problem in ONLY and: 42"); see
+grpo_mse/builtin/paper_policy.py and docs/paper_regime.md. The fine-tuning problems are the demo's own
+(the policy is meant to have the paper's range of V on them, not to generalise). The summary uses the demo's prompts
+(data/arithmetic_zero_shot.jsonl = make_rows(n, seed=0)) and its sampling (temperature 1, top-p 0.95).
+
+Example:
+    python scripts/build_paper_policy.py --out_dir assets/paper_policy --seed 0
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
+
+from grpo_mse import cli
+from grpo_mse.builtin import defaults
+from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.flags import Flags, option
+
+
+@dataclass(kw_only=True)
+class PaperPolicyConfig(Flags):
+    """How the paper-regime policy is built from the built-in one, and how its summary is measured."""
+
+    out_dir: str = option("assets/paper_policy", help="output folder (files inside replaced)")
+    base_dir: str = option(defaults.TRAIN_BASE, help="policy to start from")
+    seed: int = option(0, minimum=0, help="seed of the lead-ins, the fine-tuning and the summary's samples")
+    steps: int = option(defaults.PAPER_STEPS, minimum=1, help="fine-tuning steps")
+    lr: float = option(defaults.PAPER_LR, above=0, help="AdamW peak learning rate")
+    threads: int = option(1, minimum=0, help="torch threads (the weights depend slightly on it; 0: torch's choice)")
+    eval_prompts: int = option(48, minimum=0, help="demo prompts of the V summary (0 skips it)")
+    eval_samples: int = option(16, minimum=1, help="samples per prompt of the V summary")
+    eval_every: int = option(0, minimum=0, help="also print the V summary every this many steps (0: at the end only)")
+    checkpoints: bool = option(False, help="with --eval_every, also save the policy at each summary to OUT_DIR.stepN")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # bounds
+        cli.check_model_path(self.base_dir)
+        cli.writable_dir(self.out_dir, "--out_dir")
+
+
+def main(argv=None) -> None:
+    args = PaperPolicyConfig.from_argv(argv, description=__doc__)
+    import torch  # after the flags are parsed
+
+    from grpo_mse.builtin import paper_policy as pp
+    from grpo_mse.builtin.tiny_policy import estimate_v, save_policy, v_summary
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = make_rows(args.eval_prompts, seed=0, style="zero_shot")
+
+    def summary(model, tokenizer, label: str) -> None:
+        start = time.time()
+        values, eos_rate = estimate_v(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed)
+        print(
+            f"V {label} ({args.eval_prompts} demo prompts x {args.eval_samples} samples, {time.time() - start:.1f}s, "
+            f"EOS rate {eos_rate:.2f}): {v_summary(values)}",
+            flush=True,
+        )
+
+    extra = {}
+    if args.eval_every and args.eval_prompts:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.base_dir)
+
+        def callback(step, model):
+            summary(model, tokenizer, f"step {step}")
+            if args.checkpoints:
+                save_policy(model, tokenizer, f"{args.out_dir}.step{step}")
+
+        extra = {"log_every": args.eval_every, "callback": callback}
+    start = time.time()
+    model, tokenizer = pp.build_and_save(
+        args.out_dir, base_dir=args.base_dir, seed=args.seed, steps=args.steps, lr=args.lr, **extra
+    )
+    print(f"built {args.out_dir} from {args.base_dir}: {time.time() - start:.1f}s")
+    for path in sorted(Path(args.out_dir).iterdir()):
+        print(f"  {path.name:28s} {path.stat().st_size / 1024:8.1f} KiB")
+    if args.eval_prompts:
+        summary(model, tokenizer, "final")
+
+
+if __name__ == "__main__":
+    cli.run(main)

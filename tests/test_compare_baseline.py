@@ -1,0 +1,36 @@
+"""scripts/compare_baseline.py: the Assumption-2 table from explain_baseline summaries."""
+
+from conftest import load_script
+
+script = load_script("scripts/compare_baseline.py")
+
+
+def _prompt(total, correct):
+    return {"E_norm2": total, "E_norm2_given_correct": correct}
+
+
+def test_row_means_medians_and_prompts_without_a_correct_sample():
+    diagnostic = {
+        "per_prompt": [_prompt(100.0, 50.0), _prompt(40.0, 10.0), _prompt(60.0, None), _prompt(30.0, 60.0)],
+        "oracle_helps_on": 2,
+        "prompts": 4,
+        "mean_K_times_vanilla_minus_oracle": -3.25,
+    }
+    row = script.summary_row("p", diagnostic)
+    # correct-answer columns over the 3 prompts with a correct sample: mean (50+10+60)/3, median of 0.5, 0.25, 2
+    assert row == ["p", "2 / 4", "40.0", "57.5", "0.50", "-3.2"]
+
+
+def test_table_has_one_row_per_policy(tmp_path, capsys):
+    import json
+
+    paths = []
+    for name, helps in (("a", 1), ("b", 3)):
+        path = tmp_path / f"{name}.json"
+        summary = {"per_prompt": [_prompt(10.0, 5.0)], "oracle_helps_on": helps, "prompts": 4}
+        path.write_text(json.dumps({**summary, "mean_K_times_vanilla_minus_oracle": 1.0}))
+        paths.append(str(path))
+    out = tmp_path / "t.md"
+    script.main(["--diagnostics", *paths, "--labels", "A", "B", "--out", str(out)])
+    lines = out.read_text().splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| A | 1 / 4") and lines[3].startswith("| B | 3 / 4")
