@@ -225,7 +225,10 @@ CASES = [
         setup=(
             table(),
             (ORACLE_FILE, ""),
-            (ORACLE_FILE.replace(".jsonl", ".settings.json"), oracle_settings(model="org1/x")),
+            (
+                ORACLE_FILE.replace(".jsonl", ".settings.json"),
+                oracle_settings(model="org1/x", model_fingerprint="sha256:" + "0" * 64),
+            ),
         ),
     ),
     Case(
