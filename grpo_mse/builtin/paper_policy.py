@@ -38,9 +38,6 @@ from __future__ import annotations
 
 import random
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from grpo_mse.builtin import defaults
 from grpo_mse.builtin import tiny_policy as tp
 from grpo_mse.builtin.arithmetic import make_rows
@@ -95,11 +92,9 @@ def build_and_save(
     **train_kwargs,
 ):
     """Load the base policy, fine-tune it on lead-in + correct-answer targets from ``seed``, save to ``out_dir``."""
-    torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    check_single_token_words(tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    rows = training_rows(problems, copies, seed=seed)
-    tp.train(model, tokenizer, rows, steps=steps, seed=seed, lr=lr, schedule="constant", **train_kwargs)
-    tp.save_policy(model, tokenizer, out_dir)
-    return model, tokenizer
+
+    def rows_for(tokenizer):
+        check_single_token_words(tokenizer)
+        return training_rows(problems, copies, seed=seed)
+
+    return tp.fine_tune_and_save(base_dir, out_dir, rows_for, seed, steps, lr, schedule="constant", **train_kwargs)

@@ -256,6 +256,19 @@ def build_and_save(
     return model, tokenizer
 
 
+def fine_tune_and_save(base_dir, out_dir, make_rows_for, seed: int, steps: int, lr: float, **train_kwargs):
+    """Load the policy in ``base_dir``, train it on ``make_rows_for(tokenizer)`` from ``seed``, save to ``out_dir``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    rows = make_rows_for(tokenizer)
+    train(model, tokenizer, rows, steps=steps, seed=seed, lr=lr, **train_kwargs)
+    save_policy(model, tokenizer, out_dir)
+    return model, tokenizer
+
+
 def save_policy(model, tokenizer, out_dir) -> None:
     """Attach the sampling defaults (T=1, top-p 0.95, 32 new tokens) and save both in HF format to ``out_dir``."""
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)

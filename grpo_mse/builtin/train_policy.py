@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import random
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.builtin.tiny_policy import TRAIN_DATA_SEED, save_policy, train
+from grpo_mse.builtin.tiny_policy import TRAIN_DATA_SEED, fine_tune_and_save
 
 FLAW_FRACTION = defaults.FLAW_FRACTION
 FLAW_SEPARATOR = " "
@@ -62,10 +59,8 @@ def build_and_save(
     **train_kwargs,
 ):
     """Load the base policy, fine-tune it on flawed zero-shot targets from ``seed``, save to ``out_dir``."""
-    torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    rows = add_flaws(make_rows(n_rows, seed=TRAIN_DATA_SEED, style="zero_shot"), fraction, seed=seed)
-    train(model, tokenizer, rows, steps=steps, seed=seed, lr=lr, **train_kwargs)
-    save_policy(model, tokenizer, out_dir)
-    return model, tokenizer
+
+    def rows_for(_tokenizer):
+        return add_flaws(make_rows(n_rows, seed=TRAIN_DATA_SEED, style="zero_shot"), fraction, seed=seed)
+
+    return fine_tune_and_save(base_dir, out_dir, rows_for, seed, steps, lr, **train_kwargs)
