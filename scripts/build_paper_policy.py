@@ -18,6 +18,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
 
 from grpo_mse import cli
+from grpo_mse.cli import require
 from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.flags import Flags, option
@@ -30,7 +31,12 @@ class PaperPolicyConfig(Flags):
     out_dir: str = option("assets/paper_policy", help="output folder (files inside replaced)")
     base_dir: str = option(defaults.TRAIN_BASE, help="policy to start from")
     seed: int = option(0, minimum=0, help="seed of the lead-ins, the fine-tuning and the summary's samples")
-    steps: int = option(defaults.PAPER_STEPS, minimum=1, help="fine-tuning steps")
+    steps: int = option(
+        defaults.PAPER_STEPS, minimum=0, help="stage 1: fine-tuning steps on correct answers (0: BASE_DIR is stage 1's)"
+    )
+    slip_steps: int = option(
+        defaults.PAPER_SLIP_STEPS, minimum=0, help="stage 2: fine-tuning steps on the slip mixture (0: stage 1 only)"
+    )
     lr: float = option(defaults.PAPER_LR, above=0, help="AdamW peak learning rate")
     threads: int = option(1, minimum=0, help="torch threads (the weights depend slightly on it; 0: torch's choice)")
     eval_prompts: int = option(48, minimum=0, help="demo prompts of the V summary (0 skips it)")
@@ -40,6 +46,7 @@ class PaperPolicyConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
+        require(self.steps or self.slip_steps, "--steps and --slip_steps are both 0: nothing to build")
         cli.check_model_path(self.base_dir)
         cli.writable_dir(self.out_dir, "--out_dir")
 
@@ -55,6 +62,9 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     rows = make_rows(args.eval_prompts, seed=0, style="zero_shot")
 
+    plan = pp.slip_plan(args.eval_prompts, seed=args.seed)
+    slip_targets = [{**row, "ground_truth": slip} for row, (_, slip) in zip(rows, plan)]
+
     def summary(model, tokenizer, label: str) -> None:
         start = time.time()
         values, eos_rate = estimate_v(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed)
@@ -63,6 +73,13 @@ def main(argv=None) -> None:
             f"EOS rate {eos_rate:.2f}): {v_summary(values)}",
             flush=True,
         )
+        if args.slip_steps:  # the same samples (same seed) scored against each problem's slip answer
+            slips, _ = estimate_v(model, tokenizer, slip_targets, n_samples=args.eval_samples, seed=args.seed)
+            target = [n / pp.COPIES for n, _ in plan]
+            on_target = sum(map(sum, zip(values, slips))) / len(values)
+            gap = sum(abs(v - q) for v, q in zip(values, target)) / len(values)
+            print(f"  {label}: slip share {sum(slips) / len(slips):.3f}, correct or slip {on_target:.3f}, "
+                  f"mean |V - q| {gap:.3f} (q: the problem's share of correct targets)", flush=True)
 
     extra = {}
     if args.eval_every and args.eval_prompts:
@@ -78,7 +95,13 @@ def main(argv=None) -> None:
         extra = {"log_every": args.eval_every, "callback": callback}
     start = time.time()
     model, tokenizer = pp.build_and_save(
-        args.out_dir, base_dir=args.base_dir, seed=args.seed, steps=args.steps, lr=args.lr, **extra
+        args.out_dir,
+        base_dir=args.base_dir,
+        seed=args.seed,
+        steps=args.steps,
+        lr=args.lr,
+        slip_steps=args.slip_steps,
+        **extra,
     )
     print(f"built {args.out_dir} from {args.base_dir}: {time.time() - start:.1f}s")
     for path in sorted(Path(args.out_dir).iterdir()):

@@ -52,8 +52,12 @@ ANSWER_MARK = ":"
 DEFAULT_BASE = defaults.TRAIN_BASE
 DEFAULT_STEPS = defaults.PAPER_STEPS
 DEFAULT_LR = defaults.PAPER_LR
+DEFAULT_SLIP_STEPS = defaults.PAPER_SLIP_STEPS
 PROBLEMS = 500  # every row of data/arithmetic_zero_shot.jsonl
 COPIES = 40
+SLIP_SHIFTS = (-10, 10)  # a carry slip: the answer's tens digit off by one
+SOLVE_RATE_RANGE = (0.1, 0.9)  # each problem's share of correct targets, uniform in this range
+SLIP_SEED_OFFSET = 1000  # the slip stage draws its plan and lead-ins from seed + this (stage 1 uses seed)
 
 
 def lead_in(rng: random.Random, n_words: int = LEAD_IN_WORDS) -> str:
@@ -74,6 +78,27 @@ def training_rows(problems: int = PROBLEMS, copies: int = COPIES, seed: int = 0,
     return [{**row, "target": response(int(row["ground_truth"]), rng, n_words)} for row in rows for _ in range(copies)]
 
 
+def slip_plan(problems: int = PROBLEMS, copies: int = COPIES, seed: int = 0) -> list[tuple[int, int]]:
+    """Per problem ``(n_correct, slip)``: ``n_correct = round(q * copies)`` with q ~ U(SOLVE_RATE_RANGE), and
+    the slip answer ``answer + shift``, shift drawn from SLIP_SHIFTS (``random.Random(seed + SLIP_SEED_OFFSET)``)."""
+    rng = random.Random(seed + SLIP_SEED_OFFSET)
+    rows = make_rows(problems, seed=0, style="zero_shot")
+    low, high = SOLVE_RATE_RANGE
+    return [(round(rng.uniform(low, high) * copies), int(row["ground_truth"]) + rng.choice(SLIP_SHIFTS)) for row in rows]
+
+
+def slip_rows(problems: int = PROBLEMS, copies: int = COPIES, seed: int = 0, n_words: int = LEAD_IN_WORDS):
+    """Stage 2's rows: each demo problem ``copies`` times, ``n_correct`` of them with the correct answer and the
+    rest with the problem's slip answer (``slip_plan``), each copy with a fresh lead-in."""
+    rng = random.Random(seed + SLIP_SEED_OFFSET + 1)
+    rows = make_rows(problems, seed=0, style="zero_shot")
+    out = []
+    for row, (n_correct, slip) in zip(rows, slip_plan(problems, copies, seed)):
+        answers = [int(row["ground_truth"])] * n_correct + [slip] * (copies - n_correct)
+        out += [{**row, "target": response(answer, rng, n_words)} for answer in answers]
+    return out
+
+
 def check_single_token_words(tokenizer) -> None:
     """Raise if some `` word`` of ``WORDS`` is not exactly one token (the lead-in's length would vary)."""
     split = [w for w in WORDS if len(tokenizer(f" {w}", add_special_tokens=False)["input_ids"]) != 1]
@@ -89,12 +114,28 @@ def build_and_save(
     lr: float = DEFAULT_LR,
     problems: int = PROBLEMS,
     copies: int = COPIES,
+    slip_steps: int = DEFAULT_SLIP_STEPS,
     **train_kwargs,
 ):
-    """Load the base policy, fine-tune it on lead-in + correct-answer targets from ``seed``, save to ``out_dir``."""
+    """Stage 1: fine-tune the base policy on lead-in + correct-answer targets (``steps``), save to ``out_dir``.
+    Stage 2 (``slip_steps`` > 0): reload it and fine-tune on the slip mixture (``slip_rows``), save again.
+    ``steps=0`` skips stage 1: ``base_dir`` is then a stage-1 policy (e.g. an earlier build's).
+    ``train_kwargs`` (logging, callback) apply to the last stage run."""
 
     def rows_for(tokenizer):
         check_single_token_words(tokenizer)
         return training_rows(problems, copies, seed=seed)
 
-    return tp.fine_tune_and_save(base_dir, out_dir, rows_for, seed, steps, lr, schedule="constant", **train_kwargs)
+    def slip_rows_for(tokenizer):
+        check_single_token_words(tokenizer)
+        return slip_rows(problems, copies, seed=seed)
+
+    if steps:
+        stage1_kwargs = {} if slip_steps else train_kwargs
+        result = tp.fine_tune_and_save(base_dir, out_dir, rows_for, seed, steps, lr, schedule="constant", **stage1_kwargs)
+        if not slip_steps:
+            return result
+        base_dir = out_dir
+    return tp.fine_tune_and_save(
+        base_dir, out_dir, slip_rows_for, seed + SLIP_SEED_OFFSET, slip_steps, lr, schedule="constant", **train_kwargs
+    )
