@@ -91,7 +91,8 @@ def test_a_word_that_splits_is_refused(tokenizer, monkeypatch):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--steps", "0"], "argument --steps: must be >= 1 (got 0)"),
+        (["--steps", "0", "--slip_steps", "0"], "--steps and --slip_steps are both 0: nothing to build"),
+        (["--slip_steps", "-1"], "argument --slip_steps: must be >= 0 (got -1)"),
         (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
         (["--eval_samples", "0"], "argument --eval_samples: must be >= 1 (got 0)"),
         (["--base_dir", "/no/such/policy"], "model folder not found: /no/such/policy"),
@@ -120,7 +121,9 @@ def test_build_is_seeded(tmp_path):
     torch.set_num_threads(1)
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
         out = tmp_path / name
-        pp.build_and_save(out, base_dir=BUILTIN_POLICY, seed=seed, steps=3, problems=8, copies=2, batch_size=8)
+        pp.build_and_save(
+            out, base_dir=BUILTIN_POLICY, seed=seed, steps=3, slip_steps=2, problems=8, copies=2, batch_size=8
+        )
     a, b, c = (load_file(tmp_path / n / "model.safetensors") for n in "abc")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
@@ -135,7 +138,7 @@ def test_steps_s_reproduce_step_s_of_a_longer_build(tmp_path):
 
     torch.set_num_threads(1)
     seen = {}
-    settings = {"base_dir": BUILTIN_POLICY, "problems": 8, "copies": 2, "batch_size": 8, "warmup": 2}
+    settings = {"base_dir": BUILTIN_POLICY, "problems": 8, "copies": 2, "batch_size": 8, "warmup": 2, "slip_steps": 0}
 
     def keep(step, model):
         seen[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -146,6 +149,49 @@ def test_steps_s_reproduce_step_s_of_a_longer_build(tmp_path):
     assert all(torch.equal(short[k], seen[4][k]) for k in short)
     long = load_file(tmp_path / "long" / "model.safetensors")
     assert not all(torch.equal(short[k], long[k]) for k in short)
+
+
+def test_slip_plan_draws_solve_rates_uniformly_and_carry_slips():
+    """500 problems: n_correct / COPIES ~ U(0.1, 0.9) (mean within 3 se of 0.5, each decile of the range used),
+    slip = answer +- 10 with both signs, seeded, and a shorter plan is a prefix of a longer one."""
+    plan = pp.slip_plan(500, seed=0)
+    answers = [int(r["ground_truth"]) for r in make_rows(500, seed=0)]
+    rates = [n / pp.COPIES for n, _ in plan]
+    assert all(0.1 <= q <= 0.9 for q in rates) and abs(sum(rates) / 500 - 0.5) < 3 * (0.8 / math.sqrt(12 * 500))
+    assert len({min(int((q - 0.1) / 0.08), 9) for q in rates}) == 10
+    shifts = Counter(slip - a for (_, slip), a in zip(plan, answers))
+    assert set(shifts) == set(pp.SLIP_SHIFTS) and min(shifts.values()) > 200
+    assert pp.slip_plan(48, seed=0) == plan[:48] and pp.slip_plan(500, seed=0) == plan
+    assert pp.slip_plan(500, seed=1) != plan
+
+
+def test_slip_rows_hold_each_problem_s_share_of_correct_targets():
+    rows, plan = pp.slip_rows(30, copies=10, seed=2), pp.slip_plan(30, copies=10, seed=2)
+    assert len(rows) == 300
+    for i, (n_correct, slip) in enumerate(plan):
+        copies = rows[i * 10 : (i + 1) * 10]
+        answer = copies[0]["ground_truth"]
+        correct = sum(last_integer_reward(r["target"], answer) for r in copies)
+        slipped = sum(last_integer_reward(r["target"], slip) for r in copies)
+        assert (correct, slipped) == (n_correct, 10 - n_correct)
+        assert all(len(r["target"].split(pp.ANSWER_MARK)[0].split()) == pp.LEAD_IN_WORDS for r in copies)
+
+
+@needs_tiny
+@pytest.mark.slow
+def test_two_stage_build_equals_a_slip_stage_on_a_saved_stage_one(tmp_path):
+    """``build_and_save(steps=s, slip_steps=t)`` gives the weights of stage 1 saved, then ``steps=0,
+    slip_steps=t`` from that folder (how the shipped policy was built from the committed stage-1 weights)."""
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(1)
+    settings = {"problems": 8, "copies": 4, "batch_size": 8, "warmup": 2}
+    pp.build_and_save(tmp_path / "both", base_dir=BUILTIN_POLICY, steps=3, slip_steps=3, **settings)
+    pp.build_and_save(tmp_path / "one", base_dir=BUILTIN_POLICY, steps=3, slip_steps=0, **settings)
+    pp.build_and_save(tmp_path / "two", base_dir=tmp_path / "one", steps=0, slip_steps=3, **settings)
+    both, two, one = (load_file(tmp_path / n / "model.safetensors") for n in ("both", "two", "one"))
+    assert all(torch.equal(both[k], two[k]) for k in both)
+    assert not all(torch.equal(both[k], one[k]) for k in both)
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +234,18 @@ def test_shipped_policy_answers_in_the_trained_format(paper_policy):
         words, answer = tokenizer.decode(seq, skip_special_tokens=True).split(pp.ANSWER_MARK)
         assert len(words.split()) == pp.LEAD_IN_WORDS and set(words.split()) <= set(pp.WORDS)
         int(answer)
+
+
+@needs_paper
+def test_shipped_policy_errs_by_its_slip(paper_policy):
+    """The design's premise: on 8 demo prompts x 32 samples (temperature 1, top_p 0.95) at least 90% of answers
+    are the correct or the slip answer, and both occur (the stopping rule asked 95% on 48 x 16)."""
+    model, tokenizer = paper_policy
+    rows = make_rows(8, seed=0)
+    slips = [{**r, "ground_truth": slip} for r, (_, slip) in zip(rows, pp.slip_plan(8))]
+    correct, _ = tp.estimate_v(model, tokenizer, rows, n_samples=32, seed=3)
+    slipped, _ = tp.estimate_v(model, tokenizer, slips, n_samples=32, seed=3)
+    assert sum(correct) + sum(slipped) >= 0.9 * 8 and sum(correct) > 1 and sum(slipped) > 1
 
 
 @needs_paper
