@@ -18,9 +18,9 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
 
 from grpo_mse import cli
-from grpo_mse.cli import require
 from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.cli import require
 from grpo_mse.flags import Flags, option
 
 
@@ -78,8 +78,11 @@ def main(argv=None) -> None:
             target = [n / pp.COPIES for n, _ in plan]
             on_target = sum(map(sum, zip(values, slips))) / len(values)
             gap = sum(abs(v - q) for v, q in zip(values, target)) / len(values)
-            print(f"  {label}: slip share {sum(slips) / len(slips):.3f}, correct or slip {on_target:.3f}, "
-                  f"mean |V - q| {gap:.3f} (q: the problem's share of correct targets)", flush=True)
+            print(
+                f"  {label}: slip share {sum(slips) / len(slips):.3f}, correct or slip {on_target:.3f}, "
+                f"mean |V - q| {gap:.3f} (q: the problem's share of correct targets)",
+                flush=True,
+            )
 
     extra = {}
     if args.eval_every and args.eval_prompts:

@@ -84,7 +84,9 @@ def slip_plan(problems: int = PROBLEMS, copies: int = COPIES, seed: int = 0) -> 
     rng = random.Random(seed + SLIP_SEED_OFFSET)
     rows = make_rows(problems, seed=0, style="zero_shot")
     low, high = SOLVE_RATE_RANGE
-    return [(round(rng.uniform(low, high) * copies), int(row["ground_truth"]) + rng.choice(SLIP_SHIFTS)) for row in rows]
+    return [
+        (round(rng.uniform(low, high) * copies), int(row["ground_truth"]) + rng.choice(SLIP_SHIFTS)) for row in rows
+    ]
 
 
 def slip_rows(problems: int = PROBLEMS, copies: int = COPIES, seed: int = 0, n_words: int = LEAD_IN_WORDS):
@@ -120,7 +122,7 @@ def build_and_save(
     """Stage 1: fine-tune the base policy on lead-in + correct-answer targets (``steps``), save to ``out_dir``.
     Stage 2 (``slip_steps`` > 0): reload it and fine-tune on the slip mixture (``slip_rows``), save again.
     ``steps=0`` skips stage 1: ``base_dir`` is then a stage-1 policy (e.g. an earlier build's).
-    ``train_kwargs`` (logging, callback) apply to the last stage run."""
+    ``train_kwargs`` apply to both stages, except ``log_every``/``callback``: to the last stage only."""
 
     def rows_for(tokenizer):
         check_single_token_words(tokenizer)
@@ -131,8 +133,11 @@ def build_and_save(
         return slip_rows(problems, copies, seed=seed)
 
     if steps:
-        stage1_kwargs = {} if slip_steps else train_kwargs
-        result = tp.fine_tune_and_save(base_dir, out_dir, rows_for, seed, steps, lr, schedule="constant", **stage1_kwargs)
+        logging = ("log_every", "callback")  # reported for the last stage only; the weights do not depend on them
+        stage1_kwargs = {k: v for k, v in train_kwargs.items() if not (slip_steps and k in logging)}
+        result = tp.fine_tune_and_save(
+            base_dir, out_dir, rows_for, seed, steps, lr, schedule="constant", **stage1_kwargs
+        )
         if not slip_steps:
             return result
         base_dir = out_dir
