@@ -63,6 +63,7 @@ ORACLE_DEFAULTS = {  # the original calculate_oracle_v.py's (SPEC section 2 and 
     "max_new_tokens": 32,
     "out_dir": "oracle_v_results",
     "limit": None,
+    "sample": None,
     "backend": "hf",
     "vllm_gpu_util": 0.4,
     "vllm_enforce_eager": False,

@@ -86,6 +86,12 @@ class OracleConfig(ModelConfig):
     seed: int = option(0, type=int, help="random seed (sample j of row i uses stream (seed, key_i, j))")
     out_dir: str = option("oracle_v_results", help="output folder of the JSONL table")
     limit: int | None = option(None, type=int, help="only the first N rows")
+    sample: int | None = option(
+        None,
+        type=int,
+        help="a random sample of N rows drawn with --seed instead of all (e.g. an advisor's prompts from a "
+        "training set; not with --limit)",
+    )
     resume: bool = option(
         False, help="continue the newest file in --out_dir with equal settings (docs/safety.md), skipping done ids"
     )
@@ -105,6 +111,7 @@ class OracleConfig(ModelConfig):
         "max_new_tokens",
         "dtype",
         "backend",
+        "sample",
     )
 
     def __post_init__(self) -> None:
@@ -113,6 +120,9 @@ class OracleConfig(ModelConfig):
         require(self.batch_size >= 1, f"--batch_size must be >= 1 (got {self.batch_size})")
         if self.limit is not None:
             cli.check_range("--limit", self.limit, minimum=1)
+        if self.sample is not None:
+            cli.check_range("--sample", self.sample, minimum=1)
+            require(self.limit is None, "--sample and --limit both select rows; use one")
         cli.writable_dir(self.out_dir, "--out_dir")
 
 
