@@ -342,6 +342,8 @@ def test_advisor_prompts_are_a_seeded_sample_of_the_training_set(tmp_path, split
     subprocess.run(["bash", str(root / "scripts" / "k_validation.sh")], env=env, capture_output=True, timeout=60)
     (oracle,) = [line for line in log.read_text().splitlines() if "calculate_oracle_v.py" in line]
     assert f"data_mixed/{expected} " in oracle and "--sample 48 --seed 7 " in oracle and "--limit" not in oracle
+    (advisor,) = [line for line in log.read_text().splitlines() if "run_tracecov.py" in line]
+    assert "--estimators grpo oracleV grpo_std --advisor_estimator grpo_std" in advisor  # TRL's estimator
 
 
 def test_script_refuses_a_bad_advisor_split(tmp_path):
@@ -356,3 +358,15 @@ def test_script_refuses_a_bad_advisor_split(tmp_path):
     )
     assert done.returncode == 2 and "KVAL_ADVISOR_SPLIT=valid: use train or test" in done.stderr
     assert not (tmp_path / "w").exists()
+
+
+def test_prediction_carries_the_measured_std_grpo_best_k_only_where_identified():
+    run = advisor_run()
+    assert kv.predict(run, "s", written_at="t")["estimator"] == "grpo"
+    curve = {"estimator": "grpo_std", "K": [2, 4], "K_best": 4, "identified": True, "message": "best measured K = 4"}
+    run["group_size_advisor"]["measured_curve"] = curve
+    pred = kv.predict(run, "s", written_at="t")
+    assert (pred["estimator"], pred["measured_K_best"]) == ("grpo_std", 4)
+    for unidentified in ({"identified": False, "K_best": None}, {"identified": "yes"}, {"identified": None}):
+        run["group_size_advisor"]["measured_curve"] = {**curve, **unidentified}
+        assert kv.predict(run, "s", written_at="t")["measured_K_best"] is None

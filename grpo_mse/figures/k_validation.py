@@ -88,6 +88,20 @@ def predict(run: dict, name: str, written_at: str | None = None) -> dict:
         "c_ci95": {c: ci.get(c) for c in ("c1", "c2", "c3")},
         "budget": adv.get("budget"),
         "written_at": written_at or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **measured_prediction(adv),
+    }
+
+
+def measured_prediction(adv: dict) -> dict:
+    """For advice on std-normalised GRPO: {"estimator", "measured_K_best" (null unless its intervals identify
+    it), "measured_message"}; {"estimator": "grpo"} otherwise."""
+    curve = adv.get("measured_curve")
+    if not isinstance(curve, dict):
+        return {"estimator": adv.get("estimator", "grpo")}
+    return {
+        "estimator": curve.get("estimator"),
+        "measured_K_best": curve.get("K_best") if curve.get("identified") is True else None,
+        "measured_message": curve.get("message"),
     }
 
 
