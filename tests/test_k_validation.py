@@ -241,6 +241,15 @@ def test_cli_summarize_two_settings_compares_them(tmp_path):
     done = run_cli("summarize", *_two_settings("a", "a"), "--out_dir", "out2", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error:") and "repeat" in done.stderr
     assert not (tmp_path / "out2").exists()
+    assert "protocol_commit" not in summary
+    done = run_cli(
+        "summarize", *_two_settings("a", "b"), "--out_dir", "out3", "--protocol_commit", "4cb6f9c", cwd=tmp_path
+    )
+    assert json.loads((tmp_path / "out3" / "summary.json").read_text())["protocol_commit"] == "4cb6f9c"
+    done = run_cli(
+        "summarize", *_two_settings("a", "b"), "--out_dir", "out4", "--protocol_commit", "HEAD", cwd=tmp_path
+    )
+    assert done.returncode == 2 and "give a git commit hash" in done.stderr and not (tmp_path / "out4").exists()
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -536,6 +537,11 @@ def main(argv=None) -> None:
     )
     s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s.add_argument("--out_dir", required=True)
+    s.add_argument(
+        "--protocol_commit",
+        default=None,
+        help="git hash of the commit holding the protocol the sweep followed (recorded in summary.json)",
+    )
     s = sub.add_parser("adaptive", help="adaptive-K runs against the fixed-K sweep: summary JSON, choices CSV, figure")
     s.add_argument("adaptive_csv")
     s.add_argument("sweep_csv")
@@ -582,6 +588,10 @@ def main(argv=None) -> None:
     else:
         from grpo_mse.figures.training import read_training
 
+        cli.require(
+            args.protocol_commit is None or re.fullmatch(r"[0-9a-f]{7,40}", args.protocol_commit) is not None,
+            f"--protocol_commit {args.protocol_commit!r}: give a git commit hash (7 to 40 hex digits)",
+        )
         settings, draws = [], []
         names = [setting[0] for setting in args.setting]
         cli.require(len(set(names)) == len(names), f"--setting names repeat: {names}")
@@ -615,7 +625,14 @@ def main(argv=None) -> None:
             plot_settings(settings, os.path.join(args.out_dir, "sweep_settings.png"))
         write_atomic(
             os.path.join(args.out_dir, "summary.json"),
-            to_json({"settings": settings, "comparisons": comparisons}, indent=1),
+            to_json(
+                {
+                    "settings": settings,
+                    "comparisons": comparisons,
+                    **({"protocol_commit": args.protocol_commit} if args.protocol_commit else {}),
+                },
+                indent=1,
+            ),
         )
 
 
