@@ -126,3 +126,31 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
 
 
 M_RUN = 3
+
+
+@pytest.mark.slow
+def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
+    """An interrupted run without the std advisor, resumed with --advisor_estimator grpo_std: the batches saved
+    without std-GRPO's Gram matrices are evaluated again (the same records) and gain them."""
+    from conftest import ROOT, tracecov_argv
+
+    from grpo_mse.runs.tracecov import TracecovRun
+
+    table = f"{ROOT}/results/demo/oracle_v_n256_tiny_policy_20261201_172325.jsonl"
+    flags = dict(T=4, M=2, K_list=(2,), max_new_tokens=6, c1_batch=4, budget=64)
+    extra = ["--estimators", "grpo", "oracleV", "grpo_std"]
+    first = TracecovRun.start(TracecovConfig.from_argv(tracecov_argv(table, tmp_path, *extra, **flags)))
+    records_before, batches_before = first.sweep()
+    first.lock.close()  # "interrupted": the progress log stays, no outputs
+    assert "estimator_grams" not in batches_before[2][0]
+    resumed_argv = tracecov_argv(table, tmp_path, *extra, "--advisor_estimator", "grpo_std", "--resume", **flags)
+    second = TracecovRun.start(TracecovConfig.from_argv(resumed_argv))
+    records_after, batches_after = second.sweep()
+    second.close()
+    assert set(batches_after[2][0]["estimator_grams"]) == {GRPO_STD, mc.BIAS_GRAM}
+    assert batches_after[2][0]["gram"] == batches_before[2][0]["gram"]  # the same samples, the same oracle Gram
+
+    def by_prompt(records):
+        return sorted(records, key=lambda r: r["prompt_index"])
+
+    assert by_prompt(records_after[2]) == by_prompt(records_before[2])
