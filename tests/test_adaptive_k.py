@@ -366,10 +366,12 @@ def test_adaptive_k_follows_the_estimator_the_run_trains_with():
     a curve without a usable point argmin keeps K."""
     from grpo_mse.training import trl_train
 
-    curve = {"estimator": "grpo_std", "K": [2, 4, 8], "K_best_point": 4, "identified": False, "message": "m"}
+    per_k = {str(k): {"error": {"estimate": 1.0 + k}} for k in (2, 8)} | {"4": {"error": {"estimate": 2.0}}}
+    curve = {"estimator": "grpo_std", "K": [2, 4, 8], "K_best_point": 4, "per_K": per_k, "identified": False}
     advice = {**fake_advice(2), "estimator": "grpo_std", "measured_curve": curve}
     assert adaptive_k.chosen_k(advice, 8) == 4  # not GRPO's K_best = 2
-    for broken in ({"K_best_point": None}, {"K_best_point": 16}, {"K_best_point": True}, {"K": None}):
+    negative = {"per_K": {**per_k, "4": {"error": {"estimate": -0.5}}}}
+    for broken in ({"K_best_point": None}, {"K_best_point": 16}, {"K_best_point": True}, {"K": None}, negative):
         assert adaptive_k.chosen_k({**advice, "measured_curve": {**curve, **broken}}, 8) == 8
     assert adaptive_k.chosen_k({**advice, "measured_curve": None}, 8) == 8
     assert adaptive_k.advice_metrics(advice, 4)["adaptive_k/std_identified"] == 0.0

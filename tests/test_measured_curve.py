@@ -154,3 +154,25 @@ def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
         return sorted(records, key=lambda r: r["prompt_index"])
 
     assert by_prompt(records_after[2]) == by_prompt(records_before[2])
+
+
+def test_a_negative_smallest_error_identifies_no_k():
+    """The squared bias is estimated without bias, so an error can come out below 0: then no K is named."""
+
+    def batch(off_diagonal):
+        gram = [[1.0, off_diagonal], [off_diagonal, 1.0]]
+        zero = {"gram": [[0.0, 0.0], [0.0, 0.0]], "within_each": [0.0, 0.0]}
+        return {
+            "n": 2,
+            "prompt_indices": [0, 1],
+            **zero,
+            "estimator_grams": {GRPO_STD: zero, mc.BIAS_GRAM: {"gram": gram, "within_each": [0.0, 0.0]}},
+        }
+
+    records = {k: [{"prompt_index": i, "K": k, "tr_cov": {GRPO_STD: 0.0}} for i in (0, 1)] for k in (2, 4)}
+    batches = {2: [batch(-1.0)], 4: [batch(0.5)]}
+    curve = mc.measured_curve(records, batches, BUDGET, None, bs.prompt_weights(2, 50, 0))
+    assert curve["per_K"]["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>
+    assert curve["per_K"]["4"]["error"]["estimate"] == pytest.approx(0.5)
+    assert curve["K_best_point"] == 2 and curve["K_best"] is None and not curve["identified"]
+    assert "not positive" in curve["message"]

@@ -68,18 +68,22 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
     argmin = np.argmin(np.where(np.isnan(errors), np.inf, errors), axis=1)  # a replicate with a nan error: none
     picks = np.where(np.isnan(errors).any(1), np.nan, np.asarray(ks, dtype=np.float64)[argmin])
     best = int(picks[0]) if np.isfinite(picks[0]) else None
-    relative, identified = {}, best is not None
+    positive = best is not None and errors[0, ks.index(best)] > 0  # an unbiased estimate may fall below 0
+    relative, identified = {}, positive
     for i, k in enumerate(ks):
-        if best is None:
+        if not positive:
             break
+        low = errors[:, ks.index(best)]
         with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = errors[:, i] / errors[:, ks.index(best)]
+            ratio = np.where(low > 0, errors[:, i] / np.where(low > 0, low, 1.0), np.nan)
         relative[str(k)] = bs.summarise(ratio, weights)
         low = (relative[str(k)]["ci95"] or [np.nan])[0]
         identified = identified and (k == best or bool(low > 1))
     frequency = {str(k): float(np.mean(picks[1 : 1 + n_boot] == k)) for k in ks}
     if best is None:
         message = "best K not identified: an error is undefined"
+    elif not positive:
+        message = f"best K not identified: the smallest measured error (K = {best}) is not positive (noise)"
     elif identified:
         message = f"best measured K = {best} (every other measured K's error is larger, 95% intervals above 1)"
     else:

@@ -19,7 +19,8 @@ the allowed K of the exact budgeted error c1 K + c3/(K - 1) at the advisor's poi
 when c1 and c3 are finite and > 0, whether or not their intervals identify it (the ``adaptive_k/identified``
 metric says which); when c1 or c3 is undefined, infinite or <= 0, or the point estimates tie, K stays (no K from
 constants that name none). For std-normalised GRPO (TRL's default, ``scale_rewards="group"``) the argmin of its
-budgeted error measured at each allowed K (``measured_curve.K_best_point``; K stays when an error is undefined).
+budgeted error measured at each allowed K (``measured_curve.K_best_point``; K stays when an error is undefined
+or the smallest is not > 0).
 """
 
 from __future__ import annotations
@@ -149,14 +150,17 @@ def chosen_k(advice: dict, current: int) -> int:
     """The argmin over the allowed K of c1 K + c3/(K - 1) at the advisor's point estimates (``pooled.K_best``)
     when c1 and c3 are finite and > 0; ``current`` otherwise (undefined, infinite, <= 0 or tied: no K from
     constants that name none). Advice on std-normalised GRPO: its measured curve's point argmin
-    (``K_best_point``, a K it measured), else ``current``."""
+    (``K_best_point``, a K it measured) when that error is > 0, else ``current``."""
     from grpo_mse.analysis.advisor import number
 
     curve = advice.get("measured_curve")
     if advice.get("estimator") == "grpo_std":
-        best = curve.get("K_best_point") if isinstance(curve, dict) else None
-        measured = curve.get("K") or [] if isinstance(curve, dict) else []
-        return best if isinstance(best, int) and not isinstance(best, bool) and best in measured else current
+        curve = curve if isinstance(curve, dict) else {}
+        best, measured = curve.get("K_best_point"), curve.get("K") or []
+        if not (isinstance(best, int) and not isinstance(best, bool) and best in measured):
+            return current
+        error = ((curve.get("per_K") or {}).get(str(best)) or {}).get("error") or {}
+        return best if number(error.get("estimate")) > 0 else current  # below 0: noise, no K
     pooled = advice.get("pooled") or {}
     try:
         c1, c3, best = (number(pooled.get(name)) for name in ("c1", "c3", "K_best"))
