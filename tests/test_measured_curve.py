@@ -2,6 +2,8 @@
 answer is known: per prompt a mean m_i and a bias d_i drawn around known centres, M noisy group estimates of each;
 the truth is (K/N)(tr Cov(X | x) + Var m) + ||E d||^2. Also the best K and the --advisor_estimator flag."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -176,3 +178,4 @@ def test_a_negative_smallest_error_identifies_no_k():
     assert curve["per_K"]["4"]["error"]["estimate"] == pytest.approx(0.5)
     assert curve["K_best_point"] == 2 and curve["K_best"] is None and not curve["identified"]
     assert "not positive" in curve["message"]
+    assert json.loads(json.dumps(curve))["identified"] is False  # plain JSON types

@@ -68,7 +68,7 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
     argmin = np.argmin(np.where(np.isnan(errors), np.inf, errors), axis=1)  # a replicate with a nan error: none
     picks = np.where(np.isnan(errors).any(1), np.nan, np.asarray(ks, dtype=np.float64)[argmin])
     best = int(picks[0]) if np.isfinite(picks[0]) else None
-    positive = best is not None and errors[0, ks.index(best)] > 0  # an unbiased estimate may fall below 0
+    positive = best is not None and bool(errors[0, ks.index(best)] > 0)  # an unbiased estimate may fall below 0
     relative, identified = {}, positive
     for i, k in enumerate(ks):
         if not positive:
