@@ -85,15 +85,14 @@ def simulated_power(effect: float, sigma: float, n: int, alpha: float, runs: int
     return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, 4 * (n - 1))))
 
 
-def sweep_cells(csv: str, prediction: dict, ks) -> tuple[dict, np.ndarray]:
-    """({K: per-seed metric values}, the advisor's relative errors at ``ks``) of one committed sweep."""
+def sweep_cells(csv: str, prediction: dict) -> tuple[dict, np.ndarray]:
+    """({K: per-seed metric values}, the advisor's relative errors at the sorted K) of one committed sweep."""
     from grpo_mse.figures.k_validation import run_metric
     from grpo_mse.figures.training import read_training
 
     runs = run_metric(read_training(csv, METRIC), METRIC)
     cells = {int(k): group["value"].to_numpy() for k, group in runs.groupby("K")}
-    constants = [float(prediction[c]) for c in ("c1", "c2", "c3")]
-    return cells, relative_errors(*constants, ks)
+    return cells, relative_errors(*[float(prediction[c]) for c in ("c1", "c2", "c3")], sorted(cells))
 
 
 def calibration(sweeps: dict) -> dict:
@@ -108,8 +107,22 @@ def calibration(sweeps: dict) -> dict:
             dof += len(cells[k]) - 1
         xs.append(relative - relative.mean())
         ys.append(means - means.mean())
+    from scipy import stats
+
     x, y = np.concatenate(xs), np.concatenate(ys)
-    return {"seed_sd": math.sqrt(squares / dof), "seed_sd_dof": dof, "beta": float(x @ y / (x @ x))}
+    beta = float(x @ y / (x @ x))
+    free = len(x) - 1 - len(xs)  # one slope and one mean per setting
+    half = (
+        stats.t.ppf(0.975, free) * math.sqrt(float(((y - beta * x) ** 2).sum()) / free / (x @ x))
+        if free > 0
+        else math.nan
+    )
+    return {
+        "seed_sd": math.sqrt(squares / dof),
+        "seed_sd_dof": dof,
+        "beta": beta,
+        "beta_ci95": [beta - half, beta + half],  # t interval of the slope of the cell means (fixed effects)
+    }
 
 
 def map_settings(k_map: dict, base: str) -> list[dict]:
@@ -169,8 +182,7 @@ def analysis(k_map_path: str, ks: list[int], alpha: float, tests: int, seconds: 
     for name, (csv, prediction_path) in SWEEPS.items():
         with open(prediction_path, encoding="utf-8") as handle:
             prediction = json.load(handle)
-        cells, _ = sweep_cells(csv, prediction, ks)
-        sweeps[name] = (cells, relative_errors(*[float(prediction[c]) for c in ("c1", "c2", "c3")], sorted(cells)))
+        sweeps[name] = sweep_cells(csv, prediction)
     fitted = calibration(sweeps)
     sigma = seed_sd if seed_sd is not None else fitted["seed_sd"]
     contrast = best_contrast(settings, ks)
@@ -198,6 +210,9 @@ def analysis(k_map_path: str, ks: list[int], alpha: float, tests: int, seconds: 
         "test_level": level,
         "power": 0.8,
         "seeds_per_cell": n,
+        "seeds_per_cell_at_beta_ci95": [  # the slope's uncertainty: the implied effect at each end of its interval
+            seeds_for_power(b * contrast["relative_contrast"], sigma, level) for b in fitted["beta_ci95"]
+        ],
         "observed_interaction": observed,
         "runs_for_two_settings_x_K_list": runs,
         "core_seconds_per_run": seconds,

@@ -52,6 +52,15 @@ def test_calibration_recovers_a_planted_slope_and_sd():
     assert fitted["beta"] == pytest.approx(-0.02, abs=1e-12)
     assert fitted["seed_sd"] == pytest.approx(0.01, abs=1e-12)
     assert fitted["seed_sd_dof"] == 6 * 7
+    assert fitted["beta_ci95"] == pytest.approx([-0.02, -0.02], abs=1e-9)  # an exact line: a zero-width interval
+    means = {k: values + 0.001 * (k == 4) for k, values in sweeps[0.3][0].items()}  # one mean off the line
+    sweeps[0.3] = (means, sweeps[0.3][1])
+    x = np.array([1.5, 1.0, 1.2, 1.0, 1.1, 1.8])
+    x = x - np.repeat([x[:3].mean(), x[3:].mean()], 3)
+    y = -0.02 * x + np.array([0, 0, 0, -1, 2, -1]) / 3 * 0.001  # the centred means
+    beta = x @ y / (x @ x)
+    half = stats.t.ppf(0.975, 3) * np.sqrt(((y - beta * x) ** 2).sum() / 3 / (x @ x))
+    assert power.calibration(sweeps)["beta_ci95"] == pytest.approx([beta - half, beta + half])
 
 
 def test_best_contrast_and_separated_pairs_on_known_settings():
