@@ -12,6 +12,10 @@
 #   KVAL_BUDGET (128)  KVAL_STEPS (12)  KVAL_LR (1e-5)  KVAL_TEST_FREQ (3)  KVAL_N_TEST (200 held-out problems)
 #   KVAL_MAX_RESPONSE_LENGTH (16)  KVAL_JOBS (2 runs side by side, one thread each)
 #   KVAL_ADVISOR_T (48 prompts)  KVAL_ADVISOR_M (8 groups)  KVAL_STAGES ("advisor pilot sweep summary")
+#   KVAL_ADVISOR_ESTIMATOR (grpo_std: the advisor also measures the std-normalised estimator TRL trains with at each
+#   K, besides the paper's GRPO decomposition; grpo: the decomposition only)
+#   KVAL_ADVISOR_SPLIT (train: the advisor's KVAL_ADVISOR_T prompts are a random sample, seed KVAL_ADVISOR_SEED (0),
+#   of the setting's training set, the distribution training draws from; test: of its held-out set)
 #   KVAL_WORK (outputs/k_validation: data, logs, wandb runs)  KVAL_RESULTS (outputs/k_validation_results; the
 #   committed results/k_validation, or any folder holding files tracked by git, only with KVAL_OVERWRITE=1)
 # Stage "adaptive" (issue 19 item 7; not in the default stages; about 21 min): adaptive-K TRL runs of one setting
@@ -49,6 +53,9 @@ MAX_RESPONSE_LENGTH="${KVAL_MAX_RESPONSE_LENGTH:-16}"
 JOBS="${KVAL_JOBS:-2}"
 ADVISOR_T="${KVAL_ADVISOR_T:-48}"
 ADVISOR_M="${KVAL_ADVISOR_M:-8}"
+ADVISOR_SPLIT="${KVAL_ADVISOR_SPLIT:-train}"
+ADVISOR_ESTIMATOR="${KVAL_ADVISOR_ESTIMATOR:-grpo_std}"
+ADVISOR_SEED="${KVAL_ADVISOR_SEED:-0}"
 STAGES="${KVAL_STAGES:-advisor pilot sweep summary}"
 WORK="${KVAL_WORK:-outputs/k_validation}"
 RESULTS="${KVAL_RESULTS:-outputs/k_validation_results}"
@@ -69,6 +76,9 @@ for name in BUDGET STEPS TEST_FREQ N_TEST MAX_RESPONSE_LENGTH JOBS ADVISOR_T ADV
             ADAPTIVE_N_ORACLE ADAPTIVE_START_K; do
   [[ "${!name}" =~ ^[1-9][0-9]*$ ]] || die "KVAL_${name}=${!name} must be a positive integer"
 done
+[[ "${ADVISOR_SPLIT}" =~ ^(train|test)$ ]] || die "KVAL_ADVISOR_SPLIT=${ADVISOR_SPLIT}: use train or test"
+[[ "${ADVISOR_ESTIMATOR}" =~ ^(grpo|grpo_std)$ ]] || die "KVAL_ADVISOR_ESTIMATOR=${ADVISOR_ESTIMATOR}: use grpo or grpo_std"
+[[ "${ADVISOR_SEED}" =~ ^[0-9]+$ ]] || die "KVAL_ADVISOR_SEED=${ADVISOR_SEED} must be a whole number"
 for k in ${K_LIST} ${PILOT_K}; do
   [[ "${k}" =~ ^[1-9][0-9]*$ ]] && (( k >= 2 )) || die "group size ${k} must be an integer >= 2"
 done
@@ -166,17 +176,18 @@ if has_stage advisor; then
   make_data ${SETTINGS}
   for setting in ${SETTINGS}; do
     temp="$(temperature_of "${setting}")"
-    echo "== advisor, ${setting}: starting policy, held-out prompts, temperature ${temp}, top-p 1 (the TRL sampler)"
+    echo "== advisor, ${setting}: starting policy, ${ADVISOR_T} random ${ADVISOR_SPLIT} prompts (seed ${ADVISOR_SEED}), temperature ${temp}, top-p 1 (the TRL sampler)"
     out="${WORK}/advisor_${setting}" MODEL="$(model_of "${setting}")"
     mkdir -p "${out}"
-    "${PY}" Gradient_evaluation/calculate_oracle_v.py --model "${MODEL}" --dataset "${WORK}/data_$(kinds_of "${setting}")/test.parquet" \
-      --device cpu --dtype fp32 --limit "${ADVISOR_T}" --n_oracle 256 --batch_size 256 --temperature "${temp}" --top_p 1.0 \
+    "${PY}" Gradient_evaluation/calculate_oracle_v.py --model "${MODEL}" --dataset "${WORK}/data_$(kinds_of "${setting}")/${ADVISOR_SPLIT}.parquet" \
+      --device cpu --dtype fp32 --sample "${ADVISOR_T}" --seed "${ADVISOR_SEED}" --n_oracle 256 --batch_size 256 --temperature "${temp}" --top_p 1.0 \
       --max_new_tokens "${MAX_RESPONSE_LENGTH}" --out_dir "${out}"
     # shellcheck disable=SC2086
     "${PY}" Gradient_evaluation/run_tracecov.py --model "${MODEL}" --oracle_table "${out}"/oracle_v_n*.jsonl \
       --device cpu --dtype fp32 --T "${ADVISOR_T}" --M "${ADVISOR_M}" --K_list ${K_LIST} --temperature "${temp}" --top_p 1.0 \
       --max_new_tokens "${MAX_RESPONSE_LENGTH}" --gen_bs 256 --save_json "${out}" --skip_plot --budget "${BUDGET}" \
-      --allowed_K ${ALLOWED_K} | tee "${out}/run_tracecov.log"
+      --allowed_K ${ALLOWED_K} --estimators grpo oracleV grpo_std --advisor_estimator "${ADVISOR_ESTIMATOR}" \
+      | tee "${out}/run_tracecov.log"
     mkdir -p "${RESULTS}/advisor_${setting}"
     cp "${out}"/tracecov_*.json "${out}"/tracecov_*.csv "${out}/run_tracecov.log" "${RESULTS}/advisor_${setting}/"
     "${PY}" -m grpo_mse.figures.k_validation predict "${out}"/tracecov_*[0-9].json --name "${setting}" \

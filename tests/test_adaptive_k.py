@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -358,3 +359,48 @@ def test_k_validation_adaptive_stage_refuses_bad_settings_before_writing(tmp_pat
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
+
+
+def test_adaptive_k_follows_the_estimator_the_run_trains_with():
+    """Std-normalised training (TRL's default) steers by std-GRPO's measured curve, never by GRPO's constants;
+    a curve without a usable point argmin keeps K."""
+    from grpo_mse.training import trl_train
+
+    per_k = {str(k): {"error": {"estimate": 1.0 + k}} for k in (2, 8)} | {"4": {"error": {"estimate": 2.0}}}
+    curve = {"estimator": "grpo_std", "K": [2, 4, 8], "K_best_point": 4, "per_K": per_k, "identified": False}
+    advice = {**fake_advice(2), "estimator": "grpo_std", "measured_curve": curve}
+    assert adaptive_k.chosen_k(advice, 8) == 4  # not GRPO's K_best = 2
+    negative = {"per_K": {**per_k, "4": {"error": {"estimate": -0.5}}}}
+    for broken in ({"K_best_point": None}, {"K_best_point": 16}, {"K_best_point": True}, {"K": None}, negative):
+        assert adaptive_k.chosen_k({**advice, "measured_curve": {**curve, **broken}}, 8) == 8
+    assert adaptive_k.chosen_k({**advice, "measured_curve": None}, 8) == 8
+    assert adaptive_k.advice_metrics(advice, 4)["adaptive_k/std_identified"] == 0.0
+    assert trl_train.advisor_estimator(SimpleNamespace(norm_adv_by_std=True)) == "grpo_std"  # TRL's default
+    assert trl_train.advisor_estimator(SimpleNamespace(norm_adv_by_std=False)) == "grpo"
+
+
+def test_the_advisor_measures_std_grpo_for_a_std_normalised_run():
+    """estimate(..., estimator="grpo_std") on the tiny policy: the advice names the estimator and carries the
+    measured curve at every allowed K; the K chosen is one it measured, or the current one."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_mse.builtin.arithmetic import make_rows
+
+    model = AutoModelForCausalLM.from_pretrained(BUILTIN_POLICY)
+    tokenizer = AutoTokenizer.from_pretrained(BUILTIN_POLICY)
+    rows = [{key: r[key] for key in ("prompt", "ground_truth")} for r in make_rows(4, seed=3)]
+    advice = adaptive_k.estimate(
+        model,
+        tokenizer,
+        rows,
+        k_list=[2, 4],
+        budget=32,
+        M=2,
+        n_oracle=16,
+        temperature=1.0,
+        max_new_tokens=6,
+        seed=0,
+        estimator="grpo_std",
+    )
+    assert advice["estimator"] == "grpo_std" and advice["measured_curve"]["K"] == [2, 4]
+    assert adaptive_k.chosen_k(advice, 8) in (2, 4, 8)

@@ -302,6 +302,14 @@ CASES = [
     ),
     Case("oracle --limit 0", oracle("--limit", "0"), "--limit must be >= 1", setup=(table(),)),
     Case("oracle --limit -1", oracle("--limit", "-1"), "--limit must be >= 1", setup=(table(),)),
+    Case("oracle --sample 0", oracle("--sample", "0"), "--sample must be >= 1", setup=(table(),)),
+    Case("oracle --sample --limit", oracle("--sample", "2", "--limit", "3"), "use one", setup=(table(),)),
+    Case(
+        "tracecov --advisor_estimator grpo_std untraced",
+        tracecov("--advisor_estimator", "grpo_std"),
+        "add grpo_std to --estimators",
+        setup=(table(),),
+    ),
     # one line instead of a traceback
     Case("--gen_bs 0", tracecov("--gen_bs", "0"), "--gen_bs must be >= 1", setup=(table(),)),
     Case("--c1_batch 0", tracecov("--c1_batch", "0"), "--c1_batch must be >= 1", setup=(table(),)),

@@ -241,6 +241,15 @@ def test_cli_summarize_two_settings_compares_them(tmp_path):
     done = run_cli("summarize", *_two_settings("a", "a"), "--out_dir", "out2", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error:") and "repeat" in done.stderr
     assert not (tmp_path / "out2").exists()
+    assert "protocol_commit" not in summary
+    done = run_cli(
+        "summarize", *_two_settings("a", "b"), "--out_dir", "out3", "--protocol_commit", "4cb6f9c", cwd=tmp_path
+    )
+    assert json.loads((tmp_path / "out3" / "summary.json").read_text())["protocol_commit"] == "4cb6f9c"
+    done = run_cli(
+        "summarize", *_two_settings("a", "b"), "--out_dir", "out4", "--protocol_commit", "HEAD", cwd=tmp_path
+    )
+    assert done.returncode == 2 and "give a git commit hash" in done.stderr and not (tmp_path / "out4").exists()
 
 
 @pytest.mark.parametrize(
@@ -317,3 +326,56 @@ def test_script_never_writes_the_committed_results_by_default(tmp_path):
         assert not (tmp_path / "work").exists()
     after = subprocess.run(["git", "status", "--porcelain", "results"], cwd=root, capture_output=True, text=True)
     assert after.stdout == before.stdout
+
+
+@pytest.mark.parametrize("split, expected", [(None, "train.parquet"), ("test", "test.parquet")])
+def test_advisor_prompts_are_a_seeded_sample_of_the_training_set(tmp_path, split, expected):
+    """Issue 27 item 3: the advisor's oracle table is a random sample (--sample T --seed S) of the setting's
+    training set by default, not the first held-out rows. A stand-in python logs each command (the stage stops
+    when no run file appears)."""
+    root = Path(__file__).resolve().parents[1]
+    log = tmp_path / "commands.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n')
+    fake.chmod(0o755)
+    env = {
+        **os.environ,
+        "KVAL_PYTHON": str(fake),
+        "KVAL_WORK": str(tmp_path / "work"),
+        "KVAL_RESULTS": str(tmp_path / "results"),
+        "KVAL_SETTINGS": "train_mixed",
+        "KVAL_STAGES": "advisor",
+        "KVAL_ADVISOR_SEED": "7",
+        **({"KVAL_ADVISOR_SPLIT": split} if split else {}),
+    }
+    subprocess.run(["bash", str(root / "scripts" / "k_validation.sh")], env=env, capture_output=True, timeout=60)
+    (oracle,) = [line for line in log.read_text().splitlines() if "calculate_oracle_v.py" in line]
+    assert f"data_mixed/{expected} " in oracle and "--sample 48 --seed 7 " in oracle and "--limit" not in oracle
+    (advisor,) = [line for line in log.read_text().splitlines() if "run_tracecov.py" in line]
+    assert "--estimators grpo oracleV grpo_std --advisor_estimator grpo_std" in advisor  # TRL's estimator
+
+
+def test_script_refuses_a_bad_advisor_split(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KVAL_WORK": str(tmp_path / "w"), "KVAL_RESULTS": str(tmp_path / "r")}
+    done = subprocess.run(
+        ["bash", str(root / "scripts" / "k_validation.sh")],
+        env={**env, "KVAL_ADVISOR_SPLIT": "valid"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "KVAL_ADVISOR_SPLIT=valid: use train or test" in done.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_prediction_carries_the_measured_std_grpo_best_k_only_where_identified():
+    run = advisor_run()
+    assert kv.predict(run, "s", written_at="t")["estimator"] == "grpo"
+    curve = {"estimator": "grpo_std", "K": [2, 4], "K_best": 4, "identified": True, "message": "best measured K = 4"}
+    run["group_size_advisor"]["measured_curve"] = curve
+    pred = kv.predict(run, "s", written_at="t")
+    assert (pred["estimator"], pred["measured_K_best"]) == ("grpo_std", 4)
+    for unidentified in ({"identified": False, "K_best": None}, {"identified": "yes"}, {"identified": None}):
+        run["group_size_advisor"]["measured_curve"] = {**curve, **unidentified}
+        assert kv.predict(run, "s", written_at="t")["measured_K_best"] is None

@@ -625,9 +625,14 @@ def describe(advice: dict) -> str:
         best = f"best K in {advice['allowed_K']} = {now['K_best']} ({now['message'].split('; ', 1)[-1]})"
     else:
         best = f"K in {advice['allowed_K']}: {now['message']}"
+    measured = ""
+    if advice.get("measured_curve"):
+        from grpo_mse.analysis.measured_curve import describe as describe_curve
+
+        measured = "\n" + describe_curve(advice["measured_curve"])
     return (
         f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
         f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
         f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
-        f"  {stars};\n  {best}" + slope_line + calibration_line(calibration)
+        f"  {stars};\n  {best}" + slope_line + calibration_line(calibration) + measured
     )

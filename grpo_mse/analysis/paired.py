@@ -19,9 +19,10 @@ import sys
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis.advisor import advise, column, prompt_columns, rounded
+from grpo_mse.analysis.advisor import advise, column, json_value, prompt_columns, rounded
+from grpo_mse.analysis.measured_curve import measured_curve
 from grpo_mse.errors import DataError
-from grpo_mse.gradients.estimators import GRPO_STD, ORACLE
+from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE
 from grpo_mse.tables.validate import whole
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
@@ -193,8 +194,10 @@ def run_statistics(
     with_advisor: bool = True,
     budget: int = 1024,
     allowed=None,
+    advisor_estimator: str = GRPO,
 ) -> dict:
-    """{"paired": paired_summary, "group_size_advisor": advise} from ONE set of bootstrap replicates."""
+    """{"paired": paired_summary, "group_size_advisor": advise} from ONE set of bootstrap replicates; with
+    ``advisor_estimator`` grpo_std the advice also holds std-GRPO's ``measured_curve``."""
     prompts, _ = prompt_columns({k: records_by_k[k] for k in k_list})
     weights = bs.prompt_weights(len(prompts), n_boot, seed)
     out = {"paired": paired_summary(records_by_k, k_list, names, weights)}
@@ -202,6 +205,11 @@ def run_statistics(
         print("note: the group-size advisor needs 2 or more prompts (--T 2+); skipped", file=sys.stderr)
     elif with_advisor:
         out["group_size_advisor"] = advise(records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights)
+        out["group_size_advisor"]["estimator"] = advisor_estimator
+        if advisor_estimator == GRPO_STD:
+            out["group_size_advisor"]["measured_curve"] = json_value(
+                measured_curve(records_by_k, batches_by_k, budget, allowed, weights)
+            )
     return out
 
 

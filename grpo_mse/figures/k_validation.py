@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -88,6 +89,20 @@ def predict(run: dict, name: str, written_at: str | None = None) -> dict:
         "c_ci95": {c: ci.get(c) for c in ("c1", "c2", "c3")},
         "budget": adv.get("budget"),
         "written_at": written_at or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **measured_prediction(adv),
+    }
+
+
+def measured_prediction(adv: dict) -> dict:
+    """For advice on std-normalised GRPO: {"estimator", "measured_K_best" (null unless its intervals identify
+    it), "measured_message"}; {"estimator": "grpo"} otherwise."""
+    curve = adv.get("measured_curve")
+    if not isinstance(curve, dict):
+        return {"estimator": adv.get("estimator", "grpo")}
+    return {
+        "estimator": curve.get("estimator"),
+        "measured_K_best": curve.get("K_best") if curve.get("identified") is True else None,
+        "measured_message": curve.get("message"),
     }
 
 
@@ -522,6 +537,11 @@ def main(argv=None) -> None:
     )
     s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
     s.add_argument("--out_dir", required=True)
+    s.add_argument(
+        "--protocol_commit",
+        default=None,
+        help="git hash of the commit holding the protocol the sweep followed (recorded in summary.json)",
+    )
     s = sub.add_parser("adaptive", help="adaptive-K runs against the fixed-K sweep: summary JSON, choices CSV, figure")
     s.add_argument("adaptive_csv")
     s.add_argument("sweep_csv")
@@ -568,6 +588,10 @@ def main(argv=None) -> None:
     else:
         from grpo_mse.figures.training import read_training
 
+        cli.require(
+            args.protocol_commit is None or re.fullmatch(r"[0-9a-f]{7,40}", args.protocol_commit) is not None,
+            f"--protocol_commit {args.protocol_commit!r}: give a git commit hash (7 to 40 hex digits)",
+        )
         settings, draws = [], []
         names = [setting[0] for setting in args.setting]
         cli.require(len(set(names)) == len(names), f"--setting names repeat: {names}")
@@ -601,7 +625,14 @@ def main(argv=None) -> None:
             plot_settings(settings, os.path.join(args.out_dir, "sweep_settings.png"))
         write_atomic(
             os.path.join(args.out_dir, "summary.json"),
-            to_json({"settings": settings, "comparisons": comparisons}, indent=1),
+            to_json(
+                {
+                    "settings": settings,
+                    "comparisons": comparisons,
+                    **({"protocol_commit": args.protocol_commit} if args.protocol_commit else {}),
+                },
+                indent=1,
+            ),
         )
 
 

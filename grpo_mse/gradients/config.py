@@ -17,7 +17,7 @@ from grpo_mse import cli
 from grpo_mse.cli import require
 from grpo_mse.flags import Flags, option  # noqa: F401 - option is also imported from here
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
-from grpo_mse.gradients.estimators import GRPO, ORACLE, UNBIASED
+from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, UNBIASED
 from grpo_mse.policy.vllm_sampler import check_backend
 
 ENGINES = ("fast", "reference")
@@ -86,6 +86,12 @@ class OracleConfig(ModelConfig):
     seed: int = option(0, type=int, help="random seed (sample j of row i uses stream (seed, key_i, j))")
     out_dir: str = option("oracle_v_results", help="output folder of the JSONL table")
     limit: int | None = option(None, type=int, help="only the first N rows")
+    sample: int | None = option(
+        None,
+        type=int,
+        help="a random sample of N rows drawn with --seed instead of all (e.g. an advisor's prompts from a "
+        "training set; not with --limit)",
+    )
     resume: bool = option(
         False, help="continue the newest file in --out_dir with equal settings (docs/safety.md), skipping done ids"
     )
@@ -105,6 +111,7 @@ class OracleConfig(ModelConfig):
         "max_new_tokens",
         "dtype",
         "backend",
+        "sample",
     )
 
     def __post_init__(self) -> None:
@@ -113,6 +120,9 @@ class OracleConfig(ModelConfig):
         require(self.batch_size >= 1, f"--batch_size must be >= 1 (got {self.batch_size})")
         if self.limit is not None:
             cli.check_range("--limit", self.limit, minimum=1)
+        if self.sample is not None:
+            cli.check_range("--sample", self.sample, minimum=1)
+            require(self.limit is None, "--sample and --limit both select rows; use one")
         cli.writable_dir(self.out_dir, "--out_dir")
 
 
@@ -192,6 +202,12 @@ class TracecovConfig(ModelConfig):
         help="score of log pi_T, untruncated (the original's), or of the distribution "
         "sampled (temperature and renormalised top_p nucleus)",
     )
+    advisor_estimator: str = option(
+        GRPO,
+        choices=(GRPO, GRPO_STD),
+        help="advisor: the estimator training uses; grpo (the paper's: c1, c2, c3 and K*) or grpo_std (TRL's and "
+        "VERL's default: its budgeted error measured at each K, no decomposition; needs grpo_std in --estimators)",
+    )
     budget: int = option(1024, type=int, help="advisor: sequences per step N (the best allowed K divides it)")
     allowed_K: list[int] | None = option(
         None,
@@ -232,6 +248,10 @@ class TracecovConfig(ModelConfig):
             "would be empty; use --c1_batch 2 or more, or --no_advisor",
         )
         require(self.skip_plot or bool(self.plot_path), "--plot_path is required unless --skip_plot")
+        require(
+            self.advisor_estimator != GRPO_STD or self.no_advisor or GRPO_STD in self.estimators,
+            "--advisor_estimator grpo_std measures the std-normalised estimator: add grpo_std to --estimators",
+        )
         for flag, minimum in (("gen_bs", 1), ("subsample_prompts", 1)):
             if getattr(self, flag) is not None:
                 cli.check_range(f"--{flag}", getattr(self, flag), minimum=minimum)
@@ -244,3 +264,9 @@ class TracecovConfig(ModelConfig):
     def with_advisor(self) -> bool:
         """The group-size advisor runs unless switched off; it needs the grpo and oracleV traces."""
         return not self.no_advisor and {GRPO, ORACLE} <= set(self.estimators)
+
+    @property
+    def c1_copies(self) -> int:
+        """Mean gradients a c1 batch holds per prompt: the oracle's, and with --advisor_estimator grpo_std also
+        std-GRPO's and its difference from its own target (measured_curve)."""
+        return 3 if self.with_advisor and self.advisor_estimator == GRPO_STD else 1

@@ -20,7 +20,7 @@ from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.policy.vllm_sampler import make_vllm
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.runs.folder import RunFolder, lock
-from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys
+from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys, selection
 from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, to_json, wilson_interval, write_atomic
 from grpo_mse.tables.resume import fingerprint
 from grpo_mse.tables.validate import check_answers, check_prompt_lengths, check_prompts, model_positions
@@ -79,6 +79,8 @@ class OracleRun:
     def start(cls, config: OracleConfig) -> OracleRun:
         rank, world, device = dist.init_from_env(config.device)
         rows = load_rows(config.dataset, config.split)[: config.limit]
+        if config.sample is not None:  # a seeded random sample of the rows (inputs.selection's subsample)
+            rows = [rows[i] for i in selection(len(rows), len(rows), config.seed, config.sample)]
         check_prompts(rows, config.dataset)
         check_answers(rows, config.dataset)
         keys = row_keys(rows)

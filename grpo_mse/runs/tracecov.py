@@ -13,11 +13,11 @@ import torch
 
 from grpo_mse import cli
 from grpo_mse import distributed as dist
-from grpo_mse.analysis import advisor, paired
+from grpo_mse.analysis import advisor, measured_curve, paired
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.config import TracecovConfig
-from grpo_mse.gradients.engine import PromptStats, prompt_traces
+from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
 from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, c1_memory
@@ -114,6 +114,20 @@ def score_fields(stats: PromptStats, row: dict) -> dict:
     return fields
 
 
+C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, std-GRPO's and its bias' mean gradients
+
+
+def c1_vectors(stats: PromptStats, record: dict) -> list[tuple[list, float]]:
+    """(mean gradient over the M groups, trace of one group's estimate) for c1 and the measured curve: the
+    oracle's; std-GRPO's (when traced); and x_std - x_oracle / sqrt(V (1 - V)), whose mean estimates std-GRPO's
+    bias against its own target g / sqrt(V (1 - V)) (for a prompt with V_hat 0 or 1 the target is 0: x_std)."""
+    out = [(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE])]
+    if est.GRPO_STD in stats.accumulators:
+        own = stats.accumulators.get(OWN, stats.accumulators[est.GRPO_STD])
+        out += [(stats.accumulators[est.GRPO_STD].mean(), record["tr_cov"][est.GRPO_STD]), (own.mean(), own.trace())]
+    return out
+
+
 def progress_paths(base: str) -> list[str]:
     return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
 
@@ -151,9 +165,10 @@ def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
 
 def c1_memory_line(params, config: TracecovConfig, base: str) -> str:
     """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``)."""
-    plan, gb = c1_memory(params, config.c1_batch, C1_HOST_BYTES), 1e9
+    copies = config.c1_copies
+    plan, gb = c1_memory(params, config.c1_batch * copies, C1_HOST_BYTES), 1e9
     line = (
-        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of --c1_batch "
+        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x --c1_batch "
         f"{config.c1_batch} mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most "
         f"{C1_HOST_BYTES / 2**30:g} GiB)"
     )
@@ -182,14 +197,16 @@ def check_memory(params, config: TracecovConfig, device: str) -> None:
 def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
     """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
     the free disk under --save_json; it names the largest --c1_batch that fits."""
-    plan = c1_memory(params, batch, C1_HOST_BYTES)
+    copies = config.c1_copies  # mean gradients per prompt (--advisor_estimator grpo_std keeps three)
+    plan = c1_memory(params, batch * copies, C1_HOST_BYTES)
     if not plan["disk_bytes"]:
         return
     where = existing_parent(config.save_json)
     free = shutil.disk_usage(where).free
     if plan["disk_bytes"] <= free:
         return
-    fitting = c1_batch_that_fits(params, batch, free, host_available())
+    fitting = (c1_batch_that_fits(params, batch * copies, free, host_available()) or 0) // copies
+    fitting = fitting if fitting >= 2 else None
     advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
     raise UsageError(
         f"--c1_batch {config.c1_batch}: c1 would write {plan['disk_bytes'] / 1e9:.3g} GB of mean gradients under "
@@ -395,26 +412,39 @@ class TracecovRun:
         evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
         """
         config = self.config
-        need_c1 = config.with_advisor and len(indices) >= 2 and (k, tuple(indices)) not in self.batches
-        spill = f"{self.base}.c1.rank{self.rank}" if self.base else None  # mean gradients beyond C1_HOST_BYTES
-        c1 = BetweenPromptBatch(spill, C1_HOST_BYTES) if need_c1 else None
+        saved = self.batches.get((k, tuple(indices)))
+        need_c1 = (
+            config.with_advisor
+            and len(indices) >= 2
+            and (saved is None or (config.c1_copies > 1 and "estimator_grams" not in saved))
+        )
+        copies = config.c1_copies
+        # mean gradients beyond C1_HOST_BYTES (shared by the batches) go to files in the run folder
+        spills = [f"{self.base}.{label}.rank{self.rank}" if self.base else None for label in C1_FILES[:copies]]
+        batches = [BetweenPromptBatch(spill, C1_HOST_BYTES // copies) for spill in spills] if need_c1 else []
         try:
             for index in indices:
-                if c1 is not None or (k, index) not in self.done:
+                if batches or (k, index) not in self.done:
                     record, stats = self.evaluate_prompt(index, k)
                     if (k, index) not in self.done:
                         self.append(record)
                         self.done[(k, index)] = record
-                    if c1 is not None:
-                        c1.add(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE], config.M, index)
+                    for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
+                        batch.add(mean, trace, config.M, index)
                 if on_prompt:
                     on_prompt()
-            if c1 is not None:
-                self.batches[(k, tuple(indices))] = {"c1_batch": batch_id, "K": k, **c1.result()}
-                self.append(self.batches[(k, tuple(indices))])
+            if batches:
+                entry = {"c1_batch": batch_id, "K": k, **batches[0].result()}
+                if copies > 1:  # std-GRPO's mean gradients and their difference from its own target
+                    entry["estimator_grams"] = {
+                        name: {key: value for key, value in batch.result().items() if key in ("gram", "within_each")}
+                        for name, batch in zip((est.GRPO_STD, measured_curve.BIAS_GRAM), batches[1:])
+                    }
+                self.batches[(k, tuple(indices))] = entry
+                self.append(entry)
         finally:  # an interrupted batch is evaluated whole on resume: its mean gradients' files are not kept
-            if c1 is not None:
-                c1.discard()
+            for batch in batches:
+                batch.discard()
 
     def evaluate_prompt(self, index: int, k: int) -> tuple[dict, PromptStats]:
         """Sample M*K continuations of row ``index``, score them; return its record (tr_cov per estimator) and stats.
@@ -488,6 +518,7 @@ class TracecovRun:
                 with_advisor=config.with_advisor,
                 budget=config.budget,
                 allowed=config.allowed_K,
+                advisor_estimator=config.advisor_estimator,
             )
         )
         write_json(f"{base}.json", result)
@@ -505,7 +536,8 @@ class TracecovRun:
         lock and the process group."""
         dist.barrier()
         if self.rank == 0:
-            for path in progress_paths(self.base) + glob.glob(glob.escape(self.base) + ".c1.rank*.bin"):
+            spilled = [path for label in C1_FILES for path in glob.glob(f"{glob.escape(self.base)}.{label}.rank*.bin")]
+            for path in progress_paths(self.base) + spilled:
                 os.remove(path)
         if self.lock is not None:
             self.lock.close()

@@ -14,10 +14,13 @@ How a step changes K without touching TRL's loop (``AdaptiveKTrainer``):
 - ``AdaptiveKCallback`` sets K at the start of training and at the end of every ``every``-th step (before the
   next step's generation), and logs the advisor's answer; TRL logs the K in force as ``trl/group_size``.
 
-Which K: the argmin over the allowed K of the exact budgeted error c1 K + c3/(K - 1) at the advisor's point
-estimates (``pooled.K_best``) when c1 and c3 are finite and > 0, whether or not their intervals identify it (the
-``adaptive_k/identified`` metric says which); when c1 or c3 is undefined, infinite or <= 0, or the point
-estimates tie, K stays (no K from constants that name none).
+Which K, for the estimator the run trains with: for the paper's GRPO (``--no-norm_adv_by_std``) the argmin over
+the allowed K of the exact budgeted error c1 K + c3/(K - 1) at the advisor's point estimates (``pooled.K_best``)
+when c1 and c3 are finite and > 0, whether or not their intervals identify it (the ``adaptive_k/identified``
+metric says which); when c1 or c3 is undefined, infinite or <= 0, or the point estimates tie, K stays (no K from
+constants that name none). For std-normalised GRPO (TRL's default, ``scale_rewards="group"``) the argmin of its
+budgeted error measured at each allowed K (``measured_curve.K_best_point``; K stays when an error is undefined
+or the smallest is not > 0).
 """
 
 from __future__ import annotations
@@ -99,11 +102,14 @@ def estimate(
     temperature: float,
     max_new_tokens: int,
     seed: int,
+    estimator: str = "grpo",
 ) -> dict:
     """The group-size advisor (``advise``'s JSON) of ``model`` on ``rows``: the oracle run then the tracecov run,
     on a saved copy of the policy in a temporary folder (removed after), leaving the global random streams
-    as they were. Sampling at ``temperature`` and top-p 1 (the TRL rollouts), scores of the same law."""
+    as they were. Sampling at ``temperature`` and top-p 1 (the TRL rollouts), scores of the same law.
+    ``estimator`` grpo_std also measures std-normalised GRPO's budgeted error at each K (``measured_curve``)."""
     from grpo_mse.gradients.config import OracleConfig, TracecovConfig
+    from grpo_mse.gradients.estimators import GRPO_STD, UNBIASED
     from grpo_mse.runs.oracle import run_oracle
     from grpo_mse.runs.tracecov import run_tracecov
     from grpo_mse.tables.outputs import to_json
@@ -133,6 +139,8 @@ def estimate(
                 skip_plot=True,
                 budget=budget,
                 allowed_K=list(k_list),
+                estimators=[*UNBIASED, GRPO_STD] if estimator == GRPO_STD else list(UNBIASED),
+                advisor_estimator=estimator,
             )
         )
         return outcome["result"]["group_size_advisor"]
@@ -141,9 +149,18 @@ def estimate(
 def chosen_k(advice: dict, current: int) -> int:
     """The argmin over the allowed K of c1 K + c3/(K - 1) at the advisor's point estimates (``pooled.K_best``)
     when c1 and c3 are finite and > 0; ``current`` otherwise (undefined, infinite, <= 0 or tied: no K from
-    constants that name none)."""
+    constants that name none). Advice on std-normalised GRPO: its measured curve's point argmin
+    (``K_best_point``, a K it measured) when that error is > 0, else ``current``."""
     from grpo_mse.analysis.advisor import number
 
+    curve = advice.get("measured_curve")
+    if advice.get("estimator") == "grpo_std":
+        curve = curve if isinstance(curve, dict) else {}
+        best, measured = curve.get("K_best_point"), curve.get("K") or []
+        if not (isinstance(best, int) and not isinstance(best, bool) and best in measured):
+            return current
+        error = ((curve.get("per_K") or {}).get(str(best)) or {}).get("error") or {}
+        return best if number(error.get("estimate")) > 0 else current  # below 0: noise, no K
     pooled = advice.get("pooled") or {}
     try:
         c1, c3, best = (number(pooled.get(name)) for name in ("c1", "c3", "K_best"))
@@ -160,6 +177,9 @@ def advice_metrics(advice: dict, k: int) -> dict:
 
     pooled, now = advice.get("pooled") or {}, advice_status(advice)
     metrics = {"adaptive_k/K": float(k), "adaptive_k/identified": float(now["identified"])}
+    curve = advice.get("measured_curve")
+    if isinstance(curve, dict):  # std-normalised GRPO: whether its measured curve's intervals identify the K
+        metrics["adaptive_k/std_identified"] = float(curve.get("identified") is True)
     for name in ("c1", "c2", "c3"):
         value = pooled.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):

@@ -192,6 +192,13 @@ def make_callback(logger: RunLogger, evaluate, test_freq: int):
     return VerlStyleLog()
 
 
+def advisor_estimator(args: TrlTrainConfig) -> str:
+    """The estimator the advisor models for this run: std-normalised GRPO (``scale_rewards="group"``) unless
+    ``--no-norm_adv_by_std``; then the paper's GRPO (TRL's unnormalised advantage is (K-1)/K times its weights:
+    the same direction, a step (K-1)/K as long)."""
+    return "grpo_std" if args.norm_adv_by_std else "grpo"
+
+
 def adaptive_callback(args: TrlTrainConfig, train_rows: list[dict], tokenizer, publish):
     """Adaptive K's callback: the advisor on ``--adaptive_k_T`` fixed training rows, each re-estimate printed."""
     rows = [train_rows[i] for i in adaptive_k.advisor_prompts(len(train_rows), args.adaptive_k_T, args.seed)]
@@ -209,13 +216,12 @@ def adaptive_callback(args: TrlTrainConfig, train_rows: list[dict], tokenizer, p
             temperature=args.temperature,
             max_new_tokens=args.max_response_length,
             seed=args.seed * 1000 + count[0],  # fresh samples at every re-estimate
+            estimator=advisor_estimator(args),
         )
         count[0] += 1
         k = adaptive_k.chosen_k(advice, callback.trainer.group_size)
-        print(
-            f"[adaptive_k] {(advice.get('recommendation') or {}).get('message', 'no recommendation')} -> K = {k}",
-            flush=True,
-        )
+        said = advice.get("measured_curve") or advice.get("recommendation") or {}
+        print(f"[adaptive_k] {said.get('message', 'no recommendation')} -> K = {k}", flush=True)
         return k, adaptive_k.advice_metrics(advice, k)
 
     callback = adaptive_k.make_callback(advise, args.adaptive_k_every, publish)

@@ -1,0 +1,121 @@
+"""The budgeted error of std-normalised GRPO, measured at each K (the U-statistic decomposition does not apply).
+
+At a budget of N sequences per step, B = N/K prompts, one group each, the step is g_hat = (1/B) sum_b X_b with X
+the std-normalised estimate of one group. Against std-GRPO's own target T = E_X t(X), t(x) = g(x)/sqrt(V(1-V))
+(the direction it follows as K grows; docs/statistics.md), exactly
+
+    E||g_hat - T||^2 = (K/N) (E_X tr Cov(X | x) + Var_X m(X)) + ||E_X d(X)||^2,   m = E[X | x], d = m - t,
+
+the variance of a mean of B independent prompts' estimates plus the squared bias, which no budget averages away.
+Per K: E_X tr Cov from the records; Var_X m = c1 of std-GRPO's per-prompt mean gradients (``advisor.batch_c1``
+on their Gram matrix, as c1 from the oracle's); ||E_X d||^2 the mean over within-batch pairs i != j of
+<d_hat_i, d_hat_j> (unbiased: different prompts' estimates are independent). The best K is the argmin over the
+measured K that divide N, with joint-bootstrap intervals for each K's error relative to the best one's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grpo_mse.analysis import advisor
+from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.gradients.estimators import GRPO_STD
+
+BIAS_GRAM = "grpo_std-bias"  # estimator_grams key of d_hat = x_std - x_oracle / sqrt(V (1 - V)) per prompt
+
+
+def grams_of(batches: list[dict], name: str) -> list[dict]:
+    """The c1 batches with the Gram matrix of estimator ``name``'s per-prompt means (``estimator_grams``) in
+    place of the oracle's, in the shape ``advisor.batch_c1`` reads; [] unless every batch holds it."""
+    if not batches or any(name not in (b.get("estimator_grams") or {}) for b in batches):
+        return []
+    return [{**b, **b["estimator_grams"][name]} for b in batches]
+
+
+def pair_mean(weights: np.ndarray, batches: list[dict], position: dict) -> np.ndarray:
+    """[R] the weighted mean over within-batch pairs i != j of the Gram entries <v_i, v_j> (the diagonal
+    unused): ``advisor.batch_c1`` is (diagonal less within_each) minus this mean, so with within_each set to
+    the diagonal it is exactly minus this mean."""
+    zeroed = [{**b, "within_each": list(np.diag(np.asarray(b["gram"], dtype=np.float64)))} for b in batches]
+    return -advisor.batch_c1(weights, zeroed, position)
+
+
+def error_at(records, batches, k: int, budget: int, position: dict, weights: np.ndarray) -> dict | None:
+    """[R] arrays {"variance", "bias2", "error"} of std-GRPO's budgeted error at K; None without the grams."""
+    std, own = grams_of(batches, GRPO_STD), grams_of(batches, BIAS_GRAM)
+    if not std or not own:
+        return None
+    trace = bs.weighted_mean(weights, advisor.column(records, position, lambda r: r["tr_cov"][GRPO_STD]))
+    variance = k / budget * (advisor.batch_c1(weights, std, position) + trace)
+    bias2 = pair_mean(weights, own, position)
+    return {"variance": variance, "bias2": bias2, "error": variance + bias2}
+
+
+def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed, weights: np.ndarray) -> dict:
+    """Std-GRPO's budgeted error at each measured K with 95% BCa intervals, the best K over those that divide N
+    (``allowed`` when given), its bootstrap frequency, and whether its intervals identify it."""
+    prompts, position = advisor.prompt_columns(records_by_k)
+    measured = {}
+    for k in sorted(records_by_k):
+        curve = error_at(records_by_k[k], batches_by_k.get(k, []), k, budget, position, weights)
+        if curve is not None and budget % k == 0 and (not allowed or k in allowed):
+            measured[k] = curve
+    if not measured:
+        return {"estimator": GRPO_STD, "K": [], "message": "no measured K divides the budget (or no std grams)"}
+    ks = sorted(measured)
+    errors = np.stack([measured[k]["error"] for k in ks], axis=1)  # [R, n_K]
+    n_boot = bs.n_boot_of(weights)
+    argmin = np.argmin(np.where(np.isnan(errors), np.inf, errors), axis=1)  # a replicate with a nan error: none
+    picks = np.where(np.isnan(errors).any(1), np.nan, np.asarray(ks, dtype=np.float64)[argmin])
+    best = int(picks[0]) if np.isfinite(picks[0]) else None
+    positive = best is not None and bool(errors[0, ks.index(best)] > 0)  # an unbiased estimate may fall below 0
+    relative, identified = {}, positive
+    for i, k in enumerate(ks):
+        if not positive:
+            break
+        low = errors[:, ks.index(best)]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(low > 0, errors[:, i] / np.where(low > 0, low, 1.0), np.nan)
+        relative[str(k)] = bs.summarise(ratio, weights)
+        low = (relative[str(k)]["ci95"] or [np.nan])[0]
+        identified = identified and (k == best or bool(low > 1))
+    frequency = {str(k): float(np.mean(picks[1 : 1 + n_boot] == k)) for k in ks}
+    if best is None:
+        message = "best K not identified: an error is undefined"
+    elif not positive:
+        message = f"best K not identified: the smallest measured error (K = {best}) is not positive (noise)"
+    elif identified:
+        message = f"best measured K = {best} (every other measured K's error is larger, 95% intervals above 1)"
+    else:
+        close = [k for k in ks if k != best and not (relative[str(k)]["ci95"] or [0])[0] > 1]
+        message = f"best measured K not identified: K = {best} by the point estimates, not separated from K in {close}"
+    return {
+        "estimator": GRPO_STD,
+        "K": ks,
+        "per_K": {
+            str(k): {part: bs.summarise(measured[k][part], weights) for part in ("error", "variance", "bias2")}
+            for k in ks
+        },
+        "K_best": best if identified else None,
+        "K_best_point": best,
+        "K_best_frequency": frequency,
+        "error_over_best": relative,
+        "identified": identified,
+        "message": message,
+        "note": __doc__.split("\n\n")[1].replace("\n", " "),
+    }
+
+
+def describe(curve: dict) -> str:
+    """Printout lines: the measured error at each K with its interval, then the best K or why none."""
+    if not curve.get("K"):
+        return f"  std-normalised GRPO (measured at each K): {curve.get('message')}"
+    parts = []
+    for k in curve["K"]:
+        e = curve["per_K"][str(k)]["error"]
+        low, high = e["ci95"] or (None, None)
+        parts.append(f"K={k}: {advisor.rounded(e['estimate'])} [{advisor.rounded(low)}, {advisor.rounded(high)}]")
+    return (
+        "  std-normalised GRPO, the run's estimator (budgeted error against its own target, measured at each K; "
+        "no decomposition):\n    " + ", ".join(parts) + f"\n    {curve['message']}"
+    )
