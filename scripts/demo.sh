@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The built-in CPU demo, into outputs/demo/: for each built-in policy, arithmetic data -> oracle V -> trace of
-# covariance -> the Assumption-2 diagnostic; then Figure 4 with both. The paper-regime policy (assets/paper_policy,
-# its responses carry a lead-in of random words before the answer, like an LLM's phrasing) and the tiny policy
-# (assets/tiny_policy, a few confident digits: the counter-example where the paper's Assumption 2 fails) run side by
-# side, one core each.
+# covariance -> the Assumption-2 diagnostic; then Figure 4 with both. The paper-regime policy (assets/paper_policy:
+# a lead-in of random words before the answer, and errors that are sampled slips of moderate probability, like an
+# LLM's) and the tiny policy (assets/tiny_policy, a few confident digits: the counter-example where the paper's
+# Assumption 2 fails) run side by side, one core each.
 # Usage: bash scripts/demo.sh
 # Settings (environment): DEMO_OUT (output folder, outputs/demo; replaced only if a demo made it; the committed run is
 # results/demo, regenerated with DEMO_OUT=results/demo DEMO_OVERWRITE=1), DEMO_MODEL (hub id or folder; default
@@ -92,7 +92,7 @@ if [ "$PAPER" = 1 ]; then
   cat "$OUT/paper_regime.log"
   rm "$OUT/paper_regime.log"
   python plots/make_figures.py --tracecov "$OUT"/paper_regime/tracecov_*[0-9].json "$OUT"/tracecov_*[0-9].json \
-    --labels "paper_policy (lead-in + answer)" "tiny_policy (confident digits)" \
+    --labels "paper_policy (lead-in + slips: the paper's regime)" "tiny_policy (confident digits: the counter-example)" \
     --out_dir "$OUT" --name figure4
   python scripts/compare_baseline.py --diagnostics "$OUT"/paper_regime/baseline_diagnostic.json \
     "$OUT"/baseline_diagnostic.json --labels "paper regime" "tiny policy" --out "$OUT"/assumption2.md

@@ -7,28 +7,23 @@ form) are sampled with entropy whether or not the final answer is right, so corr
 have similar score norms. The tiny policy (assets/tiny_policy) answers with a few near-deterministic
 digits, so its correct answers carry almost no score norm and the assumption fails.
 
-Design, from that mechanism (chosen before any measurement, not tuned to a figure):
+Design, from that mechanism (docs/paper_regime.md records both designs and their runs):
 
-* **A lead-in of fixed token length before the answer**: ``LEAD_IN_WORDS`` words, each drawn uniformly
-  and independently from ``WORDS`` (each `` word`` is one token of the tiny policy's tokenizer: the
-  prompt's own vocabulary), then ``":"`` and the answer: ``" the final with each problem in ONLY and: 42"``.
-  Each lead-in token carries log 16 nats of entropy that does not depend on the prompt, so it cannot
-  decide correctness; because the
-  number of lead-in tokens never changes, the answer always starts at the same offset from the prompt
-  and its computation is not shifted (a prototype with variable-length phrases cut accuracy five-fold).
-* **Trained on correct answers of its task, same small model**: it starts from the tiny policy's weights
-  and tokenizer (0.27M parameters, so every gradient pass over all parameters stays cheap) and is
-  fine-tuned on the demo's own zero-shot problems (``make_rows(PROBLEMS, seed=0)`` =
-  data/arithmetic_zero_shot.jsonl) with their correct answers, each problem ``COPIES`` times with a
-  fresh lead-in (so no lead-in is tied to a problem), at a constant learning rate. The zero-shot
-  arithmetic is beyond this model's generalisation (the tiny policy's mean V is 0.18; a first build
-  on non-evaluation problems fell to V 0.03 with the lead-in), so the accuracy in the paper's range
-  (mean V about 0.3-0.6, spread over prompts) comes from having seen the task's problems, as an
-  instruction-tuned LLM has seen its task's distribution; the number of steps is the knob that sets
-  it (constant rate: ``--steps s`` reproduces step s of a longer run). V measures this policy on
-  these prompts, not generalisation: do not use it for held-out accuracy (the training demo's
-  held-out problems are these). docs/paper_regime.md records what was tried. A larger model was
-  priced out: ~2 s per training step on the shared 2-core CPU, and 4x the cost of every gradient run.
+* **A lead-in of fixed token length before the answer** (design 1, stage 1): ``LEAD_IN_WORDS`` words, each
+  drawn uniformly and independently from ``WORDS`` (each `` word`` one token of the tiny tokenizer), then
+  ``":"`` and the answer: ``" the final with each problem in ONLY and: 42"``. Each lead-in token carries
+  log 16 nats that cannot decide correctness; the answer starts at the same offset in every response.
+  Stage 1 fine-tunes the tiny policy on the demo's 500 zero-shot problems with correct answers
+  (``training_rows``, 600 steps): the model memorises its task's problems, as an instruction-tuned LLM has
+  seen its task's distribution (the tiny model does not generalise this arithmetic). V measures this policy on
+  these prompts, not generalisation.
+* **Errors as moderate-probability slips** (design 2, stage 2): design 1's wrong answers were rare, improbable
+  digits whose score norm, under a confident model, dwarfed the lead-in's. Stage 2 fine-tunes on the same
+  problems where each has a solve rate q ~ U(0.1, 0.9) and the other copies end in one slip answer (the
+  correct one +- 10, ``slip_plan``/``slip_rows``), so the policy errs by a sampled branch of probability ~1 - q,
+  the way an LLM's wrong answers are branches it takes on a fair share of its attempts. V's spread across
+  prompts (mean ~0.5) is set by the data. Stage 2 ran until >= 95% of sampled answers were correct or the
+  slip (1,600 steps).
 
 The policy was built to have this structure, so its agreement with the paper demonstrates the mechanism
 rather than confirming the paper independently.
