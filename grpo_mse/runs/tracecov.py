@@ -545,14 +545,16 @@ class TracecovRun:
 
 
 def summary_lines(result: dict) -> list[str]:
-    """What run_tracecov.py prints: each K's traces with 95% half-widths, the paired ratios, the advisor."""
+    """What run_tracecov.py prints: each K's MSE (tr Cov + bias², the quantity of the figure and the paired ratios;
+    tr Cov when the run has no bias) with 95% half-widths, the paired ratios, the advisor."""
     names, lines = list(result["conditional_on_x"]), []
+    mse, half_width = result["conditional_on_x"], result["ci95"]
+    if isinstance(result.get("mse"), dict) and set(result["mse"]) == set(names):
+        mse, half_width = result["mse"], result.get("mse_ci95", half_width)
+        lines.append("MSE = tr Cov + bias² (mean over prompts) ± 95% half-width:")
     for i, k in enumerate(result["K_list"]):
         lines.append(
-            f"K={k:4d}  "
-            + "  ".join(
-                f"{est.get(n).label}={result['conditional_on_x'][n][i]:.4g}±{result['ci95'][n][i]:.2g}" for n in names
-            )
+            f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={mse[n][i]:.4g}±{half_width[n][i]:.2g}" for n in names)
         )
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
