@@ -77,6 +77,7 @@ class TrlTrainConfig(Flags):
     adaptive_k_M: int = option(4, minimum=2, help="adaptive K: groups per prompt and K in the advisor")
     adaptive_k_n_oracle: int = option(64, minimum=1, help="adaptive K: samples per prompt for the advisor's V(x)")
     dry_run: bool = option(False, help="check the settings and data, build the config, exit")
+    check_only: bool = option(False, help="check the flags and paths, exit (the launcher, before it writes)")
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
@@ -339,7 +340,9 @@ def run(args: TrlTrainConfig) -> dict:
 
 
 def main(argv=None) -> None:
-    run(parse_args(argv))
+    args = parse_args(argv)  # refuses bad flags and paths
+    if not args.check_only:
+        run(args)
 
 
 if __name__ == "__main__":
