@@ -215,6 +215,9 @@ def make_inputs(work: Path) -> None:
     write("math_null.jsonl", json.dumps({"problem": None, "solution": "\\boxed{1}"}) + "\n")
     write("math_nobox.jsonl", json.dumps({"problem": "1?", "solution": "one"}) + "\n")
     write("README.md", "# not data\n")
+    (inputs / "emptylogs").mkdir()
+    (inputs / "junk").mkdir()
+    write("junk/a.log", "step:1 - val-core/x/acc/mean@1:abc\n")
     # training CSVs (the collector's columns)
     header = "K,seed,step,metric,value,budget,lr,trainer,status\n"
 
@@ -334,7 +337,10 @@ def run_case(case: Case, work: Path, env: dict) -> dict:
         if rc != 2 or len(lines) != 1:
             problem = f"expected a one-line refusal (exit 2), got exit {rc}, {len(lines)} stderr lines"
         elif listing(work) != files_before:
-            problem = "the refusal wrote files"
+            problem = (
+                "the refusal wrote files: "
+                + " ".join(sorted({x.split(":")[0] for x in listing(work) ^ files_before}))[:200]
+            )
     elif rc != 0:
         problem = f"exit {rc}"
     elif case.check is not None:
@@ -673,11 +679,11 @@ def cases() -> list[Case]:
     add("collect", "err", f"{collect} sweep1/logs --out x.csv --metrics '('")
     add("collect", "err", f"{collect} sweep1/logs --out x.csv --metrics nosuchmetric")
     add("collect", "err", f"{collect} --out x.csv")
-    add("collect", "err", "mkdir -p emptylogs && " + f"{collect} emptylogs --out x.csv")
+    add("collect", "err", f"{collect} inputs/emptylogs --out x.csv")
     add(
         "collect",
         "err",
-        "mkdir -p junk && echo 'step:1 - val-core/x/acc/mean@1:abc' > junk/a.log && " + f"{collect} junk --out x2.csv",
+        f"{collect} inputs/junk --out x2.csv",
     )
     # ---- the reward under load (the VERL/TRL reward function)
     add("reward", "ok", reward_case(2, 30, 32), check_reward_load, timeout=300)
@@ -708,12 +714,17 @@ def cases() -> list[Case]:
         check_output(r"results: tc/"),
     )
     low = (
-        "import glob, json; a = json.load(open(glob.glob('tc/tracecov_*.json')[0]))['group_size_advisor']; "
+        "import glob, json; a = json.load(open(glob.glob('tc/tracecov_*[0-9].json')[0]))['group_size_advisor']; "
         "print('low', min(a['ci95'][n][0] for n in ('c1', 'c2', 'c3') if a['ci95'][n]))"
     )
     add("chain", "ok", py(low), check_output(r"low (0\.0|[0-9])"))
-    add("chain", "ok", f"{figures} --tracecov tc/tracecov_*.json --labels Tiny --out_dir fig", check_output("wrote"))
-    add("chain", "ok", f"{figures} --advisor tc/tracecov_*.json --out_dir fig", check_output("wrote"))
+    add(
+        "chain",
+        "ok",
+        f"{figures} --tracecov tc/tracecov_*[0-9].json --labels Tiny --out_dir fig",
+        check_output("wrote"),
+    )
+    add("chain", "ok", f"{figures} --advisor tc/tracecov_*[0-9].json --out_dir fig", check_output("wrote"))
     add(
         "chain",
         "ok",
@@ -739,7 +750,7 @@ def cases() -> list[Case]:
         "--dataset inputs/small.jsonl --n_oracle 8 --backend vllm",
         "--dataset inputs/small.jsonl --n_oracle abc",
     ):
-        add("oracle", "err", f"{oracle} {bad} --out_dir ovx")
+        add("oracle", "err", f"{oracle} {bad}" + ("" if "--out_dir" in bad else " --out_dir ovx"))
     add(
         "oracle",
         "err",
@@ -782,15 +793,15 @@ def cases() -> list[Case]:
         "--tracecov inputs/nan.json",
         "--tracecov inputs/list.json",
         "--tracecov ov/*.jsonl",
-        "--tracecov tc/tracecov_*.json --labels A B",
+        "--tracecov tc/tracecov_*[0-9].json --labels A B",
         "--advisor inputs/obj.json",
         "--advisor ov/*.jsonl",
-        "--theory inputs/obj.json --tracecov tc/tracecov_*.json",
-        "--paper inputs/README.md --tracecov tc/tracecov_*.json",
-        "--tracecov tc/tracecov_*.json --name ../x",
-        "--tracecov tc/tracecov_*.json --budget 0 --advisor tc/tracecov_*.json",
+        "--theory inputs/obj.json --tracecov tc/tracecov_*[0-9].json",
+        "--paper inputs/README.md --tracecov tc/tracecov_*[0-9].json",
+        "--tracecov tc/tracecov_*[0-9].json --name ../x",
+        "--tracecov tc/tracecov_*[0-9].json --budget 0 --advisor tc/tracecov_*[0-9].json",
         "",
-        "--tracecov tc/tracecov_*.json --out_dir inputs/small.jsonl",
+        "--tracecov tc/tracecov_*[0-9].json --out_dir inputs/small.jsonl",
     ):
         add("figures", "err", f"{figures} {bad} --out_dir figx" if "--out_dir" not in bad else f"{figures} {bad}")
     # prepare_data
@@ -833,17 +844,23 @@ def cases() -> list[Case]:
         add("prepare", "err", f"{prepare} {bad}" + ("" if "--out_dir" in bad else " --out_dir px"))
     # scripts/*
     scripts = {
-        "advisor_check.py": ["--out x.json --fit inputs/obj.json", "--out inputs/small.jsonl --fit tc/tracecov_*.json"],
+        "advisor_check.py": [
+            "--out x.json --fit inputs/obj.json",
+            "--out inputs/small.jsonl --fit tc/tracecov_*[0-9].json",
+        ],
         "c1_plan.py": ["--c1_batch 0", "--qwen_shapes 7B", "--margin -1"],
         "compare_baseline.py": [
             "--diagnostics inputs/obj.json --labels a --out x.json",
             "--diagnostics inputs/missing.json --labels a --out x.json",
         ],
         "compare_oracle_tables.py": ["inputs/small.jsonl inputs/missing.jsonl", "inputs/obj.json inputs/small.jsonl"],
-        "compare_tracecov_runs.py": ["inputs/obj.json tc/tracecov_*.json", "tc/tracecov_*.json inputs/missing.json"],
+        "compare_tracecov_runs.py": [
+            "inputs/obj.json tc/tracecov_*[0-9].json",
+            "tc/tracecov_*[0-9].json inputs/missing.json",
+        ],
         "coverage_heavy_tails.py": ["--T 0", "--tails nosuch:1", "--runs 0", "--level 1.5"],
         "estimator_table.py": [
-            "--theory inputs/obj.json --tracecov tc/tracecov_*.json --out_dir et",
+            "--theory inputs/obj.json --tracecov tc/tracecov_*[0-9].json --out_dir et",
             "--theory inputs/missing.json --tracecov inputs/obj.json",
         ],
         "exact_theory.py": [
@@ -855,7 +872,7 @@ def cases() -> list[Case]:
             "--oracle_table inputs/small.jsonl --out x.json --n 0",
         ],
         "k_map.py": [
-            "--runs tc/tracecov_*.json --labels a b --out x.json",
+            "--runs tc/tracecov_*[0-9].json --labels a b --out x.json",
             "--runs inputs/obj.json --labels a --out x.json",
         ],
         "make_arithmetic_data.py": ["--n 0 --out_dir ad", "--styles nosuch"],

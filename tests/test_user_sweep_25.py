@@ -96,3 +96,19 @@ def test_a_sweep_whose_runs_are_all_refused_exits_2(tmp_path):
         text=True,
     )
     assert result.returncode == 2 and "grpo_train.sh: error: " in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("content", ['{"a": 1}', "[1, 2]", "not json", None])
+def test_gpu_check_advisor_step_refuses_a_bad_run_file_with_exit_2(tmp_path, content):
+    """gpu_check_steps.py advisor exited 1 (SystemExit with a message) on a JSON without an advisor, and with a
+    traceback on a missing or non-JSON file."""
+    run = tmp_path / "run.json"
+    if content is not None:
+        run.write_text(content)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check_steps.py"), "advisor", str(run), str(tmp_path / "o.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {run}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o.json").exists()
