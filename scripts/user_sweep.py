@@ -141,6 +141,40 @@ def check_summary(summary: str, logs_glob: str):
     return check
 
 
+def check_pilot(logs_glob: str):
+    """A check: the pilot gain printed equals the mean over the complete runs of (value at the last step every
+    complete run logged - value at step 0), from the console logs."""
+
+    def check(work: Path, stdout: str, stderr: str):
+        runs = [console_values(p) for p in sorted(work.glob(logs_glob)) if run_settings(p)[2] == "completed"]
+        common = max(set.intersection(*(set(r) for r in runs)))
+        want = sum(r[common] - r[0] for r in runs) / len(runs)
+        got = float(re.search(r"mean gain ([-+][0-9.]+)", stdout).group(1))
+        return None if abs(got - want) < 6e-4 else f"gain {got:+.3f}, logs give {want:+.4f} (step 0 -> {common})"
+
+    return check
+
+
+def check_kval(summary: str, logs_glob: str):
+    """A check: k_validation's per-K sweep means equal the mean over seeds of each run's mean metric over its
+    validation steps after step 0, from the console logs."""
+
+    def check(work: Path, stdout: str, stderr: str):
+        per_k = json.loads((work / summary).read_text())["settings"][0]["sweep"]["per_K"]
+        runs: dict[int, list] = {}
+        for log in sorted(work.glob(logs_glob)):
+            values = console_values(log)
+            after = [v for s, v in values.items() if s > 0]
+            runs.setdefault(run_settings(log)[0], []).append(sum(after) / len(after))
+        for k, values in runs.items():
+            got = per_k[str(k)]
+            if got["n_seeds"] != len(values) or abs(got["mean"] - sum(values) / len(values)) > 1e-9:
+                return f"K={k}: {got['mean']} over {got['n_seeds']} seeds, logs give {sum(values) / len(values)}"
+        return None
+
+    return check
+
+
 def check_collected(csv: str, logs_glob: str, n_runs: int):
     """A check: the collected CSV holds ``n_runs`` runs, each (K, seed) of the launcher's own settings, with the
     console log's values of the metric at every step."""
@@ -474,6 +508,25 @@ def cases() -> list[Case]:
     add(
         "train",
         "ok",
+        "$PY -m grpo_mse.training.demo_summary c_int.csv --out s2.md",
+        check_summary("s2.md", "sweep3/logs/*.log"),
+    )
+    add(
+        "train",
+        "ok",
+        f"{figures} --training_csv c_wandb.csv --steps 1 --out_dir f10",
+        check_table("f10/figure5_accuracy_vs_K_table.md", "sweep1/logs/*.log"),
+    )
+    add(
+        "train",
+        "ok",
+        f"{collect} sweep1/wandb --metrics . --out c_all.csv && {figures} --training_csv c_all.csv --out_dir f11",
+        check_table("f11/figure5_accuracy_vs_K_table.md", "sweep1/logs/*.log"),
+    )
+    add("train", "ok", "$PY -m grpo_mse.figures.k_validation pilot c_merge.csv", check_pilot("sweep[13]/logs/*.log"))
+    add(
+        "train",
+        "ok",
         f"{collect} sweep1/logs sweep3/logs --out c_merge.csv",
         check_collected("c_merge.csv", "sweep[13]/logs/*.log", 6),
     )  # distinct runs of two sweeps
@@ -724,6 +777,14 @@ def cases() -> list[Case]:
         f"{figures} --tracecov tc/tracecov_*[0-9].json --labels Tiny --out_dir fig",
         check_output("wrote"),
     )
+    add(
+        "chain",
+        "ok",
+        "$PY -m grpo_mse.figures.k_validation predict tc/tracecov_*[0-9].json --name s --out pred.json && "
+        "$PY -m grpo_mse.figures.k_validation summarize --setting s c_wandb.csv pred.json 2026-01-01T00:00:00Z "
+        "--out_dir kv",
+        check_kval("kv/summary.json", "sweep1/logs/*.log"),
+    )
     add("chain", "ok", f"{figures} --advisor tc/tracecov_*[0-9].json --out_dir fig", check_output("wrote"))
     add(
         "chain",
@@ -775,11 +836,16 @@ def cases() -> list[Case]:
         "--oracle_table ov/*.jsonl --T 4 --M 2 --K_list 2 --save_json tcx --skip_plot --estimators nosuch",
         "--oracle_table ov/*.jsonl --T 4 --M 2 --K_list 2 --save_json tcx --skip_plot --top_p 0",
         "--oracle_table ov/*.jsonl --T 4 --M 2 --K_list 2 --save_json tcx --skip_plot --gen_bs 0",
-        "--oracle_table ov/*.jsonl --T 4 --M 2 --K_list 2 --save_json tcx --skip_plot --temperature 0.5",
         "--oracle_table inputs/null_prompt.jsonl --T 4 --M 2 --K_list 2 --save_json tcx --skip_plot",
         "--oracle_table inputs/obj.json --T 4 --M 2 --K_list 2 --save_json tcx --skip_plot",
     ):
         add("tracecov", "err", f"{tracecov} {bad}")
+    add(
+        "tracecov",
+        "ok",
+        f"{tracecov} --oracle_table ov/*.jsonl --T 4 --M 2 --K_list 2 --save_json tcx --skip_plot --temperature 0.5",
+        check_output(r"warning: oracle table sampled with other settings: .*temperature=1.0 \(run: 0.5\)", "stderr"),
+    )  # another temperature than the oracle's: run, with a warning naming it
     add(
         "tracecov",
         "err",
