@@ -112,3 +112,11 @@ def test_gpu_check_advisor_step_refuses_a_bad_run_file_with_exit_2(tmp_path, con
     )
     assert result.returncode == 2 and result.stderr.startswith(f"error: {run}"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o.json").exists()
+
+
+def test_a_python_without_the_training_packages_is_named_before_anything_is_made(tmp_path):
+    """PYTHON_BIN defaults to `python`; one without torch failed inside the trainer with a traceback (the sweep's
+    sweep_group_size.py run), after the log was made."""
+    hide = f"{ROOT / 'scripts' / 'hide_modules'}:{ROOT}"
+    result = launch(tmp_path, GPU_CHECK_HIDE="trl", PYTHONPATH=hide)
+    refused(result, f"{sys.executable} cannot import trl: set PYTHON_BIN", tmp_path)
