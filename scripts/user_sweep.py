@@ -543,7 +543,12 @@ def cases() -> list[Case]:
         f"{figures} --training_csv c_merge.csv --out_dir f6",
         check_table("f6/figure5_accuracy_vs_K_table.md", "sweep[13]/logs/*.log"),
     )
-    add("train", "ok", "$PY -m grpo_mse.figures.k_validation pilot c_merge.csv", check_pilot("sweep[13]/logs/*.log"))
+    add(
+        "train",
+        "ok",
+        "$PY -m grpo_mse.figures.k_validation pilot c_merge.csv; echo exit=$?",
+        check_pilot("sweep[13]/logs/*.log"),
+    )
     # one K and seed at another learning rate: collected as another run, then refused by Table 2 (one lr per table)
     add("train", "ok", train(2, 1, base="sweep4", extra="LR=1e-4"))
     add(
