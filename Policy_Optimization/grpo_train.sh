@@ -124,6 +124,9 @@ case "${DRY_RUN}" in
   *) die "DRY_RUN=${DRY_RUN}: use 0, 1 or print" ;;
 esac
 [[ "${TRAINER}" =~ ^(verl|trl)$ ]] || die "TRAINER=${TRAINER}: use verl or trl"
+for name in RUN_TAG PROJECT_NAME EXPERIMENT_NAME; do  # they name files and folders: a '/' would nest them
+  [[ "${!name}" != */* ]] || die "${name}=${!name} holds a '/'; it names the run's log and checkpoint folder"
+done
 
 required=(BASE MODEL TRAIN_FILE VAL_FILE PYTHON_BIN GROUP_SIZE RUN_TAG EXPERIMENT_NAME PROJECT_NAME REPO_DIR)
 [[ "${TRAIN_FILE}" == /* && "${VAL_FILE}" == /* ]] || required+=(DATA_DIR)
@@ -164,6 +167,12 @@ positive "${REWARD_TIMEOUT}" || die "REWARD_TIMEOUT=${REWARD_TIMEOUT} must be a 
 [[ "${SAVE_CONTENTS}" =~ ^\[[a-z_,\'\ ]+\]$ ]] || die "SAVE_CONTENTS=${SAVE_CONTENTS}: a list such as [model]"
 [[ "${SAVE_MODEL}" =~ ^[01]$ ]] || die "SAVE_MODEL=${SAVE_MODEL}: use 1 or 0"
 [[ "${WANDB_MODE}" =~ ^(online|offline|disabled)$ ]] || die "WANDB_MODE=${WANDB_MODE}: use online, offline or disabled"
+# LOGGERS: a list of known backends (TRL: console, wandb; VERL's Tracking also mlflow, tensorboard, ...), checked
+# here so that a typo is refused before any folder or log is made (trl_train would refuse it only after)
+[[ "${TRAINER}" == trl ]] && _known="console wandb" || _known="console wandb mlflow swanlab vemlp_wandb tensorboard clearml trackio file"
+for _logger in $(tr ',[]' '   ' <<< "${LOGGERS}"); do
+  [[ " ${_known} " == *" ${_logger} "* ]] || die "LOGGERS=${LOGGERS}: unknown ${_logger}; use ${_known// /, } (TRAINER=${TRAINER})"
+done
 # an online wandb run without a key fails only after the model loaded (a wandb traceback): refuse it here
 _wandb_host="${WANDB_BASE_URL:-https://api.wandb.ai}"; _wandb_host="${_wandb_host#*://}"; _wandb_host="${_wandb_host%%[:/]*}"
 if [[ "${DRY_RUN}" == 0 && "${WANDB_MODE}" == online && "${LOGGERS}" == *wandb* && -z "${WANDB_API_KEY:-}" ]] \
@@ -233,6 +242,10 @@ elif [[ "${MODEL}" == */* ]] && compgen -G "${MODEL%%/*}/*/config.json" > /dev/n
   die "MODEL=${MODEL}: no such local folder (${MODEL%%/*}/ is a local folder of models: ${models[*]}), so no hub download is tried"
 fi
 BASE="$(abspath "${BASE}")"
+_existing="${BASE}"  # the deepest part of BASE that exists must be a writable folder (else mkdir fails in 5 lines)
+while [[ ! -e "${_existing}" ]]; do _existing="$(dirname "${_existing}")"; done
+[[ -d "${_existing}" ]] || die "BASE=${BASE}: ${_existing} is a file, not a folder"
+[[ -w "${_existing}" ]] || die "BASE=${BASE}: ${_existing} is not writable"
 
 case "${RESUME_MODE}" in  # VERL's own default (auto) would silently resume a rerun, with a fresh optimiser
   disable|auto) RESUME_ARGS=(trainer.resume_mode="${RESUME_MODE}") ;;
@@ -386,6 +399,9 @@ fi
 if [[ "${TRAINER}" == "trl" && "${SAVE_MODEL}" == 1 && -d "${CKPT_DIR}" && -n "$(ls -A "${CKPT_DIR}")" ]]; then
   die "CKPT_DIR=${CKPT_DIR} already holds a model: set EXPERIMENT_NAME or CKPT_DIR for this run, or remove it"
 fi
+if [[ "${TRAINER}" == "trl" ]]; then  # its flags and paths (yours included), before any folder or log is made
+  "${COMMAND[@]}" --check_only || exit $?
+fi
 mkdir -p "${WANDB_DIR}" "${WANDB_CACHE_DIR}" "${WANDB_CONFIG_DIR}" "${WANDB_DATA_DIR}" "$(dirname "${LOG_FILE}")"
 if [[ "${TRAINER}" == "verl" ]]; then
   mkdir -p "${RAY_TMP}" && chmod 700 "${RAY_TMP}"
@@ -418,6 +434,10 @@ case "${status}" in
   130|143) end_line "${status}" interrupted ;;
   *) end_line "${status}" failed ;;
 esac
+if (( status != 0 )) && [[ "${TRAINER}" == "trl" ]]; then  # the trainer's own one-line refusal, also on stderr
+  reason=$(tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -a -m 1 "^error: " || true)
+  [[ -z "${reason}" ]] || echo "grpo_train.sh: ${reason}" >&2
+fi
 if (( status != 0 )) && [[ "${TRAINER}" == "verl" ]]; then
   missing=$(tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -o "No module named '[^']*'" | head -n 1 | cut -d"'" -f2)
   tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -q "Started a local Ray instance\|Connected to Ray cluster" \

@@ -28,6 +28,8 @@ def main(argv=None) -> int:
     print(
         f"[sweep] {len(results) - len(failed)}/{len(runs)} runs succeeded" + (f"; failed: {failed}" if failed else "")
     )
+    if failed and all(code == 2 for _, code in results if code != 0) and len(failed) == len(results):
+        return 2  # every run tried was refused (a bad setting, the launcher's one-line error above): a bad input
     return 1 if failed or len(results) < len(runs) else 0
 
 

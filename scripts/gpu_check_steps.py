@@ -72,13 +72,20 @@ def versions() -> dict:
     return record
 
 
+class BadInput(Exception):
+    """A bad input file: one line on stderr, exit 2."""
+
+
 def advisor(run_path: str) -> dict:
     """The group-size advisor of a tracecov run: pooled constants, their intervals and the recommendation."""
-    with open(run_path) as f:
-        result = json.load(f)
-    found = result.get("group_size_advisor")
+    try:
+        with open(run_path, encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BadInput(f"{run_path}: not a readable tracecov JSON ({error})") from None
+    found = result.get("group_size_advisor") if isinstance(result, dict) else None
     if not found:
-        raise SystemExit(f"error: {run_path} has no group_size_advisor")
+        raise BadInput(f"{run_path} has no group_size_advisor")
     keep = ("pooled", "ci95", "recommendation", "K_best_frequency", "degenerate_replicates", "budget", "allowed_K")
     return {"run": run_path, "n_prompts": result.get("n_prompts"), **{k: found.get(k) for k in keep}}
 
@@ -105,7 +112,11 @@ def main(argv: list[str]) -> int:
         print(json.dumps(record))
         return 0
     if len(argv) == 3 and argv[0] == "advisor":
-        record = advisor(argv[1])
+        try:
+            record = advisor(argv[1])
+        except BadInput as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         write(argv[2], record)
         print(json.dumps(record.get("recommendation")))
         return 0

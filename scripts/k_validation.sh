@@ -25,7 +25,8 @@
 #   the K kept when the advisor ties; compared with the committed sweep (the same metric) in RESULTS/adaptive/.
 #   KVAL_ADAPTIVE_TAG (adaptive) names the runs; another tag (e.g. adaptive_T16M4) keeps a second arm apart
 #   (its results are named SETTING_TAG).
-# Only settings whose pilot learns (mean held-out gain from step 0 to the last step >= 0.03) are swept.
+# Only settings whose pilot learns (mean held-out gain from step 0 to the last step every pilot run reached,
+# as in Table 2; interrupted runs left out, >= 0.03) are swept.
 # Metric, declared here before any sweep: the mean held-out greedy accuracy over the validation steps after
 # step 0 (steps TEST_FREQ, 2 TEST_FREQ, ..., STEPS), per run; per K its mean and 95% t-interval over seeds.
 # Validation uses KVAL_N_TEST held-out problems of the setting's own kinds (test seed 0; training seed 1).

@@ -182,6 +182,22 @@ def test_pilot_gain_and_cli(tmp_path):
     assert run_cli("pilot", "p.csv", "--min_gain", "0.2", cwd=tmp_path).returncode == 1
 
 
+def test_pilot_gain_at_the_common_step(tmp_path):
+    """A run that stopped at step 3 of 6 (completeness not recorded) is compared with the others at step 3, not
+    at its own last step; an interrupted run is left out (Table 2's rule). The old first/last rule gave
+    mean(0.906 - 0.05, 0.253 - 0.05) here."""
+    frame = frame_of({(2, 100): 0.9}, steps=(0, 3, 6))  # 0.05, 0.903, 0.906
+    short = frame_of({(16, 100): 0.25}, steps=(0, 3))  # 0.05, 0.253
+    broken = frame_of({(4, 100): 0.0}, steps=(0, 3, 6)).assign(status="interrupted")  # would pull the mean down
+    frame = pd.concat([frame, short, broken], ignore_index=True)
+    gain = kv.pilot_gain(frame, METRIC)
+    assert gain == pytest.approx(np.mean([0.903 - 0.05, 0.253 - 0.05]))
+    frame.to_csv(tmp_path / "p.csv", index=False)
+    done = run_cli("pilot", "p.csv", cwd=tmp_path)
+    assert done.returncode == 0 and "K=4 seed=100: interrupted" in done.stderr
+    assert f"mean gain {gain:+.3f}" in done.stdout
+
+
 def runs_of(values: dict) -> pd.DataFrame:
     """Per-run metrics as run_metric returns them: {K: [value per seed]}."""
     return pd.DataFrame([{"K": k, "seed": s, "value": v} for k, vs in values.items() for s, v in enumerate(vs)])

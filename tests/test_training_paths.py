@@ -503,6 +503,34 @@ def test_one_seed_says_n_a_and_a_bad_csv_is_one_line(tmp_path):
     assert "row 2: K 'four' is not a whole number" in result.stderr and not (tmp_path / "fig").exists()
 
 
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        (f"2,1,-1,{ACC},0.5", "row 3: step -1 must be >= 0"),
+        (f"0,1,1,{ACC},0.5", "row 3: K 0 must be >= 1"),
+        (f"2,-2,1,{ACC},0.5", "row 3: seed -2 must be >= 0 (-1: default)"),
+        (f"2,1,1,{ACC},1.5", f"row 3: {ACC} 1.5 is not an accuracy in [0, 1]"),
+        (f"2,1,1,{ACC},-0.25", f"row 3: {ACC} -0.25 is not an accuracy in [0, 1]"),
+    ],
+)
+def test_table2_refuses_out_of_range_rows(tmp_path, row, message):
+    """User sweep (issue 25): a negative step moved Table 2's common step to 0, an accuracy of 150 (a percent
+    typed for a share) printed 15000%. Out-of-range rows are refused naming the row; a reward metric may leave
+    [0, 1]."""
+    from grpo_mse.figures.training import read_training
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"K,seed,step,metric,value\n2,1,0,{ACC},0.25\n{row}\n")
+    with pytest.raises(DataError) as refused:
+        read_training(str(bad))
+    assert str(refused.value) == f"{bad} {message}"
+    reward = tmp_path / "reward.csv"
+    reward.write_text(
+        "K,seed,step,metric,value\n2,1,0,val-core/x/reward/mean@1,-1.5\n2,1,1,val-core/x/reward/mean@1,3\n"
+    )
+    assert list(read_training(str(reward))["value"]) == [-1.5, 3.0]
+
+
 # ---------------------------------------------------------------- demos: a mistyped setting changes nothing
 
 

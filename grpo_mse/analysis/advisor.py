@@ -479,6 +479,8 @@ def advise(
     summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level)
     for name in ("c2", "c3"):
         summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True, level=level)
+    for name in ("c1", "c2", "c3"):  # >= 0 (a variance, a mean variance, 2 E tr Var zeta_2): clipped, flagged
+        summaries[name] = bs.at_least_zero(summaries[name])
     summaries["K_star_exact"] = k_star_summary(
         pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"], weights, level=level
     )
@@ -503,9 +505,9 @@ def advise(
         {
             "per_K": {
                 str(k): {
-                    "c1": bs.summarise(c1[:, i], weights),
-                    "c2": bs.summarise(c2[:, i], weights),
-                    "c3": bs.summarise(c3[:, i], weights),
+                    "c1": bs.at_least_zero(bs.summarise(c1[:, i], weights)),
+                    "c2": bs.at_least_zero(bs.summarise(c2[:, i], weights)),
+                    "c3": bs.at_least_zero(bs.summarise(c3[:, i], weights)),
                     "n_prompts": len(records_by_k[k]),
                     "n_c1_batches": len(batches_by_k.get(k, [])),
                 }
@@ -514,6 +516,11 @@ def advise(
             "pooled": {name: s["estimate"] for name, s in summaries.items()},
             "ci95": {name: s["ci95"] for name, s in summaries.items()},
             "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
+            "ci95_below_zero": {
+                name: "unreliable" if s.get("unreliable") else "clipped"
+                for name, s in summaries.items()
+                if s.get("clipped") or s.get("unreliable")
+            },
             **({} if level == 0.95 else {"interval_level": level}),
             "simulated_coverage": simulated_coverage(
                 tail_index(columns["c2"]), len(prompts), share=tail_share(columns["c2"])
@@ -543,6 +550,9 @@ def advise(
                 "(the calibration cells that apply, with Monte Carlo error; status unknown when none applies). "
                 "Degenerate replicates (c1 or c3 <= 0) are counted "
                 '(K*: inf or 1). Numbers: "inf" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. '
+                "c1, c2, c3 are >= 0 but their unbiased estimates are not: an interval reaching below 0 is clipped "
+                "at 0 and one whose estimate or whole interval lies below 0 is unreliable (too few prompts), both "
+                "listed in ci95_below_zero. "
                 "K_best, relative errors and recommendation use c1, c3 clipped at 0; K_best is undefined for ties; "
                 "recommendation.K_best is null unless c1 > 0, c3 > 0 and neither interval reaches 0."
             ),
@@ -599,7 +609,15 @@ def describe(advice: dict) -> str:
 
     def item(name):
         low, high = interval_of(ci.get(name)) or (None, None)
-        return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]" + coverage_text(calibration, name)
+        flag = ""
+        if name in ("c1", "c2", "c3"):  # >= 0: clipped and flagged, also in advice saved before the clipping
+            saved = (advice.get("ci95_below_zero") or {}).get(name)
+            summary = bs.at_least_zero(
+                {"estimate": number(pooled.get(name)), "ci95": None if low is None else [low, high]}
+            )
+            low, high = summary["ci95"] or (low, high)
+            flag = bs.below_zero_flag({**summary, **({saved: True} if saved else {})})
+        return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]{flag}" + coverage_text(calibration, name)
 
     slope_line = ""
     if advice.get("c3_slope_per_K"):

@@ -194,3 +194,26 @@ def summarise(draws: np.ndarray, weights: np.ndarray) -> dict:
         "ci95": interval(draws, weights),
         "n_undefined": int(np.isnan(draws[1 : 1 + n_boot_of(weights)]).sum()),
     }
+
+
+UNRELIABLE = "estimate or interval below 0 for a quantity >= 0: too few prompts for this interval"
+
+
+def at_least_zero(summary: dict) -> dict:
+    """The summary of a parameter >= 0 (a mean MSE, a ratio of them, ||E s||^2, the advisor's c1, c2, c3), whose
+    unbiased estimates can be negative with few prompts: its interval clipped at 0 (``clipped``), and
+    ``unreliable`` when the estimate or the whole interval fell below 0."""
+    estimate, ci = summary.get("estimate"), summary.get("ci95")
+    out = dict(summary)
+    if ci and ci[0] < 0:
+        out["ci95"], out["clipped"] = [0.0, max(ci[1], 0.0)], True
+    if (estimate is not None and estimate < 0) or (ci and ci[1] < 0):
+        out["unreliable"] = UNRELIABLE
+    return out
+
+
+def below_zero_flag(summary: dict) -> str:
+    """The printed mark of an ``at_least_zero`` summary: " (unreliable: below 0)", " (clipped at 0)" or ""."""
+    return (
+        " (unreliable: below 0)" if summary.get("unreliable") else " (clipped at 0)" if summary.get("clipped") else ""
+    )

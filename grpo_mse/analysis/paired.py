@@ -68,22 +68,6 @@ def _series(values: list[np.ndarray], weights: np.ndarray) -> list[dict]:
     return [bs.summarise(v, weights) for v in values]
 
 
-UNRELIABLE = "estimate or interval below 0 for a quantity >= 0: too few prompts for this interval"
-
-
-def at_least_zero(summary: dict) -> dict:
-    """The summary of a parameter >= 0 (a mean MSE, a ratio of them, ||E s||^2), whose unbiased estimates can be
-    negative with few prompts: its interval clipped at 0 (``clipped``), and ``unreliable`` when the estimate or
-    the whole interval fell below 0."""
-    estimate, ci = summary.get("estimate"), summary.get("ci95")
-    out = dict(summary)
-    if ci and ci[0] < 0:
-        out["ci95"], out["clipped"] = [0.0, max(ci[1], 0.0)], True
-    if (estimate is not None and estimate < 0) or (ci and ci[1] < 0):
-        out["unreliable"] = UNRELIABLE
-    return out
-
-
 def largest_share(values: np.ndarray) -> float:
     """max_x v_x / sum_x v_x over the prompts (1/T when all are equal)."""
     values = values[np.isfinite(values)]
@@ -154,11 +138,11 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
                     )
     for table in (out["mean"], out["ratio"], out.get("trace_mean", {}), out.get("trace_ratio", {})):
         for name, series in table.items():
-            table[name] = [at_least_zero(summary) for summary in series]
+            table[name] = [bs.at_least_zero(summary) for summary in series]
     for key in ("mean_score_sq", "oracle_noise"):
         if key in out:
-            out[key] = [at_least_zero(summary) for summary in out[key]]
-            out[f"{key}_mean_over_K"] = at_least_zero(out[f"{key}_mean_over_K"])
+            out[key] = [bs.at_least_zero(summary) for summary in out[key]]
+            out[f"{key}_mean_over_K"] = bs.at_least_zero(out[f"{key}_mean_over_K"])
     own = {
         key: [
             column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get(GRPO_STD, np.nan)) for k in k_list
@@ -217,10 +201,7 @@ def _cell(label: str, summary: dict) -> str:
     if not summary["ci95"]:  # one prompt, or too many undefined replicates: no interval
         return f"{label}={rounded(summary['estimate'])} [n/a]"
     low, high = summary["ci95"]
-    flag = (
-        " (unreliable: below 0)" if summary.get("unreliable") else " (clipped at 0)" if summary.get("clipped") else ""
-    )
-    return f"{label}={rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]{flag}"
+    return f"{label}={rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]{bs.below_zero_flag(summary)}"
 
 
 def describe(paired: dict) -> str:

@@ -152,10 +152,20 @@ def run_metric(frame, metric: str):
 
 
 def pilot_gain(frame, metric: str) -> float:
-    """Mean over the pilot runs of (accuracy at the last validation step - accuracy at the first)."""
-    sub = frame[frame["metric"] == metric].sort_values("step")
-    grouped = sub.groupby(["K", "seed"])["value"]
-    return float((grouped.last() - grouped.first()).mean())
+    """Mean over the pilot runs of (accuracy at the common step S - accuracy at the first step every run logged),
+    with Table 2's rule (figures.training.select_runs): S is the last step every included run reached, and
+    interrupted, failed or truncated runs are left out (listed on stderr), so a run that stopped early is not
+    compared at its own last step."""
+    from grpo_mse.figures.training import select_runs
+
+    selection = select_runs(frame, metric)
+    if selection.excluded:
+        print(f"note: left out {len(selection.excluded)} run(s): {'; '.join(selection.excluded)}", file=sys.stderr)
+    sub = selection.frame
+    runs = sub.groupby(["K", "seed"])
+    first = min(set.intersection(*(set(run["step"]) for _, run in runs)))
+    at = sub.set_index(["K", "seed", "step"])["value"]
+    return float(np.mean([at[(k, seed, selection.step)] - at[(k, seed, first)] for (k, seed), _ in runs]))
 
 
 def welch_interval(a, b) -> tuple[float, float]:

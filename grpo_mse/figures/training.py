@@ -25,6 +25,7 @@ from grpo_mse.training.run_identity import COMPLETE, DEFAULT_SEED, INCOMPLETE, U
 SETTINGS = ("budget", "lr", "trainer")
 RUN_COLUMNS = (*SETTINGS, "status")
 
+ACCURACY = re.compile(r"/acc(uracy)?/")  # a metric whose values are shares in [0, 1]
 ACCURACY_METRIC = re.compile(r"^val-core/.*/(acc|reward)/mean@\d+$")
 
 
@@ -271,10 +272,25 @@ def read_training(path: str, metric: str | None = None):
                 "(expected the CSV of Policy_Optimization/collect_runs.py)"
             )
         frame[column] = numbers if column == "value" else numbers.astype(int)
+    for column, lowest, meaning in (
+        ("K", 1, ">= 1"),
+        ("seed", DEFAULT_SEED, f">= 0 ({DEFAULT_SEED}: default)"),
+        ("step", 0, ">= 0"),
+    ):
+        below = (frame[column] < lowest).to_numpy().nonzero()[0]
+        if len(below):
+            raise DataError(f"{path} row {below[0] + 2}: {column} {frame[column].iloc[below[0]]} must be {meaning}")
     try:
-        pick_metric(frame, metric)
+        chosen = pick_metric(frame, metric)
     except ValueError as error:
         raise DataError(f"{path}: {error}") from None
+    if ACCURACY.search(chosen):  # an accuracy is a share: Table 2 prints it in percent
+        values = frame["value"].where(frame["metric"] == chosen)
+        outside = ((values < 0) | (values > 1)).to_numpy().nonzero()[0]
+        if len(outside):
+            raise DataError(
+                f"{path} row {outside[0] + 2}: {chosen} {frame['value'].iloc[outside[0]]} is not an accuracy in [0, 1]"
+            )
     return one_row_per_value(with_run_columns(frame), path)
 
 

@@ -77,6 +77,7 @@ class TrlTrainConfig(Flags):
     adaptive_k_M: int = option(4, minimum=2, help="adaptive K: groups per prompt and K in the advisor")
     adaptive_k_n_oracle: int = option(64, minimum=1, help="adaptive K: samples per prompt for the advisor's V(x)")
     dry_run: bool = option(False, help="check the settings and data, build the config, exit")
+    check_only: bool = option(False, help="check the flags and paths, exit (the launcher, before it writes)")
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
@@ -344,8 +345,33 @@ def run(args: TrlTrainConfig) -> dict:
     return {"val_start": history[0][key], "val_end": history[-1][key], "seconds": seconds}
 
 
+TRAINING_MODULES = ("torch", "transformers", "trl", "datasets")
+
+
+def check_modules(names=TRAINING_MODULES) -> None:
+    """One line naming this interpreter when it cannot import a module training needs (the launcher's PYTHON_BIN
+    defaults to ``python``, which may be another environment's)."""
+    import importlib.util
+
+    def found(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder that refuses the name
+            return False
+
+    missing = [name for name in names if not found(name)]
+    require(
+        not missing,
+        f"{sys.executable} cannot import {', '.join(missing)}: set PYTHON_BIN to the python of the environment "
+        "that has the requirements (pip install -r requirements.txt -r requirements-verl.txt)",
+    )
+
+
 def main(argv=None) -> None:
-    run(parse_args(argv))
+    args = parse_args(argv)  # refuses bad flags and paths
+    check_modules()
+    if not args.check_only:
+        run(args)
 
 
 if __name__ == "__main__":
