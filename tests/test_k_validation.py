@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy import stats
 
 from grpo_mse.figures import k_validation as kv
@@ -27,6 +29,20 @@ def test_ranks_average_ties_and_spearman_matches_scipy():
             assert kv.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
     assert kv.spearman([1, 2, 3, 4], [10, 5, 2, 1]) == pytest.approx(-1.0)
     assert math.isnan(kv.spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(kv.spearman([1, 2], [5, 3]))  # two points always give -1 or 1: no evidence
+
+
+@given(
+    values=st.lists(st.floats(0, 1), min_size=2, max_size=4),
+    metric=st.sampled_from(["val-core/arithmetic/acc/mean@1", "val/test_reward", "eval/accuracy/mean"]),
+)
+def test_accuracy_intervals_stay_in_0_1_and_other_metrics_keep_the_t_interval(values, metric):
+    mean, half = kv.mean_t_interval(values)
+    low, high = kv.share_interval(metric, mean, half)
+    if kv.ACCURACY.search(metric):
+        assert 0.0 <= low <= mean <= high <= 1.0 and (low == 0.0 or low == pytest.approx(mean - half))
+    else:
+        assert (low, high) == (mean - half, mean + half)
 
 
 def test_welch_interval_matches_scipy():

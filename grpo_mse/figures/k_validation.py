@@ -30,6 +30,7 @@ import numpy as np
 
 from grpo_mse import cli
 from grpo_mse.analysis import advisor
+from grpo_mse.figures.training import ACCURACY
 from grpo_mse.tables.outputs import mean_t_interval, read_json, t975, to_json, write_atomic
 
 KINDS = ("mixed", "division", "nodivision")
@@ -197,8 +198,9 @@ def ranks(values) -> np.ndarray:
 
 
 def spearman(x, y) -> float:
-    """Spearman's rank correlation (Pearson's on average ranks); nan if either side is constant or not finite."""
-    if not (np.isfinite(np.asarray(x, float)).all() and np.isfinite(np.asarray(y, float)).all()):
+    """Spearman's rank correlation (Pearson's on average ranks); nan if either side is constant or not finite, or
+    with fewer than 3 pairs (two points always give +-1: no evidence)."""
+    if len(x) < 3 or not (np.isfinite(np.asarray(x, float)).all() and np.isfinite(np.asarray(y, float)).all()):
         return float("nan")
     rx, ry = ranks(x), ranks(y)
     if rx.std() == 0 or ry.std() == 0:
@@ -225,7 +227,7 @@ def sweep_summary(frame, metric: str, started_at: str) -> dict:
     for k, group in runs.groupby("K"):
         mean, half = mean_t_interval(group["value"].tolist())
         values[int(k)] = group["value"].to_numpy()
-        per_k[str(int(k))] = {"mean": mean, "ci95": [mean - half, mean + half], "n_seeds": int(len(group))}
+        per_k[str(int(k))] = {"mean": mean, "ci95": share_interval(metric, mean, half), "n_seeds": int(len(group))}
     ks = sorted(values)
     separated = []
     for i, k1 in enumerate(ks):
@@ -432,10 +434,18 @@ def adaptive_choices(frame) -> list[dict]:
     return rows
 
 
-def arm(values) -> dict:
-    """One arm's per-seed metric: mean, 95% Student-t interval over seeds, the seed count and the values."""
+def arm(values, metric: str) -> dict:
+    """One arm's per-seed metric: mean, 95% Student-t interval over seeds (``share_interval``), the seed count and
+    the values."""
     mean, half = mean_t_interval(list(values))
-    return {"mean": mean, "ci95": [mean - half, mean + half], "n_seeds": len(values), "per_seed": list(values)}
+    return {"mean": mean, "ci95": share_interval(metric, mean, half), "n_seeds": len(values), "per_seed": list(values)}
+
+
+def share_interval(metric: str, mean: float, half: float) -> list[float]:
+    """[mean - half, mean + half], clipped to [0, 1] when ``metric`` is an accuracy (a share: a t-interval over a
+    few seeds can cross the bounds)."""
+    low, high = mean - half, mean + half
+    return [max(low, 0.0), min(high, 1.0)] if ACCURACY.search(metric) else [low, high]
 
 
 def adaptive_summary(adaptive, sweep, metric: str, name: str, started_at: str | None = None) -> dict:
@@ -464,8 +474,8 @@ def adaptive_summary(adaptive, sweep, metric: str, name: str, started_at: str | 
         "setting": name,
         "metric": f"mean of {metric} over validation steps > 0",
         "started_at": started_at,
-        "adaptive": arm(ours),
-        "fixed": {str(k): arm(v) for k, v in sorted(per_k.items())},
+        "adaptive": arm(ours, metric),
+        "fixed": {str(k): arm(v, metric) for k, v in sorted(per_k.items())},
         "best_fixed_K": best,
         "adaptive_minus_fixed": comparisons,
         "K_chosen": choices,
