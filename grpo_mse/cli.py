@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import math
 import os
@@ -45,6 +46,23 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
         print(f"error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
+
+
+def arguments(argv: list[str] | None = None) -> list[str]:
+    """The command's arguments: ``argv`` when given, else ``sys.argv[1:]`` (the one place outside argparse that
+    reads sys.argv)."""
+    return list(sys.argv[1:] if argv is None else argv)
+
+
+@contextlib.contextmanager
+def command_line(argv: list[str]):
+    """Inside the block, ``sys.argv`` is ``argv`` (for a library's own entry point that reads it); restored after."""
+    saved = sys.argv
+    sys.argv = list(argv)
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def check_range(flag: str, value, minimum=None, maximum=None, above=None) -> None:

@@ -10,8 +10,6 @@ Exit status 0 when they agree, 1 when they do not, 2 on bad input.
   python scripts/compare_oracle_tables.py hf.jsonl vllm.jsonl --out agreement.json
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
 from statistics import NormalDist

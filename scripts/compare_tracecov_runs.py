@@ -10,8 +10,6 @@ Also reported: each cell's mean traces and the relative difference of the means.
   python scripts/compare_tracecov_runs.py gpu/tracecov_x_per_prompt.csv results/demo/tracecov_y_per_prompt.csv
 """
 
-from __future__ import annotations
-
 import csv
 import math
 from dataclasses import dataclass
