@@ -22,6 +22,9 @@ def require(condition: bool, message: str) -> None:
         raise UsageError(message)
 
 
+BadValue = argparse.ArgumentTypeError  # raised by a flag's ``type`` converter: its message ends up on the error line
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Keep the description's line breaks and show every flag's default."""
 
