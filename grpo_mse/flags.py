@@ -141,14 +141,29 @@ def parser_for(config_class, description: str | None = None) -> cli.ArgumentPars
     return parser
 
 
-def parse(config_class, argv=None, description: str | None = None):
-    """Parse ``argv`` (sys.argv when None) into a validated ``config_class``; bad values raise UsageError."""
-    namespace = parser_for(config_class, description).parse_args(argv)
+def _config(config_class, namespace: argparse.Namespace):
+    """``config_class`` built (and so validated) from the parsed flags in ``namespace``."""
     values = {}
     for spec in dataclasses.fields(config_class):
         value = getattr(namespace, spec.name)
         values[spec.name] = tuple(value) if isinstance(value, list) and _annotation(spec)[2] else value
     return config_class(**values)
+
+
+def parse(config_class, argv=None, description: str | None = None):
+    """Parse ``argv`` (sys.argv when None) into a validated ``config_class``; bad values raise UsageError."""
+    return _config(config_class, parser_for(config_class, description).parse_args(argv))
+
+
+def parse_command(commands: dict, argv=None, description: str | None = None) -> tuple[str, Flags]:
+    """(name, config) of a command line ``NAME FLAGS...``: ``commands`` maps each subcommand's name to its config
+    class (its docstring's first line is the subcommand's help), which parses and validates the flags after NAME."""
+    parser = cli.ArgumentParser(description=description)
+    sub = parser.add_subparsers(dest="command", required=True)  # subparsers are cli.ArgumentParsers too
+    for name, config_class in commands.items():
+        add_flags(sub.add_parser(name, help=(config_class.__doc__ or "").strip().split("\n")[0]), config_class)
+    namespace = parser.parse_args(argv)
+    return namespace.command, _config(commands[namespace.command], namespace)
 
 
 def check_fields(config) -> None:
