@@ -4,8 +4,6 @@ Example:
     python scripts/build_tiny_policy.py --out_dir assets/tiny_policy --seed 0
 """
 
-from __future__ import annotations
-
 import os
 import time
 from dataclasses import dataclass

@@ -9,8 +9,6 @@ fits the available host memory. Exit 2 with one line when not even a batch of 2 
   python scripts/c1_plan.py --qwen_shapes 1.5B --c1_batch 16 --dir outputs --out c1_plan.json
 """
 
-from __future__ import annotations
-
 import os
 import shutil
 from dataclasses import dataclass
