@@ -8,6 +8,7 @@ A config is a dataclass deriving from ``Flags`` whose fields are declared with `
         K_list: list[int] = option([4, 8], help="group sizes", minimum=2)   # list/tuple: nargs="+"
         lr: float = option(1e-3, help="learning rate", above=0)             # bounds: checked twice (below)
         resume: bool = option(False, help="continue the last run")          # bool: a switch (store_true)
+        check: bool | None = option(None, help="check (default: by mode)")  # --check, --no-check or None
         save: bool = option(True, help="save the model", zero_one=True)     # --save/--no-save, also --save 0|1
         paths: list[str] = option(help="inputs", positional=True)           # a positional argument (no --)
 
@@ -16,7 +17,9 @@ A config is a dataclass deriving from ``Flags`` whose fields are declared with `
             require(..., "one-line message")                                # cross-field checks
 
 ``Args.from_argv(argv)`` parses, converts and validates; ``Args(...)`` from Python is validated the same
-way in ``__post_init__``. ``help`` is the flag's help; the other keywords of ``option`` are argparse's
+way in ``__post_init__``. Subcommands (``prog NAME FLAGS...``): ``parse_command({"NAME": Config, ...}, argv)``
+returns (NAME, its validated config); each config's docstring's first line is the subcommand's help.
+``help`` is the flag's help; the other keywords of ``option`` are argparse's
 (``type``, ``nargs``, ``choices``, ``metavar``, ``aliases`` as extra option strings) plus the bounds
 ``minimum``, ``maximum`` and ``above`` (strictly greater), ``positional=True`` (an argument without ``--``)
 and, for a bool that defaults to True, ``zero_one=True`` (the older ``--x 1`` / ``--x 0`` form accepted
@@ -53,11 +56,16 @@ def option(default=dataclasses.MISSING, *, help: str | None = None, **flag):  # 
     return field(default=default, metadata=metadata)
 
 
-def _annotation(spec: dataclasses.Field) -> tuple[type | None, str | None, bool]:
-    """(scalar type, nargs, is_tuple) read from a field's annotation (a string under postponed annotations)."""
+def _annotation_text(spec: dataclasses.Field) -> str:
+    """A field's annotation as text without ``| None`` (a string under postponed annotations)."""
     text = spec.type if isinstance(spec.type, str) else str(spec.type)
     text = spec.type.__name__ if type(spec.type) is type else text  # a plain class: "int", not "<class 'int'>"
-    text = re.sub(r"\s*\|\s*None$|^Optional\[(.*)\]$", r"\1", text.strip())
+    return re.sub(r"\s*\|\s*None$|^Optional\[(.*)\]$", r"\1", text.strip())
+
+
+def _annotation(spec: dataclasses.Field) -> tuple[type | None, str | None, bool]:
+    """(scalar type, nargs, is_tuple) read from a field's annotation."""
+    text = _annotation_text(spec)
     many = re.match(r"^(list|tuple)\[(\w+)(, \.\.\.)?\]$", text)
     if many:
         return SCALARS.get(many.group(2)), "+", many.group(1) == "tuple"
@@ -125,6 +133,8 @@ def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
                     default=default,
                     help=f"turn --{spec.name} off",
                 )
+        elif default is None and _annotation_text(spec) == "bool":  # --x, --no-x, or neither: None (decided later)
+            parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=None, **meta)
         else:
             kind, nargs, _ = _annotation(spec)
             meta.setdefault("type", _converter(kind, bounds))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import time
@@ -126,6 +127,45 @@ def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+
+
+@dataclass(kw_only=True)
+class Pick(Flags):
+    """pick one file"""
+
+    path: str = option(help="a file", positional=True)
+    check: bool | None = option(None, help="check it (default: by kind)")
+
+
+@dataclass(kw_only=True)
+class Count(Flags):
+    """count to a bound"""
+
+    to: int = option(3, minimum=1, help="the bound")
+
+
+def test_an_optional_bool_is_a_three_state_switch():
+    assert [Pick.from_argv(["f", *flag]).check for flag in ([], ["--check"], ["--no-check"])] == [None, True, False]
+    assert "| `--check` | - | check it (default: by kind) |" in flags.markdown(Pick)
+
+
+def test_subcommands_each_parse_with_their_own_config(capsys):
+    commands = {"pick": Pick, "count": Count}
+    assert flags.parse_command(commands, ["pick", "a.json", "--no-check"]) == ("pick", Pick(path="a.json", check=False))
+    assert flags.parse_command(commands, ["count"]) == ("count", Count(to=3))
+    for argv, message in (
+        (["count", "--to", "0"], "argument --to: must be >= 1 (got 0)"),
+        (["count", "--path", "x"], "unrecognized arguments: --path x"),  # another subcommand's flag
+        (["walk"], "invalid choice: 'walk'"),
+        ([], "the following arguments are required: command"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            flags.parse_command(commands, argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err and err.count("\n") == 1 and err.startswith("error: "), argv
+    with pytest.raises(SystemExit):
+        flags.parse_command(commands, ["--help"])
+    assert re.search(r"^ +pick +pick one file$", capsys.readouterr().out, re.M)  # the config's docstring: its help
 
 
 @pytest.mark.parametrize(
