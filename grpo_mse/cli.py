@@ -291,17 +291,6 @@ def progress(items=None, **kwargs):
     return tqdm(items, dynamic_ncols=True, **kwargs)
 
 
-def add_model_flags(
-    parser, model: str | None, device: str, dtype: str, model_help: str = "hub id or local folder"
-) -> None:
-    """--model (required when ``model`` is None), --revision, --device, --dtype, --trust_remote_code."""
-    parser.add_argument("--model", default=model, required=model is None, help=model_help)
-    parser.add_argument("--revision", default="main", help="hub revision (branch, tag or commit) of --model")
-    parser.add_argument("--device", default=device, type=device_name, help="cpu, cuda, cuda:N or mps")
-    parser.add_argument("--dtype", default=dtype, choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
-    parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
-
-
 def launch_env() -> tuple[int, int, int]:
     """(WORLD_SIZE, RANK, LOCAL_RANK) as torchrun sets them; a UsageError (one line) when they are
     malformed or WORLD_SIZE > 1 comes without RANK (the command was not started by torchrun)."""
