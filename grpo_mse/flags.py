@@ -294,20 +294,29 @@ def refresh(text: str) -> str:
 BLOCK = re.compile(r"^(<!-- flags: (\S+) -->\n)(.*?)^(<!-- end flags -->)$", re.S | re.M)
 
 
-def main(argv=None) -> int:
-    parser = cli.ArgumentParser(
-        description="The markdown flag tables of config dataclasses, as docs/ shows them "
-        "(run from the repository root)."
-    )
-    parser.add_argument(
-        "--markdown",
+@dataclasses.dataclass(kw_only=True)
+class TablesConfig(Flags):
+    """Which table to print, or which docs to rewrite or check."""
+
+    markdown: str | None = option(
+        None,
         metavar="MODULE:CLASS",
         help="print one table, e.g. grpo_mse.gradients.config:TracecovConfig or plots/make_figures.py:FiguresConfig",
     )
-    parser.add_argument("--update", nargs="+", metavar="DOC", help="rewrite the generated blocks of these files")
-    parser.add_argument("--check", nargs="+", metavar="DOC", help="exit 1 when a generated block is out of date")
-    args = parser.parse_args(argv)
-    require(bool(args.markdown or args.update or args.check), "give --markdown, --update or --check")
+    update: list[str] | None = option(None, metavar="DOC", help="rewrite the generated blocks of these files")
+    check: list[str] | None = option(None, metavar="DOC", help="exit 1 when a generated block is out of date")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(bool(self.markdown or self.update or self.check), "give --markdown, --update or --check")
+
+
+def main(argv=None) -> int:
+    args = TablesConfig.from_argv(
+        argv,
+        description="The markdown flag tables of config dataclasses, as docs/ shows them "
+        "(run from the repository root).",
+    )
     if args.markdown:
         sys.stdout.write(markdown(load_class(args.markdown)))
     stale = []
