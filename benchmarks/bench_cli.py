@@ -48,13 +48,20 @@ class BenchCliConfig(Flags):
         help="prompts of the few_shot case; their oracle table is built here",
     )
     n_oracle: int = option(64, minimum=1, help="samples per prompt of the few_shot oracle table")
-    cases: list[str] = option(["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"])
-    T: int = option(16, minimum=1)
-    M: int = option(8)
-    K_list: list[int] = option([2, 4, 8, 16])
-    max_new_tokens: int = option(32)
-    repeats: int = option(3, minimum=1, help="runs of each command line (the minimum is reported)")
-    out: str = option(os.path.join(ROOT, "results", "benchmarks", "cpu_cli.json"))
+    cases: list[str] = option(
+        ["zero_shot", "few_shot"],
+        choices=["zero_shot", "few_shot"],
+        help="zero_shot: the demo's oracle table (or --zero_shot_table); few_shot: an oracle table of the first T "
+        "rows of --few_shot_data built first with calculate_oracle_v.py (not timed)",
+    )
+    T: int = option(16, minimum=1, help="prompts")
+    M: int = option(8, help="groups per prompt")
+    K_list: list[int] = option([2, 4, 8, 16], help="group sizes")
+    max_new_tokens: int = option(32, help="tokens per continuation")
+    repeats: int = option(
+        3, minimum=1, help="runs of each command line, alternating fast and reference; the minimum is reported"
+    )
+    out: str = option(os.path.join(ROOT, "results", "benchmarks", "cpu_cli.json"), help="report")
     overwrite: bool = option(False, help="replace a --out file tracked by git (the committed one)")
 
 

@@ -217,10 +217,13 @@ class Flags:
         return parse(cls, argv, description)
 
 
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _shown(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return " ".join(map(str, value))
-    return str(value)
+    """A default as docs show it: list items joined by spaces, a path inside the repository relative to it."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return " ".join(str(item).removeprefix(REPOSITORY + os.sep) for item in items)
 
 
 def markdown(config_class) -> str:
@@ -238,19 +241,22 @@ def markdown(config_class) -> str:
             shown = "none"
         else:
             shown = f"`{_shown(default)}`"
-        text = meta.get("help") or ""
+        parts = [meta.get("help") or ""]
         if meta.get("choices"):
-            many = _annotation(spec)[1] or meta.get("nargs")
-            text += f"; {'any' if many else 'one'} of {', '.join(f'`{c}`' for c in meta['choices'])}"
+            many = _annotation(spec)[1] or meta.get("nargs") in ("+", "*")
+            parts.append(f"{'any' if many else 'one'} of {', '.join(f'`{c}`' for c in meta['choices'])}")
         bounds = [
             f"{sign} {meta[k]}"
             for k, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="))
             if meta.get(k) is not None
         ]
         if bounds:
-            text += f"; {' and '.join(bounds)}"
+            parts.append(" and ".join(bounds))
+        if default is None and _annotation_text(spec) == "bool":
+            parts.append(f"`--no-{spec.name}` turns it off")
         if meta.get("zero_one"):
-            text += f"; `--no-{spec.name}` clears it (`--{spec.name} 1` and `--{spec.name} 0` also work)"
+            parts.append(f"`--no-{spec.name}` clears it (`--{spec.name} 1` and `--{spec.name} 0` also work)")
+        text = "; ".join(part for part in parts if part)
         if meta.get("positional"):
             names = f"`{spec.name}` (positional)"
         else:

@@ -287,7 +287,7 @@ class CoverageConfig(Flags):
     runs: int = option(300, minimum=1, help="simulated runs per cell")
     tails: list[Tail] = option([tail("lognormal:1")], type=tail, nargs="+", help="score-scale laws, FAMILY:PARAMETER")
     n_boot: int = option(1000, minimum=50, help="bootstrap replicates")
-    seed: int = option(2026, minimum=0)
+    seed: int = option(2026, minimum=0, help="seed of the first cell (each cell's own is derived from it)")
     level: float = option(0.95, above=0, maximum=0.999, help="nominal level of the intervals")
     out: str | None = option(None, help="JSON file for the cells / table / check (default: print only)")
     merge: list[str] | None = option(None, help="simulated cell files -> the calibration table")

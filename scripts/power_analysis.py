@@ -227,19 +227,17 @@ class PowerConfig(Flags):
 
     k_map: str = option(help="K* map JSON (scripts/k_map.py)")
     out: str = option(help="JSON file for the analysis")
-    allowed_K: list[int] = option([2, 4, 8, 16], minimum=2)
+    allowed_K: list[int] = option([2, 4, 8, 16], minimum=2, help="group sizes of the sweep (two or more)")
     alpha: float = option(0.05, help="family-wise level")
     tests: int = option(2, minimum=1, help="confirmatory tests (Holm)")
-    core_seconds_per_run: float = option(CORE_SECONDS_PER_RUN)
-    seed_sd: float | None = option(None, help="override the pooled SD of the sweeps")
+    core_seconds_per_run: float = option(CORE_SECONDS_PER_RUN, above=0, help="CPU core seconds of one training run")
+    seed_sd: float | None = option(None, above=0, help="override the pooled SD of the sweeps")
 
 
 def main(argv=None) -> None:
     args = PowerConfig.from_argv(argv, description=__doc__)
     cli.require(os.path.isfile(args.k_map), f"--k_map {args.k_map}: no such file")
     cli.require(0 < args.alpha < 1, f"--alpha must be in (0, 1) (got {args.alpha})")
-    cli.require(args.core_seconds_per_run > 0, "--core_seconds_per_run must be > 0")
-    cli.require(args.seed_sd is None or args.seed_sd > 0, "--seed_sd must be > 0")
     cli.require(len(set(args.allowed_K)) >= 2, "--allowed_K needs two or more K")
     cli.writable_file(args.out, "--out")
     result = analysis(

@@ -18,7 +18,7 @@ from grpo_mse.cli import UsageError, require
 from grpo_mse.flags import Flags, option
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md"]
+DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md", "docs/engines.md", "docs/commands.md"]
 ENTRY_POINTS = sorted(
     glob.glob("Gradient_evaluation/*.py", root_dir=ROOT)
     + glob.glob("Policy_Optimization/*.py", root_dir=ROOT)
@@ -32,7 +32,27 @@ TABLES = {
         "grpo_mse.training.sweep:SweepConfig",
         "grpo_mse.training.logs:CollectConfig",
         "grpo_mse.training.trl_train:TrlTrainConfig",
-    ]
+    ],
+    "docs/engines.md": ["benchmarks/bench_cli.py:BenchCliConfig"],
+    "docs/commands.md": [
+        *(f"grpo_mse.figures.k_validation:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
+        "grpo_mse.figures.k_validation:AdaptiveConfig",
+        "grpo_mse.figures.training:TrainingFiguresConfig",
+        "grpo_mse.training.demo_summary:DemoSummaryConfig",
+        "grpo_mse.training.budget:BudgetConfig",
+        "grpo_mse.training.verl_launch:VerlDryRunConfig",
+        "scripts/advisor_check.py:AdvisorCheckConfig",
+        "scripts/coverage_heavy_tails.py:CoverageConfig",
+        "scripts/power_analysis.py:PowerConfig",
+        "scripts/compare_oracle_tables.py:CompareOracleConfig",
+        "scripts/compare_tracecov_runs.py:CompareRunsConfig",
+        *(f"scripts/gpu_check_steps.py:{name}Config" for name in ("Versions", "Installed", "Advisor")),
+        "scripts/c1_plan.py:C1PlanConfig",
+        "benchmarks/bench_engines.py:BenchEnginesConfig",
+        "benchmarks/bench_sampling.py:BenchSamplingConfig",
+        "scripts/build_tiny_policy.py:TinyPolicyConfig",
+        "grpo_mse.flags:TablesConfig",
+    ],
 }
 
 
@@ -146,7 +166,7 @@ class Count(Flags):
 
 def test_an_optional_bool_is_a_three_state_switch():
     assert [Pick.from_argv(["f", *flag]).check for flag in ([], ["--check"], ["--no-check"])] == [None, True, False]
-    assert "| `--check` | - | check it (default: by kind) |" in flags.markdown(Pick)
+    assert "| `--check` | - | check it (default: by kind); `--no-check` turns it off |" in flags.markdown(Pick)
 
 
 def test_subcommands_each_parse_with_their_own_config(capsys):

@@ -519,28 +519,28 @@ METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
 class SubsetConfig(Flags):
     """restrict a prepared arithmetic dataset to some problem kinds"""
 
-    data_dir: str = option(positional=True)
-    out_dir: str = option(positional=True)
-    kinds: str = option(choices=KINDS)
-    n_test: int = option(200, minimum=1)
+    data_dir: str = option(positional=True, help="a prepared arithmetic dataset (train.parquet, test.parquet)")
+    out_dir: str = option(positional=True, help="where the restricted dataset goes")
+    kinds: str = option(choices=KINDS, help="the problem kinds kept")
+    n_test: int = option(200, minimum=1, help="test rows kept (the first ones)")
 
 
 @dataclass(kw_only=True)
 class PredictConfig(Flags):
     """the advisor's prediction from a run_tracecov JSON, with the time"""
 
-    run_json: str = option(positional=True)
-    name: str = option()
-    out: str = option()
+    run_json: str = option(positional=True, help="main JSON of run_tracecov.py (with its group_size_advisor)")
+    name: str = option(help="the setting's name")
+    out: str = option(help="JSON file for the prediction")
 
 
 @dataclass(kw_only=True)
 class PilotConfig(Flags):
     """exit 0 if the pilot runs learn (mean gain >= --min_gain), else exit 1"""
 
-    runs_csv: str = option(positional=True)
-    min_gain: float = option(0.03, type=cli.number())
-    metric: str = option(METRIC)
+    runs_csv: str = option(positional=True, help="the pilot runs (CSV of collect_runs.py)")
+    min_gain: float = option(0.03, type=cli.number(), help="mean accuracy gain that counts as learning")
+    metric: str = option(METRIC, help="the accuracy compared")
 
 
 @dataclass(kw_only=True)
@@ -553,8 +553,8 @@ class SummarizeConfig(Flags):
         metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
         help="one setting: its runs, the advisor's prediction, when its sweep started",
     )
-    metric: str = option(METRIC)
-    out_dir: str = option()
+    metric: str = option(METRIC, help="the accuracy compared")
+    out_dir: str = option(help="where summary.json and the figures go")
     protocol_commit: str | None = option(
         None, help="git hash of the commit holding the protocol the sweep followed (recorded in summary.json)"
     )
@@ -564,12 +564,12 @@ class SummarizeConfig(Flags):
 class AdaptiveConfig(Flags):
     """adaptive-K runs against the fixed-K sweep: summary JSON, choices CSV, figure"""
 
-    adaptive_csv: str = option(positional=True)
-    sweep_csv: str = option(positional=True)
-    name: str = option()
-    metric: str = option(METRIC)
-    started_at: str | None = option(None)
-    out_dir: str = option()
+    adaptive_csv: str = option(positional=True, help="the adaptive-K runs (CSV of collect_runs.py)")
+    sweep_csv: str = option(positional=True, help="the fixed-K sweep's runs")
+    name: str = option(help="the setting's name")
+    metric: str = option(METRIC, help="the accuracy compared")
+    started_at: str | None = option(None, help="when the adaptive runs started (recorded in the summary)")
+    out_dir: str = option(help="where the summary JSON, choices CSV and figure go")
 
 
 COMMANDS = {
