@@ -10,9 +10,6 @@ calculate_oracle_v.py (first T rows of --few_shot_data, --n_oracle samples each;
   python benchmarks/bench_cli.py        # T=16, M=8, K 2 4 8 16, built-in policy -> results/benchmarks/cpu_cli.json
 """
 
-from __future__ import annotations
-
-import argparse
 import glob
 import json
 import os
@@ -20,8 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,31 +35,39 @@ ENGINES = ("fast", "reference")
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=os.path.join(ROOT, "assets", "tiny_policy"), help="policy folder")
-    p.add_argument(
-        "--zero_shot_table",
-        default=None,
-        help="oracle table of the zero_shot case (default: results/demo/oracle_v_n256_tiny_policy_*.jsonl)",
+@dataclass(kw_only=True)
+class BenchCliConfig(Flags):
+    """The policy, the cases and their sizes, the repeats, and where the report goes."""
+
+    model: str = option(os.path.join(ROOT, "assets", "tiny_policy"), help="policy folder")
+    zero_shot_table: str | None = option(
+        None, help="oracle table of the zero_shot case (default: results/demo/oracle_v_n256_tiny_policy_*.jsonl)"
     )
-    p.add_argument(
-        "--few_shot_data",
-        default=os.path.join(ROOT, "data", "arithmetic_few_shot.jsonl"),
+    few_shot_data: str = option(
+        os.path.join(ROOT, "data", "arithmetic_few_shot.jsonl"),
         help="prompts of the few_shot case; their oracle table is built here",
     )
-    p.add_argument("--n_oracle", type=int, default=64, help="samples per prompt of the few_shot oracle table")
-    p.add_argument("--cases", nargs="+", default=["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"])
-    p.add_argument("--T", type=int, default=16)
-    p.add_argument("--M", type=int, default=8)
-    p.add_argument("--K_list", type=int, nargs="+", default=[2, 4, 8, 16])
-    p.add_argument("--max_new_tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3, help="runs of each command line (the minimum is reported)")
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "benchmarks", "cpu_cli.json"))
-    p.add_argument("--overwrite", action="store_true", help="replace a --out file tracked by git (the committed one)")
-    args = p.parse_args(argv)
+    n_oracle: int = option(64, minimum=1, help="samples per prompt of the few_shot oracle table")
+    cases: list[str] = option(
+        ["zero_shot", "few_shot"],
+        choices=["zero_shot", "few_shot"],
+        help="zero_shot: the demo's oracle table (or --zero_shot_table); few_shot: an oracle table of the first T "
+        "rows of --few_shot_data built first with calculate_oracle_v.py (not timed)",
+    )
+    T: int = option(16, minimum=1, help="prompts")
+    M: int = option(8, help="groups per prompt")
+    K_list: list[int] = option([2, 4, 8, 16], help="group sizes")
+    max_new_tokens: int = option(32, help="tokens per continuation")
+    repeats: int = option(
+        3, minimum=1, help="runs of each command line, alternating fast and reference; the minimum is reported"
+    )
+    out: str = option(os.path.join(ROOT, "results", "benchmarks", "cpu_cli.json"), help="report")
+    overwrite: bool = option(False, help="replace a --out file tracked by git (the committed one)")
+
+
+def parse_args(argv=None) -> BenchCliConfig:
+    args = BenchCliConfig.from_argv(argv, description=__doc__)
     cli.protect_tracked(args.out, args.overwrite, "--out")
-    cli.require(args.repeats >= 1 and args.T >= 1 and args.n_oracle >= 1, "--repeats, --T and --n_oracle must be >= 1")
     cli.require(
         os.path.isfile(os.path.join(args.model, "config.json")),
         f"--model {args.model}: no config.json (python scripts/build_tiny_policy.py)",

@@ -18,17 +18,16 @@ engine's statistics are freed before the other engine runs (and before each repe
 plus the larger engine, not both.
 """
 
-from __future__ import annotations
-
-import argparse
 import copy
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 
 from grpo_mse import cli
 from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES
+from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
@@ -260,46 +259,38 @@ def run_case(
     }
 
 
-def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--model", default=os.path.join(ROOT, "assets", "tiny_policy"), help="local model folder or hub id")
-    p.add_argument(
-        "--qwen_shapes",
+@dataclass(kw_only=True)
+class BenchEnginesConfig(Flags):
+    """The model (or Qwen2.5-shaped random weights), the cases and their sizes, the repeats, the output."""
+
+    model: str = option(os.path.join(ROOT, "assets", "tiny_policy"), help="local model folder or hub id")
+    qwen_shapes: str | None = option(
+        None,
         nargs="?",
         const="0.5B",
-        default=None,
         choices=sorted(QWEN2_5_SHAPES),
         help="random model with Qwen2.5's shapes at this size (no value: 0.5B; toy: Qwen's vocabulary and layout "
         "at a tiny width, for CPU checks)",
     )
-    p.add_argument("--device", default="cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
-    p.add_argument("--dtype", default="fp32", choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
-    p.add_argument(
-        "--cases",
-        nargs="+",
-        default=["zero_shot", "few_shot"],
-        choices=["zero_shot", "few_shot"],
-        help="built-in prompt sets",
-    )
-    p.add_argument("--T", type=cli.integer(minimum=1), default=3, help="prompts per case")
-    p.add_argument("--M", type=cli.integer(minimum=2), default=8, help="groups per prompt")
-    p.add_argument("--K_list", type=cli.integer(minimum=2), nargs="+", default=[2, 4, 8, 16], help="group sizes")
-    p.add_argument("--max_new_tokens", type=cli.integer(minimum=1), default=32, help="tokens per continuation")
-    p.add_argument(
-        "--groups_per_pass", type=cli.integer(minimum=0), default=0, help="fast engine's groups per pass (0 = auto)"
-    )
-    p.add_argument(
-        "--repeats", type=cli.integer(minimum=1), default=3, help="time each engine this many times, keep the fastest"
-    )
-    p.add_argument(
-        "--float64_check",
-        action=argparse.BooleanOptionalAction,
-        default=None,
+    device: str = option("cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
+    dtype: str = option("fp32", choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
+    cases: list[str] = option(["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"], help="built-in prompt sets")
+    T: int = option(3, minimum=1, help="prompts per case")
+    M: int = option(8, minimum=2, help="groups per prompt")
+    K_list: list[int] = option([2, 4, 8, 16], minimum=2, help="group sizes")
+    max_new_tokens: int = option(32, minimum=1, help="tokens per continuation")
+    groups_per_pass: int = option(0, minimum=0, help="fast engine's groups per pass (0 = auto)")
+    repeats: int = option(3, minimum=1, help="time each engine this many times, keep the fastest")
+    float64_check: bool | None = option(
+        None,
         help="also run the reference engine on a float64 copy of the model and report each engine's "
         "largest relative trace error against it (default: on, except with --qwen_shapes)",
     )
-    p.add_argument("--out", default=None, help="also write the results as JSON here")
-    args = p.parse_args(argv)
+    out: str | None = option(None, help="also write the results as JSON here")
+
+
+def main(argv=None) -> None:
+    args = BenchEnginesConfig.from_argv(argv, description=__doc__)
     args.K_list, args.cases = cli.unique(args.K_list, "--K_list"), cli.unique(args.cases, "--cases")
     if args.out:
         cli.writable_file(args.out, "--out")

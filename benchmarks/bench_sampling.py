@@ -11,13 +11,13 @@ Every batch samples --max_new_tokens tokens per row (a random model almost never
 the tokens actually generated. The JSON is rewritten after every batch.
 """
 
-from __future__ import annotations
-
 import os
 import time
+from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES, qwen2_5_config
+from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,17 +33,22 @@ def batch_bytes(config, dtype: str, batch: int, tokens: int) -> int:
     return batch * (cache + config.vocab_size * LOGIT_BYTES_PER_ENTRY)
 
 
+@dataclass(kw_only=True)
+class BenchSamplingConfig(Flags):
+    """The model shapes, the batch sizes to try and for how long, and the output."""
+
+    qwen_shapes: str = option("0.5B", choices=sorted(QWEN2_5_SHAPES), help="model shapes")
+    device: str = option("cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
+    dtype: str = option("fp32", choices=sorted(DTYPE_BYTES), help="model weights' dtype")
+    max_new_tokens: int = option(64, minimum=1, help="tokens per row")
+    batch_start: int = option(16, minimum=1, help="first batch size")
+    batch_max: int = option(4096, minimum=1, help="largest batch size tried")
+    seconds: float = option(60.0, above=0, help="no new batch after this long")
+    out: str | None = option(None, help="also write the results as JSON here")
+
+
 def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--qwen_shapes", default="0.5B", choices=sorted(QWEN2_5_SHAPES), help="model shapes")
-    p.add_argument("--device", default="cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
-    p.add_argument("--dtype", default="fp32", choices=sorted(DTYPE_BYTES), help="model weights' dtype")
-    p.add_argument("--max_new_tokens", type=cli.integer(minimum=1), default=64, help="tokens per row")
-    p.add_argument("--batch_start", type=cli.integer(minimum=1), default=16, help="first batch size")
-    p.add_argument("--batch_max", type=cli.integer(minimum=1), default=4096, help="largest batch size tried")
-    p.add_argument("--seconds", type=cli.number(above=0), default=60.0, help="no new batch after this long")
-    p.add_argument("--out", default=None, help="also write the results as JSON here")
-    args = p.parse_args(argv)
+    args = BenchSamplingConfig.from_argv(argv, description=__doc__)
     if args.out:
         cli.writable_file(args.out, "--out")
     import torch

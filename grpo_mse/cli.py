@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import math
 import os
@@ -19,6 +20,9 @@ def require(condition: bool, message: str) -> None:
     """Raise UsageError(message) unless ``condition``."""
     if not condition:
         raise UsageError(message)
+
+
+BadValue = argparse.ArgumentTypeError  # raised by a flag's ``type`` converter: its message ends up on the error line
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -45,6 +49,23 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
         print(f"error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
+
+
+def arguments(argv: list[str] | None = None) -> list[str]:
+    """The command's arguments: ``argv`` when given, else ``sys.argv[1:]`` (the one place outside argparse that
+    reads sys.argv)."""
+    return list(sys.argv[1:] if argv is None else argv)
+
+
+@contextlib.contextmanager
+def command_line(argv: list[str]):
+    """Inside the block, ``sys.argv`` is ``argv`` (for a library's own entry point that reads it); restored after."""
+    saved = sys.argv
+    sys.argv = list(argv)
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def check_range(flag: str, value, minimum=None, maximum=None, above=None) -> None:
@@ -268,17 +289,6 @@ def progress(items=None, **kwargs):
     from tqdm.auto import tqdm
 
     return tqdm(items, dynamic_ncols=True, **kwargs)
-
-
-def add_model_flags(
-    parser, model: str | None, device: str, dtype: str, model_help: str = "hub id or local folder"
-) -> None:
-    """--model (required when ``model`` is None), --revision, --device, --dtype, --trust_remote_code."""
-    parser.add_argument("--model", default=model, required=model is None, help=model_help)
-    parser.add_argument("--revision", default="main", help="hub revision (branch, tag or commit) of --model")
-    parser.add_argument("--device", default=device, type=device_name, help="cpu, cuda, cuda:N or mps")
-    parser.add_argument("--dtype", default=dtype, choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
-    parser.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (off by default)")
 
 
 def launch_env() -> tuple[int, int, int]:

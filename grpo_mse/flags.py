@@ -8,6 +8,7 @@ A config is a dataclass deriving from ``Flags`` whose fields are declared with `
         K_list: list[int] = option([4, 8], help="group sizes", minimum=2)   # list/tuple: nargs="+"
         lr: float = option(1e-3, help="learning rate", above=0)             # bounds: checked twice (below)
         resume: bool = option(False, help="continue the last run")          # bool: a switch (store_true)
+        check: bool | None = option(None, help="check (default: by mode)")  # --check, --no-check or None
         save: bool = option(True, help="save the model", zero_one=True)     # --save/--no-save, also --save 0|1
         paths: list[str] = option(help="inputs", positional=True)           # a positional argument (no --)
 
@@ -16,7 +17,9 @@ A config is a dataclass deriving from ``Flags`` whose fields are declared with `
             require(..., "one-line message")                                # cross-field checks
 
 ``Args.from_argv(argv)`` parses, converts and validates; ``Args(...)`` from Python is validated the same
-way in ``__post_init__``. ``help`` is the flag's help; the other keywords of ``option`` are argparse's
+way in ``__post_init__``. Subcommands (``prog NAME FLAGS...``): ``parse_command({"NAME": Config, ...}, argv)``
+returns (NAME, its validated config); each config's docstring's first line is the subcommand's help.
+``help`` is the flag's help; the other keywords of ``option`` are argparse's
 (``type``, ``nargs``, ``choices``, ``metavar``, ``aliases`` as extra option strings) plus the bounds
 ``minimum``, ``maximum`` and ``above`` (strictly greater), ``positional=True`` (an argument without ``--``)
 and, for a bool that defaults to True, ``zero_one=True`` (the older ``--x 1`` / ``--x 0`` form accepted
@@ -53,11 +56,16 @@ def option(default=dataclasses.MISSING, *, help: str | None = None, **flag):  # 
     return field(default=default, metadata=metadata)
 
 
-def _annotation(spec: dataclasses.Field) -> tuple[type | None, str | None, bool]:
-    """(scalar type, nargs, is_tuple) read from a field's annotation (a string under postponed annotations)."""
+def _annotation_text(spec: dataclasses.Field) -> str:
+    """A field's annotation as text without ``| None`` (a string under postponed annotations)."""
     text = spec.type if isinstance(spec.type, str) else str(spec.type)
     text = spec.type.__name__ if type(spec.type) is type else text  # a plain class: "int", not "<class 'int'>"
-    text = re.sub(r"\s*\|\s*None$|^Optional\[(.*)\]$", r"\1", text.strip())
+    return re.sub(r"\s*\|\s*None$|^Optional\[(.*)\]$", r"\1", text.strip())
+
+
+def _annotation(spec: dataclasses.Field) -> tuple[type | None, str | None, bool]:
+    """(scalar type, nargs, is_tuple) read from a field's annotation."""
+    text = _annotation_text(spec)
     many = re.match(r"^(list|tuple)\[(\w+)(, \.\.\.)?\]$", text)
     if many:
         return SCALARS.get(many.group(2)), "+", many.group(1) == "tuple"
@@ -125,6 +133,8 @@ def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
                     default=default,
                     help=f"turn --{spec.name} off",
                 )
+        elif default is None and _annotation_text(spec) == "bool":  # --x, --no-x, or neither: None (decided later)
+            parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=None, **meta)
         else:
             kind, nargs, _ = _annotation(spec)
             meta.setdefault("type", _converter(kind, bounds))
@@ -141,14 +151,29 @@ def parser_for(config_class, description: str | None = None) -> cli.ArgumentPars
     return parser
 
 
-def parse(config_class, argv=None, description: str | None = None):
-    """Parse ``argv`` (sys.argv when None) into a validated ``config_class``; bad values raise UsageError."""
-    namespace = parser_for(config_class, description).parse_args(argv)
+def _config(config_class, namespace: argparse.Namespace):
+    """``config_class`` built (and so validated) from the parsed flags in ``namespace``."""
     values = {}
     for spec in dataclasses.fields(config_class):
         value = getattr(namespace, spec.name)
         values[spec.name] = tuple(value) if isinstance(value, list) and _annotation(spec)[2] else value
     return config_class(**values)
+
+
+def parse(config_class, argv=None, description: str | None = None):
+    """Parse ``argv`` (sys.argv when None) into a validated ``config_class``; bad values raise UsageError."""
+    return _config(config_class, parser_for(config_class, description).parse_args(argv))
+
+
+def parse_command(commands: dict, argv=None, description: str | None = None) -> tuple[str, Flags]:
+    """(name, config) of a command line ``NAME FLAGS...``: ``commands`` maps each subcommand's name to its config
+    class (its docstring's first line is the subcommand's help), which parses and validates the flags after NAME."""
+    parser = cli.ArgumentParser(description=description)
+    sub = parser.add_subparsers(dest="command", required=True)  # subparsers are cli.ArgumentParsers too
+    for name, config_class in commands.items():
+        add_flags(sub.add_parser(name, help=(config_class.__doc__ or "").strip().split("\n")[0]), config_class)
+    namespace = parser.parse_args(argv)
+    return namespace.command, _config(commands[namespace.command], namespace)
 
 
 def check_fields(config) -> None:
@@ -192,10 +217,13 @@ class Flags:
         return parse(cls, argv, description)
 
 
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _shown(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return " ".join(map(str, value))
-    return str(value)
+    """A default as docs show it: list items joined by spaces, a path inside the repository relative to it."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return " ".join(str(item).removeprefix(REPOSITORY + os.sep) for item in items)
 
 
 def markdown(config_class) -> str:
@@ -213,19 +241,22 @@ def markdown(config_class) -> str:
             shown = "none"
         else:
             shown = f"`{_shown(default)}`"
-        text = meta.get("help") or ""
+        parts = [meta.get("help") or ""]
         if meta.get("choices"):
-            many = _annotation(spec)[1] or meta.get("nargs")
-            text += f"; {'any' if many else 'one'} of {', '.join(f'`{c}`' for c in meta['choices'])}"
+            many = _annotation(spec)[1] or meta.get("nargs") in ("+", "*")
+            parts.append(f"{'any' if many else 'one'} of {', '.join(f'`{c}`' for c in meta['choices'])}")
         bounds = [
             f"{sign} {meta[k]}"
             for k, sign in (("minimum", ">="), ("above", ">"), ("maximum", "<="))
             if meta.get(k) is not None
         ]
         if bounds:
-            text += f"; {' and '.join(bounds)}"
+            parts.append(" and ".join(bounds))
+        if default is None and _annotation_text(spec) == "bool":
+            parts.append(f"`--no-{spec.name}` turns it off")
         if meta.get("zero_one"):
-            text += f"; `--no-{spec.name}` clears it (`--{spec.name} 1` and `--{spec.name} 0` also work)"
+            parts.append(f"`--no-{spec.name}` clears it (`--{spec.name} 1` and `--{spec.name} 0` also work)")
+        text = "; ".join(part for part in parts if part)
         if meta.get("positional"):
             names = f"`{spec.name}` (positional)"
         else:
@@ -269,20 +300,29 @@ def refresh(text: str) -> str:
 BLOCK = re.compile(r"^(<!-- flags: (\S+) -->\n)(.*?)^(<!-- end flags -->)$", re.S | re.M)
 
 
-def main(argv=None) -> int:
-    parser = cli.ArgumentParser(
-        description="The markdown flag tables of config dataclasses, as docs/ shows them "
-        "(run from the repository root)."
-    )
-    parser.add_argument(
-        "--markdown",
+@dataclasses.dataclass(kw_only=True)
+class TablesConfig(Flags):
+    """Which table to print, or which docs to rewrite or check."""
+
+    markdown: str | None = option(
+        None,
         metavar="MODULE:CLASS",
         help="print one table, e.g. grpo_mse.gradients.config:TracecovConfig or plots/make_figures.py:FiguresConfig",
     )
-    parser.add_argument("--update", nargs="+", metavar="DOC", help="rewrite the generated blocks of these files")
-    parser.add_argument("--check", nargs="+", metavar="DOC", help="exit 1 when a generated block is out of date")
-    args = parser.parse_args(argv)
-    require(bool(args.markdown or args.update or args.check), "give --markdown, --update or --check")
+    update: list[str] | None = option(None, metavar="DOC", help="rewrite the generated blocks of these files")
+    check: list[str] | None = option(None, metavar="DOC", help="exit 1 when a generated block is out of date")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(bool(self.markdown or self.update or self.check), "give --markdown, --update or --check")
+
+
+def main(argv=None) -> int:
+    args = TablesConfig.from_argv(
+        argv,
+        description="The markdown flag tables of config dataclasses, as docs/ shows them "
+        "(run from the repository root).",
+    )
     if args.markdown:
         sys.stdout.write(markdown(load_class(args.markdown)))
     stale = []

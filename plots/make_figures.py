@@ -7,7 +7,6 @@ Advisor:  --advisor RUN.json [--budget N]     -> predicted error against K with 
 Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps + a markdown table
 """
 
-import argparse
 import csv
 import math
 import os
@@ -283,7 +282,7 @@ def main(argv=None) -> None:
     if advisor is not None:
         check_advisor(advisor, args.advisor)
     if args.training_csv:
-        from grpo_mse.figures.training import main_training, read_training, select_runs
+        from grpo_mse.figures.training import TrainingFiguresConfig, main_training, read_training, select_runs
 
         training = read_training(args.training_csv, args.metric)
         select_runs(training, args.metric, args.steps, args.include_incomplete)  # refusals before any file is written
@@ -295,7 +294,7 @@ def main(argv=None) -> None:
             print(f"wrote {path}")
     if args.training_csv:
         main_training(
-            argparse.Namespace(
+            TrainingFiguresConfig(
                 csv=args.training_csv,
                 out_dir=args.out_dir,
                 name="figure5_accuracy_vs_K",

@@ -14,14 +14,13 @@ its per-prompt records and c1 batches, with one joint prompt bootstrap (the same
       --max_new_tokens 32 --device cpu --dtype fp32 --skip_plot --save_json outputs/advisor_check
 """
 
-from __future__ import annotations
-
 import shlex
-import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
 NAMES = ("c1", "c2", "c3")
@@ -73,15 +72,20 @@ def extrapolation(records_by_k, batches_by_k, fit, check, budget: int, n_boot: i
     return out
 
 
+@dataclass(kw_only=True)
+class AdvisorCheckConfig(Flags):
+    """The K to fit on and to predict, the bootstrap size and the output (run_tracecov's flags follow ``--``)."""
+
+    out: str = option(help="JSON file for the check")
+    fit: list[int] = option([2, 4, 8], minimum=2, help="K to fit on")
+    check: list[int] = option([16, 32, 64], minimum=2, help="K to predict")
+    n_boot: int = option(2000, minimum=100, help="bootstrap replicates")
+
+
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = cli.arguments(argv)
     own, rest = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    parser = cli.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", required=True, help="JSON file for the check")
-    parser.add_argument("--fit", type=cli.integer(minimum=2), nargs="+", default=[2, 4, 8], help="K to fit on")
-    parser.add_argument("--check", type=cli.integer(minimum=2), nargs="+", default=[16, 32, 64], help="K to predict")
-    parser.add_argument("--n_boot", type=cli.integer(minimum=100), default=2000, help="bootstrap replicates")
-    args = parser.parse_args(own)
+    args = AdvisorCheckConfig.from_argv(own, description=__doc__)
     cli.require(not set(args.fit) & set(args.check), f"--fit {args.fit} and --check {args.check} overlap")
     cli.require(len(args.fit) >= 1 and "--K_list" not in rest, "--K_list is set from --fit and --check; leave it out")
     cli.writable_file(args.out, "--out")

@@ -4,10 +4,9 @@ Example:
     python scripts/build_tiny_policy.py --out_dir assets/tiny_policy --seed 0
 """
 
-from __future__ import annotations
-
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 # Idle OpenMP threads sleep instead of spinning: on a busy 2-core machine spinning made steps ~10x slower.
@@ -17,38 +16,31 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.builtin.defaults import TINY_STEPS as DEFAULT_STEPS
+from grpo_mse.flags import Flags, option
+
+
+@dataclass(kw_only=True)
+class TinyPolicyConfig(Flags):
+    """Where the tiny policy goes, how it is trained, and the V summary printed after."""
+
+    out_dir: str = option("assets/tiny_policy", help="output folder (files inside replaced)")
+    overwrite: bool = option(False, help="replace files tracked by git (the shipped assets/tiny_policy) in --out_dir")
+    seed: int = option(0, help="training seed")
+    steps: int = option(DEFAULT_STEPS, minimum=1, help="training steps")
+    lr: float | None = option(None, above=0, help="AdamW peak learning rate (default: built-in)")
+    batch_size: int | None = option(None, minimum=1, help="training batch size (default: built-in)")
+    n_train_rows: int | None = option(None, minimum=1, help="training rows (default: built-in)")
+    threads: int = option(
+        1,
+        minimum=1,
+        help="torch threads; the weights depend (slightly) on it, and 1 reproduces the shipped checkpoint bit for bit",
+    )
+    eval_prompts: int = option(50, minimum=0, help="0 skips the V summary")
+    eval_samples: int = option(32, minimum=1, help="samples per prompt of the V summary")
 
 
 def main(argv=None) -> None:
-    parser = cli.ArgumentParser(description=__doc__)
-    parser.add_argument("--out_dir", default="assets/tiny_policy", help="output folder (files inside replaced)")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace files tracked by git (the shipped assets/tiny_policy) in --out_dir",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="training seed")
-    parser.add_argument("--steps", type=cli.integer(minimum=1), default=DEFAULT_STEPS, help="training steps")
-    parser.add_argument(
-        "--lr", type=cli.number(above=0), default=None, help="AdamW peak learning rate (default: built-in)"
-    )
-    parser.add_argument(
-        "--batch_size", type=cli.integer(minimum=1), default=None, help="training batch size (default: built-in)"
-    )
-    parser.add_argument(
-        "--n_train_rows", type=cli.integer(minimum=1), default=None, help="training rows (default: built-in)"
-    )
-    parser.add_argument(
-        "--threads",
-        type=cli.integer(minimum=1),
-        default=1,
-        help="torch threads; the weights depend (slightly) on it, and 1 reproduces the shipped checkpoint bit for bit",
-    )
-    parser.add_argument("--eval_prompts", type=cli.integer(minimum=0), default=50, help="0 skips the V summary")
-    parser.add_argument(
-        "--eval_samples", type=cli.integer(minimum=1), default=32, help="samples per prompt of the V summary"
-    )
-    args = parser.parse_args(argv)
+    args = TinyPolicyConfig.from_argv(argv, description=__doc__)
     cli.writable_dir(args.out_dir, "--out_dir")
     cli.protect_tracked(args.out_dir, args.overwrite, "--out_dir")
     import torch  # after the flags are checked

@@ -9,25 +9,30 @@ fits the available host memory. Exit 2 with one line when not even a batch of 2 
   python scripts/c1_plan.py --qwen_shapes 1.5B --c1_batch 16 --dir outputs --out c1_plan.json
 """
 
-from __future__ import annotations
-
 import os
 import shutil
+from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES
+from grpo_mse.flags import Flags, option
 
 GB = 1e9
 
 
+@dataclass(kw_only=True)
+class C1PlanConfig(Flags):
+    """The model shapes and c1 batch to plan for, and the folder whose disk is measured."""
+
+    qwen_shapes: str = option("1.5B", choices=sorted(QWEN2_5_SHAPES), help="model shapes")
+    c1_batch: int = option(16, minimum=2, help="prompts per c1 batch wanted")
+    dir: str = option(".", help="folder the run would write to (its disk is the one measured)")
+    margin: float = option(0.1, minimum=0, maximum=0.9, help="share kept free")
+    out: str | None = option(None, help="also write the plan as JSON here")
+
+
 def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("--qwen_shapes", default="1.5B", choices=sorted(QWEN2_5_SHAPES), help="model shapes")
-    p.add_argument("--c1_batch", type=cli.integer(minimum=2), default=16, help="prompts per c1 batch wanted")
-    p.add_argument("--dir", default=".", help="folder the run would write to (its disk is the one measured)")
-    p.add_argument("--margin", type=cli.number(minimum=0, maximum=0.9), default=0.1, help="share kept free")
-    p.add_argument("--out", default=None, help="also write the plan as JSON here")
-    args = p.parse_args(argv)
+    args = C1PlanConfig.from_argv(argv, description=__doc__)
     if not os.path.isdir(args.dir):
         raise cli.UsageError(f"--dir {args.dir}: not a folder")
     if args.out:

@@ -10,13 +10,13 @@ Exit status 0 when they agree, 1 when they do not, 2 on bad input.
   python scripts/compare_oracle_tables.py hf.jsonl vllm.jsonl --out agreement.json
 """
 
-from __future__ import annotations
-
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 
 from grpo_mse import cli
 from grpo_mse.cli import require
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 
@@ -75,12 +75,17 @@ def compare(rows_a: list[dict], rows_b: list[dict], path_a: str = "a", path_b: s
     }
 
 
+@dataclass(kw_only=True)
+class CompareOracleConfig(Flags):
+    """The two oracle tables to compare and where the report goes."""
+
+    table_a: str = option(help="oracle table (.jsonl/.parquet)", positional=True)
+    table_b: str = option(help="oracle table to compare with", positional=True)
+    out: str | None = option(None, help="also write the report as JSON here")
+
+
 def main(argv=None) -> int:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("table_a", help="oracle table (.jsonl/.parquet)")
-    p.add_argument("table_b", help="oracle table to compare with")
-    p.add_argument("--out", default=None, help="also write the report as JSON here")
-    args = p.parse_args(argv)
+    args = CompareOracleConfig.from_argv(argv, description=__doc__)
     if args.out:
         cli.writable_file(args.out, "--out")
     report = compare(load_rows(args.table_a), load_rows(args.table_b), args.table_a, args.table_b)

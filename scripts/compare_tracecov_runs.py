@@ -10,14 +10,14 @@ Also reported: each cell's mean traces and the relative difference of the means.
   python scripts/compare_tracecov_runs.py gpu/tracecov_x_per_prompt.csv results/demo/tracecov_y_per_prompt.csv
 """
 
-from __future__ import annotations
-
 import csv
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 
 from grpo_mse import cli
 from grpo_mse.cli import require
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
 LEVEL = 0.001
@@ -68,12 +68,17 @@ def compare(a: dict, b: dict, level: float = LEVEL) -> dict:
     return {"cells": report, "max_abs_z": worst, "z_limit": limit, "level": level, "agree": worst <= limit}
 
 
+@dataclass(kw_only=True)
+class CompareRunsConfig(Flags):
+    """The two runs' per-prompt tables to compare and where the report goes."""
+
+    run_a: str = option(help="a run's *_per_prompt.csv", positional=True)
+    run_b: str = option(help="the run to compare with (e.g. results/demo/tracecov_*_per_prompt.csv)", positional=True)
+    out: str | None = option(None, help="also write the report as JSON here")
+
+
 def main(argv=None) -> int:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("run_a", help="a run's *_per_prompt.csv")
-    p.add_argument("run_b", help="the run to compare with (e.g. results/demo/tracecov_*_per_prompt.csv)")
-    p.add_argument("--out", default=None, help="also write the report as JSON here")
-    args = p.parse_args(argv)
+    args = CompareRunsConfig.from_argv(argv, description=__doc__)
     if args.out:
         cli.writable_file(args.out, "--out")
     report = compare(read_traces(args.run_a), read_traces(args.run_b))

@@ -18,15 +18,15 @@ per-prompt c2 (advisor.tail_index) and largest-prompt share. --merge writes the 
       --check outputs/coverage_calibration.json --out outputs/check.json       # another generator
 """
 
-from __future__ import annotations
-
 import math
 import os
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
@@ -69,9 +69,7 @@ def tail(text: str) -> Tail:
         parameter = math.nan
     ok = {"lognormal": parameter >= 0, "pareto": parameter > 2, "gamma": parameter > 0}.get(family, False)
     if not (ok and math.isfinite(parameter)):
-        raise cli.argparse.ArgumentTypeError(
-            f"{text!r}: expected lognormal:SIGMA (>= 0), pareto:ALPHA (> 2) or gamma:SHAPE (> 0)"
-        )
+        raise cli.BadValue(f"{text!r}: expected lognormal:SIGMA (>= 0), pareto:ALPHA (> 2) or gamma:SHAPE (> 0)")
     return Tail(family, parameter)
 
 
@@ -281,23 +279,24 @@ def read_cells(paths: list[str]) -> list[dict]:
     return cells
 
 
+@dataclass(kw_only=True)
+class CoverageConfig(Flags):
+    """The simulated cells (prompts per run, runs, tails), the intervals, and the merge/check modes."""
+
+    T: list[int] = option([48, 192, 500], minimum=16, help="prompts per run")
+    runs: int = option(300, minimum=1, help="simulated runs per cell")
+    tails: list[Tail] = option([tail("lognormal:1")], type=tail, nargs="+", help="score-scale laws, FAMILY:PARAMETER")
+    n_boot: int = option(1000, minimum=50, help="bootstrap replicates")
+    seed: int = option(2026, minimum=0, help="seed of the first cell (each cell's own is derived from it)")
+    level: float = option(0.95, above=0, maximum=0.999, help="nominal level of the intervals")
+    out: str | None = option(None, help="JSON file for the cells / table / check (default: print only)")
+    merge: list[str] | None = option(None, help="simulated cell files -> the calibration table")
+    check: str | None = option(None, help="calibration table to check the simulated cells against")
+    raw: list[str] | None = option(None, help="--check: simulated cell files instead of simulating")
+
+
 def main(argv=None) -> None:
-    parser = cli.ArgumentParser(description=__doc__)
-    parser.add_argument("--T", type=cli.integer(minimum=16), nargs="+", default=[48, 192, 500], help="prompts per run")
-    parser.add_argument("--runs", type=cli.integer(minimum=1), default=300, help="simulated runs per cell")
-    parser.add_argument(
-        "--tails", type=tail, nargs="+", default=[tail("lognormal:1")], help="score-scale laws, FAMILY:PARAMETER"
-    )
-    parser.add_argument("--n_boot", type=cli.integer(minimum=50), default=1000, help="bootstrap replicates")
-    parser.add_argument("--seed", type=cli.integer(minimum=0), default=2026)
-    parser.add_argument(
-        "--level", type=cli.number(above=0, maximum=0.999), default=0.95, help="nominal level of the intervals"
-    )
-    parser.add_argument("--out", default=None, help="JSON file for the cells / table / check (default: print only)")
-    parser.add_argument("--merge", nargs="+", default=None, help="simulated cell files -> the calibration table")
-    parser.add_argument("--check", default=None, help="calibration table to check the simulated cells against")
-    parser.add_argument("--raw", nargs="+", default=None, help="--check: simulated cell files instead of simulating")
-    args = parser.parse_args(argv)
+    args = CoverageConfig.from_argv(argv, description=__doc__)
     if args.out:
         cli.writable_file(args.out, "--out")
     cli.require(not (args.merge and args.check), "give --merge or --check, not both")

@@ -5,14 +5,15 @@ python scripts/gpu_check_steps.py installed NAME...    # exit 0 when every modul
 python scripts/gpu_check_steps.py advisor RUN.json OUT.json   # a tracecov run's advisor: constants, K*, advice
 """
 
-from __future__ import annotations
-
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
-import sys
+from dataclasses import dataclass
+
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option, parse_command
 
 # (distribution, module): the gradient-evaluation path, then what only GPU training and vLLM sampling need
 PACKAGES = [
@@ -72,20 +73,16 @@ def versions() -> dict:
     return record
 
 
-class BadInput(Exception):
-    """A bad input file: one line on stderr, exit 2."""
-
-
 def advisor(run_path: str) -> dict:
     """The group-size advisor of a tracecov run: pooled constants, their intervals and the recommendation."""
     try:
         with open(run_path, encoding="utf-8") as f:
             result = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise BadInput(f"{run_path}: not a readable tracecov JSON ({error})") from None
+        raise cli.InputError(f"{run_path}: not a readable tracecov JSON ({error})") from None
     found = result.get("group_size_advisor") if isinstance(result, dict) else None
     if not found:
-        raise BadInput(f"{run_path} has no group_size_advisor")
+        raise cli.InputError(f"{run_path} has no group_size_advisor")
     keep = ("pooled", "ci95", "recommendation", "K_best_frequency", "degenerate_replicates", "budget", "allowed_K")
     return {"run": run_path, "n_prompts": result.get("n_prompts"), **{k: found.get(k) for k in keep}}
 
@@ -97,32 +94,45 @@ def write(path: str, record: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-USAGE = "usage: gpu_check_steps.py versions OUT.json | installed NAME... | advisor RUN OUT"
+@dataclass(kw_only=True)
+class VersionsConfig(Flags):
+    """every package's version, one by one (a missing one is recorded), as JSON"""
+
+    out: str = option(positional=True, metavar="OUT.json", help="where the versions go")
 
 
-def main(argv: list[str]) -> int:
-    if argv in (["--help"], ["-h"]):
-        print(USAGE + "\n\n" + (__doc__ or "").strip())
-        return 0
-    if len(argv) >= 2 and argv[0] == "installed":
-        return 0 if all(module_found(name) for name in argv[1:]) else 1
-    if len(argv) == 2 and argv[0] == "versions":
+@dataclass(kw_only=True)
+class InstalledConfig(Flags):
+    """exit 0 when every module can be found, else exit 1 (the step's guard)"""
+
+    names: list[str] = option(positional=True, metavar="NAME", help="module names")
+
+
+@dataclass(kw_only=True)
+class AdvisorConfig(Flags):
+    """a tracecov run's advisor: constants, K*, advice"""
+
+    run: str = option(positional=True, metavar="RUN.json", help="a run_tracecov result")
+    out: str = option(positional=True, metavar="OUT.json", help="where the advisor's summary goes")
+
+
+COMMANDS = {"versions": VersionsConfig, "installed": InstalledConfig, "advisor": AdvisorConfig}
+
+
+def main(argv: list[str] | None = None) -> int:
+    command, args = parse_command(COMMANDS, argv, description=__doc__)
+    if command == "installed":
+        return 0 if all(module_found(name) for name in args.names) else 1
+    if command == "versions":
         record = versions()
-        write(argv[1], record)
+        write(args.out, record)
         print(json.dumps(record))
         return 0
-    if len(argv) == 3 and argv[0] == "advisor":
-        try:
-            record = advisor(argv[1])
-        except BadInput as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        write(argv[2], record)
-        print(json.dumps(record.get("recommendation")))
-        return 0
-    print(USAGE, file=sys.stderr)
-    return 2
+    record = advisor(args.run)
+    write(args.out, record)
+    print(json.dumps(record.get("recommendation")))
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    cli.run(main)

@@ -13,17 +13,16 @@ n seeds; the advisor implies the interaction D = [mu_a(k1) - mu_a(k2)] - [mu_b(k
   python scripts/power_analysis.py --k_map results/paper_regime/k_map.json --out outputs/power_analysis.json
 """
 
-from __future__ import annotations
-
 import itertools
 import json
 import math
 import os
-import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
 SWEEPS = {  # the committed sweeps and predictions that give sigma and beta (same regime, 8 seeds x 4 K each)
@@ -222,20 +221,23 @@ def analysis(k_map_path: str, ks: list[int], alpha: float, tests: int, seconds: 
     }
 
 
+@dataclass(kw_only=True)
+class PowerConfig(Flags):
+    """The K* map to read, the test family, the cost of a run, and the output."""
+
+    k_map: str = option(help="K* map JSON (scripts/k_map.py)")
+    out: str = option(help="JSON file for the analysis")
+    allowed_K: list[int] = option([2, 4, 8, 16], minimum=2, help="group sizes of the sweep (two or more)")
+    alpha: float = option(0.05, help="family-wise level")
+    tests: int = option(2, minimum=1, help="confirmatory tests (Holm)")
+    core_seconds_per_run: float = option(CORE_SECONDS_PER_RUN, above=0, help="CPU core seconds of one training run")
+    seed_sd: float | None = option(None, above=0, help="override the pooled SD of the sweeps")
+
+
 def main(argv=None) -> None:
-    parser = cli.ArgumentParser(description=__doc__)
-    parser.add_argument("--k_map", required=True, help="K* map JSON (scripts/k_map.py)")
-    parser.add_argument("--out", required=True, help="JSON file for the analysis")
-    parser.add_argument("--allowed_K", type=cli.integer(minimum=2), nargs="+", default=[2, 4, 8, 16])
-    parser.add_argument("--alpha", type=float, default=0.05, help="family-wise level")
-    parser.add_argument("--tests", type=cli.integer(minimum=1), default=2, help="confirmatory tests (Holm)")
-    parser.add_argument("--core_seconds_per_run", type=float, default=CORE_SECONDS_PER_RUN)
-    parser.add_argument("--seed_sd", type=float, default=None, help="override the pooled SD of the sweeps")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = PowerConfig.from_argv(argv, description=__doc__)
     cli.require(os.path.isfile(args.k_map), f"--k_map {args.k_map}: no such file")
     cli.require(0 < args.alpha < 1, f"--alpha must be in (0, 1) (got {args.alpha})")
-    cli.require(args.core_seconds_per_run > 0, "--core_seconds_per_run must be > 0")
-    cli.require(args.seed_sd is None or args.seed_sd > 0, "--seed_sd must be > 0")
     cli.require(len(set(args.allowed_K)) >= 2, "--allowed_K needs two or more K")
     cli.writable_file(args.out, "--out")
     result = analysis(

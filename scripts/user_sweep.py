@@ -11,9 +11,6 @@ refusal: exit 2, one stderr line, nothing written in the scratch folder). Traini
 built-in tiny policy, 2 steps of 32 sequences (about 15 s each); the whole sweep takes about 10 minutes on 2 cores.
 """
 
-from __future__ import annotations
-
-import argparse
 import hashlib
 import json
 import os
@@ -25,6 +22,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 
 ROOT = Path(__file__).resolve().parents[1]
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
@@ -1004,18 +1004,22 @@ def markdown(rows: list[dict], counts: dict) -> str:
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
+@dataclass(kw_only=True)
+class UserSweepConfig(Flags):
+    """Where the sweep runs and writes, and which of its commands run."""
+
+    work: str = option(help="scratch folder (replaced if it holds a previous sweep)")
+    out: str | None = option(None, help="the rows and counts as JSON (default: WORK/sweep.json)")
+    md: str | None = option(None, help="the table as markdown (default: WORK/sweep.md)")
+    only: str | None = option(None, help="run only the commands whose group or text matches this regex")
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", required=True, help="scratch folder (replaced if it holds a previous sweep)")
-    p.add_argument("--out", default=None, help="the rows and counts as JSON (default: WORK/sweep.json)")
-    p.add_argument("--md", default=None, help="the table as markdown (default: WORK/sweep.md)")
-    p.add_argument("--only", default=None, help="run only the commands whose group or text matches this regex")
-    args = p.parse_args(argv)
+    args = UserSweepConfig.from_argv(argv, description=__doc__)
     work = Path(args.work).resolve()
     if work.exists():
         if not (work / ".user_sweep").exists():
-            print(f"error: --work {work} exists and was not made by this script", file=sys.stderr)
-            return 2
+            raise cli.UsageError(f"--work {work} exists and was not made by this script")
         shutil.rmtree(work)
     work.mkdir(parents=True)
     (work / ".user_sweep").touch()
@@ -1040,4 +1044,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    cli.run(main)

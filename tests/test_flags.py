@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from grpo_mse.cli import UsageError, require
 from grpo_mse.flags import Flags, option
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md"]
+DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md", "docs/engines.md", "docs/commands.md"]
 ENTRY_POINTS = sorted(
     glob.glob("Gradient_evaluation/*.py", root_dir=ROOT)
     + glob.glob("Policy_Optimization/*.py", root_dir=ROOT)
@@ -31,7 +32,27 @@ TABLES = {
         "grpo_mse.training.sweep:SweepConfig",
         "grpo_mse.training.logs:CollectConfig",
         "grpo_mse.training.trl_train:TrlTrainConfig",
-    ]
+    ],
+    "docs/engines.md": ["benchmarks/bench_cli.py:BenchCliConfig"],
+    "docs/commands.md": [
+        *(f"grpo_mse.figures.k_validation:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
+        "grpo_mse.figures.k_validation:AdaptiveConfig",
+        "grpo_mse.figures.training:TrainingFiguresConfig",
+        "grpo_mse.training.demo_summary:DemoSummaryConfig",
+        "grpo_mse.training.budget:BudgetConfig",
+        "grpo_mse.training.verl_launch:VerlDryRunConfig",
+        "scripts/advisor_check.py:AdvisorCheckConfig",
+        "scripts/coverage_heavy_tails.py:CoverageConfig",
+        "scripts/power_analysis.py:PowerConfig",
+        "scripts/compare_oracle_tables.py:CompareOracleConfig",
+        "scripts/compare_tracecov_runs.py:CompareRunsConfig",
+        *(f"scripts/gpu_check_steps.py:{name}Config" for name in ("Versions", "Installed", "Advisor")),
+        "scripts/c1_plan.py:C1PlanConfig",
+        "benchmarks/bench_engines.py:BenchEnginesConfig",
+        "benchmarks/bench_sampling.py:BenchSamplingConfig",
+        "scripts/build_tiny_policy.py:TinyPolicyConfig",
+        "grpo_mse.flags:TablesConfig",
+    ],
 }
 
 
@@ -126,6 +147,45 @@ def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+
+
+@dataclass(kw_only=True)
+class Pick(Flags):
+    """pick one file"""
+
+    path: str = option(help="a file", positional=True)
+    check: bool | None = option(None, help="check it (default: by kind)")
+
+
+@dataclass(kw_only=True)
+class Count(Flags):
+    """count to a bound"""
+
+    to: int = option(3, minimum=1, help="the bound")
+
+
+def test_an_optional_bool_is_a_three_state_switch():
+    assert [Pick.from_argv(["f", *flag]).check for flag in ([], ["--check"], ["--no-check"])] == [None, True, False]
+    assert "| `--check` | - | check it (default: by kind); `--no-check` turns it off |" in flags.markdown(Pick)
+
+
+def test_subcommands_each_parse_with_their_own_config(capsys):
+    commands = {"pick": Pick, "count": Count}
+    assert flags.parse_command(commands, ["pick", "a.json", "--no-check"]) == ("pick", Pick(path="a.json", check=False))
+    assert flags.parse_command(commands, ["count"]) == ("count", Count(to=3))
+    for argv, message in (
+        (["count", "--to", "0"], "argument --to: must be >= 1 (got 0)"),
+        (["count", "--path", "x"], "unrecognized arguments: --path x"),  # another subcommand's flag
+        (["walk"], "invalid choice: 'walk'"),
+        ([], "the following arguments are required: command"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            flags.parse_command(commands, argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err and err.count("\n") == 1 and err.startswith("error: "), argv
+    with pytest.raises(SystemExit):
+        flags.parse_command(commands, ["--help"])
+    assert re.search(r"^ +pick +pick one file$", capsys.readouterr().out, re.M)  # the config's docstring: its help
 
 
 @pytest.mark.parametrize(

@@ -25,12 +25,14 @@ import math
 import os
 import re
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_mse import cli
 from grpo_mse.analysis import advisor
 from grpo_mse.figures.training import ACCURACY
+from grpo_mse.flags import Flags, option, parse_command
 from grpo_mse.tables.outputs import mean_t_interval, read_json, t975, to_json, write_atomic
 
 KINDS = ("mixed", "division", "nodivision")
@@ -530,57 +532,88 @@ def plot_adaptive(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("subset", help="restrict a prepared arithmetic dataset to some problem kinds")
-    s.add_argument("data_dir")
-    s.add_argument("out_dir")
-    s.add_argument("--kinds", choices=KINDS, required=True)
-    s.add_argument("--n_test", type=cli.integer(minimum=1), default=200)
-    s = sub.add_parser("predict", help="the advisor's prediction from a run_tracecov JSON, with the time")
-    s.add_argument("run_json")
-    s.add_argument("--name", required=True)
-    s.add_argument("--out", required=True)
-    s = sub.add_parser("pilot", help="exit 0 if the pilot runs learn (mean gain >= --min_gain), else exit 1")
-    s.add_argument("runs_csv")
-    s.add_argument("--min_gain", type=cli.number(), default=0.03)
-    s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
-    s = sub.add_parser("summarize", help="summary.json and one figure per setting")
-    s.add_argument(
-        "--setting",
+METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
+
+
+@dataclass(kw_only=True)
+class SubsetConfig(Flags):
+    """restrict a prepared arithmetic dataset to some problem kinds"""
+
+    data_dir: str = option(positional=True, help="a prepared arithmetic dataset (train.parquet, test.parquet)")
+    out_dir: str = option(positional=True, help="where the restricted dataset goes")
+    kinds: str = option(choices=KINDS, help="the problem kinds kept")
+    n_test: int = option(200, minimum=1, help="test rows kept (the first ones)")
+
+
+@dataclass(kw_only=True)
+class PredictConfig(Flags):
+    """the advisor's prediction from a run_tracecov JSON, with the time"""
+
+    run_json: str = option(positional=True, help="main JSON of run_tracecov.py (with its group_size_advisor)")
+    name: str = option(help="the setting's name")
+    out: str = option(help="JSON file for the prediction")
+
+
+@dataclass(kw_only=True)
+class PilotConfig(Flags):
+    """exit 0 if the pilot runs learn (mean gain >= --min_gain), else exit 1"""
+
+    runs_csv: str = option(positional=True, help="the pilot runs (CSV of collect_runs.py)")
+    min_gain: float = option(0.03, type=cli.number(), help="mean accuracy gain that counts as learning")
+    metric: str = option(METRIC, help="the accuracy compared")
+
+
+@dataclass(kw_only=True)
+class SummarizeConfig(Flags):
+    """summary.json and one figure per setting"""
+
+    setting: list[list[str]] = option(
         nargs=4,
         action="append",
-        required=True,
         metavar=("NAME", "RUNS_CSV", "PREDICTION_JSON", "STARTED_AT"),
         help="one setting: its runs, the advisor's prediction, when its sweep started",
     )
-    s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
-    s.add_argument("--out_dir", required=True)
-    s.add_argument(
-        "--protocol_commit",
-        default=None,
-        help="git hash of the commit holding the protocol the sweep followed (recorded in summary.json)",
+    metric: str = option(METRIC, help="the accuracy compared")
+    out_dir: str = option(help="where summary.json and the figures go")
+    protocol_commit: str | None = option(
+        None, help="git hash of the commit holding the protocol the sweep followed (recorded in summary.json)"
     )
-    s = sub.add_parser("adaptive", help="adaptive-K runs against the fixed-K sweep: summary JSON, choices CSV, figure")
-    s.add_argument("adaptive_csv")
-    s.add_argument("sweep_csv")
-    s.add_argument("--name", required=True)
-    s.add_argument("--metric", default="val-core/arithmetic_zero_shot/acc/mean@1")
-    s.add_argument("--started_at", default=None)
-    s.add_argument("--out_dir", required=True)
-    args = p.parse_args(argv)
-    if args.command == "subset":
+
+
+@dataclass(kw_only=True)
+class AdaptiveConfig(Flags):
+    """adaptive-K runs against the fixed-K sweep: summary JSON, choices CSV, figure"""
+
+    adaptive_csv: str = option(positional=True, help="the adaptive-K runs (CSV of collect_runs.py)")
+    sweep_csv: str = option(positional=True, help="the fixed-K sweep's runs")
+    name: str = option(help="the setting's name")
+    metric: str = option(METRIC, help="the accuracy compared")
+    started_at: str | None = option(None, help="when the adaptive runs started (recorded in the summary)")
+    out_dir: str = option(help="where the summary JSON, choices CSV and figure go")
+
+
+COMMANDS = {
+    "subset": SubsetConfig,
+    "predict": PredictConfig,
+    "pilot": PilotConfig,
+    "summarize": SummarizeConfig,
+    "adaptive": AdaptiveConfig,
+}
+
+
+def main(argv=None) -> int:
+    command, args = parse_command(COMMANDS, argv, description=__doc__)
+    if command == "subset":
         counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)
         print(f"{args.kinds}: {counts['train']} training, {counts['test']} test rows -> {args.out_dir}")
-    elif args.command == "pilot":
+    elif command == "pilot":
         from grpo_mse.figures.training import read_training
 
         gain = pilot_gain(read_training(args.runs_csv, args.metric), args.metric)
         learns = gain >= args.min_gain
         print(f"{args.runs_csv}: mean gain {gain:+.3f} ({'learns' if learns else 'flat'}: threshold {args.min_gain})")
-        raise SystemExit(0 if learns else 1)
-    elif args.command == "adaptive":
+        return 0 if learns else 1
+    elif command == "adaptive":
         from grpo_mse.figures.training import read_training
         from grpo_mse.tables.outputs import write_csv
 
@@ -599,7 +632,7 @@ def main(argv=None) -> None:
                 f"  fixed K={k}: {f['mean']:.3f} [{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}]; adaptive - fixed "
                 f"{c['difference']:+.3f} [{c['welch_ci95'][0]:+.3f}, {c['welch_ci95'][1]:+.3f}]"
             )
-    elif args.command == "predict":
+    elif command == "predict":
         cli.writable_file(args.out, "--out")
         run = read_json(args.run_json, ("group_size_advisor",), "run_tracecov result")
         pred = predict(run, args.name)

@@ -13,12 +13,13 @@ there is none: the figure draws no band and Table 2 writes "n/a" (not a zero-wid
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
 from dataclasses import dataclass, field
 
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import mean_t_interval
 from grpo_mse.training.run_identity import COMPLETE, DEFAULT_SEED, INCOMPLETE, UNRECORDED
 
@@ -314,11 +315,34 @@ def one_row_per_value(frame, path: str):
     return frame.drop_duplicates(key).reset_index(drop=True)
 
 
-def main_training(args=None, frame=None) -> dict:
-    """Figure 5 (PNG+PDF) and Table 2 (markdown) from a collected CSV; ``args`` as from ``parse_args``."""
+@dataclass(kw_only=True)
+class TrainingFiguresConfig(Flags):
+    """The collected runs, the metric and steps to draw, and where Figure 5 and Table 2 go."""
+
+    csv: str = option(help="CSV written by Policy_Optimization/collect_runs.py")
+    out_dir: str = option("results/figures", help="output folder")
+    name: str = option("figure5_accuracy_vs_K", help="file stem of the outputs")
+    metric: str | None = option(None, help="default: the first val-core/.../acc/mean@N metric")
+    steps: list[int] | None = option(
+        None,
+        nargs="*",
+        minimum=0,
+        help="Figure 5's steps; Table 2 compares K at the largest (default: the last step every run reached)",
+    )
+    include_incomplete: bool = option(
+        False, help="include interrupted, failed and truncated runs (footnoted) instead of leaving them out"
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cli.writable_dir(self.out_dir, "--out_dir")
+
+
+def main_training(args: TrainingFiguresConfig | list[str] | None = None, frame=None) -> dict:
+    """Figure 5 (PNG+PDF) and Table 2 (markdown) from a collected CSV (``frame``: the CSV already read)."""
     args = parse_args(args) if args is None or isinstance(args, list) else args
     frame = read_training(args.csv, args.metric) if frame is None else frame
-    include = getattr(args, "include_incomplete", False)
+    include = args.include_incomplete
     table = table2(frame, args.metric, steps=args.steps, include_incomplete=include)  # refusals before any file
     figure = plot_figure5(
         frame, os.path.join(args.out_dir, args.name), args.metric, args.steps, include_incomplete=include
@@ -333,32 +357,10 @@ def main_training(args=None, frame=None) -> dict:
     return {"figure": figure, "table": table_path}
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    from grpo_mse import cli
-
-    p = cli.ArgumentParser(description="Figure 5 and Table 2 from collected training runs")
-    p.add_argument("--csv", required=True, help="CSV written by Policy_Optimization/collect_runs.py")
-    p.add_argument("--out_dir", default="results/figures", help="output folder")
-    p.add_argument("--name", default="figure5_accuracy_vs_K", help="file stem of the outputs")
-    p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
-    p.add_argument(
-        "--steps",
-        type=cli.integer(minimum=0),
-        nargs="*",
-        default=None,
-        help="Figure 5's steps; Table 2 compares K at the largest (default: the last step every run reached)",
-    )
-    p.add_argument(
-        "--include_incomplete",
-        action="store_true",
-        help="include interrupted, failed and truncated runs (footnoted) instead of leaving them out",
-    )
-    args = p.parse_args(argv)
-    cli.writable_dir(args.out_dir, "--out_dir")
-    return args
+def parse_args(argv=None) -> TrainingFiguresConfig:
+    """The outputs to draw, from the command line (flags are TrainingFiguresConfig's fields)."""
+    return TrainingFiguresConfig.from_argv(argv, description="Figure 5 and Table 2 from collected training runs")
 
 
 if __name__ == "__main__":
-    from grpo_mse import cli
-
     cli.run(main_training)

@@ -43,8 +43,9 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _serve(preload: tuple[str, ...]) -> None:
-    """Worker loop on inherited stdin/stdout: import ``preload``, say ready, answer ``(fn, args)`` until EOF."""
+def _serve() -> None:
+    """Worker loop on inherited stdin/stdout: read the modules to preload (the first message), import them, say
+    ready, answer ``(fn, args)`` until EOF."""
     from multiprocessing.connection import Connection
 
     out = Connection(os.dup(1), readable=False)
@@ -56,6 +57,10 @@ def _serve(preload: tuple[str, ...]) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     except (ImportError, ValueError, OSError):
         pass
+    try:
+        preload = inbox.recv()
+    except (EOFError, OSError):
+        return
     for name in preload:
         try:
             importlib.import_module(name)
@@ -78,7 +83,7 @@ class _Worker:
 
     def __init__(self, preload: tuple[str, ...]):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__, *preload],
+            [sys.executable, "-m", __name__],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -88,6 +93,7 @@ class _Worker:
         self.conn_out = Connection(os.dup(self.process.stdin.fileno()), readable=False)
         self.process.stdout.close()
         self.process.stdin.close()
+        self.conn_out.send(tuple(preload))  # the worker's first message: the modules it imports before "ready"
         if not self.conn_in.poll(STARTUP_TIMEOUT) or self.conn_in.recv() != "ready":
             self.kill()
             raise TimeoutError("reward worker did not start")
@@ -213,4 +219,4 @@ def shared_pool(preload: tuple[str, ...] = ()) -> WorkerPool:
 
 
 if __name__ == "__main__":
-    _serve(tuple(sys.argv[1:]))
+    _serve()

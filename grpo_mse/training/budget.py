@@ -11,6 +11,10 @@ and the TRL backend both take their numbers from :func:`budget_settings`; the la
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 
 
 def budget_settings(k: int, budget: int = 1024, k_name: str = "K") -> dict:
@@ -32,19 +36,27 @@ def budget_settings(k: int, budget: int = 1024, k_name: str = "K") -> dict:
     return {"train_batch_size": budget // k, "ppo_mini_batch_size": budget // 4 // k, "total_epochs": budget // 8 // k}
 
 
+@dataclass(kw_only=True)
+class BudgetConfig(Flags):
+    """Group size and budget, both positional; budget_settings checks that they fit."""
+
+    K: int | None = option(None, positional=True, nargs="?", help="group size (the launcher's GROUP_SIZE)")
+    BUDGET: int | None = option(None, positional=True, nargs="?", help="sequences per step")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the settings as shell assignments for ``grpo_train.sh``; one line and exit 2 on a bad K."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = BudgetConfig.from_argv(argv, description=__doc__)
     try:
-        k, budget = (int(a) for a in args)
-        settings = budget_settings(k, budget, k_name="GROUP_SIZE")
+        if args.K is None or args.BUDGET is None:
+            raise ValueError("usage: python -m grpo_mse.training.budget K BUDGET")
+        settings = budget_settings(args.K, args.BUDGET, k_name="GROUP_SIZE")
     except ValueError as exc:
-        message = exc if len(args) == 2 else "usage: python -m grpo_mse.training.budget K BUDGET"
-        print(f"grpo_train.sh: error: {message}", file=sys.stderr)
+        print(f"grpo_train.sh: error: {exc}", file=sys.stderr)
         return 2
     print(" ".join(f"{name.upper()}={value}" for name, value in settings.items()))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

@@ -10,8 +10,11 @@ complete), and the change (paired by run). Intervals are Student-t intervals of 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from grpo_mse import cli
 from grpo_mse.figures.training import interval, pm, read_training, select_runs
+from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_atomic
 
 
@@ -57,12 +60,17 @@ def summary(frame, metric: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(kw_only=True)
+class DemoSummaryConfig(Flags):
+    """The collected runs to summarise, the metric, and where the markdown goes."""
+
+    csv: str = option(help="CSV written by Policy_Optimization/collect_runs.py", positional=True)
+    metric: str | None = option(None, help="default: the first val-core/.../acc/mean@N metric")
+    out: str | None = option(None, help="also write the markdown here")
+
+
 def main(argv=None) -> None:
-    p = cli.ArgumentParser(description=__doc__)
-    p.add_argument("csv", help="CSV written by Policy_Optimization/collect_runs.py")
-    p.add_argument("--metric", default=None, help="default: the first val-core/.../acc/mean@N metric")
-    p.add_argument("--out", default=None, help="also write the markdown here")
-    args = p.parse_args(argv)
+    args = DemoSummaryConfig.from_argv(argv, description=__doc__)
     text = summary(read_training(args.csv, args.metric), args.metric)
     print(text, end="")
     if args.out:

@@ -16,6 +16,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
+from dataclasses import dataclass
+
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 
 
 def compose(overrides: list[str]):
@@ -156,12 +160,8 @@ def print_job_config(overrides: list[str]) -> None:
     """Run VERL's ``main_ppo`` entry point with ``--cfg job --resolve`` (prints, never trains)."""
     from verl.trainer import main_ppo
 
-    saved = sys.argv
-    sys.argv = ["verl.trainer.main_ppo", "--cfg", "job", "--resolve", *overrides]
-    try:
+    with cli.command_line(["verl.trainer.main_ppo", "--cfg", "job", "--resolve", *overrides]):
         main_ppo.main()
-    finally:
-        sys.argv = saved
 
 
 def validate(overrides: list[str]) -> None:
@@ -173,8 +173,15 @@ def validate(overrides: list[str]) -> None:
     validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
 
+@dataclass(kw_only=True)
+class VerlDryRunConfig(Flags):
+    """The Hydra overrides of one VERL PPO command line."""
+
+    overrides: list[str] = option([], positional=True, help="Hydra overrides (key=value, +key=value, ~key)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    overrides = list(sys.argv[1:] if argv is None else argv)
+    overrides = VerlDryRunConfig.from_argv(argv, description=__doc__).overrides
     problem = None
     for check in (check_override_keys, check_override_types, check_data_files):
         try:
@@ -198,4 +205,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)
