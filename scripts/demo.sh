@@ -92,7 +92,7 @@ if [ "$PAPER" = 1 ]; then
   cat "$OUT/paper_regime.log"
   rm "$OUT/paper_regime.log"
   python plots/make_figures.py --tracecov "$OUT"/paper_regime/tracecov_*[0-9].json "$OUT"/tracecov_*[0-9].json \
-    --labels "paper_policy (lead-in + slips: the paper's regime)" "tiny_policy (confident digits: the counter-example)" \
+    --labels "paper_policy: the paper's regime" "tiny_policy: the counter-example" \
     --out_dir "$OUT" --name figure4
   python scripts/compare_baseline.py --diagnostics "$OUT"/paper_regime/baseline_diagnostic.json \
     "$OUT"/baseline_diagnostic.json --labels "paper regime" "tiny policy" --out "$OUT"/assumption2.md
