@@ -10,7 +10,7 @@ its per-prompt records and c1 batches, with one joint prompt bootstrap (the same
 - measured / predicted with its 95% BCa interval: 1 inside means the model's extrapolation is not refuted.
 
   python scripts/advisor_check.py --out results/advisor_check/tiny_policy.json -- --model assets/tiny_policy \
-      --oracle_table results/demo/oracle_v_n256_tiny_policy_20261201_172325.jsonl --T 48 --M 8 \
+      --oracle_table results/demo/oracle_v_n256_tiny_policy_<stamp>.jsonl --T 48 --M 8 \
       --max_new_tokens 32 --device cpu --dtype fp32 --skip_plot --save_json outputs/advisor_check
 """
 

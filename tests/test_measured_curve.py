@@ -2,6 +2,7 @@
 answer is known: per prompt a mean m_i and a bias d_i drawn around known centres, M noisy group estimates of each;
 the truth is (K/N)(tr Cov(X | x) + Var m) + ||E d||^2. Also the best K and the --advisor_estimator flag."""
 
+import glob
 import json
 
 import numpy as np
@@ -95,17 +96,25 @@ def test_advisor_estimator_grpo_std_needs_its_traces():
     assert TracecovConfig.from_argv(base[:-2]).c1_copies == 1
 
 
+def demo_oracle_table() -> str:
+    """The committed demo's oracle table of the tiny policy (its name carries the run's timestamp)."""
+    from conftest import ROOT
+
+    (table,) = glob.glob(f"{ROOT}/results/demo/oracle_v_n256_tiny_policy_*[0-9].jsonl")
+    return table
+
+
 @pytest.mark.slow
 def test_a_run_measures_std_grpo_at_each_k(tmp_path):
     """run_tracecov with --advisor_estimator grpo_std on the tiny policy: every c1 batch holds std-GRPO's Gram
     matrix (within_each = its traced tr Cov / M, prompt by prompt) and the bias' one; the advice names the
     estimator and carries the measured curve, which the printout shows."""
-    from conftest import ROOT, tracecov_argv
+    from conftest import tracecov_argv
 
     from grpo_mse.analysis.advisor import describe
     from grpo_mse.runs.tracecov import TracecovRun
 
-    table = f"{ROOT}/results/demo/oracle_v_n256_tiny_policy_20261201_172325.jsonl"
+    table = demo_oracle_table()
     flags = dict(T=6, M=3, K_list=(2, 4), max_new_tokens=8, c1_batch=3, budget=64)
     extra = ["--estimators", "grpo", "oracleV", "grpo_std", "--advisor_estimator", "grpo_std"]
     config = TracecovConfig.from_argv(tracecov_argv(table, tmp_path, *extra, **flags))
@@ -134,11 +143,11 @@ M_RUN = 3
 def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
     """An interrupted run without the std advisor, resumed with --advisor_estimator grpo_std: the batches saved
     without std-GRPO's Gram matrices are evaluated again (the same records) and gain them."""
-    from conftest import ROOT, tracecov_argv
+    from conftest import tracecov_argv
 
     from grpo_mse.runs.tracecov import TracecovRun
 
-    table = f"{ROOT}/results/demo/oracle_v_n256_tiny_policy_20261201_172325.jsonl"
+    table = demo_oracle_table()
     flags = dict(T=4, M=2, K_list=(2,), max_new_tokens=6, c1_batch=4, budget=64)
     extra = ["--estimators", "grpo", "oracleV", "grpo_std"]
     first = TracecovRun.start(TracecovConfig.from_argv(tracecov_argv(table, tmp_path, *extra, **flags)))
