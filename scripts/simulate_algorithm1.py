@@ -20,7 +20,6 @@ import time
 from dataclasses import asdict, dataclass
 
 from grpo_mse import cli
-from grpo_mse.analysis.advisor import interval_of
 from grpo_mse.analysis.simulation_config import SimulationConfig
 from grpo_mse.flags import option
 from grpo_mse.tables.outputs import write_csv, write_json
@@ -167,6 +166,8 @@ def draw_final_panel(ax, summary: dict, K_list, ylabel: str) -> None:
             linestyle="--",
             label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}",
         )
+        from grpo_mse.analysis.advisor import interval_of  # numpy loads only when a figure is drawn
+
         low, high = interval_of(advisor.get("K_star_ci95")) or (math.nan, math.nan)
         if math.isfinite(low):
             ax.axvspan(low, min(high, max(K_list)), color="tab:red", alpha=0.08, label="K* 95% interval")
