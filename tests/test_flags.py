@@ -339,9 +339,9 @@ def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert len(ENTRY_POINTS) >= 14
 
-    def fastest(command):
+    def fastest(command):  # the minimum of 5 starts: a start delayed by a busy runner does not count
         times = []
-        for _ in range(3):
+        for _ in range(5):
             start = time.perf_counter()
             subprocess.run(command, cwd=ROOT, env=env, capture_output=True, check=True)
             times.append(time.perf_counter() - start)
