@@ -414,17 +414,22 @@ def train(k, seed, base="sweep1", steps=2, extra=""):
     return f"{TRL} GROUP_SIZE={k} SEED={seed} BASE={base} {extra} {launcher} --max_steps {steps}"
 
 
-REWARD_LOAD = """
-import os, sys
+# Policy_Optimization/reward.py loaded by its file path, as VERL loads it (no sys.path edit)
+LOAD_COMPUTE_SCORE = (
+    "import os, runpy; "
+    "compute_score = runpy.run_path(os.path.join(os.environ['W'], 'Policy_Optimization', 'reward.py'))['compute_score']"
+)
+REWARD_LOAD = (
+    LOAD_COMPUTE_SCORE
+    + """
 from concurrent.futures import ThreadPoolExecutor
-sys.path.insert(0, os.path.join(os.environ["W"], "Policy_Optimization"))
-from reward import compute_score
 slow, good = [r"\\boxed{9^{9^{9^{9}}}}"] * SLOW, [r"\\boxed{\\frac{1}{2}}"] * GOOD
 jobs = [(s, "0.5") for s in slow] + [(g, "0.5") for g in good]
 with ThreadPoolExecutor(THREADS) as ex:
     scores = list(ex.map(lambda a: compute_score("math", a[0], a[1]), jobs))
 print(f"correct {int(sum(scores[len(slow):]))}/{len(good)}")
 """
+)
 
 
 def py(code: str) -> str:
@@ -757,10 +762,7 @@ def cases() -> list[Case]:
         ("\\boxed{}", "1", 0),
     ):
         source = "gsm8k" if answer.startswith("####") else "math" if "boxed" in answer else "arithmetic"
-        code = (
-            "import os, sys; sys.path.insert(0, os.path.join(os.environ['W'], 'Policy_Optimization')); "
-            f"from reward import compute_score; print('score', compute_score({source!r}, {answer!r}, {gold!r}))"
-        )
+        code = f"{LOAD_COMPUTE_SCORE}; print('score', compute_score({source!r}, {answer!r}, {gold!r}))"
         add("reward", "ok", py(code), check_output(rf"score {float(want)}"))
     # ---- oracle, tracecov, figures: one good chain, then bad inputs
     add("chain", "ok", f"{oracle} --dataset inputs/small.jsonl --n_oracle 8 --out_dir ov", check_output(r"output: ov/"))
