@@ -2,7 +2,8 @@
 
 Stage 1 fine-tunes the tiny policy on zero-shot arithmetic whose targets put a fixed-length lead-in of
 random words before the correct answer (" the final with each problem in ONLY and: 42"); stage 2 on the same
-problems where a problem's share q of targets is correct and the rest end in its slip answer (+-10); see
+problems where a problem's share q of targets is correct and the rest end in its slip answer (+-10); stage 3
+(optional) continues stage 2 at a learning rate decaying to 0; see
 grpo_mse/builtin/paper_policy.py and docs/paper_regime.md. One thread: ~15 min + ~8 min on a 2-core CPU.
 The fine-tuning problems are the demo's own (the policy is meant to have the paper's range of V on them, not to
 generalise). The summary uses the demo's prompts
@@ -39,6 +40,12 @@ class PaperPolicyConfig(Flags):
     slip_steps: int = option(
         defaults.PAPER_SLIP_STEPS, minimum=0, help="stage 2: fine-tuning steps on the slip mixture (0: stage 1 only)"
     )
+    settle_steps: int = option(
+        defaults.PAPER_SETTLE_STEPS,
+        minimum=0,
+        help="stage 3: steps on the slip mixture at a cosine-decaying rate (0: none; BASE_DIR with --steps 0 "
+        "--slip_steps 0 is then a stage-2 policy)",
+    )
     lr: float = option(defaults.PAPER_LR, above=0, help="AdamW peak learning rate")
     threads: int = option(1, minimum=0, help="torch threads (the weights depend slightly on it; 0: torch's choice)")
     eval_prompts: int = option(48, minimum=0, help="demo prompts of the V summary (0 skips it)")
@@ -48,7 +55,10 @@ class PaperPolicyConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
-        require(self.steps or self.slip_steps, "--steps and --slip_steps are both 0: nothing to build")
+        require(
+            self.steps or self.slip_steps or self.settle_steps,
+            "--steps, --slip_steps and --settle_steps are all 0: nothing to build",
+        )
         cli.check_model_path(self.base_dir)
         cli.writable_dir(self.out_dir, "--out_dir")
 
@@ -75,7 +85,7 @@ def main(argv=None) -> None:
             f"EOS rate {eos_rate:.2f}): {v_summary(values)}",
             flush=True,
         )
-        if args.slip_steps:  # the same samples (same seed) scored against each problem's slip answer
+        if args.slip_steps or args.settle_steps:  # the same samples (same seed) scored against each problem's slip answer
             slips, _ = estimate_v(model, tokenizer, slip_targets, n_samples=args.eval_samples, seed=args.seed)
             target = [n / pp.COPIES for n, _ in plan]
             on_target = sum(map(sum, zip(values, slips))) / len(values)
@@ -106,6 +116,7 @@ def main(argv=None) -> None:
         steps=args.steps,
         lr=args.lr,
         slip_steps=args.slip_steps,
+        settle_steps=args.settle_steps,
         **extra,
     )
     print(f"built {args.out_dir} from {args.base_dir}: {time.time() - start:.1f}s")

@@ -93,7 +93,11 @@ def test_tracecov_outputs_have_every_documented_field(tracecov_run):
         assert set(result[key]) == {"naive", "grpo", "oracleV"} and all(len(v) == 2 for v in result[key].values())
     assert result["n_prompts"] == [6, 6] and result["config"]["M"] == 3 and "note" in result
     assert set(result["group_size_advisor"]["pooled"]) == {"c1", "c2", "c3", "K_star_paper", "K_star_exact", "K_best"}
-    assert set(result["paired"]["ratio"]) == {"naive/oracleV", "grpo/oracleV"}
+    assert set(result["paired"]["ratio"]) == {"naive/oracleV", "grpo/oracleV", "naive/grpo"}
+    for name, (top, bottom) in {"naive/grpo": ("naive", "grpo"), "naive/oracleV": ("naive", "oracleV")}.items():
+        for i, ratio in enumerate(result["paired"]["ratio"][name]):  # the paired ratio of the run's mean MSEs
+            assert ratio["estimate"] == pytest.approx(result["mse"][top][i] / result["mse"][bottom][i], rel=1e-9)
+            assert ratio["interval"] == "studentized" and (not ratio["ci95"] or ratio["ci95"][0] <= ratio["ci95"][1])
     base = main_json[:-5]
     for k in (2, 4):
         detail = json.load(open(f"{base}_K{k}_detailed.json"))

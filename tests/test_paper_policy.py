@@ -91,7 +91,10 @@ def test_a_word_that_splits_is_refused(tokenizer, monkeypatch):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--steps", "0", "--slip_steps", "0"], "--steps and --slip_steps are both 0: nothing to build"),
+        (
+            ["--steps", "0", "--slip_steps", "0", "--settle_steps", "0"],
+            "--steps, --slip_steps and --settle_steps are all 0: nothing to build",
+        ),
         (["--slip_steps", "-1"], "argument --slip_steps: must be >= 0 (got -1)"),
         (["--lr", "0"], "argument --lr: must be > 0 (got 0.0)"),
         (["--eval_samples", "0"], "argument --eval_samples: must be >= 1 (got 0)"),
@@ -179,19 +182,25 @@ def test_slip_rows_hold_each_problem_s_share_of_correct_targets():
 
 @needs_tiny
 @pytest.mark.slow
-def test_two_stage_build_equals_a_slip_stage_on_a_saved_stage_one(tmp_path):
-    """``build_and_save(steps=s, slip_steps=t)`` gives the weights of stage 1 saved, then ``steps=0,
-    slip_steps=t`` from that folder (how the shipped policy was built from the committed stage-1 weights)."""
+def test_staged_build_equals_each_stage_on_the_last_one_s_saved_weights(tmp_path):
+    """``build_and_save(steps=s, slip_steps=t, settle_steps=u)`` gives the weights of stage 1 saved, then
+    ``steps=0, slip_steps=t`` from that folder, then ``settle_steps=u`` alone from that one (how the shipped
+    policy was built from committed weights), and each stage changes the weights."""
     from safetensors.torch import load_file
 
     torch.set_num_threads(1)
     settings = {"problems": 8, "copies": 4, "batch_size": 8, "warmup": 2}
-    pp.build_and_save(tmp_path / "both", base_dir=BUILTIN_POLICY, steps=3, slip_steps=3, **settings)
-    pp.build_and_save(tmp_path / "one", base_dir=BUILTIN_POLICY, steps=3, slip_steps=0, **settings)
-    pp.build_and_save(tmp_path / "two", base_dir=tmp_path / "one", steps=0, slip_steps=3, **settings)
-    both, two, one = (load_file(tmp_path / n / "model.safetensors") for n in ("both", "two", "one"))
-    assert all(torch.equal(both[k], two[k]) for k in both)
-    assert not all(torch.equal(both[k], one[k]) for k in both)
+    none = {"steps": 0, "slip_steps": 0, "settle_steps": 0}
+    pp.build_and_save(tmp_path / "all", base_dir=BUILTIN_POLICY, steps=3, slip_steps=3, settle_steps=3, **settings)
+    pp.build_and_save(tmp_path / "one", base_dir=BUILTIN_POLICY, **{**none, "steps": 3}, **settings)
+    pp.build_and_save(tmp_path / "two", base_dir=tmp_path / "one", **{**none, "slip_steps": 3}, **settings)
+    pp.build_and_save(tmp_path / "three", base_dir=tmp_path / "two", **{**none, "settle_steps": 3}, **settings)
+    weights = {n: load_file(tmp_path / n / "model.safetensors") for n in ("all", "one", "two", "three")}
+    assert all(torch.equal(weights["all"][k], weights["three"][k]) for k in weights["all"])
+    for earlier, later in (("one", "two"), ("two", "three")):
+        assert not all(torch.equal(weights[earlier][k], weights[later][k]) for k in weights["all"])
+    with pytest.raises(ValueError, match="nothing to build"):
+        pp.build_and_save(tmp_path / "none", base_dir=BUILTIN_POLICY, **none, **settings)
 
 
 @pytest.fixture(scope="module")

@@ -48,11 +48,13 @@ DEFAULT_BASE = defaults.TRAIN_BASE
 DEFAULT_STEPS = defaults.PAPER_STEPS
 DEFAULT_LR = defaults.PAPER_LR
 DEFAULT_SLIP_STEPS = defaults.PAPER_SLIP_STEPS
+DEFAULT_SETTLE_STEPS = defaults.PAPER_SETTLE_STEPS
 PROBLEMS = 500  # every row of data/arithmetic_zero_shot.jsonl
 COPIES = 40
 SLIP_SHIFTS = (-10, 10)  # a carry slip: the answer's tens digit off by one
 SOLVE_RATE_RANGE = (0.1, 0.9)  # each problem's share of correct targets, uniform in this range
 SLIP_SEED_OFFSET = 1000  # the slip stage draws its plan and lead-ins from seed + this (stage 1 uses seed)
+SETTLE_SEED_OFFSET = 2000  # the settle stage draws its batches from seed + this (same rows as the slip stage)
 
 
 def lead_in(rng: random.Random, n_words: int = LEAD_IN_WORDS) -> str:
@@ -112,30 +114,36 @@ def build_and_save(
     problems: int = PROBLEMS,
     copies: int = COPIES,
     slip_steps: int = DEFAULT_SLIP_STEPS,
+    settle_steps: int = DEFAULT_SETTLE_STEPS,
     **train_kwargs,
 ):
-    """Stage 1: fine-tune the base policy on lead-in + correct-answer targets (``steps``), save to ``out_dir``.
-    Stage 2 (``slip_steps`` > 0): reload it and fine-tune on the slip mixture (``slip_rows``), save again.
-    ``steps=0`` skips stage 1: ``base_dir`` is then a stage-1 policy (e.g. an earlier build's).
-    ``train_kwargs`` apply to both stages, except ``log_every``/``callback``: to the last stage only."""
+    """Run the non-empty stages in order, each from the last one's saved weights, and save to ``out_dir``:
+    stage 1 (``steps``, constant rate) on lead-in + correct-answer targets, stage 2 (``slip_steps``, constant
+    rate) on the slip mixture, stage 3 (``settle_steps``) on the same slip mixture with the rate decaying to 0
+    (cosine). The first stage run starts from ``base_dir`` (with ``steps=0``: a saved stage-1 policy, etc.).
+    ``train_kwargs`` apply to every stage, except ``log_every``/``callback``: to the last stage only."""
 
-    def rows_for(tokenizer):
-        check_single_token_words(tokenizer)
-        return training_rows(problems, copies, seed=seed)
+    def rows_for(make):
+        def rows(tokenizer):
+            check_single_token_words(tokenizer)
+            return make(problems, copies, seed=seed)
 
-    def slip_rows_for(tokenizer):
-        check_single_token_words(tokenizer)
-        return slip_rows(problems, copies, seed=seed)
+        return rows
 
-    if steps:
-        logging = ("log_every", "callback")  # reported for the last stage only; the weights do not depend on them
-        stage1_kwargs = {k: v for k, v in train_kwargs.items() if not (slip_steps and k in logging)}
+    stages = [
+        (steps, rows_for(training_rows), seed, "constant"),
+        (slip_steps, rows_for(slip_rows), seed + SLIP_SEED_OFFSET, "constant"),
+        (settle_steps, rows_for(slip_rows), seed + SETTLE_SEED_OFFSET, "cosine"),
+    ]
+    stages = [stage for stage in stages if stage[0]]
+    if not stages:
+        raise ValueError("steps, slip_steps and settle_steps are all 0: nothing to build")
+    logging = ("log_every", "callback")  # reported for the last stage only; the weights do not depend on them
+    for i, (n_steps, make_rows_for, stage_seed, schedule) in enumerate(stages):
+        last = i == len(stages) - 1
+        kwargs = {k: v for k, v in train_kwargs.items() if last or k not in logging}
         result = tp.fine_tune_and_save(
-            base_dir, out_dir, rows_for, seed, steps, lr, schedule="constant", **stage1_kwargs
+            base_dir, out_dir, make_rows_for, stage_seed, n_steps, lr, schedule=schedule, **kwargs
         )
-        if not slip_steps:
-            return result
         base_dir = out_dir
-    return tp.fine_tune_and_save(
-        base_dir, out_dir, slip_rows_for, seed + SLIP_SEED_OFFSET, slip_steps, lr, schedule="constant", **train_kwargs
-    )
+    return result
