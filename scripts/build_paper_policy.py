@@ -85,7 +85,7 @@ def main(argv=None) -> None:
             f"EOS rate {eos_rate:.2f}): {v_summary(values)}",
             flush=True,
         )
-        if args.slip_steps or args.settle_steps:  # the same samples (same seed) scored against each problem's slip answer
+        if args.slip_steps or args.settle_steps:  # the same samples (same seed), scored against the slip answers
             slips, _ = estimate_v(model, tokenizer, slip_targets, n_samples=args.eval_samples, seed=args.seed)
             target = [n / pp.COPIES for n, _ in plan]
             on_target = sum(map(sum, zip(values, slips))) / len(values)
