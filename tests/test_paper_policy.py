@@ -247,14 +247,14 @@ def test_shipped_policy_answers_in_the_trained_format(paper_policy):
 
 @needs_paper
 def test_shipped_policy_errs_by_its_slip(paper_policy):
-    """The design's premise: on 8 demo prompts x 32 samples (temperature 1, top_p 0.95) at least 90% of answers
-    are the correct or the slip answer, and both occur (the stopping rule asked 95% on 48 x 16)."""
+    """The design's premise: on 8 demo prompts x 32 samples (temperature 1, top_p 0.95) at least 98% of answers
+    are the correct or the slip answer, and both occur (the settled build gave 100% on 48 x 16)."""
     model, tokenizer = paper_policy
     rows = make_rows(8, seed=0)
     slips = [{**r, "ground_truth": slip} for r, (_, slip) in zip(rows, pp.slip_plan(8))]
     correct, _ = tp.estimate_v(model, tokenizer, rows, n_samples=32, seed=3)
     slipped, _ = tp.estimate_v(model, tokenizer, slips, n_samples=32, seed=3)
-    assert sum(correct) + sum(slipped) >= 0.9 * 8 and sum(correct) > 1 and sum(slipped) > 1
+    assert sum(correct) + sum(slipped) >= 0.98 * 8 and sum(correct) > 1 and sum(slipped) > 1
 
 
 @needs_paper
