@@ -24,6 +24,10 @@ Design, from that mechanism (docs/paper_regime.md records both designs and their
   the way an LLM's wrong answers are branches it takes on a fair share of its attempts. V's spread across
   prompts (mean ~0.5) is set by the data. Stage 2 ran until >= 95% of sampled answers were correct or the
   slip (1,600 steps).
+* **Settled slips** (design 3, stage 3): at stage 2's constant rate, 4.4% of answers were still off target
+  (neither correct nor the slip), and their large score norms count against the baselined estimators only.
+  Stage 3 continues on the same slip mixture for 1,600 steps with the rate decaying to 0 (cosine), so the
+  weights settle on the targets' distribution (no off-target answer in 768 samples after it).
 
 The policy was built to have this structure, so its agreement with the paper demonstrates the mechanism
 rather than confirming the paper independently.
