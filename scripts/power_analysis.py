@@ -10,7 +10,7 @@ n seeds; the advisor implies the interaction D = [mu_a(k1) - mu_a(k2)] - [mu_b(k
   P(|T| > t_crit), T noncentral t with noncentrality D / (sigma sqrt(4/n)); n is the smallest with power >= 0.8.
 - Cost: runs = n x settings x K list; core hours = runs x core-seconds per run / 3600.
 
-  python scripts/power_analysis.py --k_map results/paper_regime/k_map.json --out outputs/power_analysis.json
+  python scripts/power_analysis.py --k_map results/paper_regime/design2/k_map.json --out outputs/power_analysis.json
 """
 
 import itertools
