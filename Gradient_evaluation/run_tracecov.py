@@ -8,7 +8,7 @@ average over prompts with a 95% interval. Run with torchrun to shard prompts acr
 from __future__ import annotations
 
 from grpo_mse import cli
-from grpo_mse.gradients.config import TracecovConfig
+from grpo_mse.config.gradient_evaluation import TracecovConfig
 
 
 def parse_args(argv=None) -> TracecovConfig:

@@ -28,6 +28,12 @@ class ModelError(InputError):
     """The model cannot be loaded or used as asked; the message is one line."""
 
 
+def require(condition: bool, message: str) -> None:
+    """Raise UsageError(message) unless ``condition``."""
+    if not condition:
+        raise UsageError(message)
+
+
 def first_line(error: BaseException) -> str:
     """The first non-empty line of ``error``'s message (its type name when it has none)."""
     for line in str(error).splitlines():

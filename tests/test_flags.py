@@ -324,12 +324,12 @@ def test_docs_flag_tables_are_generated_from_the_code(monkeypatch):
 def test_check_fails_on_a_stale_table_and_update_repairs_it(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     doc = tmp_path / "doc.md"
-    fresh = "# t\n\n<!-- flags: grpo_mse.gradients.config:OracleConfig -->\n<!-- end flags -->\n\ntext\n"
+    fresh = "# t\n\n<!-- flags: grpo_mse.config.gradient_evaluation:OracleConfig -->\n<!-- end flags -->\n\ntext\n"
     doc.write_text(fresh)
     assert flags.main(["--check", str(doc)]) == 1
     assert flags.main(["--update", str(doc)]) == 0
     updated = doc.read_text()
-    assert "| `--n_oracle` | `1000` | samples per prompt |" in updated and updated.endswith("\n\ntext\n")
+    assert "| `--n_oracle` | `1000` | samples per prompt; >= 1 |" in updated and updated.endswith("\n\ntext\n")
     assert flags.main(["--check", str(doc)]) == 0
     doc.write_text(updated.replace("`1000`", "`100`"))  # a table edited by hand
     assert flags.main(["--check", str(doc)]) == 1

@@ -22,9 +22,10 @@ LEVELS = {
     "builtin": 1,
     "gradients": 2,
     "analysis": 3,
-    "runs": 4,
-    "training": 4,
-    "figures": 4,
+    "config": 4,
+    "runs": 5,
+    "training": 5,
+    "figures": 5,
 }
 
 

@@ -14,9 +14,9 @@ import torch
 from grpo_mse import cli
 from grpo_mse import distributed as dist
 from grpo_mse.analysis import advisor, measured_curve, paired
+from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
@@ -376,7 +376,7 @@ class TracecovRun:
             shared_prompt=config.engine == "fast",
             score_distribution=config.score_distribution,
         )
-        sampler.backend = make_vllm(config, device, sampler.settings()) or sampler.backend
+        sampler.backend = make_vllm(config, sampler.settings()) or sampler.backend
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)

@@ -108,7 +108,7 @@ def estimate(
     on a saved copy of the policy in a temporary folder (removed after), leaving the global random streams
     as they were. Sampling at ``temperature`` and top-p 1 (the TRL rollouts), scores of the same law.
     ``estimator`` grpo_std also measures std-normalised GRPO's budgeted error at each K (``measured_curve``)."""
-    from grpo_mse.gradients.config import OracleConfig, TracecovConfig
+    from grpo_mse.config.gradient_evaluation import OracleConfig, TracecovConfig
     from grpo_mse.gradients.estimators import GRPO_STD, UNBIASED
     from grpo_mse.runs.oracle import run_oracle
     from grpo_mse.runs.tracecov import run_tracecov
