@@ -109,11 +109,11 @@ def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
         used != {"positional", "zero_one"},  # in "--x 1": is 1 the switch's value or a positional argument?
         f"{config_class.__name__}: a zero_one switch takes an optional value, so no positional field may join it",
     )
-    after_parse = getattr(config_class, "BOUNDS_AFTER_PARSE", False)
     for spec in specs:
         meta = {k: v for k, v in spec.metadata.items() if v is not None}
-        bounds = {k: meta.pop(k) for k in BOUNDS if k in meta and not after_parse}
-        meta = {k: v for k, v in meta.items() if k not in BOUNDS}
+        bounds = {k: meta.pop(k) for k in BOUNDS if k in meta}
+        if getattr(config_class, "BOUNDS_AFTER_PARSE", False):
+            bounds = {}  # checked by __post_init__ only
         positional, zero_one = meta.pop("positional", False), meta.pop("zero_one", False)
         names = [spec.name] if positional else [f"--{spec.name}", *meta.pop("aliases", ())]
         default = _default(spec)
