@@ -8,7 +8,7 @@ The reward rule is the row's data_source's (the last integer when a row has none
 from __future__ import annotations
 
 from grpo_mse import cli
-from grpo_mse.gradients.config import OracleConfig
+from grpo_mse.config.gradient_evaluation import OracleConfig
 
 
 def parse_args(argv=None) -> OracleConfig:

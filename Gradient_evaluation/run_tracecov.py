@@ -7,8 +7,10 @@ average over prompts with a 95% interval. Run with torchrun to shard prompts acr
 
 from __future__ import annotations
 
+import os
+
 from grpo_mse import cli
-from grpo_mse.gradients.config import TracecovConfig
+from grpo_mse.config.gradient_evaluation import TracecovConfig
 
 
 def parse_args(argv=None) -> TracecovConfig:
@@ -23,8 +25,11 @@ def main(argv=None) -> None:
     outcome = run_tracecov(config)
     if outcome is None:  # not rank 0 under torchrun
         return
-    if outcome["plot"]:
-        print(f"plot: {outcome['plot']}")
+    if not config.skip_plot:  # the figure of the saved results, named after them
+        from grpo_mse.figures.tracecov import plot_run  # matplotlib only when a plot is drawn
+
+        png = os.path.join(config.plot_path, os.path.basename(outcome["base"]) + ".png")
+        print(f"plot: {plot_run(outcome['result'], png)}")
     print("\n".join(summary_lines(outcome["result"])))
     print(f"results: {outcome['base']}.json")
 

@@ -11,15 +11,9 @@ import re
 import sys
 import tempfile
 
-from grpo_mse.errors import InputError, UsageError, describe  # noqa: F401 - InputError is re-exported here
+from grpo_mse.errors import InputError, UsageError, describe, require  # noqa: F401 - InputError, require re-exported
 
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
-
-
-def require(condition: bool, message: str) -> None:
-    """Raise UsageError(message) unless ``condition``."""
-    if not condition:
-        raise UsageError(message)
 
 
 BadValue = argparse.ArgumentTypeError  # raised by a flag's ``type`` converter: its message ends up on the error line

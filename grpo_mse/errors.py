@@ -3,7 +3,8 @@
 ``InputError`` (and its kinds) means "the user's input cannot work"; its message is one line. ``describe``
 turns the failures a library raises on bad input (a full disk, a file that is not UTF-8, a corrupt parquet or
 safetensors file, a tokenizer or template that cannot load, malformed YAML or JSON) into one line that names
-the file and what to do; anything else is a bug and keeps its traceback. Importing this module is cheap.
+the file and what to do; anything else is a bug and keeps its traceback. ``require(condition, message)`` raises
+a UsageError unless the condition holds. Importing this module is cheap.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ class DataError(InputError):
 
 class ModelError(InputError):
     """The model cannot be loaded or used as asked; the message is one line."""
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise UsageError(message) unless ``condition``."""
+    if not condition:
+        raise UsageError(message)
 
 
 def first_line(error: BaseException) -> str:

@@ -40,6 +40,7 @@ import os
 import re
 import sys
 from dataclasses import field
+from typing import ClassVar
 
 from grpo_mse import cli
 from grpo_mse.cli import require
@@ -111,6 +112,8 @@ def add_flags(parser: argparse.ArgumentParser, config_class) -> None:
     for spec in specs:
         meta = {k: v for k, v in spec.metadata.items() if v is not None}
         bounds = {k: meta.pop(k) for k in BOUNDS if k in meta}
+        if getattr(config_class, "BOUNDS_AFTER_PARSE", False):
+            bounds = {}  # checked by __post_init__ only
         positional, zero_one = meta.pop("positional", False), meta.pop("zero_one", False)
         names = [spec.name] if positional else [f"--{spec.name}", *meta.pop("aliases", ())]
         default = _default(spec)
@@ -197,7 +200,11 @@ class Flags:
     """Base of a dataclass config whose fields are flags: ``from_argv``, ``add_flags``, ``record``, checks.
 
     ``__post_init__`` checks choices and bounds; a subclass that adds checks calls ``super().__post_init__()``.
+    Bounds are also checked while parsing (``error: argument --x: must be >= 1``) unless the class sets
+    ``BOUNDS_AFTER_PARSE = True``: then only ``__post_init__`` checks them (``error: --x must be >= 1``).
     """
+
+    BOUNDS_AFTER_PARSE: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -307,7 +314,8 @@ class TablesConfig(Flags):
     markdown: str | None = option(
         None,
         metavar="MODULE:CLASS",
-        help="print one table, e.g. grpo_mse.gradients.config:TracecovConfig or plots/make_figures.py:FiguresConfig",
+        help="print one table, e.g. grpo_mse.config.gradient_evaluation:TracecovConfig or "
+        "plots/make_figures.py:FiguresConfig",
     )
     update: list[str] | None = option(None, metavar="DOC", help="rewrite the generated blocks of these files")
     check: list[str] | None = option(None, metavar="DOC", help="exit 1 when a generated block is out of date")

@@ -282,7 +282,8 @@ def main(argv=None) -> None:
     if advisor is not None:
         check_advisor(advisor, args.advisor)
     if args.training_csv:
-        from grpo_mse.figures.training import TrainingFiguresConfig, main_training, read_training, select_runs
+        from grpo_mse.figures.training import TrainingFiguresConfig, main_training
+        from grpo_mse.training.runs_table import read_training, select_runs
 
         training = read_training(args.training_csv, args.metric)
         select_runs(training, args.metric, args.steps, args.include_incomplete)  # refusals before any file is written

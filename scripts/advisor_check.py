@@ -89,7 +89,7 @@ def main(argv=None) -> None:
     cli.require(not set(args.fit) & set(args.check), f"--fit {args.fit} and --check {args.check} overlap")
     cli.require(len(args.fit) >= 1 and "--K_list" not in rest, "--K_list is set from --fit and --check; leave it out")
     cli.writable_file(args.out, "--out")
-    from grpo_mse.gradients.config import TracecovConfig
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
 
     k_list = sorted({*args.fit, *args.check})
     config = TracecovConfig.from_argv([*rest, "--K_list", *map(str, k_list)], description="run_tracecov.py flags")

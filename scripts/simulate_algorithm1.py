@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from grpo_mse import cli
-from grpo_mse.analysis.simulation_config import SimulationConfig
+from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.flags import option
 from grpo_mse.tables.outputs import write_csv, write_json
 

@@ -130,7 +130,7 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
     """TracecovRun.run_batch (the path of run_tracecov.py) with C1_HOST_BYTES = 0: the batch's files appear in
     the run folder, are gone after the batch, and its c1 record equals the in-memory one exactly."""
     from grpo_mse.builtin.arithmetic import make_rows
-    from grpo_mse.gradients.config import TracecovConfig
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
     from grpo_mse.policy.loading import eos_token_ids
 
     model, tokenizer = builtin_policy

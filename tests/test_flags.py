@@ -150,6 +150,27 @@ def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
 
 
 @dataclass(kw_only=True)
+class CheckedLater(Flags):
+    """Bounds checked after parsing, with the other checks (as the gradient-evaluation configs do)."""
+
+    BOUNDS_AFTER_PARSE = True
+    count: int = option(3, minimum=1, help="a bounded count")
+    sizes: list[int] = option([2, 4], minimum=2, help="sizes")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--count", "0"], "--count must be >= 1 (got 0)"), (["--sizes", "4", "1"], "--sizes must be >= 2 (got 1)")],
+)
+def test_bounds_after_parse_are_checked_by_the_config(argv, message):
+    """The parser lets the value through; __post_init__ refuses it with the config's message (no "argument")."""
+    with pytest.raises(UsageError) as error:
+        CheckedLater.from_argv(argv)
+    assert str(error.value) == message
+    assert "| `--count` | `3` | a bounded count; >= 1 |" in flags.markdown(CheckedLater)  # the table shows them
+
+
+@dataclass(kw_only=True)
 class Pick(Flags):
     """pick one file"""
 
@@ -324,12 +345,12 @@ def test_docs_flag_tables_are_generated_from_the_code(monkeypatch):
 def test_check_fails_on_a_stale_table_and_update_repairs_it(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     doc = tmp_path / "doc.md"
-    fresh = "# t\n\n<!-- flags: grpo_mse.gradients.config:OracleConfig -->\n<!-- end flags -->\n\ntext\n"
+    fresh = "# t\n\n<!-- flags: grpo_mse.config.gradient_evaluation:OracleConfig -->\n<!-- end flags -->\n\ntext\n"
     doc.write_text(fresh)
     assert flags.main(["--check", str(doc)]) == 1
     assert flags.main(["--update", str(doc)]) == 0
     updated = doc.read_text()
-    assert "| `--n_oracle` | `1000` | samples per prompt |" in updated and updated.endswith("\n\ntext\n")
+    assert "| `--n_oracle` | `1000` | samples per prompt; >= 1 |" in updated and updated.endswith("\n\ntext\n")
     assert flags.main(["--check", str(doc)]) == 0
     doc.write_text(updated.replace("`1000`", "`100`"))  # a table edited by hand
     assert flags.main(["--check", str(doc)]) == 1

@@ -261,8 +261,8 @@ def test_c1_batch_that_fits_is_the_largest(monkeypatch):
 def test_tracecov_refuses_c1_that_the_disk_cannot_hold(tmp_path, monkeypatch):
     import shutil
 
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
     from grpo_mse.errors import UsageError
-    from grpo_mse.gradients.config import TracecovConfig
     from grpo_mse.runs import tracecov
 
     params = [torch.empty(3 * 10**9, dtype=torch.bfloat16, device="meta")]  # 12 GB per mean gradient: all in files
@@ -347,9 +347,9 @@ def test_missing_optional_package_is_one_line(tmp_path):
 def test_tracecov_refuses_statistics_the_machine_cannot_hold(tmp_path, monkeypatch):
     """run_tracecov checks the engine's memory beside the loaded model before writing anything: Qwen2.5-1.5B
     shapes (meta tensors) with 16 GB available are refused in one line; the built-in policy's size passes."""
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
     from grpo_mse.errors import UsageError
     from grpo_mse.gradients import memory
-    from grpo_mse.gradients.config import TracecovConfig
     from grpo_mse.runs import tracecov
 
     monkeypatch.setattr(memory, "device_available", lambda device: (16 * 10**9, "available host memory"))

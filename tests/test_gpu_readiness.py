@@ -19,8 +19,8 @@ import torch
 
 from grpo_mse import cli, distributed
 from grpo_mse.builtin.qwen_shapes import qwen2_5_config
+from grpo_mse.config.gradient_evaluation import MIN_TEMPERATURE, OracleConfig, TracecovConfig
 from grpo_mse.gradients import statistics
-from grpo_mse.gradients.config import MIN_TEMPERATURE, OracleConfig, TracecovConfig
 from grpo_mse.policy.logprobs import FAR, token_log_probs
 from grpo_mse.policy.sampling import nucleus_mask
 from grpo_mse.tables.inputs import oracle_settings, settings_mismatch
@@ -127,7 +127,7 @@ def test_vllm_sampler_gets_engine_settings(tmp_path, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(vllm_sampler, "VLLMSampler", lambda *args, **kwargs: seen.update(args=args, **kwargs))
-    vllm_sampler.make_vllm(vllm_config(tmp_path, vllm_enforce_eager=True, vllm_max_model_len=256), "cuda", None)
+    vllm_sampler.make_vllm(vllm_config(tmp_path, vllm_enforce_eager=True, vllm_max_model_len=256), None)
     assert seen["enforce_eager"] is True and seen["max_model_len"] == 256 and seen["args"][1] == "fp16"
 
 

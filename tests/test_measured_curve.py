@@ -10,8 +10,8 @@ import pytest
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis import measured_curve as mc
+from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
-from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.estimators import GRPO_STD
 
 DIM, M, BUDGET = 3, 4, 64

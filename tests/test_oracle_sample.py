@@ -7,8 +7,8 @@ import random
 import pytest
 from conftest import BUILTIN_POLICY, ROOT, load_script
 
+from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.errors import UsageError
-from grpo_mse.gradients.config import OracleConfig
 
 DATA = f"{ROOT}/data/arithmetic_zero_shot.jsonl"
 

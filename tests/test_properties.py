@@ -431,7 +431,7 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
     )
     out = tmp_path / "out"
     out.mkdir()
-    from grpo_mse.gradients.config import TracecovConfig
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
 
     argv = tiny_tracecov_argv(table, str(out))
     argv[argv.index("--model") + 1] = str(model)
@@ -473,7 +473,7 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
 
 
 def test_same_model_named_two_ways_is_one_model(tmp_path):
-    from grpo_mse.gradients.config import OracleConfig
+    from grpo_mse.config.gradient_evaluation import OracleConfig
     from grpo_mse.tables.inputs import oracle_settings, settings_mismatch
 
     relative = os.path.relpath(BUILTIN_POLICY)

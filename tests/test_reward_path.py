@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.gradients.config import TracecovConfig
+from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.rewards.rules import DEFAULT_SOURCE, last_integer_reward, row_reward
 from grpo_mse.runs.tracecov import PromptSampler, TracecovRun
 from grpo_mse.tables.inputs import load_rows, row_keys

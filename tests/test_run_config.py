@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from grpo_mse.cli import UsageError
-from grpo_mse.gradients.config import OracleConfig, TracecovConfig
+from grpo_mse.config.gradient_evaluation import OracleConfig, TracecovConfig
 
 TRACECOV_DEFAULTS = {  # the original run_tracecov.py's flags and defaults (SPEC section 3 and later additions)
     "model": "Qwen/Qwen2.5-0.5B-Instruct",

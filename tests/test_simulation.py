@@ -13,6 +13,7 @@ from conftest import load_script
 
 from grpo_mse.analysis import simulation as sim
 from grpo_mse.analysis import theory
+from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
 from grpo_mse.runs import simulation as run_sim
 
@@ -323,10 +324,10 @@ def test_sgd_ascent_is_theta_plus_lr_g_exactly():
 def test_make_optimizer_follows_the_config():
     """--optimizer picks the rule and passes lr, weight decay and clipping through."""
     model = torch.nn.Linear(2, 2)
-    sgd = run_sim.make_optimizer(sim.SimulationConfig(lr=0.5), model)
+    sgd = run_sim.make_optimizer(SimulationConfig(lr=0.5), model)
     assert isinstance(sgd, run_sim.SGDAscent) and sgd.lr == 0.5
     adamw = run_sim.make_optimizer(
-        sim.SimulationConfig(optimizer="adamw", lr=2e-5, weight_decay=0.2, max_grad_norm=0.0), model
+        SimulationConfig(optimizer="adamw", lr=2e-5, weight_decay=0.2, max_grad_norm=0.0), model
     )
     group = adamw.optimizer.param_groups[0]
     assert isinstance(adamw, run_sim.AdamWAscent) and adamw.max_grad_norm == 0.0

@@ -13,10 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grpo_mse.figures.training import default_steps, pick_metric, plot_figure5, table2
+from grpo_mse.figures.training import plot_figure5, table2
 from grpo_mse.tables.outputs import mean_t_interval
 from grpo_mse.training.logs import COLUMNS, collect, parse_console, parse_value, read_console_run
 from grpo_mse.training.run_identity import RunIdentity, from_config, from_console
+from grpo_mse.training.runs_table import default_steps, pick_metric
 
 ROOT = Path(__file__).resolve().parents[1]
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"

@@ -517,7 +517,7 @@ def test_table2_refuses_out_of_range_rows(tmp_path, row, message):
     """User sweep (issue 25): a negative step moved Table 2's common step to 0, an accuracy of 150 (a percent
     typed for a share) printed 15000%. Out-of-range rows are refused naming the row; a reward metric may leave
     [0, 1]."""
-    from grpo_mse.figures.training import read_training
+    from grpo_mse.training.runs_table import read_training
 
     bad = tmp_path / "bad.csv"
     bad.write_text(f"K,seed,step,metric,value\n2,1,0,{ACC},0.25\n{row}\n")

@@ -26,9 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from grpo_mse.figures.training import read_training, table2
+from grpo_mse.figures.training import table2
 from grpo_mse.tables.inputs import DataError
 from grpo_mse.training.logs import collect
+from grpo_mse.training.runs_table import read_training
 
 ROOT = Path(__file__).resolve().parents[1]
 ACC = "val-core/arithmetic_zero_shot/acc/mean@1"

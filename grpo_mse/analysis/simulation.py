@@ -1,7 +1,7 @@
-"""Algorithm 1 (the paper's SGD with a group estimator at a fixed budget N = B K): its settings
-(``SimulationConfig``) and the summary of saved records (final held-out reward per estimator and K with
-Student-t intervals over seeds, paired differences between estimators, best K, agreement with the advisor's
-K*). The run itself: ``runs.simulation``.
+"""Algorithm 1 (the paper's SGD with a group estimator at a fixed budget N = B K): the summary of saved
+records (final held-out reward per estimator and K with Student-t intervals over seeds, paired differences
+between estimators, best K, agreement with the advisor's K*). Its settings: ``config.simulation.SimulationConfig``;
+the run itself: ``runs.simulation``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from grpo_mse.analysis.advisor import advice_status
-from grpo_mse.analysis.simulation_config import SimulationConfig  # noqa: F401 - the settings, importable here
 from grpo_mse.gradients import estimators as est
 
 RECORD_COLUMNS = ["K", "seed", "estimator", "step", "heldout_reward"]

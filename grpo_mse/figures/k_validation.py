@@ -31,9 +31,11 @@ import numpy as np
 
 from grpo_mse import cli
 from grpo_mse.analysis import advisor
-from grpo_mse.figures.training import ACCURACY
+from grpo_mse.analysis.sweep_stats import best_k_draws, best_k_shares, predicted_error, spearman, welch_interval
 from grpo_mse.flags import Flags, option, parse_command
-from grpo_mse.tables.outputs import mean_t_interval, read_json, t975, to_json, write_atomic
+from grpo_mse.tables.outputs import mean_t_interval, read_json, to_json, write_atomic
+from grpo_mse.training.run_identity import INCOMPLETE
+from grpo_mse.training.runs_table import ACCURACY, read_training, run_label, select_runs, with_run_columns
 
 KINDS = ("mixed", "division", "nodivision")
 
@@ -135,9 +137,6 @@ def run_metric(frame, metric: str):
     are not those of the longest run (unfinished or interrupted), or whose recorded status is interrupted, failed
     or truncated (grpo_mse.training.run_identity), is left out with a note on stderr, so every run averages the
     same steps."""
-    from grpo_mse.figures.training import run_label, with_run_columns
-    from grpo_mse.training.run_identity import INCOMPLETE
-
     sub = with_run_columns(frame[(frame["metric"] == metric) & (frame["step"] > 0)])
     steps = sub.groupby(["K", "seed"])["step"].apply(lambda s: tuple(sorted(set(s))))
     status = sub.groupby(["K", "seed"])["status"].first()
@@ -156,11 +155,9 @@ def run_metric(frame, metric: str):
 
 def pilot_gain(frame, metric: str) -> float:
     """Mean over the pilot runs of (accuracy at the common step S - accuracy at the first step every run logged),
-    with Table 2's rule (figures.training.select_runs): S is the last step every included run reached, and
+    with Table 2's rule (training.runs_table.select_runs): S is the last step every included run reached, and
     interrupted, failed or truncated runs are left out (listed on stderr), so a run that stopped early is not
     compared at its own last step."""
-    from grpo_mse.figures.training import select_runs
-
     selection = select_runs(frame, metric)
     if selection.excluded:
         print(f"note: left out {len(selection.excluded)} run(s): {'; '.join(selection.excluded)}", file=sys.stderr)
@@ -169,56 +166,6 @@ def pilot_gain(frame, metric: str) -> float:
     first = min(set.intersection(*(set(run["step"]) for _, run in runs)))
     at = sub.set_index(["K", "seed", "step"])["value"]
     return float(np.mean([at[(k, seed, selection.step)] - at[(k, seed, first)] for (k, seed), _ in runs]))
-
-
-def welch_interval(a, b) -> tuple[float, float]:
-    """95% Welch interval of mean(a) - mean(b)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    diff = a.mean() - b.mean()
-    se2 = va + vb
-    if se2 == 0:
-        return diff, diff
-    df = se2**2 / ((va**2 / (len(a) - 1) if va else 0.0) + (vb**2 / (len(b) - 1) if vb else 0.0))
-    half = t975(max(1, int(math.floor(df)))) * math.sqrt(se2)
-    return diff - half, diff + half
-
-
-def ranks(values) -> np.ndarray:
-    """Ranks 1..n, ties given their average rank."""
-    values = np.asarray(values, float)
-    order = np.argsort(values, kind="mergesort")
-    out = np.empty(len(values))
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        out[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def spearman(x, y) -> float:
-    """Spearman's rank correlation (Pearson's on average ranks); nan if either side is constant or not finite, or
-    with fewer than 3 pairs (two points always give +-1: no evidence)."""
-    if len(x) < 3 or not (np.isfinite(np.asarray(x, float)).all() and np.isfinite(np.asarray(y, float)).all()):
-        return float("nan")
-    rx, ry = ranks(x), ranks(y)
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def predicted_error(prediction: dict, k: int) -> float:
-    """c1 K + c2 + c3/(K - 1): N times the exact budgeted error of the GRPO step; nan when a constant is
-    undefined, infinite or saved as text."""
-    try:
-        c1, c2, c3 = (advisor.number(prediction.get(c)) for c in ("c1", "c2", "c3"))
-    except (TypeError, ValueError):
-        return math.nan
-    value = c1 * k + c2 + c3 / (k - 1) if all(map(math.isfinite, (c1, c2, c3))) else math.nan
-    return value if math.isfinite(value) else math.nan
 
 
 def sweep_summary(frame, metric: str, started_at: str) -> dict:
@@ -247,21 +194,6 @@ def sweep_summary(frame, metric: str, started_at: str) -> dict:
         "started_at": started_at,
         "separated_pairs": separated,
     }
-
-
-def best_k_draws(runs, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
-    """The best K (largest mean metric over seeds) in ``n_boot`` replicates that resample seeds within each K."""
-    rng = np.random.default_rng(seed)
-    ks = sorted(int(k) for k in runs["K"].unique())
-    values = [runs.loc[runs["K"] == k, "value"].to_numpy(float) for k in ks]
-    means = np.stack([v[rng.integers(0, len(v), size=(n_boot, len(v)))].mean(axis=1) for v in values], axis=1)
-    return np.asarray(ks)[means.argmax(axis=1)]
-
-
-def best_k_shares(draws) -> dict:
-    """{"K": share of replicates in which K is best}, every K that is best at least once."""
-    ks, counts = np.unique(draws, return_counts=True)
-    return {str(int(k)): float(c / len(draws)) for k, c in zip(ks, counts)}
 
 
 def compare(a: dict, b: dict, draws_a, draws_b) -> dict:
@@ -607,14 +539,11 @@ def main(argv=None) -> int:
         counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)
         print(f"{args.kinds}: {counts['train']} training, {counts['test']} test rows -> {args.out_dir}")
     elif command == "pilot":
-        from grpo_mse.figures.training import read_training
-
         gain = pilot_gain(read_training(args.runs_csv, args.metric), args.metric)
         learns = gain >= args.min_gain
         print(f"{args.runs_csv}: mean gain {gain:+.3f} ({'learns' if learns else 'flat'}: threshold {args.min_gain})")
         return 0 if learns else 1
     elif command == "adaptive":
-        from grpo_mse.figures.training import read_training
         from grpo_mse.tables.outputs import write_csv
 
         adaptive, sweep = read_training(args.adaptive_csv, args.metric), read_training(args.sweep_csv, args.metric)
@@ -639,8 +568,6 @@ def main(argv=None) -> int:
         write_atomic(args.out, to_json(pred, indent=1))
         print(f"{args.name}: {describe_prediction(pred)} (written {pred['written_at']}) -> {args.out}")
     else:
-        from grpo_mse.figures.training import read_training
-
         cli.require(
             args.protocol_commit is None or re.fullmatch(r"[0-9a-f]{7,40}", args.protocol_commit) is not None,
             f"--protocol_commit {args.protocol_commit!r}: give a git commit hash (7 to 40 hex digits)",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients.config import ENGINES
+from grpo_mse.gradients.estimators import ENGINES
 from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
 
 

@@ -6,7 +6,6 @@ import os
 
 import torch
 
-from grpo_mse.cli import check_model_path
 from grpo_mse.errors import InputError, ModelError  # noqa: F401 - re-exported here (their old home)
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -32,7 +31,7 @@ def load_policy(
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     target = resolve_device(device)
-    local = check_model_path(name)  # a UsageError (one line) for a missing local folder
+    local = os.path.isdir(os.path.expanduser(name))  # a mistyped local folder was refused by the command's config
     kwargs = {"trust_remote_code": trust_remote_code}
     if not local:
         kwargs["revision"] = revision

@@ -3,54 +3,18 @@
 Same interface as ``sampling.HFSampler`` (``settings``, ``stream``, ``sample``): per request, the continuation
 token ids with a sampled EOS kept at the end. Each request carries its own seed, stream_seed(*key), so no two
 prompts share a random stream. Log-probabilities for gradients are always recomputed by the HF model.
-This module imports neither torch nor vLLM at load time (configs call ``check_backend`` before parsing ends).
+This module imports neither torch nor vLLM at load time; the configs refuse a backend vLLM cannot serve
+(``config.gradient_evaluation.check_backend``) before any work.
 """
 
 from __future__ import annotations
 
-from grpo_mse.cli import check_range, launch_env, require
 
-# vLLM's SamplingParams raise above 2 and silently clamp 0 < T < 0.01 up to 0.01 (vllm/sampling_params.py).
-VLLM_TEMPERATURE = (0.01, 2.0)
-
-
-def check_backend(
-    backend: str, device: str, gpu_util: float, temperature: float = 1.0, max_model_len: int | None = None
-) -> None:
-    """Refuse what vLLM would reject or silently change, before any model or vLLM import: no CUDA, a device
-    other than the first visible GPU, a temperature outside vLLM's range, a memory share outside (0, 1], and
-    vLLM under torchrun (one GPU per rank)."""
-    if backend != "vllm":
-        return
-    require(device.startswith("cuda"), "--backend vllm needs --device cuda")
-    index = device.partition(":")[2]
-    require(
-        index in ("", "0"),
-        f"--backend vllm samples on the first visible GPU, so --device {device} would split "
-        f"vLLM and the model over two GPUs; run CUDA_VISIBLE_DEVICES={index} ... --device cuda",
-    )
-    low, high = VLLM_TEMPERATURE
-    require(
-        low <= temperature <= high,
-        f"--backend vllm needs {low} <= --temperature <= {high:g} (vLLM raises above {high:g} and silently "
-        f"clamps below {low} up to {low}); got {temperature:g}: use --backend hf",
-    )
-    check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
-    if max_model_len is not None:
-        check_range("--vllm_max_model_len", max_model_len, minimum=1)
-    require(
-        launch_env()[0] == 1,
-        "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
-        "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf",
-    )
-
-
-def make_vllm(config, device: str, settings, requests_per_call: int = 1):
+def make_vllm(config, settings, requests_per_call: int = 1):
     """A VLLMSampler when ``config.backend`` is vllm, else None (``config``: a ModelConfig; ``settings``: the
     run's ``sampling.SamplingSettings``)."""
     if config.backend != "vllm":
         return None
-    check_backend(config.backend, device, config.vllm_gpu_util, config.temperature, config.vllm_max_model_len)
     return VLLMSampler(
         config.model,
         config.dtype,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from grpo_mse import cli
 from grpo_mse import distributed as dist
-from grpo_mse.gradients.config import OracleConfig
+from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.policy.vllm_sampler import make_vllm
@@ -110,7 +110,7 @@ class OracleRun:
             config.top_p,
             config.max_new_tokens,
         )
-        sampler = make_vllm(config, device, sampling, requests_per_call=config.batch_size) or HFSampler(
+        sampler = make_vllm(config, sampling, requests_per_call=config.batch_size) or HFSampler(
             model, sampling, config.batch_size
         )
         return cls(

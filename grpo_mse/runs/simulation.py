@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from grpo_mse.analysis.simulation import SimulationConfig
+from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.policy.logprobs import prompts_logprobs, shared_prompt_logprobs
@@ -63,7 +64,8 @@ class SimulationRun:
 
     @classmethod
     def load(cls, config: SimulationConfig) -> SimulationRun:
-        """The arithmetic task with the policy config.model (CPU, fp32)."""
+        """The arithmetic task with the policy config.model (CPU, fp32; a mistyped local folder is one line)."""
+        cli.check_model_path(config.model)
         model, tokenizer = load_policy(config.model, "cpu", "fp32")
         train = text_pool(tokenizer, make_rows(config.train_prompts, seed=config.train_seed, style=config.style))
         heldout = text_pool(tokenizer, make_rows(config.heldout_prompts, seed=config.heldout_seed, style=config.style))

@@ -14,9 +14,9 @@ import torch
 from grpo_mse import cli
 from grpo_mse import distributed as dist
 from grpo_mse.analysis import advisor, measured_curve, paired
+from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients.config import TracecovConfig
 from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
@@ -289,7 +289,8 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
 
 
 def run_tracecov(config: TracecovConfig) -> dict | None:
-    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result", "plot"} (paths and summary)."""
+    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result"} (the saved results' stem and the
+    main JSON's content, from which the script draws the PNG)."""
     run = TracecovRun.start(config)
     records_by_k, batches_by_k = run.sweep()
     outcome = run.write_outputs(records_by_k, batches_by_k) if run.rank == 0 else None
@@ -301,7 +302,7 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
 class TracecovRun:
     """One trace-of-covariance run, read top to bottom: ``start`` (rows, policy, run folder, progress log),
     ``sweep`` (per K: this rank's prompt batches -> ``run_batch`` -> ``evaluate_prompt``, then every rank's
-    records merged and the per-K file), ``write_outputs`` (main JSON with the advisor, CSV, PNG), ``close``.
+    records merged and the per-K file), ``write_outputs`` (main JSON with the advisor, CSV), ``close``.
 
     Progress: each finished prompt's record (and each c1 batch's record) is appended to this rank's log
     ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` and ``batches`` hold what is finished, so a resumed
@@ -376,7 +377,7 @@ class TracecovRun:
             shared_prompt=config.engine == "fast",
             score_distribution=config.score_distribution,
         )
-        sampler.backend = make_vllm(config, device, sampler.settings()) or sampler.backend
+        sampler.backend = make_vllm(config, sampler.settings()) or sampler.backend
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
@@ -505,7 +506,7 @@ class TracecovRun:
             )
 
     def write_outputs(self, records_by_k: dict, batches_by_k: dict) -> dict:
-        """The main JSON (with the advisor's constants), the per-prompt CSV and, unless skipped, the PNG."""
+        """The main JSON (with the advisor's constants) and the per-prompt CSV."""
         config, base = self.config, self.base
         result = summary(records_by_k, config.K_list, config.estimators, self.saved_config)
         result.update(
@@ -524,12 +525,7 @@ class TracecovRun:
         write_json(f"{base}.json", result)
         all_records = [r for k in config.K_list for r in records_by_k[k]]
         write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
-        png = None
-        if not config.skip_plot:
-            from grpo_mse.figures.tracecov import plot_run  # matplotlib only when a plot is drawn
-
-            png = plot_run(result, os.path.join(config.plot_path, os.path.basename(base) + ".png"))
-        return {"base": base, "result": result, "plot": png}
+        return {"base": base, "result": result}
 
     def close(self) -> None:
         """After every rank is done: rank 0 removes the progress logs (and any c1 file a crash left); release the

@@ -11,6 +11,8 @@ import sys
 import tempfile
 import time
 
+from grpo_mse.errors import UsageError, require
+
 Z95 = 1.959963984540054
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (normal beyond).
 T975 = (
@@ -92,8 +94,6 @@ def to_json(data, **kwargs) -> str:
 def read_json(path: str, keys: tuple[str, ...], what: str) -> dict:
     """The JSON object at ``path``; FileNotFoundError if missing, UsageError when it is cut short (not JSON),
     not an object, or lacks any of ``keys``."""
-    from grpo_mse.cli import UsageError, require
-
     require(not os.path.isdir(path), f"{path} is a folder; give the {what} JSON file in it")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{what} JSON not found: {path}")

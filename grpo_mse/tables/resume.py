@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 
-from grpo_mse.cli import UsageError
+from grpo_mse.errors import UsageError
 from grpo_mse.tables.inputs import looks_local
 
 

@@ -2,8 +2,8 @@
 
 Every ``every`` steps (step 0 included: the starting policy) the group-size advisor of run_tracecov.py runs on
 the CURRENT policy and the next steps use its best allowed K. The advisor is the library's own: the oracle run
-(``grpo_mse.runs.oracle``) and the trace-of-covariance run with its advisor (``grpo_mse.runs.tracecov``), on a
-saved copy of the policy in a temporary folder, over a fixed random subset of T training prompts (never the
+and the trace-of-covariance run with its advisor (``grpo_mse.runs.group_size``, training's one door into the
+runs), on a saved copy of the policy in a temporary folder, over a fixed random subset of T training prompts (never the
 validation rows) with M groups per K and V(x) from n_oracle samples, at the training rollouts' temperature.
 
 How a step changes K without touching TRL's loop (``AdaptiveKTrainer``):
@@ -108,42 +108,25 @@ def estimate(
     on a saved copy of the policy in a temporary folder (removed after), leaving the global random streams
     as they were. Sampling at ``temperature`` and top-p 1 (the TRL rollouts), scores of the same law.
     ``estimator`` grpo_std also measures std-normalised GRPO's budgeted error at each K (``measured_curve``)."""
-    from grpo_mse.gradients.config import OracleConfig, TracecovConfig
-    from grpo_mse.gradients.estimators import GRPO_STD, UNBIASED
-    from grpo_mse.runs.oracle import run_oracle
-    from grpo_mse.runs.tracecov import run_tracecov
-    from grpo_mse.tables.outputs import to_json
+    from grpo_mse.runs.group_size import measure_advice
 
-    sampling = {"temperature": temperature, "top_p": 1.0, "max_new_tokens": max_new_tokens}
     with quiet_stderr(), preserved_random_state(), tempfile.TemporaryDirectory(prefix="adaptive_k_") as tmp:
-        policy, table = os.path.join(tmp, "policy"), os.path.join(tmp, "prompts.jsonl")
+        policy = os.path.join(tmp, "policy")
         model.save_pretrained(policy)
         tokenizer.save_pretrained(policy)
-        with open(table, "w") as f:
-            for i, row in enumerate(rows):
-                f.write(to_json({"id": i, **row}) + "\n")
-        common = {"model": policy, "device": "cpu", "dtype": "fp32", "seed": seed, **sampling}
-        oracle = run_oracle(
-            OracleConfig(**common, dataset=table, n_oracle=n_oracle, batch_size=256, out_dir=os.path.join(tmp, "v"))
+        return measure_advice(
+            policy,
+            rows,
+            tmp,
+            k_list=k_list,
+            budget=budget,
+            M=M,
+            n_oracle=n_oracle,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            estimator=estimator,
         )
-        outcome = run_tracecov(
-            TracecovConfig(
-                **common,
-                oracle_table=oracle["path"],
-                T=len(rows),
-                M=M,
-                K_list=list(k_list),
-                gen_bs=256,
-                c1_batch=len(rows),
-                save_json=os.path.join(tmp, "tracecov"),
-                skip_plot=True,
-                budget=budget,
-                allowed_K=list(k_list),
-                estimators=[*UNBIASED, GRPO_STD] if estimator == GRPO_STD else list(UNBIASED),
-                advisor_estimator=estimator,
-            )
-        )
-        return outcome["result"]["group_size_advisor"]
 
 
 def chosen_k(advice: dict, current: int) -> int:

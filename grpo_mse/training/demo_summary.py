@@ -3,7 +3,7 @@
   python -m grpo_mse.training.demo_summary results/training_demo/training_runs.csv [--out summary.md]
 
 Per run: the accuracy at its first logged step and at the common step of Figure 5 and Table 2 (the last step
-every included run reached; grpo_mse.figures.training.select_runs, which also leaves out runs that did not
+every included run reached; grpo_mse.training.runs_table.select_runs, which also leaves out runs that did not
 complete), and the change (paired by run). Intervals are Student-t intervals of the mean over seeds
 (grpo_mse.tables.outputs.mean_t_interval).
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.figures.training import interval, pm, read_training, select_runs
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_atomic
+from grpo_mse.training.runs_table import interval, pm, read_training, select_runs
 
 
 def run_table(frame, step: int):

@@ -1,9 +1,11 @@
 """Typed run configurations of the two gradient-evaluation scripts; their flags are made by grpo_mse.flags.
 
 Each field is one command-line flag of the same name; its ``metadata`` holds the flag's help, type,
-nargs and choices, so the flags, defaults and choices have a single definition. A bool field is a
-``store_true`` switch; a field without default is a required flag. ``__post_init__`` rejects values
-that cannot work with a one-line ``UsageError``. Importing this module is cheap (no torch).
+nargs, choices and bounds, so the flags, defaults, choices and bounds have a single definition. A bool field
+is a ``store_true`` switch; a field without default is a required flag. ``__post_init__`` rejects values
+that cannot work, and an environment the run cannot start in (torchrun variables, the device, the vLLM
+backend, the model folder, the output folders), with a one-line ``UsageError``. Importing this module is
+cheap (no torch).
 """
 
 from __future__ import annotations
@@ -15,21 +17,56 @@ from typing import ClassVar
 
 from grpo_mse import cli
 from grpo_mse.cli import require
-from grpo_mse.flags import Flags, option  # noqa: F401 - option is also imported from here
+from grpo_mse.flags import Flags, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
-from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, UNBIASED
-from grpo_mse.policy.vllm_sampler import check_backend
+from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED
 
-ENGINES = ("fast", "reference")
 DTYPES = ("fp16", "bf16", "fp32")
 BACKENDS = ("hf", "vllm")
+# logits / T overflows float32 and the score grows like 1/T: below 0.01 traces turn NaN (docs/safety.md)
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
-MAX_SEED = 2**32 - 1
+MAX_SEED = 2**32 - 1  # random streams take 32-bit words: a negative or larger seed would alias another
+# vLLM's SamplingParams raise above 2 and silently clamp 0 < T < 0.01 up to 0.01 (vllm/sampling_params.py).
+VLLM_TEMPERATURE = (0.01, 2.0)
+
+
+def check_backend(
+    backend: str, device: str, gpu_util: float, temperature: float = 1.0, max_model_len: int | None = None
+) -> None:
+    """Refuse what vLLM would reject or silently change, before any model or vLLM import: no CUDA, a device
+    other than the first visible GPU, a temperature outside vLLM's range, a memory share outside (0, 1], and
+    vLLM under torchrun (one GPU per rank)."""
+    if backend != "vllm":
+        return
+    require(device.startswith("cuda"), "--backend vllm needs --device cuda")
+    index = device.partition(":")[2]
+    require(
+        index in ("", "0"),
+        f"--backend vllm samples on the first visible GPU, so --device {device} would split "
+        f"vLLM and the model over two GPUs; run CUDA_VISIBLE_DEVICES={index} ... --device cuda",
+    )
+    low, high = VLLM_TEMPERATURE
+    require(
+        low <= temperature <= high,
+        f"--backend vllm needs {low} <= --temperature <= {high:g} (vLLM raises above {high:g} and silently "
+        f"clamps below {low} up to {low}); got {temperature:g}: use --backend hf",
+    )
+    cli.check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
+    if max_model_len is not None:
+        cli.check_range("--vllm_max_model_len", max_model_len, minimum=1)
+    require(
+        cli.launch_env()[0] == 1,
+        "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
+        "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf",
+    )
 
 
 @dataclass(kw_only=True)
 class ModelConfig(Flags):
     """The policy, its sampling settings and the sampling backend, shared by both scripts."""
+
+    # bounds are checked after the environment (as these scripts always did: ``--M must be >= 2``)
+    BOUNDS_AFTER_PARSE: ClassVar[bool] = True
 
     model: str = option(help="hub id or local folder")
     revision: str = option("main", help="model revision (branch, tag or commit)")
@@ -44,23 +81,18 @@ class ModelConfig(Flags):
     vllm_max_model_len: int | None = option(
         None, type=int, help="vLLM max_model_len (default: the model's context length; smaller saves KV-cache memory)"
     )
-    temperature: float = option(1.0, type=float, help="sampling temperature")
-    top_p: float = option(0.95, type=float, help="nucleus sampling mass")
-    max_new_tokens: int = option(32, type=int, help="tokens per continuation at most")
+    temperature: float = option(
+        1.0, type=float, minimum=MIN_TEMPERATURE, maximum=MAX_TEMPERATURE, help="sampling temperature"
+    )
+    top_p: float = option(0.95, type=float, above=0, maximum=1, help="nucleus sampling mass")
+    max_new_tokens: int = option(32, type=int, minimum=1, help="tokens per continuation at most")
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # choices
         cli.check_device(self.device)
         cli.launch_env()  # a WORLD_SIZE without RANK (not torchrun) is refused before any work
         check_backend(self.backend, self.device, self.vllm_gpu_util, self.temperature, self.vllm_max_model_len)
         cli.check_model_path(self.model)
-        cli.check_range("--top_p", self.top_p, above=0, maximum=1)
-        # logits / T overflows float32 and the score grows like 1/T: below 0.01 traces turn NaN (docs/safety.md)
-        cli.check_range("--temperature", self.temperature, minimum=MIN_TEMPERATURE, maximum=MAX_TEMPERATURE)
-        cli.check_range("--max_new_tokens", self.max_new_tokens, minimum=1)
-        seed = getattr(self, "seed", None)
-        if seed is not None:  # random streams take 32-bit words: a negative or larger seed would alias another
-            cli.check_range("--seed", seed, minimum=0, maximum=MAX_SEED)
+        super().__post_init__()  # choices and bounds
 
     @functools.cached_property
     def model_fingerprint(self) -> str:
@@ -81,14 +113,17 @@ class OracleConfig(ModelConfig):
 
     dataset: str = option(help="local .jsonl/.parquet/folder, or a hub dataset id")
     split: str = option("train", help="dataset split")
-    n_oracle: int = option(1000, type=int, help="samples per prompt")
-    batch_size: int = option(32, type=int, help="sequences per generation batch")
-    seed: int = option(0, type=int, help="random seed (sample j of row i uses stream (seed, key_i, j))")
+    n_oracle: int = option(1000, type=int, minimum=1, help="samples per prompt")
+    batch_size: int = option(32, type=int, minimum=1, help="sequences per generation batch")
+    seed: int = option(
+        0, type=int, minimum=0, maximum=MAX_SEED, help="random seed (sample j of row i uses stream (seed, key_i, j))"
+    )
     out_dir: str = option("oracle_v_results", help="output folder of the JSONL table")
-    limit: int | None = option(None, type=int, help="only the first N rows")
+    limit: int | None = option(None, type=int, minimum=1, help="only the first N rows")
     sample: int | None = option(
         None,
         type=int,
+        minimum=1,
         help="a random sample of N rows drawn with --seed instead of all (e.g. an advisor's prompts from a "
         "training set; not with --limit)",
     )
@@ -116,13 +151,7 @@ class OracleConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.n_oracle >= 1, f"--n_oracle must be >= 1 (got {self.n_oracle})")
-        require(self.batch_size >= 1, f"--batch_size must be >= 1 (got {self.batch_size})")
-        if self.limit is not None:
-            cli.check_range("--limit", self.limit, minimum=1)
-        if self.sample is not None:
-            cli.check_range("--sample", self.sample, minimum=1)
-            require(self.limit is None, "--sample and --limit both select rows; use one")
+        require(self.sample is None or self.limit is None, "--sample and --limit both select rows; use one")
         cli.writable_dir(self.out_dir, "--out_dir")
 
 
@@ -158,15 +187,24 @@ class TracecovConfig(ModelConfig):
     model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
     dtype: str = option("bf16", choices=DTYPES, help="model weights' dtype")
     oracle_table: str = option(help=".jsonl/.parquet with prompt, ground_truth, V_oracle (or VERL rows + V_oracle)")
-    seed: int = option(0, type=int, help="random seed (sample j of prompt key at K uses stream (seed, K, key, j))")
-    T: int = option(
-        500, type=int, help="prompts used: the first T of a shuffle seeded with --seed (all, in order, if no more rows)"
+    seed: int = option(
+        0,
+        type=int,
+        minimum=0,
+        maximum=MAX_SEED,
+        help="random seed (sample j of prompt key at K uses stream (seed, K, key, j))",
     )
-    M: int = option(16, type=int, help="independent groups per prompt (>= 2)")
-    K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", help="group sizes (>= 2)")
-    gen_bs: int = option(64, type=int, help="max sequences per generation batch")
+    T: int = option(
+        500,
+        type=int,
+        minimum=1,
+        help="prompts used: the first T of a shuffle seeded with --seed (all, in order, if no more rows)",
+    )
+    M: int = option(16, type=int, minimum=2, help="independent groups per prompt (>= 2)")
+    K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", minimum=2, help="group sizes (>= 2)")
+    gen_bs: int = option(64, type=int, minimum=1, help="max sequences per generation batch")
     subsample_prompts: int | None = option(
-        None, type=int, help="randomly subsample this many rows of the table (seeded) before taking T"
+        None, type=int, minimum=1, help="randomly subsample this many rows of the table (seeded) before taking T"
     )
     save_json: str = option(help="output DIRECTORY for the JSON/CSV results")
     plot_path: str | None = option(None, help="output directory of the PNG (required unless --skip_plot)")
@@ -180,6 +218,7 @@ class TracecovConfig(ModelConfig):
     groups_per_pass: int = option(
         0,
         type=int,
+        minimum=0,
         help="fast engine: groups per forward pass and batched backward call (0 = auto: "
         "up to 128 sequences, at most 64 groups, within 2 GiB of gradients)",
     )
@@ -194,6 +233,7 @@ class TracecovConfig(ModelConfig):
     c1_batch: int = option(
         16,
         type=int,
+        minimum=1,
         help="prompts per batch for c1 (between-prompt variance); under torchrun a batch never spans two ranks",
     )
     score_distribution: str = option(
@@ -208,11 +248,14 @@ class TracecovConfig(ModelConfig):
         help="advisor: the estimator training uses; grpo (the paper's: c1, c2, c3 and K*) or grpo_std (TRL's and "
         "VERL's default: its budgeted error measured at each K, no decomposition; needs grpo_std in --estimators)",
     )
-    budget: int = option(1024, type=int, help="advisor: sequences per step N (the best allowed K divides it)")
+    budget: int = option(
+        1024, type=int, minimum=2, help="advisor: sequences per step N (the best allowed K divides it)"
+    )
     allowed_K: list[int] | None = option(
         None,
         type=int,
         nargs="+",
+        minimum=2,
         help="advisor: group sizes to choose from (default: the powers of two dividing --budget)",
     )
     resume: bool = option(
@@ -221,11 +264,6 @@ class TracecovConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.budget >= 2, f"--budget must be >= 2 (got {self.budget})")
-        require(
-            self.allowed_K is None or all(k >= 2 for k in self.allowed_K),
-            f"every K in --allowed_K must be >= 2 (got {self.allowed_K})",
-        )
         misfits = [k for k in self.allowed_K or [] if self.budget % k]
         require(
             not misfits,
@@ -237,11 +275,6 @@ class TracecovConfig(ModelConfig):
             f"--budget {self.budget} is odd: no power-of-two group size divides it; give an even --budget "
             "or list the sizes with --allowed_K",
         )
-        require(self.M >= 2, f"--M must be >= 2 (got {self.M})")
-        require(all(k >= 2 for k in self.K_list), f"every K in --K_list must be >= 2 (got {self.K_list})")
-        require(self.T >= 1, f"--T must be >= 1 (got {self.T})")
-        require(self.groups_per_pass >= 0, f"--groups_per_pass must be >= 0 (got {self.groups_per_pass})")
-        require(self.c1_batch >= 1, f"--c1_batch must be >= 1 (got {self.c1_batch})")
         require(
             self.c1_batch >= 2 or not self.with_advisor,
             "--c1_batch 1 leaves no pair of prompts to estimate c1 (between-prompt variance), so the advisor "
@@ -252,9 +285,6 @@ class TracecovConfig(ModelConfig):
             self.advisor_estimator != GRPO_STD or self.no_advisor or GRPO_STD in self.estimators,
             "--advisor_estimator grpo_std measures the std-normalised estimator: add grpo_std to --estimators",
         )
-        for flag, minimum in (("gen_bs", 1), ("subsample_prompts", 1)):
-            if getattr(self, flag) is not None:
-                cli.check_range(f"--{flag}", getattr(self, flag), minimum=minimum)
         self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
         cli.writable_dir(self.save_json, "--save_json")
         if not self.skip_plot:
