@@ -264,6 +264,22 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, lev
     }
 
 
+def width_ratios(rows: np.ndarray, widening: dict | None) -> dict:
+    """Per statistic the median over the studentized runs of the widened interval's width over the unwidened one's
+    on its own scale (log for c2, c3 and usually q): (w_lo t_hi - w_hi t_lo) / (t_hi - t_lo)."""
+    out = {}
+    for name in CALIBRATED:
+        start = 2 + len(FIELDS) * CALIBRATED.index(name)
+        z, t_low, t_high = rows[:, start : start + 3].T
+        w_low, w_high = (widening or {}).get(name, (1.0, 1.0))
+        if name == "K_star_exact":  # q's ends: K*'s lower factor on q's upper end
+            w_low, w_high = w_high, w_low
+        keep = np.isfinite(z) & np.isfinite(t_low) & np.isfinite(t_high) & (t_high > t_low)
+        ratio = (w_low * t_high[keep] - w_high * t_low[keep]) / (t_high[keep] - t_low[keep])
+        out[name] = float(np.median(ratio)) if keep.any() else None
+    return out
+
+
 def pooled_cells(raw: list[dict]) -> list[tuple[str, int, np.ndarray]]:
     """(tail, T, [runs, columns]) per simulated (tail, T), the runs of every file of that cell pooled."""
     keys = sorted({(c["tail"], c["T"]) for c in raw}, key=lambda key: (key[1], key[0]))
@@ -306,6 +322,7 @@ def calibration_cells(raw: list[dict], widening: dict | None = None) -> list[dic
                 "index_range": np.quantile(index, [0.05, 0.95]).tolist(),
                 "coverage": cell_coverage(rows, widening),
                 "coverage_unwidened": cell_coverage(rows),
+                "median_width_ratio": width_ratios(rows, widening),
             }
         )
     return table

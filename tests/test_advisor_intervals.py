@@ -272,19 +272,27 @@ def test_widening_stretches_each_end_and_the_coverage_script_counts_it_as_the_ad
 
 def test_fit_widening_finds_the_smallest_stretch_with_at_most_2_5_percent_misses_per_end_in_every_cell():
     """Constructed runs, t = [-1, 1]: c1's z = -(1.005 + 0.01 i), i < 200, miss above the upper end when z < -w, so
-    at most 5 of 200 miss from w = 2.95 on (w = 2.90: 10); the lower end never misses (w = 1); a second cell
-    whose runs miss less does not change that (the worst cell counts). A statistic whose non-studentized
-    intervals miss in 3% of runs has no stretch that helps (None)."""
+        at most 5 of 200 miss from w = 2.95 on (w = 2.90: 10); the lower end never misses (w = 1); a second cell
+        whose runs miss less does not change that (the worst cell counts), and the widened c1 then covers 97.5% of the
+    first cell's runs with a median width (1 + 2.95)/2 times the plain one. A statistic whose non-studentized
+        intervals miss in 3% of runs has no stretch that helps (None)."""
     rows = [_row(1.0) for _ in range(200)]
     for i, row in enumerate(rows):
         row[2] = -(1.005 + 0.01 * i)
         if i < 6:  # c2: not studentized (z undefined), saved interval below the truth
             row[7], row[11] = None, 1
     easy = [_row(1.0) for _ in range(100)]
-    widening = coverage_heavy_tails.fit_widening(
-        [{"T": 48, "tail": "a", "per_run": rows}, {"T": 48, "tail": "b", "per_run": easy}]
-    )
+    raw = [{"T": 48, "tail": "a", "per_run": rows}, {"T": 48, "tail": "b", "per_run": easy}]
+    widening = coverage_heavy_tails.fit_widening(raw)
     assert widening["c1"] == [1.0, 2.95]
+    cell = coverage_heavy_tails.calibration_cells(raw, {**widening, "c2": [1.0, 1.0]})[0]
+    assert cell["coverage"]["c1"] == {
+        "coverage": 0.975,
+        "mc_se": pytest.approx(math.sqrt(0.975 * 0.025 / 200)),
+        "below": 0.0,
+        "above": 0.025,
+    }
+    assert cell["median_width_ratio"]["c1"] == pytest.approx((1 + 2.95) / 2)  # (w_lo t_hi - w_hi t_lo) / 2
     assert widening["c3"] == [1.0, 1.0] and widening["K_star_exact"] == [1.0, 1.0]
     assert widening["c2"] == [1.0, None]
 
