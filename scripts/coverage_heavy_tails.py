@@ -35,7 +35,7 @@ NAMES = ("naive", "grpo", "oracleV")
 CALIBRATED = ("c1", "c2", "c3", "K_star_exact")
 FIELDS = ("z", "t_lo", "t_hi", "below", "above")  # per statistic in a run's row, after the share and tail index
 TARGET_MISS = 0.025  # each end of a widened interval misses the truth at most this often in every calibration cell
-STRETCHES = np.round(np.arange(1.0, 8.0001, 0.05), 2)  # the widening factors tried
+WIDENINGS = np.round(np.arange(0.0, 20.0001, 0.05), 2)  # the widenings tried (standard errors added to an end)
 QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 
 
@@ -186,19 +186,19 @@ def columns(rows: list[list]) -> np.ndarray:
     )
 
 
-def misses(rows: np.ndarray, name: str, widen=(1.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+def misses(rows: np.ndarray, name: str, widen=(0.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:
     """([runs] truth below the lower end, [runs] truth above the upper end) of statistic ``name``'s interval with
-    each end's t quantile stretched by ``widen`` = (w_lo, w_hi): for c1, c2, c3 the interval [T - w_lo t_hi se,
-    T - w_hi t_lo se] misses below when z > w_lo t_hi, above when z < w_hi t_lo; K*'s ends are q's upper and lower
-    end (K* = 1 + 1/sqrt(q)), so it misses below when z < w_lo t_lo, above when z > w_hi t_hi."""
+    each end moved out by ``widen`` = (d_lo, d_hi) standard errors: for c1, c2, c3 the interval [T - (t_hi + d_lo)
+    se, T - (t_lo - d_hi) se] misses below when z > t_hi + d_lo, above when z < t_lo - d_hi; K*'s ends are q's
+    upper and lower end (K* = 1 + 1/sqrt(q)), so it misses below when z < t_lo - d_lo, above when z > t_hi + d_hi."""
     start = 2 + len(FIELDS) * CALIBRATED.index(name)
     z, t_low, t_high, below, above = rows[:, start : start + len(FIELDS)].T
-    w_low, w_high = widen
+    d_low, d_high = widen
     with np.errstate(invalid="ignore"):
         if name == "K_star_exact":
-            low, high = z < w_low * t_low, z > w_high * t_high
+            low, high = z < t_low - d_low, z > t_high + d_high
         else:
-            low, high = z > w_low * t_high, z < w_high * t_low
+            low, high = z > t_high + d_low, z < t_low - d_high
     studentized = np.isfinite(z)
     return np.where(studentized, low, below > 0), np.where(studentized, high, above > 0)
 
@@ -211,10 +211,10 @@ def rate(hits: int, runs: int) -> dict:
 
 def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict:
     """Per statistic: the coverage with its MC error and the share of runs missing below / above, with the intervals
-    widened by ``widening`` ({name: (w_lo, w_hi)}; none: as the bootstrap gives them)."""
+    widened by ``widening`` ({name: (d_lo, d_hi)}; none: as the bootstrap gives them)."""
     out = {}
     for name in CALIBRATED:
-        low, high = misses(rows, name, (widening or {}).get(name, (1.0, 1.0)))
+        low, high = misses(rows, name, (widening or {}).get(name, (0.0, 0.0)))
         out[name] = {
             **rate(int(np.sum(~(low | high))), len(rows)),
             "below": float(low.mean()),
@@ -266,16 +266,14 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, lev
 
 def width_ratios(rows: np.ndarray, widening: dict | None) -> dict:
     """Per statistic the median over the studentized runs of the widened interval's width over the unwidened one's
-    on its own scale (log for c2, c3 and usually q): (w_lo t_hi - w_hi t_lo) / (t_hi - t_lo)."""
+    on its own scale (log for c2, c3 and usually q): (t_hi + d_lo - t_lo + d_hi) / (t_hi - t_lo)."""
     out = {}
     for name in CALIBRATED:
         start = 2 + len(FIELDS) * CALIBRATED.index(name)
         z, t_low, t_high = rows[:, start : start + 3].T
-        w_low, w_high = (widening or {}).get(name, (1.0, 1.0))
-        if name == "K_star_exact":  # q's ends: K*'s lower factor on q's upper end
-            w_low, w_high = w_high, w_low
+        added = sum((widening or {}).get(name, (0.0, 0.0)))
         keep = np.isfinite(z) & np.isfinite(t_low) & np.isfinite(t_high) & (t_high > t_low)
-        ratio = (w_low * t_high[keep] - w_high * t_low[keep]) / (t_high[keep] - t_low[keep])
+        ratio = 1 + added / (t_high[keep] - t_low[keep])
         out[name] = float(np.median(ratio)) if keep.any() else None
     return out
 
@@ -290,8 +288,9 @@ def pooled_cells(raw: list[dict]) -> list[tuple[str, int, np.ndarray]]:
 
 
 def fit_widening(raw: list[dict]) -> dict:
-    """Per statistic the smallest stretches (w_lo, w_hi) on the grid STRETCHES such that each end misses the truth
-    in at most TARGET_MISS of the runs of every simulated cell (None when no stretch on the grid does)."""
+    """Per statistic the smallest widenings (d_lo, d_hi) on the grid WIDENINGS (standard errors added to the lower
+    and upper end) such that each end misses the truth in at most TARGET_MISS of the runs of every simulated cell
+    (None when none on the grid does)."""
     cells = pooled_cells(raw)
     widening = {}
     for name in CALIBRATED:
@@ -301,7 +300,7 @@ def fit_widening(raw: list[dict]) -> dict:
             def worst(w, end=end, name=name):
                 return max(float(misses(rows, name, (w, w))[end].mean()) for _, _, rows in cells)
 
-            ends.append(next((float(w) for w in STRETCHES if worst(w) <= TARGET_MISS), None))
+            ends.append(next((float(w) for w in WIDENINGS if worst(w) <= TARGET_MISS), None))
         widening[name] = ends
     return widening
 
@@ -420,7 +419,7 @@ def main(argv=None) -> None:
         widening = fit_widening(raw)
         cli.require(all(None not in w for w in widening.values()), f"no widening on the grid suffices: {widening}")
         table = calibration_cells(raw, widening)
-        print("widening (w_lo, w_hi): " + "  ".join(f"{n}={w}" for n, w in widening.items()))
+        print("widening (d_lo, d_hi): " + "  ".join(f"{n}={w}" for n, w in widening.items()))
         for c in table:
             text = "  ".join(f"{n}={v['coverage']:.3f}+-{v['mc_se']:.3f}" for n, v in c["coverage"].items())
             low, high = c["index_range"]

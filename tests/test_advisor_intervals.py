@@ -217,7 +217,7 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
         "allowed_K": [2, 4],
         "budget": 64,
         "simulated_coverage": found,
-        "interval_widening": {"c1": [1.0, 2.0], "c2": [1.0, 1.0], "c3": [1.0, 1.5], "K_star_exact": [1.0, 1.0]},
+        "interval_widening": {"c1": [0.0, 2.0], "c2": [0.0, 0.0], "c3": [0.5, 1.5], "K_star_exact": [0.0, 0.0]},
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
@@ -232,30 +232,30 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     assert "(coverage unknown)" in text and "no calibration cell at T = 30" in text and "simulated coverage" not in text
 
 
-def test_widening_stretches_each_end_and_the_coverage_script_counts_it_as_the_advisor_prints_it():
-    """advise(widen=W) stretches each studentized end's t quantile: c1's interval is [v - w_lo t_hi se, v - w_hi t_lo
-    se] from the unwidened run's pieces (lower end clipped at 0), c2's and c3's the same on the log scale, K*'s
-    1 + 1/sqrt(q) of q = c1/c3's ends (K*'s lower end is q's upper one). The coverage script's ``misses``, reading
-    the unwidened run's row, calls a truth covered exactly when the widened interval printed holds it (truths just
-    inside and just outside each end)."""
+def test_widening_moves_each_end_out_and_the_coverage_script_counts_it_as_the_advisor_prints_it():
+    """advise(widen=W) moves each studentized end out by W standard errors: c1's interval is [v - (t_hi + d_lo) se,
+    v - (t_lo - d_hi) se] from the unwidened run's pieces (lower end clipped at 0), c2's and c3's the same on the log
+    scale, K*'s 1 + 1/sqrt(q) of q = c1/c3's ends (K*'s lower end is q's upper one). The coverage script's
+    ``misses``, reading the unwidened run's row, calls a truth covered exactly when the widened interval printed
+    holds it (truths just inside and just outside each end)."""
     rng = np.random.default_rng(4)
     types = coverage_heavy_tails.population(rng)
     records, batches = coverage_heavy_tails.simulated_records(rng, types, 48, coverage_heavy_tails.Tail("lognormal", 1))
-    widen = {"c1": (1.3, 2.0), "c2": (1.1, 1.7), "c3": (1.2, 2.5), "K_star_exact": (1.6, 1.4)}
+    widen = {"c1": (0.3, 2.0), "c2": (0.1, 1.7), "c3": (0.2, 2.5), "K_star_exact": (1.6, 0.4)}
     plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={})
     wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen)
     assert wide["interval_widening"] == {name: list(w) for name, w in widen.items()}
     assert wide["studentized"] == plain["studentized"] and wide["pooled"] == plain["pooled"]
     for name in ("c1", "c2", "c3"):
-        pieces, (w_low, w_high) = plain["studentized"][name], widen[name]
+        pieces, (d_low, d_high) = plain["studentized"][name], widen[name]
         (t_low, t_high), v, se = pieces["t"], pieces["value"], pieces["error"]
-        ends = np.array([v - w_low * t_high * se, v - w_high * t_low * se])
+        ends = np.array([v - (t_high + d_low) * se, v - (t_low - d_high) * se])
         ends = np.exp(ends) if pieces["scale"] == "log" else ends
         assert pieces["scale"] == ("natural" if name == "c1" else "log")
         assert wide["ci95"][name] == pytest.approx([max(ends[0], 0.0), ends[1]], rel=1e-12)
     q = plain["studentized"]["K_star_exact"]
     (t_low, t_high), v, se = q["t"], q["value"], q["error"]
-    q_low, q_high = np.exp([v - 1.4 * t_high * se, v - 1.6 * t_low * se])  # K*'s upper factor on q's lower end
+    q_low, q_high = np.exp([v - (t_high + 0.4) * se, v - (t_low - 1.6) * se])  # K*'s upper end from q's lower one
     assert wide["ci95"]["K_star_exact"] == pytest.approx([1 + q_high**-0.5, 1 + q_low**-0.5], rel=1e-12)
     base = {"c1": 1.0, "c2": 1.0, "c3": 1.0}
     for name in ("c1", "c2", "c3", "K_star_exact"):
@@ -270,12 +270,12 @@ def test_widening_stretches_each_end_and_the_coverage_script_counts_it_as_the_ad
             assert bool(~(below | above)[0]) == covered, (name, value, covered)
 
 
-def test_fit_widening_finds_the_smallest_stretch_with_at_most_2_5_percent_misses_per_end_in_every_cell():
-    """Constructed runs, t = [-1, 1]: c1's z = -(1.005 + 0.01 i), i < 200, miss above the upper end when z < -w, so
-        at most 5 of 200 miss from w = 2.95 on (w = 2.90: 10); the lower end never misses (w = 1); a second cell
-        whose runs miss less does not change that (the worst cell counts), and the widened c1 then covers 97.5% of the
-    first cell's runs with a median width (1 + 2.95)/2 times the plain one. A statistic whose non-studentized
-        intervals miss in 3% of runs has no stretch that helps (None)."""
+def test_fit_widening_finds_the_smallest_widening_with_at_most_2_5_percent_misses_per_end_in_every_cell():
+    """Constructed runs, t = [-1, 1]: c1's z = -(1.005 + 0.01 i), i < 200, miss above the upper end when z < -1 - d,
+    so at most 5 of 200 miss from d = 1.95 on (d = 1.90: 10); the lower end never misses (d = 0); a second cell
+    whose runs miss less does not change that (the worst cell counts), and the widened c1 then covers 97.5% of the
+    first cell's runs with a median width (2 + 1.95)/2 times the plain one. A statistic whose non-studentized
+    intervals miss in 3% of runs has no widening that helps (None)."""
     rows = [_row(1.0) for _ in range(200)]
     for i, row in enumerate(rows):
         row[2] = -(1.005 + 0.01 * i)
@@ -284,17 +284,17 @@ def test_fit_widening_finds_the_smallest_stretch_with_at_most_2_5_percent_misses
     easy = [_row(1.0) for _ in range(100)]
     raw = [{"T": 48, "tail": "a", "per_run": rows}, {"T": 48, "tail": "b", "per_run": easy}]
     widening = coverage_heavy_tails.fit_widening(raw)
-    assert widening["c1"] == [1.0, 2.95]
-    cell = coverage_heavy_tails.calibration_cells(raw, {**widening, "c2": [1.0, 1.0]})[0]
+    assert widening["c1"] == [0.0, 1.95]
+    cell = coverage_heavy_tails.calibration_cells(raw, {**widening, "c2": [0.0, 0.0]})[0]
     assert cell["coverage"]["c1"] == {
         "coverage": 0.975,
         "mc_se": pytest.approx(math.sqrt(0.975 * 0.025 / 200)),
         "below": 0.0,
         "above": 0.025,
     }
-    assert cell["median_width_ratio"]["c1"] == pytest.approx((1 + 2.95) / 2)  # (w_lo t_hi - w_hi t_lo) / 2
-    assert widening["c3"] == [1.0, 1.0] and widening["K_star_exact"] == [1.0, 1.0]
-    assert widening["c2"] == [1.0, None]
+    assert cell["median_width_ratio"]["c1"] == pytest.approx((2 + 1.95) / 2)  # (t_hi + d_lo - t_lo + d_hi) / 2
+    assert widening["c3"] == [0.0, 0.0] and widening["K_star_exact"] == [0.0, 0.0]
+    assert widening["c2"] == [0.0, None]
 
 
 def test_student_scale_moments_match_numerical_integration():

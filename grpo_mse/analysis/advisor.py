@@ -312,14 +312,15 @@ def k_star_summary(
     d3: np.ndarray,
     weights: np.ndarray,
     level: float = 0.95,
-    widen=(1.0, 1.0),
+    widen=(0.0, 0.0),
 ) -> dict:
     """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
     replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
     is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
     ``d3`` of c1 and c3: dq = (d1 - q d3) / c3 (their covariance included). Replicates with c3 <= 0 are left out
-    (counted in degenerate_replicates). ``widen`` = (w_lo, w_hi) stretches the t quantile of K*'s lower and upper
-    end (q's upper and lower end); ``pieces`` are q's. BCa when the data's own c1 or c3 is not positive."""
+    (counted in degenerate_replicates). ``widen`` = (d_lo, d_hi) moves K*'s lower and upper end out by that many
+    standard errors of q on its scale (q's upper and lower end); ``pieces`` are q's. BCa when the data's own c1 or
+    c3 is not positive."""
     k = k_star(c1, c3)
     if not (c1[0] > 0 and c3[0] > 0):
         return {**bs.summarise(k, weights), "interval": "bca"}
@@ -348,14 +349,15 @@ T_TOLERANCE = 1.25  # a calibration cell applies to runs with T within this fact
 
 
 def interval_widening(path: str = CALIBRATION) -> dict[str, tuple[float, float]]:
-    """The calibrated stretch (w_lo, w_hi) of each studentized interval's lower and upper t quantile (``widening``
-    in the calibration table, scripts/coverage_heavy_tails.py --merge); (1, 1) for a statistic it does not list
-    or without a table."""
+    """The calibrated widening (d_lo, d_hi) of each studentized interval: its lower and upper end move out by that
+    many standard errors, t_hi + d_lo and t_lo - d_hi in place of the bootstrap-t quantiles (``widening`` in the
+    calibration table, scripts/coverage_heavy_tails.py --merge); (0, 0) for a statistic it does not list or
+    without a table."""
     found = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             found = json.load(handle).get("widening") or {}
-    return {name: tuple(float(v) for v in found.get(name, (1.0, 1.0))) for name in CALIBRATED}
+    return {name: tuple(float(v) for v in found.get(name, (0.0, 0.0))) for name in CALIBRATED}
 
 
 def cells_at(n_prompts: int, cells: list[dict]) -> tuple[list[dict], str]:
@@ -479,8 +481,9 @@ def advise(
     prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others;
     ``level``: another level for the studentized intervals of the pooled constants and K*, for coverage studies,
     recorded as ``interval_level``; the keys keep their names). The studentized intervals of c1, c2, c3 and K* have
-    each end's t quantile stretched by ``widen`` ({name: (w_lo, w_hi)}; None: the calibrated ``interval_widening``,
-    {}: none), recorded as ``interval_widening``; their unstretched ``studentized`` pieces are kept."""
+    each end moved out by ``widen`` standard errors ({name: (d_lo, d_hi)}; None: the calibrated
+    ``interval_widening``, {}: none), recorded as ``interval_widening``; their unwidened ``studentized`` pieces are
+    kept."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
@@ -516,7 +519,7 @@ def advise(
     summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
     errors = {name: np.sqrt(bs.influence_covariance(weights, derivative[name])) for name in derivative}
     stretch = (
-        interval_widening() if widen is None else {name: tuple(widen.get(name, (1.0, 1.0))) for name in CALIBRATED}
+        interval_widening() if widen is None else {name: tuple(widen.get(name, (0.0, 0.0))) for name in CALIBRATED}
     )
     summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level, widen=stretch["c1"])
     for name in ("c2", "c3"):
@@ -655,8 +658,8 @@ def calibration_line(calibration: dict | None) -> str:
 
 
 def widening_text(advice: dict) -> str:
-    """ "; c1, c2, c3, K* ends widened for heavy tails" when some interval's t quantiles were stretched, else ""."""
-    stretched = {name: w for name, w in (advice.get("interval_widening") or {}).items() if list(w) != [1.0, 1.0]}
+    """ "; c1, c2, c3, K* widened for heavy tails" when some interval's ends were moved out, else ""."""
+    stretched = {name: w for name, w in (advice.get("interval_widening") or {}).items() if list(w) != [0.0, 0.0]}
     if not stretched:
         return ""
     names = ", ".join("K*" if name == "K_star_exact" else name for name in stretched)

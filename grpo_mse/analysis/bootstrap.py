@@ -126,12 +126,12 @@ def studentized_pieces(
     return {"scale": scale, "value": float(values[0]), "error": float(errors[0]), "t": list(found)}
 
 
-def pieces_interval(pieces: dict, widen=(1.0, 1.0)) -> list[float]:
-    """The interval of ``studentized_pieces`` on the statistic's own scale, each end's t quantile stretched by
-    ``widen`` = (w_lo, w_hi): [T - w_lo t_hi se, T - w_hi t_lo se] (exponentiated on the log scale)."""
+def pieces_interval(pieces: dict, widen=(0.0, 0.0)) -> list[float]:
+    """The interval of ``studentized_pieces`` on the statistic's own scale, each end moved out by ``widen`` = (d_lo,
+    d_hi) standard errors: [T - (t_hi + d_lo) se, T - (t_lo - d_hi) se] (exponentiated on the log scale)."""
     value, error, (t_low, t_high) = pieces["value"], pieces["error"], pieces["t"]
     with np.errstate(invalid="ignore", over="ignore"):
-        bounds = [value - widen[0] * t_high * error, value - widen[1] * t_low * error]
+        bounds = [value - (t_high + widen[0]) * error, value - (t_low - widen[1]) * error]
         return [float(np.exp(v)) if pieces["scale"] == "log" else float(v) for v in bounds]
 
 
@@ -169,10 +169,10 @@ def influence_covariance(weights: np.ndarray, first: np.ndarray, second: np.ndar
 
 
 def studentized_summary(
-    draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False, level: float = 0.95, widen=(1.0, 1.0)
+    draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False, level: float = 0.95, widen=(0.0, 0.0)
 ) -> dict:
     """``summarise`` with a studentized interval (``studentized_pieces``; log scale when ``log`` and every value is
-    positive, else the natural scale; each end's t quantile stretched by ``widen``), its ``pieces`` kept; BCa when
+    positive, else the natural scale; each end moved out by ``widen`` standard errors), its ``pieces`` kept; BCa when
     the estimate's own standard error is undefined."""
     draws = np.asarray(draws, dtype=np.float64)
     pieces = studentized_pieces(draws, errors, weights, level=level, log=log)
