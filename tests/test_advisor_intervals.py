@@ -183,7 +183,7 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     ]
     heavy = table[1]
     assert heavy["coverage"]["c1"]["coverage"] == 0.6
-    assert heavy["coverage"]["c1"]["mc_se"] == pytest.approx(math.sqrt(0.24 / 40))
+    assert heavy["coverage"]["c1"]["mc_se"] == pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40))  # p = (24 + 1)/(40 + 2)
     assert heavy["coverage"]["c1"]["below"] == 0.4 and heavy["coverage"]["c1"]["above"] == 0.0
     assert heavy["coverage"]["c3"]["coverage"] == 1.0 and heavy["coverage"]["K_star_exact"]["coverage"] == 0.0
     assert heavy["coverage"]["K_star_exact"]["above"] == 1.0
@@ -198,7 +198,7 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     assert advisor.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
         "low": 0.6,
         "high": 0.6,
-        "mc_se": pytest.approx(math.sqrt(0.24 / 40)),
+        "mc_se": pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40)),
     }
     between = advisor.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
     assert between["T_match"] == "between" and between["coverage"]["c1"]["low"] == 0.6
@@ -221,7 +221,7 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
-    assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-8%) c2=2 [-, -] (simulated coverage 100%" in text
+    assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-7.8%) c2=2 [-, -] (simulated coverage 100%" in text
     assert "c3=4 [2, 8] (simulated coverage 100%" in text
     assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail shapes that fit (heavy, light;" in text
     assert "tail index of c2 1 (largest prompt's share 0.3)" in text
@@ -288,7 +288,7 @@ def test_fit_widening_finds_the_smallest_widening_with_at_most_2_5_percent_misse
     cell = coverage_heavy_tails.calibration_cells(raw, {**widening, "c2": [0.0, 0.0]})[0]
     assert cell["coverage"]["c1"] == {
         "coverage": 0.975,
-        "mc_se": pytest.approx(math.sqrt(0.975 * 0.025 / 200)),
+        "mc_se": pytest.approx(math.sqrt(196 / 202 * 6 / 202 / 200)),
         "below": 0.0,
         "above": 0.025,
     }
