@@ -1,4 +1,4 @@
-"""Coverage of the group-size advisor's 95% intervals (c1, c3, K*) on heavy-tailed prompt populations.
+"""Coverage of the group-size advisor's 95% intervals (c1, c2, c3, K*) on heavy-tailed prompt populations.
 
 Population: 30 exact prompt types (3 outcomes, one rewarded, explicit 4-d scores centred under p: every MSE and
 c1, c3 is known in closed form, grpo_mse.analysis.theory); each prompt of a run draws a type uniformly and a score
@@ -7,15 +7,17 @@ lognormal:sigma (s = exp(sigma Z)), pareto:alpha (s = U^(-1/alpha) >= 1; alpha >
 student:nu (s = |t_nu|, nu > 2). Truth: c2 = E[s^2] mean_t sigma_O,t^2, c3 = E[s^2] mean_t c3_t,
 c1 = E[s^2] mean_t ||g_t||^2 - E[s]^2 ||mean_t g_t||^2, K* = 1 + sqrt(c3/c1).
 Each simulated run samples M groups of K per prompt, forms the per-prompt traces and c1 batches as run_tracecov
-records them, and calls advisor.advise; an interval covers when it holds the truth. One cell per (tail, T):
-coverage with its binomial Monte Carlo standard error, and quantiles of the run's Hill tail index of the
-per-prompt c2 (advisor.tail_index) and largest-prompt share. --merge writes the advisor's calibration table: per
-(tail, T) the coverage and the 5-95% range of the tail index, where the advisor applies that cell.
+records them, and calls advisor.advise (intervals not widened); per run and statistic it keeps z = (estimate -
+truth)/se on the interval's scale and the bootstrap-t quantiles, from which any widening's coverage follows. One
+cell per (tail, T): coverage with its binomial Monte Carlo standard error, and quantiles of the run's Hill tail
+index of the per-prompt c2 (advisor.tail_index) and largest-prompt share. --merge writes the advisor's calibration
+table: the widening (standard errors added to each end, the smallest with <= 2.5% misses per end in every cell)
+and per (tail, T) the widened coverage and the 5-95% range of the tail index, where the advisor applies that cell.
 
-  python scripts/coverage_heavy_tails.py --tails lognormal:0 lognormal:0.5 lognormal:1 pareto:3 --T 48 192 500 \
-      --runs 300 --out outputs/cells.json                                      # simulate (per_run kept)
+  python scripts/coverage_heavy_tails.py --tails lognormal:0 lognormal:0.5 lognormal:1 pareto:3 \
+      --T 48 96 192 500 --runs 300 --out outputs/cells.json                    # simulate (per_run kept)
   python scripts/coverage_heavy_tails.py --merge outputs/cells.json --out outputs/coverage_calibration.json
-  python scripts/coverage_heavy_tails.py --tails gamma:0.5 --T 48 192 500 --runs 300 \
+  python scripts/coverage_heavy_tails.py --tails student:3 --T 48 128 192 500 --runs 300 \
       --check outputs/coverage_calibration.json --out outputs/check.json       # another generator
 """
 
