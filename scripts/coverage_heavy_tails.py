@@ -1,20 +1,23 @@
-"""Coverage of the group-size advisor's 95% intervals (c1, c3, K*) on heavy-tailed prompt populations.
+"""Coverage of the group-size advisor's 95% intervals (c1, c2, c3, K*) on heavy-tailed prompt populations.
 
 Population: 30 exact prompt types (3 outcomes, one rewarded, explicit 4-d scores centred under p: every MSE and
 c1, c3 is known in closed form, grpo_mse.analysis.theory); each prompt of a run draws a type uniformly and a score
 scale s independent of the type, so its MSEs are s^2 times its type's. Scale families (TAIL = FAMILY:PARAMETER):
-lognormal:sigma (s = exp(sigma Z)), pareto:alpha (s = U^(-1/alpha) >= 1; alpha > 2), gamma:shape (s ~ Gamma(shape)).
-Truth: c3 = E[s^2] mean_t c3_t, c1 = E[s^2] mean_t ||g_t||^2 - E[s]^2 ||mean_t g_t||^2, K* = 1 + sqrt(c3/c1).
+lognormal:sigma (s = exp(sigma Z)), pareto:alpha (s = U^(-1/alpha) >= 1; alpha > 2), gamma:shape (s ~ Gamma(shape)),
+student:nu (s = |t_nu|, nu > 2). Truth: c2 = E[s^2] mean_t sigma_O,t^2, c3 = E[s^2] mean_t c3_t,
+c1 = E[s^2] mean_t ||g_t||^2 - E[s]^2 ||mean_t g_t||^2, K* = 1 + sqrt(c3/c1).
 Each simulated run samples M groups of K per prompt, forms the per-prompt traces and c1 batches as run_tracecov
-records them, and calls advisor.advise; an interval covers when it holds the truth. One cell per (tail, T):
-coverage with its binomial Monte Carlo standard error, and quantiles of the run's Hill tail index of the
-per-prompt c2 (advisor.tail_index) and largest-prompt share. --merge writes the advisor's calibration table: per
-(tail, T) the coverage and the 5-95% range of the tail index, where the advisor applies that cell.
+records them, and calls advisor.advise (intervals not widened); per run and statistic it keeps z = (estimate -
+truth)/se on the interval's scale and the bootstrap-t quantiles, from which any widening's coverage follows. One
+cell per (tail, T): coverage with its binomial Monte Carlo standard error, and quantiles of the run's Hill tail
+index of the per-prompt c2 (advisor.tail_index) and largest-prompt share. --merge writes the advisor's calibration
+table: the widening (standard errors added to each end, the smallest with <= 2.5% misses per end in every cell)
+and per (tail, T) the widened coverage and the 5-95% range of the tail index, where the advisor applies that cell.
 
-  python scripts/coverage_heavy_tails.py --tails lognormal:0 lognormal:0.5 lognormal:1 pareto:3 --T 48 192 500 \
-      --runs 300 --out outputs/cells.json                                      # simulate (per_run kept)
+  python scripts/coverage_heavy_tails.py --tails lognormal:0 lognormal:0.5 lognormal:1 pareto:3 \
+      --T 48 96 192 500 --runs 300 --out outputs/cells.json                    # simulate (per_run kept)
   python scripts/coverage_heavy_tails.py --merge outputs/cells.json --out outputs/coverage_calibration.json
-  python scripts/coverage_heavy_tails.py --tails gamma:0.5 --T 48 192 500 --runs 300 \
+  python scripts/coverage_heavy_tails.py --tails student:3 --T 48 128 192 500 --runs 300 \
       --check outputs/coverage_calibration.json --out outputs/check.json       # another generator
 """
 
@@ -31,7 +34,10 @@ from grpo_mse.tables.outputs import write_json
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = ("naive", "grpo", "oracleV")
-CALIBRATED = ("c1", "c3", "K_star_exact")
+CALIBRATED = ("c1", "c2", "c3", "K_star_exact")
+FIELDS = ("z", "t_lo", "t_hi", "below", "above")  # per statistic in a run's row, after the share and tail index
+TARGET_MISS = 0.025  # each end of a widened interval misses the truth at most this often in every calibration cell
+WIDENINGS = np.round(np.arange(0.0, 20.0001, 0.05), 2)  # the widenings tried (standard errors added to an end)
 QUANTILES = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 
 
@@ -46,6 +52,8 @@ class Tail(NamedTuple):
             return np.exp(self.parameter * rng.normal(size=n))
         if self.family == "pareto":
             return (1.0 - rng.random(n)) ** (-1.0 / self.parameter)
+        if self.family == "student":
+            return np.abs(rng.standard_t(self.parameter, size=n))
         return rng.gamma(self.parameter, size=n)
 
     def moments(self) -> tuple[float, float]:
@@ -54,6 +62,11 @@ class Tail(NamedTuple):
             return math.exp(a * a / 2), math.exp(2 * a * a)
         if self.family == "pareto":
             return a / (a - 1), a / (a - 2)
+        if (
+            self.family == "student"
+        ):  # E|t_nu| = sqrt(nu) Gamma((nu - 1)/2) / (sqrt(pi) Gamma(nu/2)), E t^2 = nu/(nu - 2)
+            log_ratio = math.lgamma((a - 1) / 2) - math.lgamma(a / 2)
+            return math.sqrt(a / math.pi) * math.exp(log_ratio), a / (a - 2)
         return a, a * (a + 1)
 
     def label(self) -> str:
@@ -61,15 +74,18 @@ class Tail(NamedTuple):
 
 
 def tail(text: str) -> Tail:
-    """argparse ``type``: FAMILY:PARAMETER with lognormal sigma >= 0, pareto alpha > 2 or gamma shape > 0."""
+    """argparse ``type``: FAMILY:PARAMETER with lognormal sigma >= 0, pareto alpha > 2, gamma shape > 0 or student
+    nu > 2."""
     family, _, value = text.partition(":")
     try:
         parameter = float(value)
     except ValueError:
         parameter = math.nan
-    ok = {"lognormal": parameter >= 0, "pareto": parameter > 2, "gamma": parameter > 0}.get(family, False)
-    if not (ok and math.isfinite(parameter)):
-        raise cli.BadValue(f"{text!r}: expected lognormal:SIGMA (>= 0), pareto:ALPHA (> 2) or gamma:SHAPE (> 0)")
+    bounds = {"lognormal": parameter >= 0, "pareto": parameter > 2, "gamma": parameter > 0, "student": parameter > 2}
+    if not (bounds.get(family, False) and math.isfinite(parameter)):
+        raise cli.BadValue(
+            f"{text!r}: expected lognormal:SIGMA (>= 0), pareto:ALPHA (> 2), gamma:SHAPE (> 0) or student:NU (> 2)"
+        )
     return Tail(family, parameter)
 
 
@@ -86,15 +102,16 @@ def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
 
 
 def truth(types, scale: Tail) -> dict[str, float]:
-    """Exact c1, c3 and K*_exact of the population with score scales from ``scale``."""
+    """Exact c1, c2, c3 and K*_exact of the population with score scales from ``scale``."""
     from grpo_mse.analysis import theory  # imports torch: after the flags are parsed
 
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     gradients = np.stack([(p * G) @ s for p, G, s in types])
     mean, mean_sq = scale.moments()
     c1 = mean_sq * np.mean((gradients**2).sum(1)) - mean**2 * (gradients.mean(0) ** 2).sum()
+    c2 = mean_sq * np.mean([m["sigma_o2"] for m in moments])
     c3 = mean_sq * 2 * np.mean([m["var_zeta2"] for m in moments])
-    return {"c1": float(c1), "c3": float(c3), "K_star_exact": float(1 + np.sqrt(c3 / c1))}
+    return {"c1": float(c1), "c2": float(c2), "c3": float(c3), "K_star_exact": float(1 + np.sqrt(c3 / c1))}
 
 
 def traces(rng, types, chosen, scales, k):
@@ -142,50 +159,99 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
     return records, batches
 
 
-def covers(interval, value: float) -> bool:
-    if interval is None:
-        return False
-    low, high = (float(v) for v in interval)  # "inf" -> inf
-    return low <= value <= high
+def run_row(advice: dict, true: dict) -> list:
+    """One run: [largest share, tail index of c2, then per calibrated statistic z, t_lo, t_hi, below, above] (None
+    for nan). z = (T - truth) / se on the scale of its studentized interval (q = c1/c3 for K*; log or natural) and
+    t_lo, t_hi the interval's t quantiles: any widening's coverage follows from them (``misses``). below / above:
+    the saved interval lies above / below the truth, used only where it is not studentized (z = None)."""
+    from grpo_mse.analysis import advisor
+
+    found = advice["simulated_coverage"]
+    row = [found["largest_prompt_share"], found["tail_index"]]
+    for name in CALIBRATED:
+        pieces = advice["studentized"][name]
+        target = true["c1"] / true["c3"] if name == "K_star_exact" else true[name]
+        z = t_low = t_high = None
+        if pieces:
+            value, error = advisor.number(pieces["value"]), advisor.number(pieces["error"])
+            z = (value - (math.log(target) if pieces["scale"] == "log" else target)) / error
+            t_low, t_high = (advisor.number(t) for t in pieces["t"])
+        ci = advisor.interval_of(advice["ci95"][name])
+        row += [z, t_low, t_high, int(ci is None or true[name] < ci[0]), int(ci is None or true[name] > ci[1])]
+    return advisor.json_value(row)
 
 
-def simulated_runs(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95):
-    """(truth, [advice] per run) for one cell."""
+def columns(rows: list[list]) -> np.ndarray:
+    """[runs, columns] float array of ``run_row`` rows (None -> nan)."""
+    return np.array([[math.nan if v is None else float(v) for v in row] for row in rows], dtype=float).reshape(
+        len(rows), 2 + len(FIELDS) * len(CALIBRATED)
+    )
+
+
+def misses(rows: np.ndarray, name: str, widen=(0.0, 0.0)) -> tuple[np.ndarray, np.ndarray]:
+    """([runs] truth below the lower end, [runs] truth above the upper end) of statistic ``name``'s interval with
+    each end moved out by ``widen`` = (d_lo, d_hi) standard errors: for c1, c2, c3 the interval [T - (t_hi + d_lo)
+    se, T - (t_lo - d_hi) se] misses below when z > t_hi + d_lo, above when z < t_lo - d_hi; K*'s ends are q's
+    upper and lower end (K* = 1 + 1/sqrt(q)), so it misses below when z < t_lo - d_lo, above when z > t_hi + d_hi."""
+    start = 2 + len(FIELDS) * CALIBRATED.index(name)
+    z, t_low, t_high, below, above = rows[:, start : start + len(FIELDS)].T
+    d_low, d_high = widen
+    with np.errstate(invalid="ignore"):
+        if name == "K_star_exact":
+            low, high = z < t_low - d_low, z > t_high + d_high
+        else:
+            low, high = z > t_high + d_low, z < t_low - d_high
+    studentized = np.isfinite(z)
+    return np.where(studentized, low, below > 0), np.where(studentized, high, above > 0)
+
+
+def rate(hits: int, runs: int) -> dict:
+    """{"coverage": hits / runs, "mc_se": its binomial standard error sqrt(p (1 - p) / runs) at p = (hits + 1) /
+    (runs + 2)} (the add-one estimate, so that 300 hits of 300 runs have an error, 0.3%, not 0)."""
+    if not runs:
+        return {"coverage": math.nan, "mc_se": math.nan}
+    smoothed = (hits + 1) / (runs + 2)
+    return {"coverage": hits / runs, "mc_se": math.sqrt(smoothed * (1 - smoothed) / runs)}
+
+
+def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict:
+    """Per statistic: the coverage with its MC error and the share of runs missing below / above, with the intervals
+    widened by ``widening`` ({name: (d_lo, d_hi)}; none: as the bootstrap gives them)."""
+    out = {}
+    for name in CALIBRATED:
+        low, high = misses(rows, name, (widening or {}).get(name, (0.0, 0.0)))
+        out[name] = {
+            **rate(int(np.sum(~(low | high))), len(rows)),
+            "below": float(low.mean()),
+            "above": float(high.mean()),
+        }
+    return out
+
+
+def simulated_rows(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95):
+    """(truth, [run_row] per run) for one cell; the advisor's intervals unwidened (widen = {})."""
     from grpo_mse.analysis import advisor
 
     rng = np.random.default_rng(seed)
     types = population(rng)
-    out = []
+    true, rows = truth(types, scale), []
     for _ in range(runs):
         records, batches = simulated_records(rng, types, n_prompts, scale)
         seed_r = int(rng.integers(1 << 30))
-        out.append(advisor.advise(records, batches, n_boot=n_boot, seed=seed_r, budget=64, level=level))
-    return truth(types, scale), out
-
-
-def rate(hits: int, runs: int) -> dict:
-    """{"coverage": hits / runs, "mc_se": its binomial standard error}."""
-    p = hits / runs if runs else math.nan
-    return {"coverage": p, "mc_se": math.sqrt(p * (1 - p) / runs) if runs else math.nan}
+        advice = advisor.advise(records, batches, n_boot=n_boot, seed=seed_r, budget=64, level=level, widen={})
+        rows.append(run_row(advice, true))
+    return true, rows
 
 
 def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95) -> dict:
     """One simulated cell: T, tail, runs, quantiles of the largest-prompt share and of the Hill tail index of c2
-    (the statistic the advisor matches on), coverage (with MC error), truth, and per run [share, tail index,
-    covered c1, covered c3, covered K*] (``per_run``, for ``calibration_cells`` and ``check``)."""
-    true, results = simulated_runs(n_prompts, runs, scale, n_boot, seed, level)
-    per_run = [
-        [
-            a["simulated_coverage"]["largest_prompt_share"],
-            a["simulated_coverage"]["tail_index"],
-            *(int(covers(a["ci95"][name], true[name])) for name in CALIBRATED),
-        ]
-        for a in results
-    ]
-    hits = np.sum([row[2:] for row in per_run], axis=0)
+    (the statistic the advisor matches on), the coverage of the unwidened intervals (with MC error), truth, and
+    per run its ``run_row`` (``per_run``, for ``calibration_cells`` and ``check``)."""
+    true, per_run = simulated_rows(n_prompts, runs, scale, n_boot, seed, level)
+    rows = columns(per_run)
 
     def quantiles(column):
-        values = np.array([row[column] for row in per_run if row[column] is not None], dtype=float)
+        values = rows[:, column][np.isfinite(rows[:, column])]
         return dict(zip(map(str, QUANTILES), np.quantile(values, QUANTILES).tolist()))
 
     return {
@@ -196,60 +262,105 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, lev
         "level": level,
         "largest_share_quantiles": quantiles(0),
         "tail_index_quantiles": quantiles(1),
-        "coverage": {name: rate(int(h), runs) for name, h in zip(CALIBRATED, hits)},
+        "coverage": cell_coverage(rows),
         "truth": true,
+        "per_run_columns": ["largest_share", "tail_index"] + [f"{n}.{f}" for n in CALIBRATED for f in FIELDS],
         "per_run": per_run,
     }
 
 
-def calibration_cells(raw: list[dict]) -> list[dict]:
-    """The calibration table from simulated cells (``coverage`` with ``per_run``; cells of one tail and T pooled):
-    per (tail, T) the runs, the 5-95% range of their Hill tail index of c2 (where the advisor applies the cell),
-    and the coverage of each interval with its binomial MC standard error."""
+def width_ratios(rows: np.ndarray, widening: dict | None) -> dict:
+    """Per statistic the median over the studentized runs of the widened interval's width over the unwidened one's
+    on its own scale (log for c2, c3 and usually q): (t_hi + d_lo - t_lo + d_hi) / (t_hi - t_lo)."""
+    out = {}
+    for name in CALIBRATED:
+        start = 2 + len(FIELDS) * CALIBRATED.index(name)
+        z, t_low, t_high = rows[:, start : start + 3].T
+        added = sum((widening or {}).get(name, (0.0, 0.0)))
+        keep = np.isfinite(z) & np.isfinite(t_low) & np.isfinite(t_high) & (t_high > t_low)
+        ratio = 1 + added / (t_high[keep] - t_low[keep])
+        out[name] = float(np.median(ratio)) if keep.any() else None
+    return out
+
+
+def pooled_cells(raw: list[dict]) -> list[tuple[str, int, np.ndarray]]:
+    """(tail, T, [runs, columns]) per simulated (tail, T), the runs of every file of that cell pooled."""
+    keys = sorted({(c["tail"], c["T"]) for c in raw}, key=lambda key: (key[1], key[0]))
+    return [
+        (label, t, columns([r for c in raw if (c["tail"], c["T"]) == (label, t) for r in c["per_run"]]))
+        for label, t in keys
+    ]
+
+
+def fit_widening(raw: list[dict]) -> dict:
+    """Per statistic the smallest widenings (d_lo, d_hi) on the grid WIDENINGS (standard errors added to the lower
+    and upper end) such that each end misses the truth in at most TARGET_MISS of the runs of every simulated cell
+    (None when none on the grid does)."""
+    cells = pooled_cells(raw)
+    widening = {}
+    for name in CALIBRATED:
+        ends = []
+        for end in (0, 1):
+
+            def worst(w, end=end, name=name):
+                return max(float(misses(rows, name, (w, w))[end].mean()) for _, _, rows in cells)
+
+            ends.append(next((float(w) for w in WIDENINGS if worst(w) <= TARGET_MISS), None))
+        widening[name] = ends
+    return widening
+
+
+def calibration_cells(raw: list[dict], widening: dict | None = None) -> list[dict]:
+    """The calibration table's cells from simulated cells (``coverage`` with ``per_run``; files of one tail and T
+    pooled): per (tail, T) the runs, the 5-95% range of their Hill tail index of c2 (where the advisor applies the
+    cell), and each interval's coverage with its binomial MC standard error, widened by ``widening``
+    (``coverage``) and as the bootstrap gives it (``coverage_unwidened``)."""
     table = []
-    for tail_label, t in sorted({(c["tail"], c["T"]) for c in raw}, key=lambda key: (key[1], key[0])):
-        rows = [row for c in raw if (c["tail"], c["T"]) == (tail_label, t) for row in c["per_run"]]
-        index = np.array([row[1] for row in rows if row[1] is not None], dtype=float)
+    for tail_label, t, rows in pooled_cells(raw):
+        index = rows[:, 1][np.isfinite(rows[:, 1])]
         table.append(
             {
                 "T": t,
                 "tail": tail_label,
                 "runs": len(rows),
                 "index_range": np.quantile(index, [0.05, 0.95]).tolist(),
-                "coverage": {
-                    name: rate(sum(row[2 + i] for row in rows), len(rows)) for i, name in enumerate(CALIBRATED)
-                },
+                "coverage": cell_coverage(rows, widening),
+                "coverage_unwidened": cell_coverage(rows),
+                "median_width_ratio": width_ratios(rows, widening),
             }
         )
     return table
 
 
 def check(cell: dict, table: str) -> dict:
-    """Printed against actual for a ``coverage`` cell from another generator: per statistic, among the runs the
-    table calibrates, the mean printed range (lowest and highest matching cell), the actual share covered (with
-    its MC error) and whether it lies in the mean printed range widened by 2 MC errors; the actual share among
-    the runs whose printed lowest coverage is >= 93%; and the share of runs printed "unknown"."""
+    """Printed against actual for a ``coverage`` cell from another generator, the intervals widened as ``table``
+    says: per statistic, among the runs the table calibrates, the mean printed range (lowest and highest matching
+    cell), the actual share covered (with its MC error) and whether it lies within 3 points of the mean printed
+    range; the actual share among the runs whose printed lowest coverage is >= 93%; and the share of runs printed
+    "unknown"."""
     from grpo_mse.analysis import advisor
 
-    found = [(advisor.simulated_coverage(row[1], cell["T"], table), row[2:]) for row in cell["per_run"]]
-    known = [(f, hits) for f, hits in found if f["status"] == "calibrated"]
-    out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": 1 - len(known) / cell["runs"]}
-    for i, name in enumerate(CALIBRATED):
-        low = [f["coverage"][name]["low"] for f, _ in known]
-        high = [f["coverage"][name]["high"] for f, _ in known]
-        se = max([f["coverage"][name]["mc_se"] for f, _ in known], default=0.0)
-        hits = [h[i] for _, h in known]
-        sure = [h for p, h in zip(low, hits) if p >= 0.93]
-        actual = rate(sum(hits), len(hits)) if hits else None
-        printed = [float(np.mean(low)), float(np.mean(high))] if low else None
-        margin = 2 * math.hypot(se, actual["mc_se"]) if actual else 0.0
+    rows = columns(cell["per_run"])
+    widening = advisor.interval_widening(table)
+    found = [advisor.simulated_coverage(index, cell["T"], table) for index in rows[:, 1]]
+    known = np.array([f["status"] == "calibrated" for f in found], dtype=bool)
+    out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": float(1 - known.mean())}
+    for name in CALIBRATED:
+        low, high = misses(rows, name, widening[name])
+        hits = ~(low | high)
+        printed_low = np.array([f["coverage"][name]["low"] if f["status"] == "calibrated" else np.nan for f in found])
+        printed_high = np.array([f["coverage"][name]["high"] if f["status"] == "calibrated" else np.nan for f in found])
+        sure = known & (printed_low >= 0.93)
+        actual = rate(int(hits[known].sum()), int(known.sum())) if known.any() else None
+        printed = [float(printed_low[known].mean()), float(printed_high[known].mean())] if known.any() else None
         out[name] = {
             "printed_mean": printed,
             "actual": actual,
-            "actual_in_printed": bool(printed and printed[0] - margin <= actual["coverage"] <= printed[1] + margin),
-            "runs_printed_93_or_more": len(sure),
-            "actual_where_printed_93_or_more": rate(sum(sure), len(sure)) if sure else None,
-            "actual_all_runs": cell["coverage"][name],
+            "within_3_points": bool(printed and printed[0] - 0.03 <= actual["coverage"] <= printed[1] + 0.03),
+            "runs_printed_93_or_more": int(sure.sum()),
+            "actual_where_printed_93_or_more": rate(int(hits[sure].sum()), int(sure.sum())) if sure.any() else None,
+            "actual_all_runs": rate(int(hits.sum()), len(hits)),
+            "unwidened_all_runs": cell_coverage(rows)[name],
         }
     return out
 
@@ -265,7 +376,7 @@ def describe_check(found: dict) -> str:
         low, high = s["printed_mean"]
         parts.append(
             f"{name}: printed {low:.3f}-{high:.3f} actual {s['actual']['coverage']:.3f}+-{s['actual']['mc_se']:.3f}"
-            + ("" if s["actual_in_printed"] else " (outside)")
+            + ("" if s["within_3_points"] else " (more than 3 points off)")
         )
     return "  ".join(parts)
 
@@ -275,7 +386,11 @@ def read_cells(paths: list[str]) -> list[dict]:
     from grpo_mse.tables.outputs import read_json
 
     cells = [cell for path in paths for cell in read_json(path, ("cells",), "simulated coverage")["cells"]]
-    cli.require(all("per_run" in c for c in cells), "--merge/--raw files must be simulated cells (with per_run)")
+    cli.require(
+        all("per_run_columns" in c for c in cells),
+        "--merge/--raw files must be simulated cells with the t quantiles per run (per_run_columns; files written "
+        "before the widening hold covered / not covered only)",
+    )
     return cells
 
 
@@ -305,12 +420,17 @@ def main(argv=None) -> None:
         cli.require(os.path.isfile(args.check), f"--check {args.check}: no such file")
     if args.merge:
         cli.require(bool(args.out), "--merge needs --out")
-        table = calibration_cells(read_cells(args.merge))
+        raw = read_cells(args.merge)
+        widening = fit_widening(raw)
+        cli.require(all(None not in w for w in widening.values()), f"no widening on the grid suffices: {widening}")
+        table = calibration_cells(raw, widening)
+        print("widening (d_lo, d_hi): " + "  ".join(f"{n}={w}" for n, w in widening.items()))
         for c in table:
             text = "  ".join(f"{n}={v['coverage']:.3f}+-{v['mc_se']:.3f}" for n, v in c["coverage"].items())
             low, high = c["index_range"]
             print(f"T={c['T']} {c['tail']} tail index {low:.2f}-{high:.2f} runs={c['runs']}: {text}")
-        write_json(args.out, {"cells": table, "note": __doc__.split("\n\n")[1]})
+        note = __doc__.split("\n\n")[1]
+        write_json(args.out, {"widening": widening, "target_miss": TARGET_MISS, "cells": table, "note": note})
         return
     cells, checks = (read_cells(args.raw) if args.raw else []), []
     if not args.raw:

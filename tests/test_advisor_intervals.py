@@ -149,15 +149,25 @@ def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
     assert np.isnan(advisor.tail_index([np.array([1.0, 2.0, np.nan, -1.0, 3.0])]))
 
 
+def _row(index, c1=True, c2=True, c3=True, k_star=True):
+    """A run_row: share 0.1, the tail index, then per statistic (z, t_lo, t_hi, below, above) with t = [-1, 1] and
+    z = 0 (covered) or 5 (c1-c3: truth below the lower end; K*: above the upper end)."""
+    row = [0.1, index]
+    for covered in (c1, c2, c3, k_star):
+        row += [0.0 if covered else 5.0, -1.0, 1.0, 0, 0]
+    return row
+
+
 def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tmp_path):
     """The calibration table has one cell per simulated (tail, T): its coverage with the binomial MC error and the
-    5-95% range of its runs' tail index. A cell applies when T is within a factor 1.25 of its own and the index
-    inside its range; over several, the lowest and highest coverage; otherwise "unknown" (not the nearest cell);
-    the printout puts the coverage (or "unknown") beside each interval."""
+    5-95% range of its runs' tail index. A cell applies when T is within a factor 1.25 of its own, or, for a T
+    between two simulated T, the cells of both; and the index lies inside its range; over several, the lowest and
+    highest coverage; otherwise "unknown" (not the nearest cell); the printout puts the coverage (or "unknown")
+    beside each interval."""
     import json
 
     def runs(index, hits_c1, n=20):  # n runs with tail indices spread around ``index``, hits_c1 of them covering c1
-        return [[0.1, index * (0.8 + 0.4 * i / (n - 1)), int(i < hits_c1), 1, 0] for i in range(n)]
+        return [_row(index * (0.8 + 0.4 * i / (n - 1)), c1=i < hits_c1, k_star=False) for i in range(n)]
 
     raw = [
         {"T": 192, "tail": "light", "per_run": runs(4.0, 19)},
@@ -172,8 +182,11 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
         (192, "light", 20),
     ]
     heavy = table[1]
-    assert heavy["coverage"]["c1"] == {"coverage": 0.6, "mc_se": pytest.approx(math.sqrt(0.24 / 40))}
+    assert heavy["coverage"]["c1"]["coverage"] == 0.6
+    assert heavy["coverage"]["c1"]["mc_se"] == pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40))  # p = (24 + 1)/(40 + 2)
+    assert heavy["coverage"]["c1"]["below"] == 0.4 and heavy["coverage"]["c1"]["above"] == 0.0
     assert heavy["coverage"]["c3"]["coverage"] == 1.0 and heavy["coverage"]["K_star_exact"]["coverage"] == 0.0
+    assert heavy["coverage"]["K_star_exact"]["above"] == 1.0
     assert heavy["index_range"] == pytest.approx(
         np.quantile([1.0 * (0.8 + 0.4 * i / 19) for i in range(20)] * 2, [0.05, 0.95])
     )
@@ -181,13 +194,16 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     path.write_text(json.dumps({"cells": table}))
     found = advisor.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
     assert found["status"] == "calibrated" and found["coverage"]["c1"]["low"] == 0.95
-    assert found["cells"] == [{"T": 192, "tail": "light", "runs": 20}]
+    assert found["cells"] == [{"T": 192, "tail": "light", "runs": 20}] and found["T_match"] == "near"
     assert advisor.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
         "low": 0.6,
         "high": 0.6,
-        "mc_se": pytest.approx(math.sqrt(0.24 / 40)),
+        "mc_se": pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40)),
     }
-    for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 96), (1.0, 250), (float("nan"), 192), (None, 192)):
+    between = advisor.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
+    assert between["T_match"] == "between" and between["coverage"]["c1"]["low"] == 0.6
+    assert between["coverage"]["c1"]["high"] == 0.6 and len(between["cells"]) == 2
+    for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 30), (1.0, 250), (float("nan"), 192), (None, 192)):
         assert advisor.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
     assert advisor.simulated_coverage(1.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
     both = [{**c, "index_range": [0.5, 5.0]} for c in table]  # two tails fit: their lowest and highest coverage
@@ -201,11 +217,113 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
         "allowed_K": [2, 4],
         "budget": 64,
         "simulated_coverage": found,
+        "interval_widening": {"c1": [0.0, 2.0], "c2": [0.0, 0.0], "c3": [0.5, 1.5], "K_star_exact": [0.0, 0.0]},
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
     text = advisor.describe(advice)
-    assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-8%) c2=2 [-, -] c3=4 [2, 8] (simulated coverage 100%" in text
+    assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-7.8%) c2=2 [-, -] (simulated coverage 100%" in text
+    assert "c3=4 [2, 8] (simulated coverage 100%" in text
     assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail shapes that fit (heavy, light;" in text
     assert "tail index of c2 1 (largest prompt's share 0.3)" in text
-    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(3.0, 96, str(path))})
-    assert "(coverage unknown)" in text and "no calibration cell at T = 96" in text and "simulated coverage" not in text
+    assert "bootstrap; c1, c3 widened for heavy tails," in text
+    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(1.0, 96, str(path))})
+    assert "coverage simulated at T=48 and 192 (this T lies between)" in text
+    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(3.0, 30, str(path))})
+    assert "(coverage unknown)" in text and "no calibration cell at T = 30" in text and "simulated coverage" not in text
+
+
+def test_widening_moves_each_end_out_and_the_coverage_script_counts_it_as_the_advisor_prints_it():
+    """advise(widen=W) moves each studentized end out by W standard errors: c1's interval is [v - (t_hi + d_lo) se,
+    v - (t_lo - d_hi) se] from the unwidened run's pieces (lower end clipped at 0), c2's and c3's the same on the log
+    scale, K*'s 1 + 1/sqrt(q) of q = c1/c3's ends (K*'s lower end is q's upper one). The coverage script's
+    ``misses``, reading the unwidened run's row, calls a truth covered exactly when the widened interval printed
+    holds it (truths just inside and just outside each end)."""
+    rng = np.random.default_rng(4)
+    types = coverage_heavy_tails.population(rng)
+    records, batches = coverage_heavy_tails.simulated_records(rng, types, 48, coverage_heavy_tails.Tail("lognormal", 1))
+    widen = {"c1": (0.3, 2.0), "c2": (0.1, 1.7), "c3": (0.2, 2.5), "K_star_exact": (1.6, 0.4)}
+    plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={})
+    wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen)
+    assert wide["interval_widening"] == {name: list(w) for name, w in widen.items()}
+    assert wide["studentized"] == plain["studentized"] and wide["pooled"] == plain["pooled"]
+    for name in ("c1", "c2", "c3"):
+        pieces, (d_low, d_high) = plain["studentized"][name], widen[name]
+        (t_low, t_high), v, se = pieces["t"], pieces["value"], pieces["error"]
+        ends = np.array([v - (t_high + d_low) * se, v - (t_low - d_high) * se])
+        ends = np.exp(ends) if pieces["scale"] == "log" else ends
+        assert pieces["scale"] == ("natural" if name == "c1" else "log")
+        assert wide["ci95"][name] == pytest.approx([max(ends[0], 0.0), ends[1]], rel=1e-12)
+    q = plain["studentized"]["K_star_exact"]
+    (t_low, t_high), v, se = q["t"], q["value"], q["error"]
+    q_low, q_high = np.exp([v - (t_high + 0.4) * se, v - (t_low - 1.6) * se])  # K*'s upper end from q's lower one
+    assert wide["ci95"]["K_star_exact"] == pytest.approx([1 + q_high**-0.5, 1 + q_low**-0.5], rel=1e-12)
+    base = {"c1": 1.0, "c2": 1.0, "c3": 1.0}
+    for name in ("c1", "c2", "c3", "K_star_exact"):
+        low, high = (float(e) for e in wide["ci95"][name])
+        for value, covered in ((low * 0.99, False), (low * 1.01, True), (high * 0.99, True), (high * 1.01, False)):
+            if value == 0.0:  # c1's lower end clipped at 0: a truth of 0 is no check
+                continue
+            true = {**base, name: value} if name != "K_star_exact" else {**base, "c1": (value - 1) ** -2.0}
+            true["K_star_exact"] = 1 + math.sqrt(true["c3"] / true["c1"])
+            rows = coverage_heavy_tails.columns([coverage_heavy_tails.run_row(plain, true)])
+            below, above = coverage_heavy_tails.misses(rows, name, widen[name])
+            assert bool(~(below | above)[0]) == covered, (name, value, covered)
+
+
+def test_fit_widening_finds_the_smallest_widening_with_at_most_2_5_percent_misses_per_end_in_every_cell():
+    """Constructed runs, t = [-1, 1]: c1's z = -(1.005 + 0.01 i), i < 200, miss above the upper end when z < -1 - d,
+    so at most 5 of 200 miss from d = 1.95 on (d = 1.90: 10); the lower end never misses (d = 0); a second cell
+    whose runs miss less does not change that (the worst cell counts), and the widened c1 then covers 97.5% of the
+    first cell's runs with a median width (2 + 1.95)/2 times the plain one. A statistic whose non-studentized
+    intervals miss in 3% of runs has no widening that helps (None)."""
+    rows = [_row(1.0) for _ in range(200)]
+    for i, row in enumerate(rows):
+        row[2] = -(1.005 + 0.01 * i)
+        if i < 6:  # c2: not studentized (z undefined), saved interval below the truth
+            row[7], row[11] = None, 1
+    easy = [_row(1.0) for _ in range(100)]
+    raw = [{"T": 48, "tail": "a", "per_run": rows}, {"T": 48, "tail": "b", "per_run": easy}]
+    widening = coverage_heavy_tails.fit_widening(raw)
+    assert widening["c1"] == [0.0, 1.95]
+    cell = coverage_heavy_tails.calibration_cells(raw, {**widening, "c2": [0.0, 0.0]})[0]
+    assert cell["coverage"]["c1"] == {
+        "coverage": 0.975,
+        "mc_se": pytest.approx(math.sqrt(196 / 202 * 6 / 202 / 200)),
+        "below": 0.0,
+        "above": 0.025,
+    }
+    assert cell["median_width_ratio"]["c1"] == pytest.approx((2 + 1.95) / 2)  # (t_hi + d_lo - t_lo + d_hi) / 2
+    assert widening["c3"] == [0.0, 0.0] and widening["K_star_exact"] == [0.0, 0.0]
+    assert widening["c2"] == [0.0, None]
+
+
+def test_student_scale_moments_match_numerical_integration():
+    """E|t_nu| and E t_nu^2 of the student:NU score scale against scipy's density integrated numerically, and a
+    Monte Carlo mean of its samples."""
+    from scipy import integrate, stats
+
+    for nu in (3.0, 5.0):
+        mean, mean_sq = coverage_heavy_tails.Tail("student", nu).moments()
+        assert mean == pytest.approx(
+            2 * integrate.quad(lambda x, nu=nu: x * stats.t.pdf(x, nu), 0, np.inf)[0], rel=1e-8
+        )
+        assert mean_sq == pytest.approx(2 * integrate.quad(lambda x, nu=nu: x * x * stats.t.pdf(x, nu), 0, np.inf)[0])
+    assert 2 * math.sqrt(3) / math.pi == pytest.approx(coverage_heavy_tails.Tail("student", 3.0).moments()[0])
+    draws = coverage_heavy_tails.Tail("student", 5.0).sample(np.random.default_rng(0), 200000)
+    assert draws.min() >= 0 and draws.mean() == pytest.approx(
+        coverage_heavy_tails.Tail("student", 5.0).moments()[0], rel=0.01
+    )
+
+
+@pytest.mark.slow
+def test_printed_coverage_holds_on_a_generator_the_calibration_was_not_built_from():
+    """|t_3| score scales (not a calibration family: a Pareto-like tail of c2 with many prompts near 0), T = 48, 300
+    runs: with the committed table's widening, among the runs it calibrates, the actual coverage of c1, c2, c3 and
+    K* lies within 3 points of the mean printed range, and is >= 93% wherever >= 93% is printed."""
+    cell = coverage_heavy_tails.coverage(48, 300, coverage_heavy_tails.Tail("student", 3.0), n_boot=1000, seed=777)
+    found = coverage_heavy_tails.check(cell, advisor.CALIBRATION)
+    assert found["unknown"] < 0.5
+    for name in coverage_heavy_tails.CALIBRATED:
+        assert found[name]["within_3_points"], (name, found[name])
+        sure = found[name]["actual_where_printed_93_or_more"]
+        assert sure is None or sure["coverage"] >= 0.93, (name, sure)

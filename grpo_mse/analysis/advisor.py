@@ -306,20 +306,28 @@ def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient:
 
 
 def k_star_summary(
-    c1: np.ndarray, c3: np.ndarray, d1: np.ndarray, d3: np.ndarray, weights: np.ndarray, level: float = 0.95
+    c1: np.ndarray,
+    c3: np.ndarray,
+    d1: np.ndarray,
+    d3: np.ndarray,
+    weights: np.ndarray,
+    level: float = 0.95,
+    widen=(0.0, 0.0),
 ) -> dict:
     """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
     replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
     is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
     ``d3`` of c1 and c3: dq = (d1 - q d3) / c3 (their covariance included). Replicates with c3 <= 0 are left out
-    (counted in degenerate_replicates). BCa when the data's own c1 or c3 is not positive."""
+    (counted in degenerate_replicates). ``widen`` = (d_lo, d_hi) moves K*'s lower and upper end out by that many
+    standard errors of q on its scale (q's upper and lower end); ``pieces`` are q's. BCa when the data's own c1 or
+    c3 is not positive."""
     k = k_star(c1, c3)
     if not (c1[0] > 0 and c3[0] > 0):
         return {**bs.summarise(k, weights), "interval": "bca"}
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(c3 > 0, c1 / c3, np.nan)
         se = np.sqrt(bs.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
-    summary = bs.studentized_summary(q, se, weights, log=True, level=level)
+    summary = bs.studentized_summary(q, se, weights, log=True, level=level, widen=(widen[1], widen[0]))
     if summary["interval"] == "bca":
         return {**bs.summarise(k, weights), "interval": "bca"}
     low, high = summary["ci95"]
@@ -331,22 +339,50 @@ def k_star_summary(
         "ci95": [float(v) for v in bounds],
         "n_undefined": int(np.isnan(k[1 : 1 + n_boot]).sum()),
         "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized",
+        "pieces": summary["pieces"],
     }
 
 
 CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
-CALIBRATED = ("c1", "c3", "K_star_exact")  # the intervals whose coverage the calibration table gives
+CALIBRATED = ("c1", "c2", "c3", "K_star_exact")  # the intervals whose coverage the calibration table gives
 T_TOLERANCE = 1.25  # a calibration cell applies to runs with T within this factor of its own
 
 
+def interval_widening(path: str = CALIBRATION) -> dict[str, tuple[float, float]]:
+    """The calibrated widening (d_lo, d_hi) of each studentized interval: its lower and upper end move out by that
+    many standard errors, t_hi + d_lo and t_lo - d_hi in place of the bootstrap-t quantiles (``widening`` in the
+    calibration table, scripts/coverage_heavy_tails.py --merge); (0, 0) for a statistic it does not list or
+    without a table."""
+    found = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle).get("widening") or {}
+    return {name: tuple(float(v) for v in found.get(name, (0.0, 0.0))) for name in CALIBRATED}
+
+
+def cells_at(n_prompts: int, cells: list[dict]) -> tuple[list[dict], str]:
+    """The calibration cells whose T applies to a run of ``n_prompts`` prompts, and how: those with T within a
+    factor T_TOLERANCE of it ("near"); else, when it lies between two simulated T, the cells of both ("between":
+    the printout gives the range over both); else none (outside the simulated T)."""
+    grid = sorted({c["T"] for c in cells})
+    near = [c for c in cells if abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
+    if near:
+        return near, "near"
+    below, above = [t for t in grid if t < n_prompts], [t for t in grid if t > n_prompts]
+    if below and above:
+        return [c for c in cells if c["T"] in (below[-1], above[0])], "between"
+    return [], "outside"
+
+
 def simulated_coverage(index: float, n_prompts: int, path: str = CALIBRATION, share: float | None = None) -> dict:
-    """The simulated coverage of the c1, c3 and K* intervals at this run's T and tail, from the calibration cells
-    (scripts/coverage_heavy_tails.py --merge, committed as ``path``; one per simulated tail shape and T) that apply:
-    T within a factor T_TOLERANCE of the cell's, and the Hill tail index of the per-prompt c2 (``tail_index``)
-    within the 5-95% range of the cell's runs. Per statistic the lowest and highest coverage over those cells (the
-    data cannot say which tail shape produced them) and the largest Monte Carlo standard error. ``status``
-    "unknown" (with a ``reason``) when no cell applies or the index is undefined: never the nearest cell.
-    ``share`` (the largest prompt's share of c2) is recorded for the printout."""
+    """The simulated coverage of the c1, c2, c3 and K* intervals (as widened by ``interval_widening``) at this run's T
+    and tail, from the calibration cells (scripts/coverage_heavy_tails.py --merge, committed as ``path``; one per
+    simulated tail shape and T) that apply: T within a factor T_TOLERANCE of the cell's, or, between two simulated
+    T, the cells of both (``cells_at``); and the Hill tail index of the per-prompt c2 (``tail_index``) within the
+    5-95% range of the cell's runs. Per statistic the lowest and highest coverage over those cells (the data cannot
+    say which tail shape produced them) and the largest Monte Carlo standard error. ``status`` "unknown" (with a
+    ``reason``) when no cell applies or the index is undefined: never the nearest cell. ``share`` (the largest
+    prompt's share of c2) is recorded for the printout."""
     found = {
         "tail_index": None if index is None or not np.isfinite(index) else float(index),
         "largest_prompt_share": None if share is None or not np.isfinite(share) else float(share),
@@ -357,8 +393,8 @@ def simulated_coverage(index: float, n_prompts: int, path: str = CALIBRATION, sh
     if not os.path.exists(path):
         return {**found, "status": "unknown", "reason": f"no calibration table at {path}"}
     with open(path, encoding="utf-8") as handle:
-        cells = json.load(handle).get("cells") or []
-    near = [c for c in cells if "index_range" in c and abs(math.log(n_prompts / c["T"])) <= math.log(T_TOLERANCE)]
+        cells = [c for c in json.load(handle).get("cells") or [] if "index_range" in c]
+    near, how = cells_at(n_prompts, cells)
     if not near:
         return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts}"}
     inside = [c for c in near if c["index_range"][0] <= index <= c["index_range"][1]]
@@ -375,10 +411,12 @@ def simulated_coverage(index: float, n_prompts: int, path: str = CALIBRATION, sh
             "mc_se": max(c["coverage"][name]["mc_se"] for c in inside),
         }
         for name in CALIBRATED
+        if all(name in c["coverage"] for c in inside)
     }
     return {
         **found,
         "status": "calibrated",
+        "T_match": how,
         "cells": [{key: c[key] for key in ("T", "tail", "runs")} for c in inside],
         "coverage": coverage,
         "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
@@ -437,11 +475,15 @@ def advise(
     allowed=None,
     weights: np.ndarray | None = None,
     level: float = 0.95,
+    widen: dict | None = None,
 ) -> dict:
     """c1, c2, c3 per K and pooled (plain means over K), K* (paper and exact), best allowed K, all with joint
     prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others;
     ``level``: another level for the studentized intervals of the pooled constants and K*, for coverage studies,
-    recorded as ``interval_level``; the keys keep their names)."""
+    recorded as ``interval_level``; the keys keep their names). The studentized intervals of c1, c2, c3 and K* have
+    each end moved out by ``widen`` standard errors ({name: (d_lo, d_hi)}; None: the calibrated
+    ``interval_widening``, {}: none), recorded as ``interval_widening``; their unwidened ``studentized`` pieces are
+    kept."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
@@ -476,13 +518,24 @@ def advise(
         frequency["undefined"] = float(np.mean(np.isnan(best)))  # ties (e.g. c1 = c3 = 0) or undefined constants
     summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
     errors = {name: np.sqrt(bs.influence_covariance(weights, derivative[name])) for name in derivative}
-    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level)
+    stretch = (
+        interval_widening() if widen is None else {name: tuple(widen.get(name, (0.0, 0.0))) for name in CALIBRATED}
+    )
+    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level, widen=stretch["c1"])
     for name in ("c2", "c3"):
-        summaries[name] = bs.studentized_summary(pooled[name], errors[name], weights, log=True, level=level)
+        summaries[name] = bs.studentized_summary(
+            pooled[name], errors[name], weights, log=True, level=level, widen=stretch[name]
+        )
     for name in ("c1", "c2", "c3"):  # >= 0 (a variance, a mean variance, 2 E tr Var zeta_2): clipped, flagged
         summaries[name] = bs.at_least_zero(summaries[name])
     summaries["K_star_exact"] = k_star_summary(
-        pooled["c1"], pooled["c3"], derivative["c1"], derivative["c3"], weights, level=level
+        pooled["c1"],
+        pooled["c3"],
+        derivative["c1"],
+        derivative["c3"],
+        weights,
+        level=level,
+        widen=stretch["K_star_exact"],
     )
     paper = summaries["K_star_exact"]
     if paper["interval"] != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
@@ -522,6 +575,8 @@ def advise(
                 if s.get("clipped") or s.get("unreliable")
             },
             **({} if level == 0.95 else {"interval_level": level}),
+            "interval_widening": {name: list(w) for name, w in stretch.items()},
+            "studentized": {name: summaries[name].get("pieces") for name in CALIBRATED},
             "simulated_coverage": simulated_coverage(
                 tail_index(columns["c2"]), len(prompts), share=tail_share(columns["c2"])
             ),
@@ -545,9 +600,11 @@ def advise(
                 "bound); K_best = argmin over allowed_K. c2, c3 pooled as plain means of the per-K means; c1 from "
                 "within-batch pairs of prompts. 95% intervals from one joint prompt bootstrap (the same "
                 "resampled prompts for every constant): studentized for the pooled c1 (natural scale), c2, c3 "
-                "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). Under heavy tails they cover less "
-                "than 95%: simulated_coverage gives the coverage simulated at this run's T and tail index of c2 "
-                "(the calibration cells that apply, with Monte Carlo error; status unknown when none applies). "
+                "(log scale) and both K* (c1/c3), BCa for the rest (ci95_method). The studentized ends are moved out "
+                "by interval_widening standard errors (fitted so that each end misses <= 2.5% in every simulated "
+                "heavy-tail cell; the plain pieces in studentized); simulated_coverage gives the coverage simulated "
+                "at this run's T and tail index of c2 (the calibration cells that apply, with Monte Carlo error; "
+                "status unknown when none applies). "
                 "Degenerate replicates (c1 or c3 <= 0) are counted "
                 '(K*: inf or 1). Numbers: "inf" = +infinity (e.g. K* when c1 <= 0 < c3), null = undefined. '
                 "c1, c2, c3 are >= 0 but their unbiased estimates are not: an interval reaching below 0 is clipped "
@@ -569,8 +626,8 @@ def rounded(value, digits: int = 3) -> str:
 
 
 def coverage_text(calibration: dict | None, name: str) -> str:
-    """ " (simulated coverage 86% +-2%)" or, over several tail shapes that fit this run, " (simulated coverage
-    79-93% +-2%)"; " (coverage unknown)" when no cell applies; "" for c2 (not calibrated) and advice saved
+    """ " (simulated coverage 96% +-1.1%)" or, over several tail shapes that fit this run, " (simulated coverage
+    95-99% +-1.2%)"; " (coverage unknown)" when no cell applies; "" for c2 (not calibrated) and advice saved
     without a calibration."""
     name = "K_star_exact" if name == "K_star_paper" else name  # sqrt(c3/c1) = K*_exact - 1: the same interval
     if not calibration or name not in CALIBRATED:
@@ -580,7 +637,7 @@ def coverage_text(calibration: dict | None, name: str) -> str:
     c = calibration["coverage"][name]
     low, high = round(100 * c["low"]), round(100 * c["high"])
     span = f"{low}%" if low == high else f"{low}-{high}%"
-    return f" (simulated coverage {span} +-{c['mc_se']:.0%})"
+    return f" (simulated coverage {span} +-{c['mc_se']:.1%})"
 
 
 def calibration_line(calibration: dict | None) -> str:
@@ -593,11 +650,22 @@ def calibration_line(calibration: dict | None) -> str:
     )
     if calibration.get("status") != "calibrated":
         return text + f"coverage unknown ({calibration.get('reason', 'no calibration cell applies')})"
-    cells = ", ".join(f"{c['tail']}" for c in calibration["cells"])
+    grid = sorted({c["T"] for c in calibration["cells"]})
+    where = f"T={grid[0]}" if len(grid) == 1 else f"T={grid[0]} and {grid[1]} (this T lies between)"
+    cells = ", ".join(dict.fromkeys(c["tail"] for c in calibration["cells"]))
     return text + (
-        f"coverage simulated at T={calibration['cells'][0]['T']} for the tail shapes that fit ({cells}; "
+        f"coverage simulated at {where} for the tail shapes that fit ({cells}; "
         "scripts/coverage_heavy_tails.py; +-: Monte Carlo s.e.)"
     )
+
+
+def widening_text(advice: dict) -> str:
+    """ "; c1, c2, c3, K* widened for heavy tails" when some interval's ends were moved out, else ""."""
+    stretched = {name: w for name, w in (advice.get("interval_widening") or {}).items() if list(w) != [0.0, 0.0]}
+    if not stretched:
+        return ""
+    names = ", ".join("K*" if name == "K_star_exact" else name for name in stretched)
+    return f"; {names} widened for heavy tails"
 
 
 def describe(advice: dict) -> str:
@@ -649,7 +717,7 @@ def describe(advice: dict) -> str:
 
         measured = "\n" + describe_curve(advice["measured_curve"])
     return (
-        f"group-size advisor (95% joint prompt bootstrap, {bad['n_boot']} replicates; "
+        f"group-size advisor (95% joint prompt bootstrap{widening_text(advice)}, {bad['n_boot']} replicates; "
         f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"
         f"  c1={item('c1')} c2={item('c2')} c3={item('c3')}\n"
         f"  {stars};\n  {best}" + slope_line + calibration_line(calibration) + measured

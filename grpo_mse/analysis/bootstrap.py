@@ -93,18 +93,46 @@ def ratio_of_means(weights: np.ndarray, numerator, denominator=None) -> tuple[np
     return ratio, np.where(n > 1, se, np.nan)
 
 
-def t_interval(value: float, error: float, t: np.ndarray, n_boot: int, level: float = 0.95) -> list[float] | None:
-    """[value - t_hi error, value - t_lo error] from the replicates' studentized values ``t`` (nan = undefined,
-    left out; +-inf allowed: a replicate beyond any finite value, which gives an infinite end); None when
-    ``value`` or ``error`` is not finite or more than half the replicates are undefined."""
+def t_quantiles(t: np.ndarray, n_boot: int, level: float = 0.95) -> tuple[float, float] | None:
+    """(t_lo, t_hi): the (1 - level)/2 and (1 + level)/2 quantiles of the replicates' studentized values ``t``
+    (nan = undefined, left out; +-inf allowed: a replicate beyond any finite value); None when more than half the
+    replicates are undefined."""
     t = t[~np.isnan(t)]
-    if not (np.isfinite(value) and np.isfinite(error)) or len(t) < 0.5 * n_boot:
+    if len(t) < 0.5 * n_boot:
         return None
     tail = (1 - level) / 2
     method = "linear" if np.isfinite(t).all() else "inverted_cdf"  # no interpolation between inf and a number
     t_low, t_high = np.quantile(t, [tail, 1 - tail], method=method)
-    with np.errstate(invalid="ignore"):
-        return [float(value - t_high * error), float(value - t_low * error)]
+    return float(t_low), float(t_high)
+
+
+def studentized_pieces(
+    estimates: np.ndarray, errors: np.ndarray, weights: np.ndarray, level: float = 0.95, log: bool = False
+) -> dict | None:
+    """What a bootstrap-t interval is made of: {"scale": "log" | "natural", "value": T (log T on the log scale),
+    "error": se (se / T), "t": [t_lo, t_hi]} with t_r = (T_r - T) / se_r over the bootstrap rows (T = row 0); the
+    log scale when ``log`` and every value is positive; None when T, se or the quantiles are undefined."""
+    n_boot = n_boot_of(weights)
+    values, errors = np.asarray(estimates[: 1 + n_boot], dtype=np.float64), np.asarray(errors[: 1 + n_boot])
+    log = log and bool(np.all(values[np.isfinite(values)] > 0))
+    if log:
+        values, errors = np.log(values), errors / values  # se(log T) = se(T) / T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = (values[1:] - values[0]) / errors[1:]
+    found = t_quantiles(np.where(np.isfinite(t), t, np.nan), n_boot, level)
+    if found is None or not (np.isfinite(values[0]) and np.isfinite(errors[0])):
+        return None
+    scale = "log" if log else "natural"
+    return {"scale": scale, "value": float(values[0]), "error": float(errors[0]), "t": list(found)}
+
+
+def pieces_interval(pieces: dict, widen=(0.0, 0.0)) -> list[float]:
+    """The interval of ``studentized_pieces`` on the statistic's own scale, each end moved out by ``widen`` = (d_lo,
+    d_hi) standard errors: [T - (t_hi + d_lo) se, T - (t_lo - d_hi) se] (exponentiated on the log scale)."""
+    value, error, (t_low, t_high) = pieces["value"], pieces["error"], pieces["t"]
+    with np.errstate(invalid="ignore", over="ignore"):
+        bounds = [value - (t_high + widen[0]) * error, value - (t_low - widen[1]) * error]
+        return [float(np.exp(v)) if pieces["scale"] == "log" else float(v) for v in bounds]
 
 
 def studentized_interval(
@@ -113,17 +141,8 @@ def studentized_interval(
     """Bootstrap-t interval [T - t_hi se, T - t_lo se] with t_r = (T_r - T) / se_r over the bootstrap rows
     (T = row 0); on the log scale (se / T) when ``log`` and every value is positive (ratios of positive MSEs);
     None when more than half the replicates are undefined."""
-    n_boot = n_boot_of(weights)
-    values, errors = np.asarray(estimates[: 1 + n_boot], dtype=np.float64), np.asarray(errors[: 1 + n_boot])
-    log = log and bool(np.all(values[np.isfinite(values)] > 0))
-    if log:
-        values, errors = np.log(values), errors / values  # se(log T) = se(T) / T
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = (values[1:] - values[0]) / errors[1:]
-    bounds = t_interval(values[0], errors[0], np.where(np.isfinite(t), t, np.nan), n_boot, level)
-    if bounds is None:
-        return None
-    return [float(np.exp(v)) if log else float(v) for v in bounds]
+    pieces = studentized_pieces(estimates, errors, weights, level, log)
+    return None if pieces is None else pieces_interval(pieces)
 
 
 def mean_gradient(weights: np.ndarray, values, mean: np.ndarray) -> np.ndarray:
@@ -150,22 +169,23 @@ def influence_covariance(weights: np.ndarray, first: np.ndarray, second: np.ndar
 
 
 def studentized_summary(
-    draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False, level: float = 0.95
+    draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False, level: float = 0.95, widen=(0.0, 0.0)
 ) -> dict:
-    """``summarise`` with a studentized interval (``studentized_interval``; log scale when ``log`` and every
-    value is positive, else the natural scale); BCa when the estimate's own standard error is undefined."""
+    """``summarise`` with a studentized interval (``studentized_pieces``; log scale when ``log`` and every value is
+    positive, else the natural scale; each end moved out by ``widen`` standard errors), its ``pieces`` kept; BCa when
+    the estimate's own standard error is undefined."""
     draws = np.asarray(draws, dtype=np.float64)
-    ci = studentized_interval(draws, errors, weights, level=level, log=log)
-    if ci is None:
+    pieces = studentized_pieces(draws, errors, weights, level=level, log=log)
+    if pieces is None:
         return {**summarise(draws, weights), "interval": "bca"}
     rows = draws[: 1 + n_boot_of(weights)]
-    log = log and bool(np.all(rows[np.isfinite(rows)] > 0))
     estimate = float(draws[0])
     return {
         "estimate": None if np.isnan(estimate) else estimate,
-        "ci95": ci,
+        "ci95": pieces_interval(pieces, widen),
         "n_undefined": int(np.isnan(rows[1:]).sum()),
-        "interval": "studentized-log" if log else "studentized",
+        "interval": "studentized-log" if pieces["scale"] == "log" else "studentized",
+        "pieces": pieces,
     }
 
 
