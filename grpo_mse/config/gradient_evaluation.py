@@ -200,8 +200,8 @@ class TracecovConfig(ModelConfig):
         minimum=1,
         help="prompts used: the first T of a shuffle seeded with --seed (all, in order, if no more rows)",
     )
-    M: int = option(16, type=int, minimum=2, help="independent groups per prompt (>= 2)")
-    K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", minimum=2, help="group sizes (>= 2)")
+    M: int = option(16, type=int, minimum=2, help="independent groups per prompt")
+    K_list: list[int] = option([4, 8, 16, 32, 64], type=int, nargs="+", minimum=2, help="group sizes")
     gen_bs: int = option(64, type=int, minimum=1, help="max sequences per generation batch")
     subsample_prompts: int | None = option(
         None, type=int, minimum=1, help="randomly subsample this many rows of the table (seeded) before taking T"
