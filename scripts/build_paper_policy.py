@@ -4,7 +4,7 @@ Stage 1 fine-tunes the tiny policy on zero-shot arithmetic whose targets put a f
 random words before the correct answer (" the final with each problem in ONLY and: 42"); stage 2 on the same
 problems where a problem's share q of targets is correct and the rest end in its slip answer (+-10); stage 3
 (optional) continues stage 2 at a learning rate decaying to 0; see
-grpo_mse/builtin/paper_policy.py and docs/paper_regime.md. One thread: ~15 min + ~8 min on a 2-core CPU.
+grpo_mse/builtin/paper_policy.py and docs/paper_regime.md. One thread: ~15 + ~8 + ~9 min on a 2-core CPU.
 The fine-tuning problems are the demo's own (the policy is meant to have the paper's range of V on them, not to
 generalise). The summary uses the demo's prompts
 (data/arithmetic_zero_shot.jsonl = make_rows(n, seed=0)) and its sampling (temperature 1, top-p 0.95).
