@@ -17,7 +17,7 @@ from grpo_mse.training.data import arithmetic_splits, write_parquet
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 KEEP = {"PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}
 

@@ -17,7 +17,7 @@ from grpo_mse import flags
 from grpo_mse.cli import UsageError, require
 from grpo_mse.flags import Flags, option
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md", "docs/engines.md", "docs/commands.md"]
 ENTRY_POINTS = sorted(
     glob.glob("Gradient_evaluation/*.py", root_dir=ROOT)

@@ -15,7 +15,7 @@ import pytest
 
 from grpo_mse.training.data import arithmetic_splits, write_parquet
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "assets" / "tiny_policy"
 ACC = "val-core/arithmetic_zero_shot/acc/mean@1"
 KEEP = {"PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}

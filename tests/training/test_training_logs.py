@@ -19,7 +19,7 @@ from grpo_mse.training.logs import COLUMNS, collect, parse_console, parse_value,
 from grpo_mse.training.run_identity import RunIdentity, from_config, from_console
 from grpo_mse.training.runs_table import default_steps, pick_metric
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
 
 

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "grpo_mse")
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "grpo_mse")
 
 # Room -> level; a module may import rooms of its own level or lower ones.
 LEVELS = {

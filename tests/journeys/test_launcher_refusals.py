@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 SWEEP = ROOT / "Policy_Optimization" / "sweep_group_size.py"

@@ -9,7 +9,7 @@ import ast
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND_LINE_ROOMS = {"grpo_mse/flags.py", "grpo_mse/cli.py"}
 NOT_A_COMMAND = {"grpo_mse/rewards/worker_pool.py"}  # a reward worker: started by the pool, talks over pipes
 

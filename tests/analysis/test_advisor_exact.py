@@ -23,7 +23,7 @@ from grpo_mse.analysis import one_token, theory
 from grpo_mse.analysis.advisor import advise, per_prompt_constants
 from grpo_mse.builtin.arithmetic import make_rows
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POLICY = os.path.join(ROOT, "assets", "tiny_policy")
 pytestmark = [
     pytest.mark.slow,

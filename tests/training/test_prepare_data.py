@@ -15,7 +15,7 @@ from grpo_mse.cli import UsageError
 from grpo_mse.rewards.rules import score
 from grpo_mse.training.data import arithmetic_splits, gsm8k_rows, math_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def prepare_main():

@@ -12,7 +12,7 @@ import pytest
 
 from grpo_mse import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 
 

@@ -245,7 +245,7 @@ def test_cli_summarize_two_settings_compares_them(tmp_path):
     ],
 )
 def test_script_refuses_bad_settings_before_writing(tmp_path, settings, message):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "KVAL_WORK": str(tmp_path / "work"), "KVAL_RESULTS": str(tmp_path / "results"), **settings}
     done = subprocess.run(
         ["bash", str(root / "scripts" / "k_validation.sh")], env=env, capture_output=True, text=True, timeout=60
@@ -290,7 +290,7 @@ def test_settings_are_resampled_independently(tmp_path, capsys):
 def test_script_never_writes_the_committed_results_by_default(tmp_path):
     """Issue 25 case 1: a small test run modified results/k_validation, then crashed. The default is now under
     outputs/, and a folder of committed results is refused (one line, nothing written) without KVAL_OVERWRITE=1."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     script = root / "scripts" / "k_validation.sh"
     assert "KVAL_RESULTS (outputs/k_validation_results;" in script.read_text()
     before = subprocess.run(["git", "status", "--porcelain", "results"], cwd=root, capture_output=True, text=True)
@@ -316,7 +316,7 @@ def test_advisor_prompts_are_a_seeded_sample_of_the_training_set(tmp_path, split
     """Issue 27 item 3: the advisor's oracle table is a random sample (--sample T --seed S) of the setting's
     training set by default, not the first held-out rows. A stand-in python logs each command (the stage stops
     when no run file appears)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     log = tmp_path / "commands.txt"
     fake = tmp_path / "python"
     fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n')
@@ -339,7 +339,7 @@ def test_advisor_prompts_are_a_seeded_sample_of_the_training_set(tmp_path, split
 
 
 def test_script_refuses_a_bad_advisor_split(tmp_path):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "KVAL_WORK": str(tmp_path / "w"), "KVAL_RESULTS": str(tmp_path / "r")}
     done = subprocess.run(
         ["bash", str(root / "scripts" / "k_validation.sh")],

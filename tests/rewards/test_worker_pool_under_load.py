@@ -15,7 +15,7 @@ import pytest
 from grpo_mse.rewards.rules import math_verify_equal
 from grpo_mse.rewards.worker_pool import WorkerPool, cpu_seconds
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SLOW = (r"9^{9^{9^{9}}}", "3")  # sympy computes the power tower until killed
 CORRECT = (r"\frac{1}{2}", "0.5")
 LIMIT = 1.0

@@ -11,7 +11,7 @@ import pytest
 
 from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, rule_for, score
 
-REWARD_PATH = Path(__file__).resolve().parents[1] / "Policy_Optimization" / "reward.py"
+REWARD_PATH = Path(__file__).resolve().parents[2] / "Policy_Optimization" / "reward.py"
 
 
 def load_reward():

@@ -31,7 +31,7 @@ from grpo_mse.tables.inputs import DataError
 from grpo_mse.training.logs import collect
 from grpo_mse.training.runs_table import read_training
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ACC = "val-core/arithmetic_zero_shot/acc/mean@1"
 BUDGET, LR = 64, 0.001
 

@@ -103,7 +103,8 @@ def test_registry_facts_and_derived_tuples():
 
 def test_docs_page_lists_every_estimator():
     with open(
-        os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "estimators.md"), encoding="utf-8"
+        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docs", "estimators.md"),
+        encoding="utf-8",
     ) as handle:
         page = handle.read()
     for name, entry in est.REGISTRY.items():

@@ -12,7 +12,7 @@ import pytest
 from grpo_mse.training.data import arithmetic_splits, write_parquet
 from grpo_mse.training.sweep import budget_settings, launch, plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 CONFIG_VARS = (
     "BASE_DIR BASE REPO_DIR MODEL DATA_DIR TRAIN_FILE VAL_FILE GPUS CUDA_VISIBLE_DEVICES GPU_UTIL NNODES PYTHON_BIN "
