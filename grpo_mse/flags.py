@@ -27,7 +27,7 @@ beside ``--x`` / ``--no-x``). The argparse ``type`` and ``nargs`` follow from
 the annotation when not given (``int``, ``float``, ``str``, ``X | None``, ``list[X]``, ``tuple[X, ...]``).
 
 ``python -m grpo_mse.flags --markdown module:Class`` prints the flag table that docs/ shows
-(tests/test_flags.py checks that docs and code agree). This module imports only ``grpo_mse.cli``.
+(tests/cli/test_flags.py checks that docs and code agree). This module imports only ``grpo_mse.cli``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,237 @@
+"""The refusals on the user's next paths (issue 17) and of the helpers' command lines, run by test_refusals.py."""
+
+import json
+
+from refusal_cases import (
+    GSM,
+    PREPARE,
+    ROW,
+    RUN_JSON,
+    TABLE,
+    TRAINING,
+    Case,
+    oracle,
+    rows_text,
+    table,
+    tracecov,
+    wandb_run,
+)
+
+PATH_CASES = [
+    # issue 17: the user's next paths (each of these was a traceback or a silent wrong result)
+    Case(
+        "WORLD_SIZE without RANK",
+        tracecov(),
+        "start the command with torchrun",
+        setup=(table(),),
+        env={"WORLD_SIZE": "2"},
+    ),
+    Case("tracecov --budget 3", tracecov("--budget", "3"), "--budget 3 is odd", setup=(table(),)),
+    Case("tracecov --seed -1", tracecov("--seed", "-1"), "--seed must be >= 0", setup=(table(),)),
+    Case("oracle --seed -5", oracle("--seed", "-5"), "--seed must be >= 0", setup=(table(),)),
+    Case(
+        "--temperature 1e-300", tracecov("--temperature", "1e-300"), "--temperature must be >= 0.01", setup=(table(),)
+    ),
+    Case("--device mps without MPS", tracecov("--device", "mps"), "no MPS", setup=(table(),)),
+    Case(
+        "Latin-1 table",
+        oracle(dataset="{tmp}/l.jsonl"),
+        "l.jsonl: not UTF-8 text",
+        setup=(("l.jsonl", '{"id": 0, "prompt": "café 2 + 3 =", "ground_truth": 5}\n'.encode("latin-1")),),
+    ),
+    Case("json of integers", oracle(dataset="{tmp}/i.json"), "i.json: row 0 is int 1", setup=(("i.json", "[1,2,3]"),)),
+    Case(
+        "message without role",
+        tracecov(),
+        "row 0: message 0 of the prompt has no 'role' field",
+        setup=(table({"prompt": [{"content": "2 + 3 ="}]}),),
+    ),
+    Case(
+        "integer prompt",
+        tracecov(),
+        "t.jsonl: row 1: the prompt is int 7",
+        setup=(("t.jsonl", rows_text() + json.dumps({**ROW, "id": 2, "prompt": 7}) + "\n"),),
+    ),
+    Case(
+        "corrupt parquet",
+        oracle(dataset="{tmp}/b.parquet"),
+        "b.parquet: not a readable parquet file",
+        setup=(("b.parquet", "PAR1 garbage"),),
+    ),
+    Case("--save_json empty", tracecov(out=""), "--save_json is empty", setup=(table(),)),
+    Case("--split on a file", oracle("--split", "test"), "--split test selects a split", setup=(table(),)),
+    Case("--c1_batch 1", tracecov("--c1_batch", "1"), "--c1_batch 1 leaves no pair", setup=(table(),)),
+    Case(
+        "build_tiny_policy over the shipped model",
+        ["scripts/build_tiny_policy.py", "--steps", "1"],
+        "would replace files tracked by git",
+        cwd="{repo}",
+    ),
+    Case(
+        "simulate_algorithm1 over committed results",
+        ["scripts/simulate_algorithm1.py", "--steps", "1"],
+        "would replace files tracked by git",
+        cwd="{repo}",
+    ),
+    Case(
+        "bench_cli over the committed benchmark",
+        ["benchmarks/bench_cli.py", "--repeats", "1"],
+        "would replace files tracked by git",
+    ),
+    Case(
+        "make_figures --paper header only",
+        ["plots/make_figures.py", "--paper", "{tmp}/p.csv", "--out_dir", "{tmp}"],
+        "no data lines",
+        setup=(("p.csv", "model,K,estimator,mse,ci_halfwidth\n"),),
+    ),
+    Case(
+        "make_figures --advisor --budget 7",
+        ["plots/make_figures.py", "--advisor", "{tmp}/r.json", "--budget", "7", "--out_dir", "{tmp}"],
+        "--budget 7 is odd",
+        setup=(("r.json", RUN_JSON),),
+    ),
+    Case("vllm on cpu", oracle("--backend", "vllm"), "--backend vllm needs --device cuda", setup=(table(),)),
+    Case("bad flag type", tracecov("--M", "two"), "argument --M: invalid int value", setup=(table(),)),
+    Case(
+        "make_figures cut JSON",
+        ["plots/make_figures.py", "--tracecov", "{tmp}/r.json", "--out_dir", "{tmp}"],
+        "not valid JSON",
+        setup=(("r.json", RUN_JSON[:40]),),
+    ),
+    Case(
+        "make_figures foreign JSON",
+        ["plots/make_figures.py", "--tracecov", "{tmp}/r.json", "--out_dir", "{tmp}"],
+        "(no K_list, conditional_on_x)",
+        setup=(("r.json", "[1, 2]"),),
+    ),
+    Case(
+        "make_figures partial JSON",
+        ["plots/make_figures.py", "--tracecov", "{tmp}/r.json", "--out_dir", "{tmp}"],
+        "is incomplete",
+        setup=(("r.json", RUN_JSON.replace("[1.0, 0.5]", "[1.0]")),),
+    ),
+    Case(
+        "make_figures bad advisor after a good run",
+        ["plots/make_figures.py", "--tracecov", "{tmp}/r.json", "--advisor", "{tmp}/r.json", "--out_dir", "{tmp}"],
+        "no group_size_advisor",
+        setup=(("r.json", RUN_JSON),),
+    ),
+    Case(
+        "make_figures --budget 0",
+        ["plots/make_figures.py", "--advisor", "{tmp}/r.json", "--budget", "0"],
+        "argument --budget: must be >= 2",
+        setup=(("r.json", RUN_JSON),),
+    ),
+    Case(
+        "make_figures empty training CSV",
+        ["plots/make_figures.py", "--training_csv", "{tmp}/t.csv", "--out_dir", "{tmp}"],
+        "not a readable CSV",
+        setup=(("t.csv", ""),),
+    ),
+    Case(
+        "make_figures --metric nope",
+        ["plots/make_figures.py", "--training_csv", "{tmp}/t.csv", "--metric", "nope", "--out_dir", "{tmp}"],
+        "metric 'nope' not in the table",
+        setup=(("t.csv", TRAINING),),
+    ),
+    Case(
+        "figures.training header only",
+        ["grpo_mse/figures/training.py", "--csv", "{tmp}/t.csv", "--out_dir", "{tmp}"],
+        "no rows",
+        setup=(("t.csv", TRAINING.splitlines()[0] + "\n"),),
+    ),
+    Case(
+        "estimator_table cut theory",
+        ["scripts/estimator_table.py", "--theory", "{tmp}/r.json", "--tracecov", "{tmp}/r.json", "--out_dir", "{tmp}"],
+        "not valid JSON",
+        setup=(("r.json", "{"),),
+    ),
+    Case(
+        "exact_theory --temperature 0",
+        ["scripts/exact_theory.py", "--dataset", TABLE, "--temperature", "0", "--out_dir", "{tmp}"],
+        "argument --temperature: must be > 0",
+        setup=(table(),),
+    ),
+    Case(
+        "collect_runs missing path",
+        ["Policy_Optimization/collect_runs.py", "{tmp}/nope", "--out", "{tmp}/r.csv"],
+        "not found: ",
+        setup=(),
+    ),
+    Case(
+        "collect_runs no runs",
+        ["Policy_Optimization/collect_runs.py", "{tmp}/empty", "--out", "{tmp}/r.csv"],
+        "no training metrics found",
+        setup=(("empty/readme.md", "x"),),
+    ),
+    Case(
+        "collect_runs two runs one name",
+        ["Policy_Optimization/collect_runs.py", "{tmp}/runs", "--out", "{tmp}/r.csv"],
+        "both record K=8 seed=default but differ",
+        setup=(*wandb_run("a", 0.5), *wandb_run("b", 0.7)),
+    ),
+    Case(
+        "collect_runs --out folder",
+        ["Policy_Optimization/collect_runs.py", "{tmp}", "--out", "{tmp}"],
+        "is a folder, not a file",
+    ),
+    Case(
+        "sweep DRY_RUN=maybe",
+        ["Policy_Optimization/sweep_group_size.py", "--K_list", "8"],
+        "DRY_RUN='maybe'",
+        env={"DRY_RUN": "maybe"},
+    ),
+    Case(
+        "sweep --budget 0",
+        ["Policy_Optimization/sweep_group_size.py", "--budget", "0"],
+        "argument --budget: must be >= 8",
+    ),
+    Case(
+        "sweep K does not divide",
+        ["Policy_Optimization/sweep_group_size.py", "--K_list", "48", "--dry_run"],
+        "K=48 must divide 1024",
+    ),
+    Case("prepare_data missing file", PREPARE[:4] + ["{tmp}/nope.jsonl"] + PREPARE[5:], "file not found", setup=(GSM,)),
+    Case(
+        "prepare_data missing column",
+        PREPARE,
+        "no 'question' field",
+        setup=(("g.jsonl", json.dumps({"q": "1+1?", "answer": "#### 2"}) + "\n"),),
+    ),
+    Case(
+        "prepare_data GSM8K answer without ####",
+        PREPARE,
+        "no '#### <number>'",
+        setup=(("g.jsonl", json.dumps({"question": "1+1?", "answer": "2"}) + "\n"),),
+    ),
+    Case(
+        "prepare_data MATH without boxed",
+        [p.replace("gsm8k", "math") for p in PREPARE],
+        "no \\boxed{}",
+        setup=(("g.jsonl", json.dumps({"problem": "1+1?", "solution": "2"}) + "\n"),),
+    ),
+    Case(
+        "prepare_data --data_source gsm_hard",
+        PREPARE + ["--data_source", "gsm_hard"],
+        "scored with the math rule",
+        setup=(GSM,),
+    ),
+    Case(
+        "prepare_data --n_train 0",
+        ["Policy_Optimization/prepare_data.py", "--out_dir", "{tmp}/p", "--n_train", "0"],
+        "argument --n_train: must be >= 1",
+    ),
+    Case(
+        "simulate K does not divide",
+        ["scripts/simulate_algorithm1.py", "--budget", "64", "--K_list", "3", "--out_dir", "{tmp}/s"],
+        "every K must divide --budget 64",
+    ),
+    Case("simulate --top_p 2", ["scripts/simulate_algorithm1.py", "--top_p", "2"], "argument --top_p: must be"),
+    Case(
+        "build_tiny_policy --steps 0",
+        ["scripts/build_tiny_policy.py", "--steps", "0", "--out_dir", "{tmp}/m"],
+        "argument --steps: must be >= 1",
+    ),
+    Case("bench --M 1", ["benchmarks/bench_engines.py", "--M", "1"], "argument --M: must be >= 2"),
+    Case("bench --device tpu", ["benchmarks/bench_engines.py", "--device", "tpu"], "unknown device 'tpu'"),
+]

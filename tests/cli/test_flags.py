@@ -1,0 +1,388 @@
+"""grpo_mse/flags.py: dataclass fields as flags, checks in __post_init__, generated doc tables, fast --help."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grpo_mse import flags
+from grpo_mse.cli import UsageError, require
+from grpo_mse.flags import Flags, option
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md", "docs/engines.md", "docs/commands.md"]
+ENTRY_POINTS = sorted(
+    glob.glob("Gradient_evaluation/*.py", root_dir=ROOT)
+    + glob.glob("Policy_Optimization/*.py", root_dir=ROOT)
+    + ["plots/make_figures.py", "grpo_mse/training/trl_train.py"]
+    + glob.glob("scripts/*.py", root_dir=ROOT)
+)
+# every generated table each doc must hold (the check below also catches a table that is stale)
+TABLES = {
+    "docs/training.md": [
+        "grpo_mse.training.data:PrepareDataConfig",
+        "grpo_mse.training.sweep:SweepConfig",
+        "grpo_mse.training.logs:CollectConfig",
+        "grpo_mse.training.trl_train:TrlTrainConfig",
+    ],
+    "docs/engines.md": ["benchmarks/bench_cli.py:BenchCliConfig"],
+    "docs/commands.md": [
+        *(f"grpo_mse.figures.k_validation:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
+        "grpo_mse.figures.k_validation:AdaptiveConfig",
+        "grpo_mse.figures.training:TrainingFiguresConfig",
+        "grpo_mse.training.demo_summary:DemoSummaryConfig",
+        "grpo_mse.training.budget:BudgetConfig",
+        "grpo_mse.training.verl_launch:VerlDryRunConfig",
+        "scripts/advisor_check.py:AdvisorCheckConfig",
+        "scripts/coverage_heavy_tails.py:CoverageConfig",
+        "scripts/power_analysis.py:PowerConfig",
+        "scripts/compare_oracle_tables.py:CompareOracleConfig",
+        "scripts/compare_tracecov_runs.py:CompareRunsConfig",
+        *(f"scripts/gpu_check_steps.py:{name}Config" for name in ("Versions", "Installed", "Advisor")),
+        "scripts/c1_plan.py:C1PlanConfig",
+        "benchmarks/bench_engines.py:BenchEnginesConfig",
+        "benchmarks/bench_sampling.py:BenchSamplingConfig",
+        "scripts/build_tiny_policy.py:TinyPolicyConfig",
+        "grpo_mse.flags:TablesConfig",
+    ],
+}
+
+
+@dataclass(kw_only=True)
+class Example(Flags):
+    """A config using every kind of field."""
+
+    name: str = option(help="required text")
+    count: int = option(3, minimum=1, help="a bounded count")
+    rate: float = option(0.5, above=0, maximum=1, help="a bounded rate")
+    sizes: list[int] = option([2, 4], minimum=2, help="sizes")
+    pair: tuple[int, ...] = option((1, 2), help="a tuple")
+    mode: str = option("a", choices=("a", "b"), help="a mode")
+    modes: list[str] = option(["a"], choices=("a", "b"), help="modes")
+    limit: int | None = option(None, help="optional")
+    fast: bool = option(False, help="a switch")
+    color: bool = option(True, help="on unless --no-color")
+    out: str = option("o", aliases=("-o",), help="output")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.count <= 100, "--count must be <= 100")
+
+
+def test_fields_become_typed_flags():
+    config = Example.from_argv(
+        [
+            "--name",
+            "x",
+            "--count",
+            "7",
+            "--rate",
+            "0.25",
+            "--sizes",
+            "8",
+            "16",
+            "--pair",
+            "5",
+            "--modes",
+            "a",
+            "b",
+            "--limit",
+            "9",
+            "--fast",
+            "--no-color",
+            "-o",
+            "p",
+        ]
+    )
+    assert config == Example(
+        name="x",
+        count=7,
+        rate=0.25,
+        sizes=[8, 16],
+        pair=(5,),
+        mode="a",
+        modes=["a", "b"],
+        limit=9,
+        fast=True,
+        color=False,
+        out="p",
+    )
+    assert isinstance(config.pair, tuple) and isinstance(config.sizes, list)
+    defaults = Example.from_argv(["--name", "y"])
+    assert (defaults.count, defaults.sizes, defaults.pair, defaults.limit, defaults.fast, defaults.color) == (
+        3,
+        [2, 4],
+        (1, 2),
+        None,
+        False,
+        True,
+    )
+    assert defaults.record()["sizes"] == [2, 4]
+    assert Example(name="z").sizes is not Example(name="z").sizes  # list defaults are copied
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "the following arguments are required: --name"),
+        (["--name", "x", "--count", "0"], "argument --count: must be >= 1 (got 0)"),
+        (["--name", "x", "--count", "two"], "argument --count: expected an integer, got 'two'"),
+        (["--name", "x", "--rate", "0"], "argument --rate: must be > 0 and <= 1 (got 0.0)"),
+        (["--name", "x", "--rate", "nan"], "argument --rate: must be > 0 and <= 1 (got nan)"),
+        (["--name", "x", "--sizes", "2", "1"], "argument --sizes: must be >= 2 (got 1)"),
+        (["--name", "x", "--mode", "c"], "argument --mode: invalid choice: 'c'"),
+    ],
+)
+def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        Example.from_argv(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+
+
+@dataclass(kw_only=True)
+class CheckedLater(Flags):
+    """Bounds checked after parsing, with the other checks (as the gradient-evaluation configs do)."""
+
+    BOUNDS_AFTER_PARSE = True
+    count: int = option(3, minimum=1, help="a bounded count")
+    sizes: list[int] = option([2, 4], minimum=2, help="sizes")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--count", "0"], "--count must be >= 1 (got 0)"), (["--sizes", "4", "1"], "--sizes must be >= 2 (got 1)")],
+)
+def test_bounds_after_parse_are_checked_by_the_config(argv, message):
+    """The parser lets the value through; __post_init__ refuses it with the config's message (no "argument")."""
+    with pytest.raises(UsageError) as error:
+        CheckedLater.from_argv(argv)
+    assert str(error.value) == message
+    assert "| `--count` | `3` | a bounded count; >= 1 |" in flags.markdown(CheckedLater)  # the table shows them
+
+
+@dataclass(kw_only=True)
+class Pick(Flags):
+    """pick one file"""
+
+    path: str = option(help="a file", positional=True)
+    check: bool | None = option(None, help="check it (default: by kind)")
+
+
+@dataclass(kw_only=True)
+class Count(Flags):
+    """count to a bound"""
+
+    to: int = option(3, minimum=1, help="the bound")
+
+
+def test_an_optional_bool_is_a_three_state_switch():
+    assert [Pick.from_argv(["f", *flag]).check for flag in ([], ["--check"], ["--no-check"])] == [None, True, False]
+    assert "| `--check` | - | check it (default: by kind); `--no-check` turns it off |" in flags.markdown(Pick)
+
+
+def test_subcommands_each_parse_with_their_own_config(capsys):
+    commands = {"pick": Pick, "count": Count}
+    assert flags.parse_command(commands, ["pick", "a.json", "--no-check"]) == ("pick", Pick(path="a.json", check=False))
+    assert flags.parse_command(commands, ["count"]) == ("count", Count(to=3))
+    for argv, message in (
+        (["count", "--to", "0"], "argument --to: must be >= 1 (got 0)"),
+        (["count", "--path", "x"], "unrecognized arguments: --path x"),  # another subcommand's flag
+        (["walk"], "invalid choice: 'walk'"),
+        ([], "the following arguments are required: command"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            flags.parse_command(commands, argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err and err.count("\n") == 1 and err.startswith("error: "), argv
+    with pytest.raises(SystemExit):
+        flags.parse_command(commands, ["--help"])
+    assert re.search(r"^ +pick +pick one file$", capsys.readouterr().out, re.M)  # the config's docstring: its help
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"count": 0}, "--count must be >= 1 (got 0)"),
+        ({"rate": 1.5}, "--rate must be > 0 and <= 1 (got 1.5)"),
+        ({"sizes": [4, 1]}, "--sizes must be >= 2 (got 1)"),
+        ({"mode": "c"}, "--mode must be among a, b (got c)"),
+        ({"modes": ["a", "z"]}, "--modes must be among a, b (got ['a', 'z'])"),
+        ({"count": 101}, "--count must be <= 100"),
+    ],
+)
+def test_library_callers_are_checked_as_the_command_line(kwargs, message):
+    with pytest.raises(
+        UsageError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
+    ):
+        Example(name="x", **kwargs)
+
+
+@dataclass(kw_only=True)
+class Switches(Flags):
+    """A switch that also takes the older 0/1 value."""
+
+    save: bool = option(True, zero_one=True, help="save the result")
+    out: str = option("o", help="output")
+
+
+@dataclass(kw_only=True)
+class Positional(Flags):
+    """A positional list beside flags."""
+
+    paths: list[str] = option(positional=True, help="inputs")
+    fast: bool = option(False, help="a switch")
+
+
+@pytest.mark.parametrize(
+    "argv, save",
+    [
+        ([], True),
+        (["--save"], True),
+        (["--save", "1"], True),
+        (["--save", "0"], False),
+        (["--no-save"], False),
+        (["--save", "0", "--save"], True),
+        (["--no-save", "--save", "1"], True),
+        (["--save", "--out", "p"], True),
+        (["--save", "0", "--out", "p"], False),
+    ],
+)
+def test_zero_one_switch_takes_both_forms(argv, save):
+    assert Switches.from_argv(argv).save is save
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--save", "2"], "argument --save: expected 0, 1 or no value (got '2')"),
+        (["--save", "yes"], "argument --save: expected 0, 1 or no value (got 'yes')"),
+        (["--no-save", "0"], "unrecognized arguments: 0"),
+    ],
+)
+def test_zero_one_switch_refuses_other_values(capsys, argv, message):
+    with pytest.raises(SystemExit) as stop:
+        Switches.from_argv(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_positional_fields():
+    assert Positional.from_argv(["a", "b", "--fast"]) == Positional(paths=["a", "b"], fast=True)
+    assert Positional.from_argv(["--fast", "a"]) == Positional(paths=["a"], fast=True)
+    with pytest.raises(SystemExit):
+        Positional.from_argv(["--fast"])  # paths is required
+
+    @dataclass(kw_only=True)
+    class Optional(Flags):
+        more: list[str] = option(["x"], positional=True, help="a positional list with a default")
+
+    assert Optional.from_argv([]).more == ["x"] and Optional.from_argv(["y", "z"]).more == ["y", "z"]
+
+    @dataclass(kw_only=True)
+    class Both(Flags):
+        paths: list[str] = option(positional=True, help="inputs")
+        save: bool = option(True, zero_one=True, help="save")
+
+    with pytest.raises(UsageError, match="no positional field may join it"):
+        Both.from_argv(["a"])
+
+
+def test_markdown_of_positionals_switches_and_bars():
+    assert flags.markdown(Positional).splitlines()[2] == "| `paths` (positional) | required | inputs |"
+    assert flags.markdown(Switches).splitlines()[2] == (
+        "| `--save` | on | save the result; `--no-save` clears it (`--save 1` and `--save 0` also work) |"
+    )
+
+    @dataclass(kw_only=True)
+    class Bars(Flags):
+        pattern: str = option("a|b", help="x|y")
+
+    assert flags.markdown(Bars).splitlines()[2] == "| `--pattern` | `a\\|b` | x\\|y |"  # a bar would end the cell
+
+
+def test_markdown_table_lists_every_field():
+    table = flags.markdown(Example).splitlines()
+    assert table[:2] == ["| flag | default | meaning |", "|---|---|---|"]
+    assert len(table) == 2 + 11
+    rows = {line.split(" | ")[0].strip("| "): line for line in table[2:]}
+    assert rows["`--name`"] == "| `--name` | required | required text |"
+    assert rows["`--count`"] == "| `--count` | `3` | a bounded count; >= 1 |"
+    assert rows["`--rate`"] == "| `--rate` | `0.5` | a bounded rate; > 0 and <= 1 |"
+    assert rows["`--sizes`"] == "| `--sizes` | `2 4` | sizes; >= 2 |"
+    assert rows["`--mode`"] == "| `--mode` | `a` | a mode; one of `a`, `b` |"
+    assert rows["`--modes`"] == "| `--modes` | `a` | modes; any of `a`, `b` |"
+    assert rows["`--limit`"] == "| `--limit` | - | optional |"
+    assert rows["`--fast`"] == "| `--fast` | off | a switch |" and "| on |" in rows["`--color`"]
+    assert rows["`--out`, `-o`"] == "| `--out`, `-o` | `o` | output |"
+
+
+def test_docs_flag_tables_are_generated_from_the_code(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for doc in DOCS:
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        assert flags.BLOCK.search(text), f"{doc} has no generated flag table"
+        assert flags.refresh(text) == text, f"{doc}: run python -m grpo_mse.flags --update {doc}"
+    for doc, classes in TABLES.items():
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        for name in classes:
+            assert f"<!-- flags: {name} -->" in text, f"{doc} lacks the flag table of {name}"
+    tracecov = (ROOT / "docs/gradient_evaluation.md").read_text(encoding="utf-8")
+    for flag in ("--score_distribution", "--budget", "--allowed_K", "--estimators", "--resume"):
+        assert f"| `{flag}` |" in tracecov
+    assert "`paired`" in tracecov
+
+
+def test_check_fails_on_a_stale_table_and_update_repairs_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    doc = tmp_path / "doc.md"
+    fresh = "# t\n\n<!-- flags: grpo_mse.config.gradient_evaluation:OracleConfig -->\n<!-- end flags -->\n\ntext\n"
+    doc.write_text(fresh)
+    assert flags.main(["--check", str(doc)]) == 1
+    assert flags.main(["--update", str(doc)]) == 0
+    updated = doc.read_text()
+    assert "| `--n_oracle` | `1000` | samples per prompt; >= 1 |" in updated and updated.endswith("\n\ntext\n")
+    assert flags.main(["--check", str(doc)]) == 0
+    doc.write_text(updated.replace("`1000`", "`100`"))  # a table edited by hand
+    assert flags.main(["--check", str(doc)]) == 1
+
+
+def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    assert len(ENTRY_POINTS) >= 14
+
+    def fastest(command):  # the minimum of 5 starts: a start delayed by a busy runner does not count
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            subprocess.run(command, cwd=ROOT, env=env, capture_output=True, check=True)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    startup = fastest([sys.executable, "-c", "pass"])  # the interpreter alone, under the machine's current load
+    slow = {}
+    for script in ENTRY_POINTS:
+        traced = subprocess.run(
+            [sys.executable, "-X", "importtime", script, "--help"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        assert traced.returncode == 0, f"{script} --help: {traced.stderr[-500:]}"
+        heavy = [
+            line
+            for line in traced.stderr.splitlines()
+            if line.rsplit("|", 1)[-1].strip() in {"torch", "transformers", "matplotlib", "vllm"}
+        ]
+        assert not heavy, f"{script} --help imports {heavy}"
+        slow[script] = fastest([sys.executable, script, "--help"])
+    # Target: under 0.3 s wall on an idle machine, where a bare `python -c pass` takes about 0.05 s. A loaded
+    # runner slows every start alike, so the bound scales with the interpreter's own start measured now.
+    slowdown = max(1.0, startup / 0.05)
+    assert max(slow.values()) < 0.3 * slowdown, (round(startup, 2), {k: round(v, 2) for k, v in slow.items()})
