@@ -9,10 +9,14 @@ cd "$(dirname "$0")/../../.."  # the repository root
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1
 PY="nice -n 10 python"
 W=outputs/regen
-[[ -d $W/data_all ]] || $PY Policy_Optimization/prepare_data.py --source arithmetic --n_train 8192 --n_test 2000 --out_dir $W/data_all
+PATTERN='^(train|tiny)_(mixed|division|nodivision)(_t([0-9]*\.?[0-9]+))?$'
 settings=("$@"); (( $# )) || settings=(train_mixed train_mixed_t1.5)
+for s in "${settings[@]}"; do  # every setting checked before any work
+  [[ $s =~ $PATTERN ]] || { echo "error: setting '$s': use (train|tiny)_(mixed|division|nodivision)[_tTEMP]" >&2; exit 2; }
+done
+[[ -d $W/data_all ]] || $PY Policy_Optimization/prepare_data.py --source arithmetic --n_train 8192 --n_test 2000 --out_dir $W/data_all
 for s in "${settings[@]}"; do
-  [[ $s =~ ^(train|tiny)_(mixed|division|nodivision)(_t([0-9.]+))?$ ]] || { echo "error: setting $s: use POLICY_KINDS[_tTEMP]" >&2; exit 2; }
+  [[ $s =~ $PATTERN ]]
   model=assets/${BASH_REMATCH[1]}_policy; kinds=${BASH_REMATCH[2]}; t=${BASH_REMATCH[4]:-1.0}; out=$W/advisor_$s
   [[ -d $W/data_$kinds ]] || $PY -m grpo_mse.figures.k_validation subset $W/data_all $W/data_$kinds --kinds $kinds --n_test 200
   mkdir -p $out
