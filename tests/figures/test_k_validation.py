@@ -362,3 +362,18 @@ def test_prediction_carries_the_measured_std_grpo_best_k_only_where_identified()
     for unidentified in ({"identified": False, "K_best": None}, {"identified": "yes"}, {"identified": None}):
         run["group_size_advisor"]["measured_curve"] = {**curve, **unidentified}
         assert kv.predict(run, "s", written_at="t")["measured_K_best"] is None
+
+
+@pytest.mark.parametrize("setting", ["bogus", "train_mixed_t", "train_fewshot", "tiny_mixed_t1.5x"])
+def test_regen_script_refuses_a_bad_setting_before_any_work(tmp_path, setting):
+    """regen.sh checks every setting first: one error line, exit 2, nothing written (not even the data)."""
+    source = Path(__file__).resolve().parents[1] / "results/k_validation/regenerated/regen.sh"
+    script = tmp_path / "results/k_validation/regenerated/regen.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(source.read_text())
+    done = subprocess.run(["bash", str(script), "train_mixed", setting], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and done.stderr.startswith("error: setting")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == [
+        "results/k_validation/regenerated/regen.sh"
+    ]
