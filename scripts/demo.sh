@@ -11,7 +11,7 @@
 # DEMO_T (prompts, 192), DEMO_N_ORACLE (samples per prompt for V, 256), DEMO_M (groups, 8), DEMO_K_LIST ("2 4 8 16"),
 # DEMO_LABEL (its panel's title when DEMO_PAPER=0);
 # the paper-regime part (into DEMO_OUT/paper_regime/): DEMO_PAPER (1: run it, 0: skip), DEMO_PAPER_MODEL (default
-# assets/paper_policy, built when missing), DEMO_PAPER_T (24), DEMO_PAPER_N_ORACLE (64), DEMO_PAPER_M (8),
+# assets/paper_policy, built when missing), DEMO_PAPER_T (24), DEMO_PAPER_N_ORACLE (64), DEMO_PAPER_M (6),
 # DEMO_PAPER_K_LIST ("4 8 16").
 # Every setting is checked before anything is written; the outputs are written to a staging folder beside
 # DEMO_OUT and moved into place only when every step succeeded.
@@ -31,7 +31,7 @@ PAPER_MODEL=${DEMO_PAPER_MODEL:-assets/paper_policy}
 PAPER_T=${DEMO_PAPER_T:-24}
 PAPER_N_ORACLE=${DEMO_PAPER_N_ORACLE:-64}
 PAPER_EXPLAIN_N=48  # samples per prompt of its Assumption-2 diagnostic (the tiny policy: 96)
-PAPER_M=${DEMO_PAPER_M:-8}  # fills the time of the tiny part it runs beside (docs/experiments.md)
+PAPER_M=${DEMO_PAPER_M:-6}  # the most groups that keep this part within the tiny part it runs beside
 PAPER_K_LIST=${DEMO_PAPER_K_LIST:-4 8 16}
 need_int DEMO_T "$T" 1
 need_int DEMO_N_ORACLE "$N_ORACLE" 1
