@@ -125,7 +125,15 @@ def test_build_is_seeded(tmp_path):
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
         out = tmp_path / name
         pp.build_and_save(
-            out, base_dir=BUILTIN_POLICY, seed=seed, steps=3, slip_steps=2, problems=8, copies=2, batch_size=8
+            out,
+            base_dir=BUILTIN_POLICY,
+            seed=seed,
+            steps=3,
+            slip_steps=2,
+            settle_steps=2,
+            problems=8,
+            copies=2,
+            batch_size=8,
         )
     a, b, c = (load_file(tmp_path / n / "model.safetensors") for n in "abc")
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -141,7 +149,8 @@ def test_steps_s_reproduce_step_s_of_a_longer_build(tmp_path):
 
     torch.set_num_threads(1)
     seen = {}
-    settings = {"base_dir": BUILTIN_POLICY, "problems": 8, "copies": 2, "batch_size": 8, "warmup": 2, "slip_steps": 0}
+    settings = {"base_dir": BUILTIN_POLICY, "problems": 8, "copies": 2, "batch_size": 8, "warmup": 2}
+    settings |= {"slip_steps": 0, "settle_steps": 0}  # stage 1 alone
 
     def keep(step, model):
         seen[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
