@@ -367,7 +367,7 @@ def test_prediction_carries_the_measured_std_grpo_best_k_only_where_identified()
 @pytest.mark.parametrize("setting", ["bogus", "train_mixed_t", "train_fewshot", "tiny_mixed_t1.5x"])
 def test_regen_script_refuses_a_bad_setting_before_any_work(tmp_path, setting):
     """regen.sh checks every setting first: one error line, exit 2, nothing written (not even the data)."""
-    source = Path(__file__).resolve().parents[1] / "results/k_validation/regenerated/regen.sh"
+    source = Path(__file__).resolve().parents[2] / "results/k_validation/regenerated/regen.sh"
     script = tmp_path / "results/k_validation/regenerated/regen.sh"
     script.parent.mkdir(parents=True)
     script.write_text(source.read_text())
