@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
+from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import read_json
 
 
@@ -217,8 +218,11 @@ def _parse(text, where: str, column: str, missing_ok: bool = False) -> float:
     return value
 
 
+RATIO_PAIR = {est.GRPO, est.ORACLE}  # the ratio panel's estimators; the advisor needs them too
+
+
 def has_ratio(result: dict) -> bool:
-    return {"grpo", "oracleV"} <= set(result["conditional_on_x"])
+    return RATIO_PAIR <= set(result["conditional_on_x"])
 
 
 def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
@@ -246,9 +250,10 @@ def check_advisor(result: dict, path: str) -> None:
             f"{path}: no group_size_advisor (it ran with --no_advisor; rerun run_tracecov.py without it)",
         )
         cli.require(
-            {"grpo", "oracleV"} <= set(estimators),
-            f"{path}: no group_size_advisor: the advisor needs the grpo and oracleV estimators and this run "
-            f"has {' '.join(estimators)}; rerun run_tracecov.py with --estimators including grpo oracleV",
+            RATIO_PAIR <= set(estimators),
+            f"{path}: no group_size_advisor: the advisor needs the {est.GRPO} and {est.ORACLE} estimators and this "
+            f"run has {' '.join(estimators)}; rerun run_tracecov.py with --estimators including {est.GRPO} "
+            f"{est.ORACLE}",
         )
         raise cli.UsageError(
             f"{path}: no group_size_advisor (fewer than 2 prompts? rerun run_tracecov.py with --T 2 or more)"

@@ -30,10 +30,11 @@ import numpy as np
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
+from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import write_json
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
-NAMES = ("naive", "grpo", "oracleV")
+NAMES = (est.NAIVE, est.GRPO, est.ORACLE)
 CALIBRATED = ("c1", "c2", "c3", "K_star_exact")
 FIELDS = ("z", "t_lo", "t_hi", "below", "above")  # per statistic in a run's row, after the share and tail index
 TARGET_MISS = 0.025  # each end of a widened interval misses the truth at most this often in every calibration cell
@@ -114,6 +115,13 @@ def truth(types, scale: Tail) -> dict[str, float]:
     return {"c1": float(c1), "c2": float(c2), "c3": float(c3), "K_star_exact": float(1 + np.sqrt(c3 / c1))}
 
 
+def registry_weights(name: str, rewards: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The registry's weights w of estimator ``name`` for rewards [..., K] (V broadcast to [..., 1]), in float64."""
+    import torch  # after the flags are parsed
+
+    return est.weights(name, torch.from_numpy(rewards), torch.from_numpy(value)).numpy()
+
+
 def traces(rng, types, chosen, scales, k):
     """Per-prompt traces over M groups of K (M-1 denominator) and the oracle estimates' means."""
     p = np.stack([types[t][0] for t in chosen])
@@ -125,13 +133,9 @@ def traces(rng, types, chosen, scales, k):
     rewards = np.take_along_axis(G[:, None, :], draws.reshape(len(chosen), 1, -1), 2).reshape(draws.shape)
     scores = np.take_along_axis(s, draws.reshape(len(chosen), -1, 1), 1).reshape(*draws.shape, DIM)
     value = (p * G).sum(1)[:, None, None]
-    weights = {
-        "naive": rewards / k,
-        "grpo": (rewards - rewards.mean(2, keepdims=True)) / (k - 1),
-        "oracleV": (rewards - value) / k,
-    }
+    weights = {n: registry_weights(n, rewards, value) for n in NAMES}
     vectors = {n: np.einsum("tmk,tmkd->tmd", w, scores) for n, w in weights.items()}
-    return {n: v.var(1, ddof=1).sum(-1) for n, v in vectors.items()}, vectors["oracleV"].mean(1)
+    return {n: v.var(1, ddof=1).sum(-1) for n, v in vectors.items()}, vectors[est.ORACLE].mean(1)
 
 
 def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, dict]:
@@ -153,7 +157,7 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
                     "n": len(index),
                     "prompt_indices": index,
                     "gram": gram.tolist(),
-                    "within_each": (per_prompt["oracleV"][index] / M).tolist(),
+                    "within_each": (per_prompt[est.ORACLE][index] / M).tolist(),
                 }
             )
     return records, batches

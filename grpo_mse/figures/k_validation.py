@@ -33,6 +33,7 @@ from grpo_mse import cli
 from grpo_mse.analysis import advisor
 from grpo_mse.analysis.sweep_stats import best_k_draws, best_k_shares, predicted_error, spearman, welch_interval
 from grpo_mse.flags import Flags, option, parse_command
+from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import mean_t_interval, read_json, to_json, write_atomic
 from grpo_mse.training.run_identity import INCOMPLETE
 from grpo_mse.training.runs_table import ACCURACY, read_training, run_label, select_runs, with_run_columns
@@ -103,7 +104,7 @@ def measured_prediction(adv: dict) -> dict:
     it), "measured_message"}; {"estimator": "grpo"} otherwise."""
     curve = adv.get("measured_curve")
     if not isinstance(curve, dict):
-        return {"estimator": adv.get("estimator", "grpo")}
+        return {"estimator": adv.get("estimator", est.GRPO)}
     return {
         "estimator": curve.get("estimator"),
         "measured_K_best": curve.get("K_best") if curve.get("identified") is True else None,

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 
+from grpo_mse.gradients import estimators as est
 from grpo_mse.training.budget import budget_settings
 from grpo_mse.training.trl_backend import UPDATES_PER_STEP  # four updates per generation batch
 
@@ -102,7 +103,7 @@ def estimate(
     temperature: float,
     max_new_tokens: int,
     seed: int,
-    estimator: str = "grpo",
+    estimator: str = est.GRPO,
 ) -> dict:
     """The group-size advisor (``advise``'s JSON) of ``model`` on ``rows``: the oracle run then the tracecov run,
     on a saved copy of the policy in a temporary folder (removed after), leaving the global random streams
@@ -137,7 +138,7 @@ def chosen_k(advice: dict, current: int) -> int:
     from grpo_mse.analysis.advisor import number
 
     curve = advice.get("measured_curve")
-    if advice.get("estimator") == "grpo_std":
+    if advice.get("estimator") == est.GRPO_STD:
         curve = curve if isinstance(curve, dict) else {}
         best, measured = curve.get("K_best_point"), curve.get("K") or []
         if not (isinstance(best, int) and not isinstance(best, bool) and best in measured):

@@ -24,6 +24,7 @@ from dataclasses import dataclass  # noqa: E402
 from grpo_mse import cli  # noqa: E402
 from grpo_mse.cli import require  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
+from grpo_mse.gradients import estimators as est  # noqa: E402
 from grpo_mse.training import adaptive_k  # noqa: E402
 from grpo_mse.training import trl_backend as backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
@@ -197,7 +198,7 @@ def advisor_estimator(args: TrlTrainConfig) -> str:
     """The estimator the advisor models for this run: std-normalised GRPO (``scale_rewards="group"``) unless
     ``--no-norm_adv_by_std``; then the paper's GRPO (TRL's unnormalised advantage is (K-1)/K times its weights:
     the same direction, a step (K-1)/K as long)."""
-    return "grpo_std" if args.norm_adv_by_std else "grpo"
+    return est.GRPO_STD if args.norm_adv_by_std else est.GRPO
 
 
 def adaptive_callback(args: TrlTrainConfig, train_rows: list[dict], tokenizer, publish):
