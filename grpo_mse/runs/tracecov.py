@@ -100,9 +100,9 @@ class PromptSampler:
 
 
 def score_fields(stats: PromptStats, row: dict) -> dict:
-    """PromptRecord fields: ||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias
-    Var(V_hat) tr Cov(s_g) with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and
-    std-GRPO against its own target g / sqrt(V (1 - V))."""
+    """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
+    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
+    its own target g / sqrt(V (1 - V))."""
     value = oracle_value(row)
     noise = paired.oracle_value_variance(value, oracle_count(row))
     fields = {
@@ -461,12 +461,7 @@ class TracecovRun:
         )
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
             stats.bias2 = {**stats.bias2, est.NAIVE: paired.vanilla_bias2(value, stats.mean_score_sq)}
-        biased = {}
-        if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
-            biased = {
-                "bias2": stats.bias2,
-                "mse": {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators},
-            }
+        biased = bool(stats.bias2)  # biased estimators: MSE = trace of covariance + squared bias
         record = PromptRecord(
             k,
             index,
@@ -476,7 +471,8 @@ class TracecovRun:
             value,
             float(rewards.mean()),
             stats.traces,
-            **biased,
+            bias2=stats.bias2 if biased else None,
+            mse={n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators} if biased else None,
             **score_fields(stats, row),
         )
         return record, stats

@@ -108,26 +108,13 @@ class PromptRecord:
         return (self.mse if self.mse is not None else self.tr_cov)[name]
 
     def tidy_rows(self, names) -> list[dict]:
-        """Rows of the per-prompt CSV (``TIDY_COLUMNS``): one per estimator in ``names``."""
-        return [
-            dict(
-                zip(
-                    TIDY_COLUMNS,
-                    (
-                        self.prompt_index,
-                        self.id,
-                        self.K,
-                        n,
-                        self.tr_cov[n],
-                        (self.bias2 or {}).get(n, 0.0),
-                        self.mse_of(n),
-                        self.V_oracle,
-                        self.mean_reward,
-                    ),
-                )
-            )
-            for n in names
-        ]
+        """Rows of the per-prompt CSV (``TIDY_COLUMNS``): one per estimator in ``names``, bias2 0 when it has none."""
+        rows = []
+        for n in names:
+            bias2 = (self.bias2 or {}).get(n, 0.0)
+            values = (self.prompt_index, self.id, self.K, n, self.tr_cov[n], bias2, self.mse_of(n))
+            rows.append(dict(zip(TIDY_COLUMNS, (*values, self.V_oracle, self.mean_reward))))
+        return rows
 
 
 @dataclass
@@ -152,6 +139,7 @@ class SimulationRecord:
         return cls(int(record.K), int(record.seed), record.estimator, int(record.step), float(record.heldout_reward))
 
     def to_json(self) -> dict:
+        """The saved JSON object (and algorithm1.csv's row): every field, in field order."""
         return _to_json(self)
 
 
@@ -177,6 +165,7 @@ class OracleValues:
         return cls(value, None, None, value, value, method, settings or None)
 
     def to_json(self) -> dict:
+        """The added keys in the saved order; V_method and oracle_settings only when set."""
         return _to_json(self)
 
     def merged_into(self, row: dict) -> dict:
