@@ -37,6 +37,7 @@ from grpo_mse.rewards.rules import row_reward
 from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
+from grpo_mse.tables.records import V_ORACLE, oracle_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The engines agree when their per-prompt traces differ by at most this (relative) in the model's dtype: both
@@ -192,7 +193,7 @@ def run_case(
                 rewards = torch.bernoulli(torch.full((args.M * k,), 0.5), generator=torch.Generator().manual_seed(k))
             groups = [continuations[g * k : (g + 1) * k] for g in range(args.M)]
             by_k[k]["mean_length"] += sum(map(len, continuations)) / len(continuations) / len(rows)
-            value = float(row.get("V_oracle", rewards.mean()))
+            value = oracle_value(row) if V_ORACLE in row else float(rewards.mean())
             traces = {}
             for name, sampler in (("fast", sampler_fast), ("reference", sampler_ref)):
                 best, stats = float("inf"), None

@@ -19,16 +19,17 @@ from grpo_mse.cli import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
+from grpo_mse.tables.records import N_ORACLE, V_ORACLE, oracle_count, oracle_value
 
 LEVEL = 0.001
 
 
 def proportion(row: dict, path: str) -> tuple[float, int]:
     """(V, n) of one oracle row, V kept off 0 and 1 by half a success."""
-    require("V_oracle" in row and "n_oracle" in row, f"{path}: row {row.get('id')} has no V_oracle/n_oracle")
-    n = int(row["n_oracle"])
+    require(V_ORACLE in row and N_ORACLE in row, f"{path}: row {row.get('id')} has no V_oracle/n_oracle")
+    n = int(oracle_count(row))
     require(n >= 1, f"{path}: row {row.get('id')} has n_oracle {n}")
-    value = float(row["V_oracle"])
+    value = oracle_value(row)
     require(0.0 <= value <= 1.0, f"{path}: row {row.get('id')} has V_oracle {value} outside [0, 1]")
     return min(max(value, 0.5 / n), 1 - 0.5 / n), n
 
@@ -42,12 +43,12 @@ def compare(rows_a: list[dict], rows_b: list[dict], path_a: str = "a", path_b: s
     for row_a, row_b in pairs:
         (va, na), (vb, nb) = proportion(row_a, path_a), proportion(row_b, path_b)
         var = va * (1 - va) / na + vb * (1 - vb) / nb
-        d = float(row_a["V_oracle"]) - float(row_b["V_oracle"])
+        d = oracle_value(row_a) - oracle_value(row_b)
         prompts.append(
             {
                 "id": row_a["id"],
-                "V_a": float(row_a["V_oracle"]),
-                "V_b": float(row_b["V_oracle"]),
+                "V_a": oracle_value(row_a),
+                "V_b": oracle_value(row_b),
                 "difference": d,
                 "z": d / math.sqrt(var),
             }

@@ -32,6 +32,7 @@ from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import write_json
+from grpo_mse.tables.records import PromptRecord
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = (est.NAIVE, est.GRPO, est.ORACLE)
@@ -145,7 +146,7 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
     for k in K_LIST:
         per_prompt, means = traces(rng, types, chosen, scales, k)
         records[k] = [
-            {"K": k, "prompt_index": i, "V_oracle": 0.5, "tr_cov": {n: float(v[i]) for n, v in per_prompt.items()}}
+            PromptRecord.simulated(k, i, {n: float(v[i]) for n, v in per_prompt.items()}, V_oracle=0.5)
             for i in range(n_prompts)
         ]
         batches[k] = []

@@ -15,6 +15,7 @@ from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
+from grpo_mse.tables.records import V_ORACLE, oracle_value
 from grpo_mse.tables.validate import check_answers, check_oracle_values, check_prompts
 
 
@@ -54,10 +55,10 @@ def score_norms(sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.nd
 
 def main(argv=None) -> None:
     args = ExplainBaselineConfig.from_argv(argv, description=__doc__)
-    table = load_rows(args.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
+    table = load_rows(args.oracle_table, required=("prompt", "ground_truth", V_ORACLE))
     for check in (check_prompts, check_answers, check_oracle_values):
         check(table, args.oracle_table)
-    rows = [r for r in table if 0.05 < r["V_oracle"] < 0.95][: args.prompts]
+    rows = [r for r in table if 0.05 < oracle_value(r) < 0.95][: args.prompts]
     cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
     from grpo_mse.policy.loading import eos_token_ids, load_policy
     from grpo_mse.runs.tracecov import PromptSampler  # torch loads after the inputs are checked
@@ -67,7 +68,7 @@ def main(argv=None) -> None:
     per_prompt = []
     for index, row in enumerate(rows):
         rewards, norms = score_norms(sampler, row, row.get("id", index), args.n)
-        value = float(row["V_oracle"])
+        value = oracle_value(row)
         right = float(norms[rewards == 1].mean()) if rewards.any() else float("nan")
         per_prompt.append(
             {

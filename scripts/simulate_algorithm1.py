@@ -23,6 +23,7 @@ from grpo_mse import cli
 from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.flags import option
 from grpo_mse.tables.outputs import write_csv, write_json
+from grpo_mse.tables.records import SIMULATION_COLUMNS, SimulationRecord
 
 
 @dataclass
@@ -225,14 +226,7 @@ def read_records(path: str) -> dict:
 
     with open(path, encoding="utf-8") as handle:
         records = [
-            {
-                "K": int(r["K"]),
-                "seed": int(r["seed"]),
-                "estimator": r["estimator"],
-                "step": int(r["step"]),
-                "heldout_reward": float(r["heldout_reward"]),
-            }
-            for r in csv.DictReader(handle)
+            SimulationRecord.from_csv(r, f"{path}: row {number}") for number, r in enumerate(csv.DictReader(handle), 1)
         ]
     summary = os.path.join(os.path.dirname(path), "algorithm1_summary.json")
     wall = json.load(open(summary, encoding="utf-8")).get("wall_s") if os.path.exists(summary) else None
@@ -254,7 +248,8 @@ def main(argv=None) -> dict:
     summary["config"] = {**asdict(args), "advisor_json": path}
     summary["wall_s"] = round(outcome["wall_s"], 1)
     os.makedirs(args.out_dir, exist_ok=True)
-    write_csv(os.path.join(args.out_dir, "algorithm1.csv"), outcome["records"], sim.RECORD_COLUMNS)
+    records = [r.to_json() for r in outcome["records"]]
+    write_csv(os.path.join(args.out_dir, "algorithm1.csv"), records, SIMULATION_COLUMNS)
     write_json(os.path.join(args.out_dir, "algorithm1_summary.json"), summary)
     title = (
         f"Algorithm 1: N={args.budget}, {args.steps} {'SGD' if args.optimizer == 'sgd' else 'AdamW'} steps, "

@@ -27,6 +27,7 @@ import numpy as np
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.errors import InputError
 from grpo_mse.gradients.estimators import GRPO, ORACLE
+from grpo_mse.tables.records import PromptRecord
 from grpo_mse.tables.validate import whole
 
 
@@ -262,12 +263,12 @@ def advice_status(advice: dict) -> dict:
     return status(advice.get("pooled") or {}, advice.get("ci95") or {}, advice.get("allowed_K"), advice.get("budget"))
 
 
-def per_prompt_constants(record: dict) -> tuple[float, float]:
+def per_prompt_constants(record: PromptRecord) -> tuple[float, float]:
     """(c2_x, c3_x) = (K tr_oracle, K (K-1) (tr_grpo - tr_oracle)), tr_oracle less the oracle-noise bias
-    ``record["oracle_noise"]`` when present (the oracle estimate V_hat adds Var(V_hat) tr Cov(s_bar), s_bar the
+    ``record.oracle_noise`` when present (the oracle estimate V_hat adds Var(V_hat) tr Cov(s_bar), s_bar the
     group-mean score, to the oracle's trace)."""
-    k, tr = record["K"], record["tr_cov"]
-    oracle = tr[ORACLE] - record.get("oracle_noise", 0.0)
+    k, tr = record.K, record.tr_cov
+    oracle = tr[ORACLE] - (record.oracle_noise or 0.0)
     return k * oracle, k * (k - 1) * (tr[GRPO] - oracle)
 
 
@@ -445,17 +446,17 @@ def tail_share(columns: list[np.ndarray]) -> float:
     return float(max(shares)) if shares else math.nan
 
 
-def prompt_columns(records_by_k: dict[int, list[dict]]) -> tuple[list, dict]:
+def prompt_columns(records_by_k: dict[int, list[PromptRecord]]) -> tuple[list, dict]:
     """(sorted prompt indices, {prompt_index: column}) over every K (the bootstrap's units)."""
-    prompts = sorted({r["prompt_index"] for records in records_by_k.values() for r in records})
+    prompts = sorted({r.prompt_index for records in records_by_k.values() for r in records})
     return prompts, {p: i for i, p in enumerate(prompts)}
 
 
-def column(records: list[dict], position: dict, value_fn) -> np.ndarray:
+def column(records: list[PromptRecord], position: dict, value_fn) -> np.ndarray:
     """[n_prompts] value_fn(record) at each prompt's column, nan where the prompt has no record."""
     values = np.full(len(position), np.nan)
     for r in records:
-        values[position[r["prompt_index"]]] = value_fn(r)
+        values[position[r.prompt_index]] = value_fn(r)
     return values
 
 
@@ -467,7 +468,7 @@ def slope(ks, values_by_k: np.ndarray) -> np.ndarray:
 
 
 def advise(
-    records_by_k: dict[int, list[dict]],
+    records_by_k: dict[int, list[PromptRecord]],
     batches_by_k: dict[int, list[dict]],
     n_boot: int = 2000,
     seed: int = 0,

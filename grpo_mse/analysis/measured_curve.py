@@ -45,7 +45,7 @@ def error_at(records, batches, k: int, budget: int, position: dict, weights: np.
     std, own = grams_of(batches, GRPO_STD), grams_of(batches, BIAS_GRAM)
     if not std or not own:
         return None
-    trace = bs.weighted_mean(weights, advisor.column(records, position, lambda r: r["tr_cov"][GRPO_STD]))
+    trace = bs.weighted_mean(weights, advisor.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
     variance = k / budget * (advisor.batch_c1(weights, std, position) + trace)
     bias2 = pair_mean(weights, own, position)
     return {"variance": variance, "bias2": bias2, "error": variance + bias2}

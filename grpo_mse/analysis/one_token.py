@@ -15,6 +15,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.sampling import decode
 from grpo_mse.rewards.rules import last_integer_reward
 from grpo_mse.tables.inputs import prompt_ids
+from grpo_mse.tables.records import OracleValues
 
 # Estimator MSE, tr Cov and bias^2 are means over prompts of these per-prompt quantities.
 QUANTITIES = ("mse", "trace_cov", "bias2")
@@ -64,16 +65,7 @@ def enumerate_row(
 
 def oracle_record(row: dict, value: float, settings: dict | None = None) -> dict:
     """A calculate_oracle_v.py line with the exact V: n_oracle/correct_count null, interval [V, V]."""
-    return {
-        **row,
-        "V_oracle": value,
-        "n_oracle": None,
-        "correct_count": None,
-        "V_ci95_low": value,
-        "V_ci95_high": value,
-        "V_method": "exact one-token enumeration",
-        **({"oracle_settings": settings} if settings else {}),
-    }
+    return OracleValues.exact(value, "exact one-token enumeration", settings).merged_into(row)
 
 
 def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> dict:

@@ -23,6 +23,7 @@ from grpo_mse.analysis.advisor import advise, column, json_value, prompt_columns
 from grpo_mse.analysis.measured_curve import measured_curve
 from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, NAIVE, ORACLE
+from grpo_mse.tables.records import PromptRecord
 from grpo_mse.tables.validate import whole
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
@@ -52,11 +53,6 @@ def vanilla_bias2(value: float, mean_score_sq: float) -> float:
     return 0.0 if value == 0 else value**2 * mean_score_sq
 
 
-def mse_of(record: dict, name: str) -> float:
-    """The prompt's MSE of ``name``: tr Cov plus bias^2 for a biased estimator."""
-    return record.get("mse", record["tr_cov"])[name]
-
-
 def band_ratio(weights: np.ndarray, numerator: np.ndarray, denominator: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """[R] ratio of weighted means over the prompts in ``mask`` (nan where none is drawn or the mean is 0)."""
     top, bottom = (bs.weighted_mean(weights, np.where(mask, x, np.nan)) for x in (numerator, denominator))
@@ -75,7 +71,7 @@ def largest_share(values: np.ndarray) -> float:
     return float(values.max() / total) if len(values) and total > 0 else float("nan")
 
 
-def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: np.ndarray) -> dict:
+def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, weights: np.ndarray) -> dict:
     """Per K: mean MSE per estimator, ratio / difference to the oracle (and vanilla / GRPO), largest-prompt
     share, ||E s||^2, oracle noise and std-GRPO against its own target, each with a joint 95% interval."""
     _, position = prompt_columns({k: records_by_k[k] for k in k_list})
@@ -88,11 +84,11 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
         "ratio_by_V_band": {"bands": [list(b) for b in V_BANDS], "n_prompts": [], "ratio": {}},
         "largest_prompt_share": {},
     }
-    columns = {n: [column(records_by_k[k], position, lambda r, n=n: mse_of(r, n)) for k in k_list] for n in names}
+    columns = {n: [column(records_by_k[k], position, lambda r, n=n: r.mse_of(n)) for k in k_list] for n in names}
     means = {n: [bs.weighted_mean(weights, c) for c in columns[n]] for n in names}
-    biased = [n for n in names if any(n in r.get("bias2", {}) for k in k_list for r in records_by_k[k])]
+    biased = [n for n in names if any(n in (r.bias2 or {}) for k in k_list for r in records_by_k[k])]
     traces = {
-        n: [bs.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r["tr_cov"][n])) for k in k_list]
+        n: [bs.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r.tr_cov[n])) for k in k_list]
         for n in set(biased) | {ORACLE} & set(names)
     }
     for n in names:
@@ -100,7 +96,7 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
         out["largest_prompt_share"][n] = [largest_share(c) for c in columns[n]]
     if biased:
         out["trace_mean"] = {n: _series(traces[n], weights) for n in biased}
-    values = [column(records_by_k[k], position, lambda r: r.get("V_oracle", np.nan)) for k in k_list]
+    values = [column(records_by_k[k], position, lambda r: r.V_oracle) for k in k_list]
     bands = [[(v >= low) & ((v < high) | (high == 1.0) & (v <= 1.0)) for low, high in V_BANDS] for v in values]
     out["ratio_by_V_band"]["n_prompts"] = [[int(b.sum()) for b in per_k] for per_k in bands]
     if ORACLE in names:
@@ -126,8 +122,8 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
                 bs.ratio_summary(weights, a, b)[0] for a, b in zip(columns[NAIVE], columns[GRPO])
             ]
     optional = {
-        "mean_score_sq": lambda r: r.get("mean_score_sq", np.nan),
-        "oracle_noise": lambda r: r.get("oracle_noise", np.nan),
+        "mean_score_sq": lambda r: np.nan if r.mean_score_sq is None else r.mean_score_sq,
+        "oracle_noise": lambda r: np.nan if r.oracle_noise is None else r.oracle_noise,
     }
     for key, value_fn in optional.items():
         cols = [column(records_by_k[k], position, value_fn) for k in k_list]
@@ -150,9 +146,10 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
             out[f"{key}_mean_over_K"] = bs.at_least_zero(out[f"{key}_mean_over_K"])
     own = {
         key: [
-            column(records_by_k[k], position, lambda r, key=key: r.get(key, {}).get(GRPO_STD, np.nan)) for k in k_list
+            column(records_by_k[k], position, lambda r, part=part: (part(r) or {}).get(GRPO_STD, np.nan))
+            for k in k_list
         ]
-        for key in ("mse_own", "bias2_own")
+        for key, part in (("mse_own", lambda r: r.mse_own), ("bias2_own", lambda r: r.bias2_own))
     }
     if GRPO_STD in names and any(np.isfinite(c).any() for c in own["mse_own"]):
         out["grpo_std_own_target"] = {
@@ -175,7 +172,7 @@ def paired_summary(records_by_k: dict[int, list[dict]], k_list, names, weights: 
 
 
 def run_statistics(
-    records_by_k: dict[int, list[dict]],
+    records_by_k: dict[int, list[PromptRecord]],
     batches_by_k: dict[int, list[dict]],
     k_list,
     names,

@@ -10,27 +10,27 @@ import numpy as np
 
 from grpo_mse.analysis.advisor import advice_status
 from grpo_mse.gradients import estimators as est
+from grpo_mse.tables.records import SimulationRecord
 
-RECORD_COLUMNS = ["K", "seed", "estimator", "step", "heldout_reward"]
 # (a, b) pairs compared by paired differences a - b at the same (K, seed): the better estimator first
 PAIRS = ((est.ORACLE, est.GRPO), (est.GRPO, est.NAIVE), (est.ORACLE, est.NAIVE))
 
 
-def final_records(records: list[dict]) -> list[dict]:
+def final_records(records: list[SimulationRecord]) -> list[SimulationRecord]:
     """The record of the last step of each (K, seed, estimator) run."""
     last = {}
     for record in records:
-        run = (record["K"], record["seed"], record["estimator"])
-        if run not in last or record["step"] > last[run]["step"]:
+        run = (record.K, record.seed, record.estimator)
+        if run not in last or record.step > last[run].step:
             last[run] = record
     return list(last.values())
 
 
-def final_table(records: list[dict]) -> dict[str, dict[str, dict]]:
+def final_table(records: list[SimulationRecord]) -> dict[str, dict[str, dict]]:
     """{estimator: {K: mean and Student-t 95% half-width of the final held-out reward over seeds}}."""
     values: dict[str, dict[int, list[float]]] = {}
     for record in final_records(records):
-        values.setdefault(record["estimator"], {}).setdefault(record["K"], []).append(record["heldout_reward"])
+        values.setdefault(record.estimator, {}).setdefault(record.K, []).append(record.heldout_reward)
     return {name: {str(K): t_stats(by_k[K]) for K in sorted(by_k)} for name, by_k in values.items()}
 
 
@@ -41,12 +41,12 @@ def t_stats(values: list[float]) -> dict:
     return {key: (None if value != value else value) for key, value in mean_t_ci(values).items()}
 
 
-def paired_differences(records: list[dict]) -> dict[str, dict[str, dict]]:
+def paired_differences(records: list[SimulationRecord]) -> dict[str, dict[str, dict]]:
     """{"a - b": {K: t_stats of final(a) - final(b) over the seeds run with both}} for the PAIRS present.
 
     Runs at the same (K, seed) share their prompt and sampling streams (common random numbers), so the
     per-seed difference cancels the noise they share and its interval is narrower than the two separate ones."""
-    final = {(r["estimator"], r["K"], r["seed"]): r["heldout_reward"] for r in final_records(records)}
+    final = {(r.estimator, r.K, r.seed): r.heldout_reward for r in final_records(records)}
     out = {}
     for a, b in PAIRS:
         by_k: dict[int, list[float]] = {}
@@ -133,14 +133,14 @@ def learning_statement(table: dict[str, dict], initial: float) -> str:
     )
 
 
-def summarize(records: list[dict], K_list, advisor: dict | None = None, reference: str = est.GRPO) -> dict:
+def summarize(records: list[SimulationRecord], K_list, advisor: dict | None = None, reference: str = est.GRPO) -> dict:
     """Final reward (mean, 95% CI over seeds) per estimator and K, best K, and its agreement with the advisor's K*."""
     table = final_table(records)
     best = {name: best_group_sizes(by_k) for name, by_k in table.items()}
     k_star = advisor.get("K_star") if advisor else None
     ref = reference if reference in table else next(iter(table))
     verdict, sentence = agreement(*best[ref], k_star, K_list)
-    initial = next(r["heldout_reward"] for r in records if r["step"] == 0)
+    initial = next(r.heldout_reward for r in records if r.step == 0)
     return {
         "initial_reward": initial,
         "learning": learning_statement(table, initial),

@@ -22,6 +22,7 @@ from grpo_mse.rewards.rules import row_reward
 from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys, selection
 from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, to_json, wilson_interval, write_atomic
+from grpo_mse.tables.records import OracleValues
 from grpo_mse.tables.resume import fingerprint
 from grpo_mse.tables.validate import check_answers, check_prompt_lengths, check_prompts, model_positions
 
@@ -137,19 +138,8 @@ class OracleRun:
         n = self.config.n_oracle
         low, high = wilson_interval(correct, n)
         extra = {"row_index": i} if self.key_field == "row_index" else {}
-        append_jsonl(
-            self.shard_path,
-            {
-                **self.rows[i],
-                **extra,
-                "V_oracle": correct / n,
-                "n_oracle": n,
-                "correct_count": correct,
-                "V_ci95_low": low,
-                "V_ci95_high": high,
-                "oracle_settings": oracle_settings(self.config, n),
-            },
-        )
+        values = OracleValues(correct / n, n, correct, low, high, oracle_settings=oracle_settings(self.config, n))
+        append_jsonl(self.shard_path, values.merged_into({**self.rows[i], **extra}))
 
     def close(self) -> None:
         dist.barrier()

@@ -37,6 +37,7 @@ from grpo_mse.policy.logprobs import prompts_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, stream_seed
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import prompt_ids
+from grpo_mse.tables.records import SimulationRecord
 
 STREAM_PROMPTS, STREAM_TRAIN, STREAM_VALUE, STREAM_EVAL = 11, 12, 13, 14
 SHARED_PREFILL_MIN = 12  # group size from which per-prompt sampling (shared prompt cache) is faster on CPU
@@ -45,7 +46,7 @@ SAMPLING_BATCH = 256  # sequences per sampling batch
 GREEDY_TOP_P = 1e-9  # a nucleus this small holds only the most likely token: sampling from it is greedy decoding
 
 
-def run_simulation(config: SimulationConfig, progress=None) -> list[dict]:
+def run_simulation(config: SimulationConfig, progress=None) -> list[SimulationRecord]:
     """Records (K, seed, estimator, step, heldout_reward) of every run of the sweep (see ``SimulationRun``)."""
     return SimulationRun.load(config).sweep(progress)
 
@@ -79,7 +80,7 @@ class SimulationRun:
         greedy = HFSampler(model, replace(settings, top_p=GREEDY_TOP_P), SAMPLING_BATCH)
         return cls(config, train, heldout, HFSampler(model, settings, SAMPLING_BATCH), greedy)
 
-    def sweep(self, progress=None) -> list[dict]:
+    def sweep(self, progress=None) -> list[SimulationRecord]:
         """Every (K, seed, estimator) run, each from the same starting parameters (restored at the end).
 
         Step 0 is the starting policy's held-out metric, measured once (the evaluation streams are the same
@@ -92,14 +93,12 @@ class SimulationRun:
             for seed in config.seeds:
                 for estimator in config.estimators:
                     model.load_state_dict(initial)
-                    records.append(
-                        {"K": K, "seed": seed, "estimator": estimator, "step": 0, "heldout_reward": start_value}
-                    )
+                    records.append(SimulationRecord(K, seed, estimator, 0, start_value))
                     records += self.train(K, seed, estimator, progress)
         model.load_state_dict(initial)
         return records
 
-    def train(self, K: int, seed: int, estimator: str, progress=None) -> list[dict]:
+    def train(self, K: int, seed: int, estimator: str, progress=None) -> list[SimulationRecord]:
         """One run from the model's current parameters (a fresh optimiser); records at the evaluation steps
         (not step 0)."""
         config = self.config
@@ -120,9 +119,7 @@ class SimulationRun:
             )
             baseline.observe(indices, rewards)
             if step + 1 in checkpoints:
-                records.append(
-                    {"K": K, "seed": seed, "estimator": estimator, "step": step + 1, "heldout_reward": self.evaluate()}
-                )
+                records.append(SimulationRecord(K, seed, estimator, step + 1, self.evaluate()))
             if progress is not None:
                 progress(1)
         return records

@@ -29,6 +29,7 @@ from grpo_mse.rewards.rules import row_reward
 from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
 from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, write_csv, write_json
+from grpo_mse.tables.records import TIDY_COLUMNS, V_ORACLE, PromptRecord, oracle_count, oracle_value
 from grpo_mse.tables.resume import fingerprint
 from grpo_mse.tables.validate import (
     check_answers,
@@ -102,8 +103,8 @@ def score_fields(stats: PromptStats, row: dict) -> dict:
     """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
     with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
     its own target g / sqrt(V (1 - V))."""
-    value = float(row["V_oracle"])
-    noise = paired.oracle_value_variance(value, row.get("n_oracle"))
+    value = oracle_value(row)
+    noise = paired.oracle_value_variance(value, oracle_count(row))
     fields = {
         "mean_score_sq": stats.mean_score_sq if 0.0 < value < 1.0 else float("nan"),
         "oracle_noise": noise * stats.score_trace if noise else 0.0,
@@ -117,14 +118,14 @@ def score_fields(stats: PromptStats, row: dict) -> dict:
 C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, std-GRPO's and its bias' mean gradients
 
 
-def c1_vectors(stats: PromptStats, record: dict) -> list[tuple[list, float]]:
+def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, float]]:
     """(mean gradient over the M groups, trace of one group's estimate) for c1 and the measured curve: the
     oracle's; std-GRPO's (when traced); and x_std - x_oracle / sqrt(V (1 - V)), whose mean estimates std-GRPO's
     bias against its own target g / sqrt(V (1 - V)) (for a prompt with V_hat 0 or 1 the target is 0: x_std)."""
-    out = [(stats.accumulators[ORACLE].mean(), record["tr_cov"][ORACLE])]
+    out = [(stats.accumulators[ORACLE].mean(), record.tr_cov[ORACLE])]
     if est.GRPO_STD in stats.accumulators:
         own = stats.accumulators.get(OWN, stats.accumulators[est.GRPO_STD])
-        out += [(stats.accumulators[est.GRPO_STD].mean(), record["tr_cov"][est.GRPO_STD]), (own.mean(), own.trace())]
+        out += [(stats.accumulators[est.GRPO_STD].mean(), record.tr_cov[est.GRPO_STD]), (own.mean(), own.trace())]
     return out
 
 
@@ -132,13 +133,14 @@ def progress_paths(base: str) -> list[str]:
     return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
 
 
-def load_progress(base: str) -> tuple[dict[tuple[int, int], dict], dict[tuple[int, tuple], dict]]:
+def load_progress(base: str) -> tuple[dict[tuple[int, int], PromptRecord], dict[tuple[int, tuple], dict]]:
     """Finished prompts {(K, prompt_index): record} and c1 batches {(K, prompt indices): record} of run ``base``."""
     done, batches = {}, {}
     for path in progress_paths(base):
-        for record in read_complete_jsonl(path):
-            if "tr_cov" in record:
-                done[(record["K"], record["prompt_index"])] = record
+        for number, record in enumerate(read_complete_jsonl(path), 1):
+            if PromptRecord.holds(record):
+                prompt = PromptRecord.from_json(record, f"{path}: line {number}")
+                done[(prompt.K, prompt.prompt_index)] = prompt
             elif "c1_batch" in record:  # keyed by its prompts: the batch layout depends on the number of ranks
                 batches[(record["K"], tuple(record["prompt_indices"]))] = record
     return done, batches
@@ -214,70 +216,53 @@ def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
     )
 
 
-def detailed(records: list[dict], k: int, names) -> dict:
+def detailed(records: list[PromptRecord], k: int, names) -> dict:
     """The per-K file: every prompt's record and the average trace per estimator."""
-    ordered = sorted(records, key=lambda r: r["prompt_index"])
+    ordered = sorted(records, key=lambda r: r.prompt_index)
     return {
         "K": k,
-        "prompt_results": ordered,
-        "avg_traces": {n: mean_ci([r["tr_cov"][n] for r in ordered])["mean"] for n in names},
+        "prompt_results": [r.to_json() for r in ordered],
+        "avg_traces": {n: mean_ci([r.tr_cov[n] for r in ordered])["mean"] for n in names},
     }
 
 
-def summary(records_by_k: dict[int, list[dict]], k_list: list[int], names, config: dict) -> dict:
+def summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names, config: dict) -> dict:
     """The main file: per estimator, the mean over prompts per K, with sd and 95% half-widths."""
-    stats = {n: [mean_ci([r["tr_cov"][n] for r in records_by_k[k]]) for k in k_list] for n in names}
+    stats = {n: [mean_ci([r.tr_cov[n] for r in records_by_k[k]]) for k in k_list] for n in names}
     return {
         "K_list": k_list,
         "conditional_on_x": {n: [s["mean"] for s in stats[n]] for n in names},
         "ci95": {n: [s["ci95"] for s in stats[n]] for n in names},
         "sd": {n: [s["sd"] for s in stats[n]] for n in names},
         "n_prompts": [len(records_by_k[k]) for k in k_list],
-        "mean_V_oracle": mean_ci([r["V_oracle"] for r in records_by_k[k_list[0]]])["mean"],
+        "mean_V_oracle": mean_ci([r.V_oracle for r in records_by_k[k_list[0]]])["mean"],
         **biased_summary(records_by_k, k_list, names),
         "config": config,
         "note": NOTE,
     }
 
 
-def biased_summary(records_by_k: dict[int, list[dict]], k_list: list[int], names) -> dict:
+def biased_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names) -> dict:
     """For runs with biased estimators: mean squared bias and MSE = trace + bias^2, with 95% half-widths."""
-    if not any("bias2" in r for k in k_list for r in records_by_k[k]):
+    if not any(r.bias2 is not None for k in k_list for r in records_by_k[k]):
         return {}
     out = {"bias2": {}, "mse": {}, "mse_ci95": {}}
     for n in names:
-        mse = [mean_ci([r["mse"][n] for r in records_by_k[k]]) for k in k_list]
+        mse = [mean_ci([r.mse[n] for r in records_by_k[k]]) for k in k_list]
         out["mse"][n], out["mse_ci95"][n] = [s["mean"] for s in mse], [s["ci95"] for s in mse]
-        if any(n in r["bias2"] for k in k_list for r in records_by_k[k] if "bias2" in r):
-            out["bias2"][n] = [mean_ci([r["bias2"][n] for r in records_by_k[k]])["mean"] for k in k_list]
+        if any(n in r.bias2 for k in k_list for r in records_by_k[k] if r.bias2 is not None):
+            out["bias2"][n] = [mean_ci([r.bias2[n] for r in records_by_k[k]])["mean"] for k in k_list]
     return out
 
 
-def tidy_rows(records: list[dict], names) -> list[dict]:
-    """Long table: one row per (prompt, K, estimator); mse = trace (+ bias2 for biased estimators)."""
-    return [
-        {
-            "prompt_index": r["prompt_index"],
-            "id": r["id"],
-            "K": r["K"],
-            "estimator": n,
-            "trace": r["tr_cov"][n],
-            "bias2": r.get("bias2", {}).get(n, 0.0),
-            "mse": r.get("mse", r["tr_cov"])[n],
-            "V_oracle": r["V_oracle"],
-            "mean_reward": r["mean_reward"],
-        }
-        for r in sorted(records, key=lambda r: (r["K"], r["prompt_index"]))
-        for n in names
-    ]
-
-
-TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
+def tidy_rows(records: list[PromptRecord], names) -> list[dict]:
+    """Long table (``TIDY_COLUMNS``): one row per (prompt, K, estimator); mse = trace (+ bias2 for biased ones)."""
+    return [row for r in sorted(records, key=lambda r: (r.K, r.prompt_index)) for row in r.tidy_rows(names)]
 
 
 def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
     """The T rows used (after the optional seeded subsample) and their random-stream keys."""
-    rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", "V_oracle"))
+    rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", V_ORACLE))
     keys = row_keys(rows)
     order = selection(len(rows), config.T, config.seed, config.subsample_prompts)
     if config.T > len(order):
@@ -319,7 +304,7 @@ class TracecovRun:
     rank: int = 0
     world: int = 1
     progress: str | None = None  # this rank's progress log (None: keep records in memory only)
-    done: dict = field(default_factory=dict)  # {(K, prompt_index): record}
+    done: dict = field(default_factory=dict)  # {(K, prompt_index): PromptRecord}
     batches: dict = field(default_factory=dict)  # {(K, c1 batch): c1 record}
     lock: object = None  # the progress log's lock, held until ``close``
 
@@ -382,7 +367,7 @@ class TracecovRun:
             print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
 
-    def sweep(self) -> tuple[dict[int, list[dict]], dict[int, list[dict]]]:
+    def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[dict]]]:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
         layout = rank_batches(len(self.rows), self.config.c1_batch, self.world)
         all_batches = [batch for batches in layout for batch in batches]  # batch id = position here
@@ -428,7 +413,7 @@ class TracecovRun:
                 if batches or (k, index) not in self.done:
                     record, stats = self.evaluate_prompt(index, k)
                     if (k, index) not in self.done:
-                        self.append(record)
+                        self.append(record.to_json())
                         self.done[(k, index)] = record
                     for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
                         batch.add(mean, trace, config.M, index)
@@ -447,7 +432,7 @@ class TracecovRun:
             for batch in batches:
                 batch.discard()
 
-    def evaluate_prompt(self, index: int, k: int) -> tuple[dict, PromptStats]:
+    def evaluate_prompt(self, index: int, k: int) -> tuple[PromptRecord, PromptStats]:
         """Sample M*K continuations of row ``index``, score them; return its record (tr_cov per estimator) and stats.
 
         Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with
@@ -459,7 +444,7 @@ class TracecovRun:
         rewards = torch.tensor([row_reward(row, t) for t in texts])
         groups = [continuations[g * k : (g + 1) * k] for g in range(m)]
         params = [p for p in self.sampler.model.parameters() if p.requires_grad]
-        value = float(row["V_oracle"])
+        value = oracle_value(row)
         vanilla_biased = est.NAIVE in config.estimators and paired.score_law_mismatch(
             self.sampler.score_distribution, self.sampler.top_p, self.sampler.include_eos
         )
@@ -476,20 +461,20 @@ class TracecovRun:
         )
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
             stats.bias2 = {**stats.bias2, est.NAIVE: paired.vanilla_bias2(value, stats.mean_score_sq)}
-        record = {
-            "K": k,
-            "prompt_index": index,
-            "id": row.get("id", index),
-            "prompt": row["prompt"],
-            "gold": row["ground_truth"],
-            "V_oracle": value,
-            "mean_reward": float(rewards.mean()),
-            "tr_cov": stats.traces,
-        }
-        if stats.bias2:  # biased estimators: MSE = trace of covariance + squared bias
-            record["bias2"] = stats.bias2
-            record["mse"] = {n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators}
-        record.update(score_fields(stats, row))
+        biased = bool(stats.bias2)  # biased estimators: MSE = trace of covariance + squared bias
+        record = PromptRecord(
+            k,
+            index,
+            row.get("id", index),
+            row["prompt"],
+            row["ground_truth"],
+            value,
+            float(rewards.mean()),
+            stats.traces,
+            bias2=stats.bias2 if biased else None,
+            mse={n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators} if biased else None,
+            **score_fields(stats, row),
+        )
         return record, stats
 
     def append(self, record: dict) -> None:
@@ -502,7 +487,7 @@ class TracecovRun:
         bar.update(1)
         if finished:
             bar.set_postfix(
-                {n[:6]: f"{sum(r['tr_cov'][n] for r in finished) / len(finished):.3g}" for n in self.config.estimators}
+                {n[:6]: f"{sum(r.tr_cov[n] for r in finished) / len(finished):.3g}" for n in self.config.estimators}
             )
 
     def write_outputs(self, records_by_k: dict, batches_by_k: dict) -> dict:

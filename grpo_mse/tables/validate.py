@@ -6,6 +6,7 @@ import math
 import numbers
 
 from grpo_mse.tables.inputs import DataError
+from grpo_mse.tables.records import V_ORACLE, oracle_count
 
 
 def _empty_prompt(prompt) -> bool:
@@ -79,7 +80,7 @@ def check_answers(rows: list[dict], source: str) -> None:
 def check_oracle_values(rows: list[dict], source: str) -> None:
     """DataError unless every V_oracle is a finite number in [0, 1]."""
     for index, row in enumerate(rows):
-        value = row["V_oracle"]
+        value = row[V_ORACLE]
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         if not (ok and 0 <= value <= 1):
             raise DataError(f"{source}: row {index} has V_oracle {value!r}; it must be a probability in [0, 1]")
@@ -89,7 +90,7 @@ def check_oracle_counts(rows: list[dict], source: str) -> None:
     """DataError unless every n_oracle is absent/null (an exact V; NaN is pandas' null in a parquet column) or a
     whole number >= 1 (256 or 256.0; not '256' or 256.5): the oracle-noise correction reads it."""
     for index, row in enumerate(rows):
-        value = row.get("n_oracle")
+        value = oracle_count(row)
         if not is_null(value) and (whole(value) is None or whole(value) < 1):
             raise DataError(f"{source}: row {index} has n_oracle {value!r}; it must be a whole number >= 1 (or null)")
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from grpo_mse.analysis import advisor
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.gradients.estimators import GRPO, ORACLE
+from grpo_mse.tables.records import PromptRecord
 
 CONSTANTS = ("c1", "c2", "c3")
 
@@ -27,12 +28,7 @@ def small_runs(draw):
     records, batches = {}, {}
     for k in (2, 4):
         records[k] = [
-            {
-                "K": k,
-                "prompt_index": i,
-                "tr_cov": {GRPO: draw(value), ORACLE: draw(value)},
-                "oracle_noise": draw(value),
-            }
+            PromptRecord.simulated(k, i, {GRPO: draw(value), ORACLE: draw(value)}, oracle_noise=draw(value))
             for i in range(n)
         ]
         gram = np.array(draw(st.lists(st.floats(-3.0, 3.0), min_size=n * n, max_size=n * n))).reshape(n, n)
@@ -94,7 +90,7 @@ def test_advice_saved_before_the_clipping_is_printed_clipped():
     """A run JSON written before the clipping (no ci95_below_zero, an interval wholly below 0) is still printed
     inside the parameter's range, flagged."""
     records = {
-        2: [{"K": 2, "prompt_index": i, "tr_cov": {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}} for i in range(6)],
+        2: [PromptRecord.simulated(2, i, {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}) for i in range(6)],
     }
     batches = {2: [{"gram": np.eye(6).tolist(), "prompt_indices": list(range(6)), "n": 6, "within_each": [0.5] * 6}]}
     advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64)

@@ -111,7 +111,7 @@ def _stratified(records_by_k, value_fn) -> tuple[float, float]:
     strata = {}
     for k, records in records_by_k.items():
         for r in records:
-            strata.setdefault((k, str(r["prompt"])), []).append(value_fn(r))
+            strata.setdefault((k, str(r.prompt)), []).append(value_fn(r))
     n = sum(len(s) for s in strata.values())
     variance = sum(len(s) * np.var(s, ddof=1) for s in strata.values()) / n**2
     return float(np.mean([v for s in strata.values() for v in s])), math.sqrt(variance)
@@ -182,6 +182,6 @@ def test_z_tests_have_power(case):
     the GRPO trace for the oracle trace in c2."""
     exact = case["exact"]
     unscaled = _z(_batches(case["batches"], lambda b: b["between"] - M * b["within"]), case["c1_target"])
-    squared = _z(_stratified(case["records"], lambda r: _c3(r) * r["K"] / (r["K"] - 1)), exact["c3"])
-    grpo_c2 = _z(_stratified(case["records"], lambda r: r["K"] * r["tr_cov"]["grpo"]), exact["c2"])
+    squared = _z(_stratified(case["records"], lambda r: _c3(r) * r.K / (r.K - 1)), exact["c3"])
+    grpo_c2 = _z(_stratified(case["records"], lambda r: r.K * r.tr_cov["grpo"]), exact["c2"])
     assert min(abs(unscaled), abs(squared), abs(grpo_c2)) > Z, (unscaled, squared, grpo_c2)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from grpo_mse.analysis import advisor, simulation, sweep_stats
 from grpo_mse.figures import k_validation as kv
+from grpo_mse.tables.records import PromptRecord
 from grpo_mse.training import adaptive_k
 
 ALLOWED, BUDGET = [2, 4, 8, 16], 128
@@ -171,7 +172,7 @@ def test_advise_checks_allowed_k_against_the_budget():
     one line, instead of answering "best K = 3"."""
     from grpo_mse.errors import InputError
 
-    records = {2: [{"K": 2, "prompt_index": i, "tr_cov": {"grpo": 2.0 + i, "oracleV": 1.0 + i}} for i in range(4)]}
+    records = {2: [PromptRecord.simulated(2, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}) for i in range(4)]}
     with pytest.raises(InputError, match=re.escape("allowed K [3, 256] do not fit the budget 128")):
         advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256])
     with pytest.raises(InputError, match="budget must be a whole number"):
@@ -185,7 +186,7 @@ def test_a_higher_level_widens_the_studentized_intervals():
     rng = np.random.default_rng(3)
     records = {
         k: [
-            {"K": k, "prompt_index": i, "tr_cov": {"oracleV": o, "grpo": o + g / (k * (k - 1))}}
+            PromptRecord.simulated(k, i, {"oracleV": o, "grpo": o + g / (k * (k - 1))})
             for i, (o, g) in enumerate(zip(rng.uniform(1, 3, 32), rng.uniform(2, 9, 32)))
         ]
         for k in (2, 4)

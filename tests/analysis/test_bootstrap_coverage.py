@@ -16,6 +16,7 @@ from conftest import load_script
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis import paired, theory
+from grpo_mse.tables.records import PromptRecord
 
 HEAVY_TAILS = load_script("scripts/coverage_heavy_tails.py")  # the same simulated traces as the heavy-tail study
 
@@ -56,9 +57,7 @@ def _simulated_run(rng, types):
     records, batches = {}, {}
     for k in K_LIST:
         traces, means = HEAVY_TAILS.traces(rng, types, chosen, np.ones(len(chosen)), k)  # unit score scales
-        records[k] = [
-            {"K": k, "prompt_index": i, "tr_cov": {n: float(v[i]) for n, v in traces.items()}} for i in range(T)
-        ]
+        records[k] = [PromptRecord.simulated(k, i, {n: float(v[i]) for n, v in traces.items()}) for i in range(T)]
         batches[k] = []
         for start in range(0, T, BATCH):
             index = list(range(start, start + BATCH))

@@ -13,6 +13,7 @@ from grpo_mse.analysis import measured_curve as mc
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients.estimators import GRPO_STD
+from grpo_mse.tables.records import PromptRecord
 
 DIM, M, BUDGET = 3, 4, 64
 
@@ -33,7 +34,7 @@ def dataset(rng, k, spread, noise, bias_centre, n_prompts=24, batch=6):
     d = bias_centre + rng.normal(0.0, 0.5, size=(n_prompts, DIM))
     x_mean, x_trace = group_means(rng, m, noise)
     d_mean, d_trace = group_means(rng, d, 0.7)
-    records = [{"prompt_index": i, "K": k, "tr_cov": {GRPO_STD: float(x_trace[i])}} for i in range(n_prompts)]
+    records = [PromptRecord.simulated(k, i, {GRPO_STD: float(x_trace[i])}) for i in range(n_prompts)]
     batches = []
     for start in range(0, n_prompts, batch):
         members = list(range(start, start + batch))
@@ -123,7 +124,7 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
     result = run.write_outputs(records_by_k, batches_by_k)["result"]
     run.close()
     for k, batches in batches_by_k.items():
-        traces = {r["prompt_index"]: r["tr_cov"][GRPO_STD] for r in records_by_k[k]}
+        traces = {r.prompt_index: r.tr_cov[GRPO_STD] for r in records_by_k[k]}
         assert len(batches) == 2
         for batch in batches:
             grams = batch["estimator_grams"]
@@ -162,7 +163,7 @@ def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
     assert batches_after[2][0]["gram"] == batches_before[2][0]["gram"]  # the same samples, the same oracle Gram
 
     def by_prompt(records):
-        return sorted(records, key=lambda r: r["prompt_index"])
+        return sorted(records, key=lambda r: r.prompt_index)
 
     assert by_prompt(records_after[2]) == by_prompt(records_before[2])
 
@@ -180,7 +181,7 @@ def test_a_negative_smallest_error_identifies_no_k():
             "estimator_grams": {GRPO_STD: zero, mc.BIAS_GRAM: {"gram": gram, "within_each": [0.0, 0.0]}},
         }
 
-    records = {k: [{"prompt_index": i, "K": k, "tr_cov": {GRPO_STD: 0.0}} for i in (0, 1)] for k in (2, 4)}
+    records = {k: [PromptRecord.simulated(k, i, {GRPO_STD: 0.0}) for i in (0, 1)] for k in (2, 4)}
     batches = {2: [batch(-1.0)], 4: [batch(0.5)]}
     curve = mc.measured_curve(records, batches, BUDGET, None, bs.prompt_weights(2, 50, 0))
     assert curve["per_K"]["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>

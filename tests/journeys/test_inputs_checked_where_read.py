@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from grpo_mse import cli
+from grpo_mse.tables.records import PromptRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
@@ -148,7 +149,7 @@ def test_intervals_of_quantities_at_least_zero_are_clipped_and_flagged_at_small_
     values = [-0.5, -0.2, -0.4, 0.1, -0.3, -0.6]
     records = {
         k: [
-            {"K": k, "prompt_index": i, "tr_cov": {"grpo": 2.0 + i, "oracleV": 1.0 + i}, "mean_score_sq": v}
+            PromptRecord.simulated(k, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}, mean_score_sq=v)
             for i, v in enumerate(values)
         ]
         for k in (2, 4)

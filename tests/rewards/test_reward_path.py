@@ -89,5 +89,5 @@ def test_tracecov_reward_follows_the_data_source(random_lm, row, reward):
     )
     run = TracecovRun(config, FixedTextSampler(random_lm, texts), [{**row, "prompt": "p", "V_oracle": 0.5}], [0])
     record, _ = run.evaluate_prompt(0, k=2)
-    assert record["mean_reward"] == reward
-    assert torch.isfinite(torch.tensor(record["tr_cov"]["naive"]))
+    assert record.mean_reward == reward
+    assert torch.isfinite(torch.tensor(record.tr_cov["naive"]))

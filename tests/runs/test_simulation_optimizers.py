@@ -15,6 +15,7 @@ from grpo_mse.analysis import simulation as sim
 from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
 from grpo_mse.runs import simulation as run_sim
+from grpo_mse.tables.records import SimulationRecord
 
 
 def linear_with_grads(grads: list[torch.Tensor]) -> torch.nn.Linear:
@@ -123,8 +124,8 @@ def test_paired_differences_pair_runs_at_the_same_seed():
         (4, 0, "oracleV", 0.30),
         (4, 0, "grpo", 0.25),
     ]
-    records = [{"K": K, "seed": s, "estimator": e, "step": 3, "heldout_reward": r} for K, s, e, r in rows]
-    records += [{"K": 2, "seed": 0, "estimator": "grpo", "step": 1, "heldout_reward": 0.9}]  # not the last step
+    records = [SimulationRecord(K, s, e, 3, r) for K, s, e, r in rows]
+    records += [SimulationRecord(2, 0, "grpo", 1, 0.9)]  # not the last step
     diffs = sim.paired_differences(records)
     assert set(diffs) == {"grpo - naive", "oracleV - grpo"}
     cell = diffs["grpo - naive"]["2"]

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 from conftest import load_script
 
+from grpo_mse.tables.records import PromptRecord
+
 check = load_script("scripts/advisor_check.py")
 FIT, CHECK, BUDGET, T = (2, 4, 8), (16, 32), 512, 12
 
@@ -19,7 +21,7 @@ def records(c3_at=lambda k, c3: c3):
     for k in (*FIT, *CHECK):
         c3_k = c3_at(k, c3)
         by_k[k] = [
-            {"K": k, "prompt_index": i, "tr_cov": {"oracleV": c2[i] / k, "grpo": c2[i] / k + c3_k[i] / (k * (k - 1))}}
+            PromptRecord.simulated(k, i, {"oracleV": c2[i] / k, "grpo": c2[i] / k + c3_k[i] / (k * (k - 1))})
             for i in range(T)
         ]
         batches[k] = [

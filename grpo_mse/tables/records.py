@@ -1,0 +1,173 @@
+"""The records the runs save and read back, one definition each, to and from JSON here (keys in the saved order).
+
+- ``PromptRecord``: one prompt's result at one group size K (run_tracecov's progress logs, ``prompt_results`` of
+  the per-K files): tr Cov per estimator, and for biased estimators bias^2 and MSE = tr Cov + bias^2;
+- ``SimulationRecord``: the held-out reward of one Algorithm-1 run (K, seed, estimator) after ``step`` steps;
+- ``OracleValues``: what the oracle adds to a dataset row (V_oracle, its count of samples and 95% interval).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, fields
+
+from grpo_mse.errors import DataError
+
+V_ORACLE = "V_oracle"  # the table column of V(x), read from dataset rows (not a record of ours)
+N_ORACLE = "n_oracle"  # the table column of the samples behind V_oracle (null: an exact V)
+
+
+def oracle_value(row: dict) -> float:
+    """V(x) of an oracle-table row."""
+    return float(row[V_ORACLE])
+
+
+def oracle_count(row: dict):
+    """The samples behind the row's V_oracle as stored (None: exact V, or a table without the column)."""
+    return row.get(N_ORACLE)
+
+
+def required(cls) -> list[str]:
+    """The fields of record class ``cls`` that every saved object has (those without a default)."""
+    return [f.name for f in fields(cls) if f.default is MISSING]
+
+
+def _from_json(cls, data: dict, where: str):
+    """``cls`` from a JSON object: DataError naming the missing required keys or the unknown ones."""
+    if not isinstance(data, dict):
+        raise DataError(f"{where}: a {cls.__name__} must be a JSON object, not {type(data).__name__}")
+    names = [f.name for f in fields(cls)]
+    missing = [name for name in required(cls) if name not in data]
+    unknown = [key for key in data if key not in names]
+    if missing or unknown:
+        parts = [f"lacks {', '.join(missing)}"] * bool(missing) + [f"has unknown {', '.join(unknown)}"] * bool(unknown)
+        raise DataError(f"{where}: {cls.__name__} {' and '.join(parts)}")
+    return cls(**data)
+
+
+def _to_json(record) -> dict:
+    """The fields in declaration order; an optional field only when set (not None)."""
+    return {
+        f.name: getattr(record, f.name)
+        for f in fields(record)
+        if f.default is MISSING or getattr(record, f.name) is not None
+    }
+
+
+TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
+
+
+@dataclass
+class PromptRecord:
+    """One prompt (``prompt_index``, its row ``id``) at group size K: tr Cov of each estimator over M groups
+    (``tr_cov``), bias^2 and mse = tr Cov + bias^2 for biased estimators, ||E s||^2, the oracle-noise bias, and
+    std-GRPO against its own target (``bias2_own``, ``mse_own``). Optional fields are None when not measured."""
+
+    K: int
+    prompt_index: int
+    id: object
+    prompt: object
+    gold: object
+    V_oracle: float
+    mean_reward: float
+    tr_cov: dict[str, float]
+    bias2: dict[str, float] | None = None
+    mse: dict[str, float] | None = None
+    mean_score_sq: float | None = None  # nan: not measured (V 0 or 1), saved as null
+    oracle_noise: float | None = None
+    bias2_own: dict[str, float] | None = None
+    mse_own: dict[str, float] | None = None
+
+    NULLABLE = ("mean_score_sq", "oracle_noise")  # saved null stands for nan
+
+    @classmethod
+    def simulated(cls, K: int, prompt_index: int, tr_cov: dict, V_oracle: float = math.nan, **optional):
+        """A record of a simulated prompt: traces only, no text and no rewards (mean_reward nan)."""
+        return cls(K, prompt_index, prompt_index, None, None, V_oracle, math.nan, tr_cov, **optional)
+
+    @staticmethod
+    def holds(data: dict) -> bool:
+        """True when a saved JSON object (a progress-log line) is a prompt record."""
+        return "tr_cov" in data
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = "prompt record") -> PromptRecord:
+        """The record of a saved JSON object; DataError when a required key is missing or a key is unknown."""
+        record = _from_json(cls, data, where)
+        for name in cls.NULLABLE:
+            if name in data and data[name] is None:
+                setattr(record, name, math.nan)
+        return record
+
+    def to_json(self) -> dict:
+        """The saved JSON object: required keys, then the optional ones that are set, in field order."""
+        return _to_json(self)
+
+    def mse_of(self, name: str) -> float:
+        """MSE of estimator ``name``: tr Cov plus bias^2 when the record has them (biased estimators), else tr Cov."""
+        return (self.mse if self.mse is not None else self.tr_cov)[name]
+
+    def tidy_rows(self, names) -> list[dict]:
+        """Rows of the per-prompt CSV (``TIDY_COLUMNS``): one per estimator in ``names``, bias2 0 when it has none."""
+        rows = []
+        for n in names:
+            bias2 = (self.bias2 or {}).get(n, 0.0)
+            values = (self.prompt_index, self.id, self.K, n, self.tr_cov[n], bias2, self.mse_of(n))
+            rows.append(dict(zip(TIDY_COLUMNS, (*values, self.V_oracle, self.mean_reward))))
+        return rows
+
+
+@dataclass
+class SimulationRecord:
+    """The held-out reward (expected reward or greedy accuracy) of run (K, seed, estimator) after ``step`` steps."""
+
+    K: int
+    seed: int
+    estimator: str
+    step: int
+    heldout_reward: float
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = "simulation record") -> SimulationRecord:
+        """The record of a saved JSON object; DataError when a key is missing or unknown."""
+        return _from_json(cls, data, where)
+
+    @classmethod
+    def from_csv(cls, row: dict, where: str = "simulation record") -> SimulationRecord:
+        """The record of a CSV row (every value a string)."""
+        record = _from_json(cls, row, where)
+        return cls(int(record.K), int(record.seed), record.estimator, int(record.step), float(record.heldout_reward))
+
+    def to_json(self) -> dict:
+        """The saved JSON object (and algorithm1.csv's row): every field, in field order."""
+        return _to_json(self)
+
+
+SIMULATION_COLUMNS = [f.name for f in fields(SimulationRecord)]  # the columns of algorithm1.csv
+
+
+@dataclass
+class OracleValues:
+    """V_oracle of one prompt with the samples behind it (n_oracle, correct_count; None for an exact V) and its
+    95% interval; merged into the dataset row after its own keys."""
+
+    V_oracle: float
+    n_oracle: int | None
+    correct_count: int | None
+    V_ci95_low: float
+    V_ci95_high: float
+    V_method: str | None = None
+    oracle_settings: dict | None = None
+
+    @classmethod
+    def exact(cls, value: float, method: str, settings: dict | None = None) -> OracleValues:
+        """An exact V: no samples (n_oracle and correct_count null), interval [V, V]."""
+        return cls(value, None, None, value, value, method, settings or None)
+
+    def to_json(self) -> dict:
+        """The added keys in the saved order; V_method and oracle_settings only when set."""
+        return _to_json(self)
+
+    def merged_into(self, row: dict) -> dict:
+        """The table line: ``row`` with these values (a key the row already has keeps its place)."""
+        return {**row, **self.to_json()}

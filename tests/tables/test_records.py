@@ -1,0 +1,226 @@
+"""The saved records (grpo_mse.tables.records): JSON round trips, the key order of lines saved by earlier runs
+(format stability: a resumed run and the per-K files must read and write the same bytes), and refusals."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grpo_mse.errors import DataError
+from grpo_mse.tables.outputs import to_json
+from grpo_mse.tables.records import (
+    SIMULATION_COLUMNS,
+    TIDY_COLUMNS,
+    OracleValues,
+    PromptRecord,
+    SimulationRecord,
+    oracle_count,
+    oracle_value,
+)
+
+# Lines saved by real runs (prompt_results of results/training_demo/advisor, results/theory and
+# results/advisor_check/train_policy_run), one per shape: unbiased estimators only (||E s||^2 not measured: null),
+# std-GRPO with its own target, vanilla biased by top_p < 1.
+SAVED_PROMPT_LINES = [
+    '{"K": 2, "prompt_index": 12, "id": 12, "prompt": [{"role": "user", "content": "Solve the arithmetic problem. '
+    'Return ONLY the final integer.\\n76 * 9 ="}], "gold": 684, "V_oracle": 0.0, "mean_reward": 0.0, "tr_cov": '
+    '{"naive": 0.0, "grpo": 0.0, "oracleV": 0.0}, "mean_score_sq": null, "oracle_noise": 0.0}',
+    '{"K": 2, "prompt_index": 5, "id": 76, "prompt": [{"role": "user", "content": "Solve the arithmetic problem. '
+    'Return ONLY the final integer.\\n89 - 28 - 23 - 35 ="}], "gold": 3, "V_oracle": 0.011426497240587492, '
+    '"mean_reward": 0.0, "tr_cov": {"naive": 0.0, "grpo": 0.0, "oracleV": 0.22949032336701816, "grpo_std": 0.0, '
+    '"drgrpo": 0.0}, "bias2": {"grpo_std": -0.0029459590195603726, "drgrpo": -0.0029459590195603726}, "mse": '
+    '{"naive": 0.0, "grpo": 0.0, "oracleV": 0.22949032336701816, "grpo_std": -0.0029459590195603726, "drgrpo": '
+    '-0.0029459590195603726}, "mean_score_sq": -22.56318808111419, "oracle_noise": 0.0, "bias2_own": {"grpo_std": '
+    '-0.2607982143659752}, "mse_own": {"grpo_std": -0.2607982143659752}}',
+    '{"K": 8, "prompt_index": 12, "id": 12, "prompt": [{"role": "user", "content": "Solve the arithmetic problem. '
+    'Return ONLY the final integer.\\n76 * 9 ="}], "gold": 684, "V_oracle": 0.0, "mean_reward": 0.0, "tr_cov": '
+    '{"naive": 0.0, "grpo": 0.0, "oracleV": 0.0}, "bias2": {"naive": 0.0}, "mse": {"naive": 0.0, "grpo": 0.0, '
+    '"oracleV": 0.0}, "mean_score_sq": null, "oracle_noise": 0.0}',
+]
+# Rows of results/simulation/algorithm1.csv, and the fields calculate_oracle_v.py (results/demo) and the exact
+# one-token oracle (results/theory) add to a dataset row.
+SAVED_SIMULATION_CSV = "K,seed,estimator,step,heldout_reward\n2,0,naive,0,0.1708984375\n2,0,naive,30,0.1669921875\n"
+SETTINGS = {"model": "assets/tiny_policy", "n_oracle": 256}
+SAVED_ORACLE_LINE = (
+    '{"id": 0, "prompt": "24 / 8 =", "ground_truth": 3, "V_oracle": 0.73828125, "n_oracle": 256, "correct_count": '
+    '189, "V_ci95_low": 0.6811957065092896, "V_ci95_high": 0.7883213619127559, "oracle_settings": {"model": '
+    '"assets/tiny_policy", "n_oracle": 256}}'
+)
+SAVED_EXACT_LINE = (
+    '{"id": 0, "prompt": "24 / 8 =", "ground_truth": 3, "V_oracle": 0.7112545919612724, "n_oracle": null, '
+    '"correct_count": null, "V_ci95_low": 0.7112545919612724, "V_ci95_high": 0.7112545919612724, "V_method": '
+    '"exact one-token enumeration", "oracle_settings": {"model": "assets/tiny_policy", "n_oracle": 256}}'
+)
+
+numbers = st.floats(allow_nan=False, allow_infinity=False)
+names = st.sampled_from(["naive", "grpo", "oracleV", "grpo_std", "drgrpo"])
+per_estimator = st.dictionaries(names, numbers, min_size=1)
+texts = st.text(max_size=20)
+optional = st.none() | per_estimator
+
+
+@st.composite
+def prompt_records(draw) -> PromptRecord:
+    """A record with every optional field either absent (None) or set; ||E s||^2 may be nan (not measured)."""
+    return PromptRecord(
+        K=draw(st.integers(2, 1024)),
+        prompt_index=draw(st.integers(0, 10**6)),
+        id=draw(st.integers(0, 10**6) | texts | st.none()),
+        prompt=draw(texts | st.lists(st.fixed_dictionaries({"role": texts, "content": texts}), max_size=2)),
+        gold=draw(st.integers() | texts),
+        V_oracle=draw(st.floats(0.0, 1.0)),
+        mean_reward=draw(st.floats(0.0, 1.0)),
+        tr_cov=draw(per_estimator),
+        bias2=draw(optional),
+        mse=draw(optional),
+        mean_score_sq=draw(st.none() | numbers | st.just(math.nan)),
+        oracle_noise=draw(st.none() | numbers),
+        bias2_own=draw(optional),
+        mse_own=draw(optional),
+    )
+
+
+def same(a: PromptRecord, b: PromptRecord) -> bool:
+    """Equal records, nan equal to nan."""
+    return to_json(a.to_json()) == to_json(b.to_json())
+
+
+@given(prompt_records())
+def test_a_prompt_record_survives_a_json_line(record):
+    """to_json -> the progress log's text -> from_json gives the record back, and the same line again."""
+    line = to_json(record.to_json())
+    back = PromptRecord.from_json(json.loads(line))
+    assert same(back, record) and to_json(back.to_json()) == line
+    if record.mean_score_sq is not None and math.isnan(record.mean_score_sq):  # saved null, read back as nan
+        assert '"mean_score_sq": null' in line and math.isnan(back.mean_score_sq)
+    absent = [name for name in ("bias2", "mse", "mean_score_sq", "oracle_noise") if getattr(record, name) is None]
+    assert not set(absent) & set(json.loads(line))  # an absent optional field writes no key
+
+
+@pytest.mark.parametrize("line", SAVED_PROMPT_LINES)
+def test_saved_prompt_lines_are_read_and_written_byte_for_byte(line):
+    """Lines of earlier runs: read, the same text written back, keys in the saved order."""
+    record = PromptRecord.from_json(json.loads(line))
+    assert to_json(record.to_json()) == line
+    assert list(record.to_json()) == list(json.loads(line))
+
+
+def test_the_saved_shapes_read_as_their_fields():
+    """The fields of the saved lines, and mse_of: MSE where the record has it (biased runs), else tr Cov."""
+    plain, own, biased = (PromptRecord.from_json(json.loads(line)) for line in SAVED_PROMPT_LINES)
+    assert (plain.K, plain.prompt_index, plain.id, plain.gold) == (2, 12, 12, 684)
+    assert plain.bias2 is None and plain.mse is None and plain.bias2_own is None and math.isnan(plain.mean_score_sq)
+    assert plain.mse_of("grpo") == plain.tr_cov["grpo"] == 0.0
+    assert own.mse_of("grpo_std") == -0.0029459590195603726 != own.tr_cov["grpo_std"]
+    assert own.mse_own == {"grpo_std": -0.2607982143659752} and own.mean_score_sq == -22.56318808111419
+    assert biased.bias2 == {"naive": 0.0} and biased.K == 8
+
+
+def test_tidy_rows_follow_the_csv_columns():
+    """One CSV row per estimator, in TIDY_COLUMNS; bias2 0 where the estimator has none, mse = tr Cov + bias2."""
+    record = PromptRecord.from_json(json.loads(SAVED_PROMPT_LINES[1]))
+    rows = record.tidy_rows(["oracleV", "grpo_std"])
+    assert [list(row) for row in rows] == [TIDY_COLUMNS, TIDY_COLUMNS]
+    assert rows[0] == {
+        "prompt_index": 5,
+        "id": 76,
+        "K": 2,
+        "estimator": "oracleV",
+        "trace": 0.22949032336701816,
+        "bias2": 0.0,
+        "mse": 0.22949032336701816,
+        "V_oracle": 0.011426497240587492,
+        "mean_reward": 0.0,
+    }
+    assert rows[1]["bias2"] == rows[1]["mse"] == -0.0029459590195603726 and rows[1]["trace"] == 0.0
+
+
+@pytest.mark.parametrize("key", ["K", "prompt_index", "id", "prompt", "gold", "V_oracle", "mean_reward", "tr_cov"])
+def test_a_prompt_record_missing_a_required_key_is_refused(key):
+    """DataError naming the missing key and where the line came from (a progress log's line)."""
+    data = json.loads(SAVED_PROMPT_LINES[0])
+    del data[key]
+    with pytest.raises(DataError, match=f"^run.progress.rank0.jsonl: line 3: PromptRecord lacks {key}$"):
+        PromptRecord.from_json(data, "run.progress.rank0.jsonl: line 3")
+
+
+def test_a_prompt_record_with_an_unknown_key_is_refused():
+    """An unknown key would be lost on the next write: refused, named (with a missing one when both)."""
+    data = {**json.loads(SAVED_PROMPT_LINES[0]), "tr_cov2": {}}
+    with pytest.raises(DataError, match="PromptRecord has unknown tr_cov2$"):
+        PromptRecord.from_json(data)
+    del data["gold"]
+    with pytest.raises(DataError, match="PromptRecord lacks gold and has unknown tr_cov2$"):
+        PromptRecord.from_json(data)
+    with pytest.raises(DataError, match="must be a JSON object, not list"):
+        PromptRecord.from_json([1, 2])
+
+
+def test_holds_tells_prompt_records_from_the_other_progress_lines():
+    """A progress log holds its config line, prompt records and c1 batch records."""
+    assert PromptRecord.holds(json.loads(SAVED_PROMPT_LINES[0]))
+    assert not PromptRecord.holds({"config": {}}) and not PromptRecord.holds({"c1_batch": 0, "K": 2})
+
+
+def test_a_simulated_record_has_traces_only():
+    """PromptRecord.simulated: no text, no rewards (nan mean reward), V nan unless given."""
+    record = PromptRecord.simulated(4, 3, {"grpo": 1.5}, oracle_noise=0.25)
+    assert (record.K, record.prompt_index, record.id, record.prompt, record.gold) == (4, 3, 3, None, None)
+    assert math.isnan(record.V_oracle) and math.isnan(record.mean_reward) and record.oracle_noise == 0.25
+    assert PromptRecord.simulated(4, 3, {"grpo": 1.5}, V_oracle=0.5).V_oracle == 0.5
+
+
+simulation_records = st.builds(
+    SimulationRecord,
+    K=st.integers(1, 4096),
+    seed=st.integers(0, 10**6),
+    estimator=names,
+    step=st.integers(0, 10**5),
+    heldout_reward=st.floats(0.0, 1.0),
+)
+
+
+@given(st.lists(simulation_records, max_size=5))
+def test_simulation_records_survive_json_and_the_csv(records):
+    """to_json -> JSON -> from_json, and algorithm1.csv's rows -> from_csv, give the records back."""
+    for record in records:
+        assert SimulationRecord.from_json(json.loads(to_json(record.to_json()))) == record
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=SIMULATION_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(r.to_json() for r in records)
+    assert [SimulationRecord.from_csv(row) for row in csv.DictReader(io.StringIO(buffer.getvalue()))] == records
+
+
+def test_saved_simulation_rows_are_read_with_their_types():
+    """Rows of a saved algorithm1.csv; its header is SIMULATION_COLUMNS; a row lacking a column is refused."""
+    rows = list(csv.DictReader(io.StringIO(SAVED_SIMULATION_CSV)))
+    assert list(rows[0]) == SIMULATION_COLUMNS == ["K", "seed", "estimator", "step", "heldout_reward"]
+    assert [SimulationRecord.from_csv(row) for row in rows] == [
+        SimulationRecord(2, 0, "naive", 0, 0.1708984375),
+        SimulationRecord(2, 0, "naive", 30, 0.1669921875),
+    ]
+    assert list(SimulationRecord(2, 0, "naive", 0, 0.5).to_json()) == SIMULATION_COLUMNS
+    with pytest.raises(DataError, match="^algorithm1.csv: row 1: SimulationRecord lacks step$"):
+        SimulationRecord.from_csv({k: v for k, v in rows[0].items() if k != "step"}, "algorithm1.csv: row 1")
+
+
+def test_oracle_values_are_added_after_the_row_in_the_saved_order():
+    """A Monte Carlo line and an exact line as calculate_oracle_v.py and exact_theory.py wrote them."""
+    row = {"id": 0, "prompt": "24 / 8 =", "ground_truth": 3}
+    values = OracleValues(0.73828125, 256, 189, 0.6811957065092896, 0.7883213619127559, oracle_settings=SETTINGS)
+    assert to_json(values.merged_into(row)) == SAVED_ORACLE_LINE
+    exact = OracleValues.exact(0.7112545919612724, "exact one-token enumeration", SETTINGS)
+    assert to_json(exact.merged_into(row)) == SAVED_EXACT_LINE
+    assert "oracle_settings" not in OracleValues.exact(0.5, "exact", {}).to_json()  # no settings: no key
+    again = OracleValues(0.25, 4, 1, 0.0, 0.5).merged_into(json.loads(SAVED_ORACLE_LINE))
+    assert list(again) == list(json.loads(SAVED_ORACLE_LINE)) and again["V_oracle"] == 0.25  # keys keep places
+    line = json.loads(SAVED_ORACLE_LINE)
+    assert oracle_value(line) == 0.73828125 and oracle_count(line) == 256
+    assert oracle_count(row) is None and oracle_count(json.loads(SAVED_EXACT_LINE)) is None
