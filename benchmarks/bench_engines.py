@@ -33,6 +33,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.statistics import blocks_per_gram
 from grpo_mse.policy.loading import eos_token_ids, load_policy
+from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import load_rows
@@ -312,16 +313,8 @@ def main(argv=None) -> None:
         check_memory([p for p in model.parameters() if p.requires_grad], args, float64_check, with_model=False)
         eos = eos_token_ids(model, tokenizer)
         args.random_rewards = False
-    common = dict(
-        model=model,
-        tokenizer=tokenizer,
-        eos_ids=eos,
-        temperature=1.0,
-        top_p=0.95,
-        max_new_tokens=args.max_new_tokens,
-        gen_bs=256,
-        seed=0,
-    )
+    settings = SamplingSettings(tuple(eos), tokenizer.pad_token_id, 1.0, 0.95, args.max_new_tokens)
+    common = dict(model=model, tokenizer=tokenizer, settings=settings, gen_bs=256, seed=0)
     fast, reference = PromptSampler(**common, shared_prompt=True), PromptSampler(**common, shared_prompt=False)
     float64 = None
     if float64_check:

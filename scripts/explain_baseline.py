@@ -61,10 +61,12 @@ def main(argv=None) -> None:
     rows = [r for r in table if 0.05 < oracle_value(r) < 0.95][: args.prompts]
     cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
     from grpo_mse.policy.loading import eos_token_ids, load_policy
+    from grpo_mse.policy.sampling import SamplingSettings
     from grpo_mse.runs.tracecov import PromptSampler  # torch loads after the inputs are checked
 
     model, tokenizer = load_policy(args.model, "cpu", "fp32")
-    sampler = PromptSampler(model, tokenizer, eos_token_ids(model, tokenizer), 1.0, 0.95, 32, 256, 0)
+    settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, 1.0, 0.95, 32)
+    sampler = PromptSampler(model, tokenizer, settings, 256, 0)
     per_prompt = []
     for index, row in enumerate(rows):
         rewards, norms = score_norms(sampler, row, row.get("id", index), args.n)

@@ -37,18 +37,13 @@ def tracecov_argv(table, out, *extra, model=BUILTIN_POLICY, skip_plot=True, **op
 def one_token_sampler(model, tokenizer):
     """A PromptSampler that draws single tokens from the model's own law (temperature 1, top_p 1, seed 0)."""
     from grpo_mse.policy.loading import eos_token_ids
+    from grpo_mse.policy.sampling import SamplingSettings
     from grpo_mse.runs.tracecov import PromptSampler
 
-    return PromptSampler(
-        model,
-        tokenizer,
-        eos_token_ids(model, tokenizer),
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=1,
-        gen_bs=256,
-        seed=0,
+    settings = SamplingSettings(
+        tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, temperature=1.0, top_p=1.0, max_new_tokens=1
     )
+    return PromptSampler(model, tokenizer, settings, gen_bs=256, seed=0)
 
 
 @pytest.fixture(scope="session")

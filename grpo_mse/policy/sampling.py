@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from grpo_mse.policy.loading import eos_token_ids
+
 # A sampling request: (prompt token ids, number of samples n, stream key); sample j of it uses the random
 # stream (*key, j) on every backend (HF: one torch.Generator per sample; vLLM: one seed per request).
 Request = tuple[list[int], int, tuple[int, ...]]
@@ -27,6 +29,18 @@ class SamplingSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 32
+
+    @classmethod
+    def of_run(cls, config, model, tokenizer) -> SamplingSettings:
+        """A run's settings: ``config``'s temperature, top_p and max_new_tokens flags, the policy's EOS ids and
+        the tokenizer's pad id (the one place where a run's sampling flags are copied)."""
+        return cls(
+            tuple(eos_token_ids(model, tokenizer)),
+            tokenizer.pad_token_id,
+            config.temperature,
+            config.top_p,
+            config.max_new_tokens,
+        )
 
 
 def stream_seed(*key: int) -> int:

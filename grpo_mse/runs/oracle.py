@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from grpo_mse import cli
 from grpo_mse import distributed as dist
 from grpo_mse.config.gradient_evaluation import OracleConfig
-from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag
+from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.policy.vllm_sampler import make_vllm
 from grpo_mse.rewards.rules import row_reward
@@ -104,13 +104,7 @@ class OracleRun:
         if done_keys:
             print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
         os.makedirs(config.out_dir, exist_ok=True)
-        sampling = SamplingSettings(
-            tuple(eos_token_ids(model, tokenizer)),
-            tokenizer.pad_token_id,
-            config.temperature,
-            config.top_p,
-            config.max_new_tokens,
-        )
+        sampling = SamplingSettings.of_run(config, model, tokenizer)
         sampler = make_vllm(config, sampling, requests_per_call=config.batch_size) or HFSampler(
             model, sampling, config.batch_size
         )

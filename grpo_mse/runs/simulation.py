@@ -32,7 +32,7 @@ from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.gradients import estimators as est
-from grpo_mse.policy.loading import eos_token_ids, load_policy
+from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.logprobs import prompts_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, stream_seed
 from grpo_mse.rewards.rules import row_reward
@@ -44,11 +44,6 @@ SHARED_PREFILL_MIN = 12  # group size from which per-prompt sampling (shared pro
 SHARED_PROMPT_MIN_K = 4  # group size from which per-group log-probabilities (prompt run once) are faster on CPU
 SAMPLING_BATCH = 256  # sequences per sampling batch
 GREEDY_TOP_P = 1e-9  # a nucleus this small holds only the most likely token: sampling from it is greedy decoding
-
-
-def run_simulation(config: SimulationConfig, progress=None) -> list[SimulationRecord]:
-    """Records (K, seed, estimator, step, heldout_reward) of every run of the sweep (see ``SimulationRun``)."""
-    return SimulationRun.load(config).sweep(progress)
 
 
 @dataclass
@@ -70,13 +65,7 @@ class SimulationRun:
         model, tokenizer = load_policy(config.model, "cpu", "fp32")
         train = text_pool(tokenizer, make_rows(config.train_prompts, seed=config.train_seed, style=config.style))
         heldout = text_pool(tokenizer, make_rows(config.heldout_prompts, seed=config.heldout_seed, style=config.style))
-        settings = SamplingSettings(
-            tuple(eos_token_ids(model, tokenizer)),
-            tokenizer.pad_token_id,
-            config.temperature,
-            config.top_p,
-            config.max_new_tokens,
-        )
+        settings = SamplingSettings.of_run(config, model, tokenizer)
         greedy = HFSampler(model, replace(settings, top_p=GREEDY_TOP_P), SAMPLING_BATCH)
         return cls(config, train, heldout, HFSampler(model, settings, SAMPLING_BATCH), greedy)
 

@@ -21,7 +21,7 @@ from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
 from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, c1_memory
-from grpo_mse.policy.loading import eos_token_ids, load_policy, model_tag
+from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.policy.vllm_sampler import make_vllm
@@ -50,14 +50,11 @@ NOTE = (
 @dataclass
 class PromptSampler:
     """Draw and score the continuations of one prompt: sampling through ``backend`` (an HFSampler of
-    ``model``, or a VLLMSampler), log-probabilities with gradients through the HF ``model``."""
+    ``model``, or a VLLMSampler) with ``settings``, log-probabilities with gradients through the HF ``model``."""
 
     model: object
     tokenizer: object
-    eos_ids: list[int]
-    temperature: float
-    top_p: float
-    max_new_tokens: int
+    settings: SamplingSettings  # temperature, top_p, max_new_tokens, EOS and pad ids: of the draws and the scores
     gen_bs: int
     seed: int
     include_eos: bool = True
@@ -67,12 +64,7 @@ class PromptSampler:
 
     def __post_init__(self) -> None:
         if self.backend is None:
-            self.backend = HFSampler(self.model, self.settings(), self.gen_bs)
-
-    def settings(self) -> SamplingSettings:
-        return SamplingSettings(
-            tuple(self.eos_ids), self.tokenizer.pad_token_id, self.temperature, self.top_p, self.max_new_tokens
-        )
+            self.backend = HFSampler(self.model, self.settings, self.gen_bs)
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
@@ -83,17 +75,18 @@ class PromptSampler:
     def logprob_fn(self, ids: list[int]):
         """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
         function = shared_prompt_logprobs if self.shared_prompt else sequence_logprobs
+        s = self.settings
 
         def logprobs(continuations):
             return function(
                 self.model,
                 ids,
                 continuations,
-                eos_ids=self.eos_ids,
-                pad_id=self.tokenizer.pad_token_id,
+                eos_ids=s.eos_ids,
+                pad_id=s.pad_id,
                 include_eos=self.include_eos,
-                temperature=self.temperature,
-                top_p=self.top_p if self.score_distribution == "sampling" else 1.0,
+                temperature=s.temperature,
+                top_p=s.top_p if self.score_distribution == "sampling" else 1.0,
             )
 
         return logprobs
@@ -352,17 +345,14 @@ class TracecovRun:
         sampler = PromptSampler(
             model,
             tokenizer,
-            eos_token_ids(model, tokenizer),
-            config.temperature,
-            config.top_p,
-            config.max_new_tokens,
+            SamplingSettings.of_run(config, model, tokenizer),
             config.gen_bs,
             config.seed,
             include_eos=not config.drop_eos,
             shared_prompt=config.engine == "fast",
             score_distribution=config.score_distribution,
         )
-        sampler.backend = make_vllm(config, sampler.settings()) or sampler.backend
+        sampler.backend = make_vllm(config, sampler.settings) or sampler.backend
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
@@ -446,7 +436,7 @@ class TracecovRun:
         params = [p for p in self.sampler.model.parameters() if p.requires_grad]
         value = oracle_value(row)
         vanilla_biased = est.NAIVE in config.estimators and paired.score_law_mismatch(
-            self.sampler.score_distribution, self.sampler.top_p, self.sampler.include_eos
+            self.sampler.score_distribution, self.sampler.settings.top_p, self.sampler.include_eos
         )
         stats = prompt_traces(
             self.sampler.logprob_fn(ids),

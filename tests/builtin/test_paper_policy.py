@@ -274,13 +274,14 @@ def test_fast_engine_equals_reference_on_the_paper_policy(paper_policy):
     from grpo_mse.gradients import estimators as est
     from grpo_mse.gradients.engine import prompt_traces
     from grpo_mse.policy.loading import eos_token_ids
+    from grpo_mse.policy.sampling import SamplingSettings
     from grpo_mse.rewards.rules import row_reward
     from grpo_mse.runs.tracecov import PromptSampler
 
     model, tokenizer = paper_policy
-    eos = eos_token_ids(model, tokenizer)
+    settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, 1.0, 0.95, 24)
     fast_sampler, reference_sampler = (
-        PromptSampler(model, tokenizer, eos, 1.0, 0.95, 24, 64, 0, shared_prompt=shared) for shared in (True, False)
+        PromptSampler(model, tokenizer, settings, 64, 0, shared_prompt=shared) for shared in (True, False)
     )
     row = make_rows(3, seed=0)[2]
     ids, continuations, texts = fast_sampler.draw(row, (0, 0), 12)

@@ -8,6 +8,7 @@ import torch
 
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.config.gradient_evaluation import TracecovConfig
+from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import DEFAULT_SOURCE, last_integer_reward, row_reward
 from grpo_mse.runs.tracecov import PromptSampler, TracecovRun
 from grpo_mse.tables.inputs import load_rows, row_keys
@@ -58,16 +59,8 @@ class FixedTextSampler(PromptSampler):
     """A sampler whose continuations are fixed tokens and whose decoded texts are given."""
 
     def __init__(self, model, texts):
-        super().__init__(
-            model,
-            SimpleNamespace(pad_token_id=0),
-            eos_ids=[1],
-            temperature=1.0,
-            top_p=1.0,
-            max_new_tokens=2,
-            gen_bs=8,
-            seed=0,
-        )
+        settings = SamplingSettings(eos_ids=(1,), pad_id=0, temperature=1.0, top_p=1.0, max_new_tokens=2)
+        super().__init__(model, SimpleNamespace(pad_token_id=0), settings, gen_bs=8, seed=0)
         self.texts = texts
 
     def draw(self, row, stream, count):
