@@ -68,7 +68,7 @@ def main(argv=None) -> None:
     import torch  # after the flags are parsed
 
     from grpo_mse.builtin import paper_policy as pp
-    from grpo_mse.builtin.tiny_policy import estimate_v, save_policy, v_summary
+    from grpo_mse.builtin.tiny_policy import sample_answers, save_policy, share_correct, v_summary
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -79,14 +79,15 @@ def main(argv=None) -> None:
 
     def summary(model, tokenizer, label: str) -> None:
         start = time.time()
-        values, eos_rate = estimate_v(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed)
+        answers, eos_rate = sample_answers(model, tokenizer, rows, n_samples=args.eval_samples, seed=args.seed)
+        values = share_correct(rows, answers)
         print(
             f"V {label} ({args.eval_prompts} demo prompts x {args.eval_samples} samples, {time.time() - start:.1f}s, "
             f"EOS rate {eos_rate:.2f}): {v_summary(values)}",
             flush=True,
         )
-        if args.slip_steps or args.settle_steps:  # the same samples (same seed), scored against the slip answers
-            slips, _ = estimate_v(model, tokenizer, slip_targets, n_samples=args.eval_samples, seed=args.seed)
+        if args.slip_steps or args.settle_steps:  # the same samples scored against the slip answers
+            slips = share_correct(slip_targets, answers)
             target = [n / pp.COPIES for n, _ in plan]
             on_target = sum(map(sum, zip(values, slips))) / len(values)
             gap = sum(abs(v - q) for v, q in zip(values, target)) / len(values)

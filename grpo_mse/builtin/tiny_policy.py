@@ -20,7 +20,10 @@ from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerFast
 
 from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.policy.loading import eos_token_ids
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import row_reward
+from grpo_mse.tables.inputs import prompt_ids
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -288,7 +291,30 @@ def save_policy(model, tokenizer, out_dir) -> None:
     model.save_pretrained(out, safe_serialization=True)
 
 
-@torch.no_grad()
+def sample_answers(
+    model,
+    tokenizer,
+    rows,
+    n_samples: int = 32,
+    prompts_per_batch: int = 8,
+    seed: int = 0,
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    top_p: float = 0.95,
+) -> tuple[list[list[str]], float]:
+    """``n_samples`` answer texts per row, drawn by the project's seeded sampler (sample j of row i from
+    stream (seed, i, j)), and the share of samples that ended with an EOS token."""
+    model.eval()
+    settings = SamplingSettings(
+        tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, temperature, top_p, max_new_tokens
+    )
+    sampler = HFSampler(model, settings, prompts_per_batch * n_samples)
+    requests = [(prompt_ids(tokenizer, row["prompt"]), n_samples, (seed, i)) for i, row in enumerate(rows)]
+    continuations = sampler.sample(requests)
+    ended = sum(bool(c) and c[-1] in settings.eos_ids for group in continuations for c in group)
+    return [decode(tokenizer, group) for group in continuations], ended / max(1, len(rows) * n_samples)
+
+
 def estimate_v(
     model,
     tokenizer,
@@ -300,39 +326,17 @@ def estimate_v(
     temperature: float = 1.0,
     top_p: float = 0.95,
 ) -> tuple[list[float], float]:
-    """Monte-Carlo V(x) per row (share of ``n_samples`` sampled answers with reward 1), and the EOS rate."""
-    torch.manual_seed(seed)
-    model.eval()
-    side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    values, n_eos, n_total = [], 0, 0
-    try:
-        for start in range(0, len(rows), prompts_per_batch):
-            chunk = rows[start : start + prompts_per_batch]
-            texts = [
-                tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in chunk
-            ]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            out = model.generate(
-                **enc,
-                do_sample=True,
-                temperature=temperature,
-                top_p=top_p,
-                top_k=0,
-                max_new_tokens=max_new_tokens,
-                num_return_sequences=n_samples,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-            gen = out[:, enc["input_ids"].shape[1] :]
-            decoded = tokenizer.batch_decode(gen, skip_special_tokens=True)
-            n_eos += int((gen == tokenizer.eos_token_id).any(dim=1).sum())
-            n_total += len(decoded)
-            for i, row in enumerate(chunk):
-                samples = decoded[i * n_samples : (i + 1) * n_samples]
-                values.append(sum(row_reward(row, t) for t in samples) / n_samples)
-    finally:
-        tokenizer.padding_side = side
-    return values, n_eos / max(1, n_total)
+    """Monte-Carlo V(x) per row (share of ``n_samples`` answers of ``sample_answers`` with reward 1), and the
+    EOS rate."""
+    answers, eos_rate = sample_answers(
+        model, tokenizer, rows, n_samples, prompts_per_batch, seed, max_new_tokens, temperature, top_p
+    )
+    return share_correct(rows, answers), eos_rate
+
+
+def share_correct(rows, answers: list[list[str]]) -> list[float]:
+    """Per row, the share of its answer texts with reward 1 (a Monte-Carlo V(x))."""
+    return [sum(row_reward(row, t) for t in texts) / len(texts) for row, texts in zip(rows, answers)]
 
 
 def v_summary(values) -> str:

@@ -261,8 +261,8 @@ def test_shipped_policy_errs_by_its_slip(paper_policy):
     model, tokenizer = paper_policy
     rows = make_rows(8, seed=0)
     slips = [{**r, "ground_truth": slip} for r, (_, slip) in zip(rows, pp.slip_plan(8))]
-    correct, _ = tp.estimate_v(model, tokenizer, rows, n_samples=32, seed=3)
-    slipped, _ = tp.estimate_v(model, tokenizer, slips, n_samples=32, seed=3)
+    answers, _ = tp.sample_answers(model, tokenizer, rows, n_samples=32, seed=3)  # scored against both answers
+    correct, slipped = tp.share_correct(rows, answers), tp.share_correct(slips, answers)
     assert sum(correct) + sum(slipped) >= 0.98 * 8 and sum(correct) > 1 and sum(slipped) > 1
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -98,3 +99,24 @@ def test_build_tokenizer_is_deterministic():
     first, second = tp.build_tokenizer(texts), tp.build_tokenizer(list(reversed(texts)))
     assert first.get_vocab() == second.get_vocab()
     assert first.backend_tokenizer.to_str() == second.backend_tokenizer.to_str()
+
+
+def test_builders_v_summary_is_the_oracle_runs_estimate(tmp_path, tokenizer, model):
+    """estimate_v (the builders' summary) draws sample j of row i from stream (seed, i, j): on rows whose ids are
+    their positions it equals calculate_oracle_v's V of the same seed and sampling settings, row by row. Its EOS
+    rate counts sampled EOS tokens: every answer ends within 32 tokens, none within 1 (the answer's digits come
+    first)."""
+    from grpo_mse.config.gradient_evaluation import OracleConfig
+    from grpo_mse.runs.oracle import run_oracle
+    from grpo_mse.tables.outputs import read_complete_jsonl
+
+    rows = make_rows(4, seed=0, style="zero_shot")
+    table = tmp_path / "rows.jsonl"
+    table.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    common = {"model": BUILTIN_POLICY, "device": "cpu", "dtype": "fp32", "seed": 5, "top_p": 0.9}
+    saved = run_oracle(OracleConfig(**common, dataset=str(table), n_oracle=12, out_dir=str(tmp_path / "v")))
+    oracle = {r["id"]: r["V_oracle"] for r in read_complete_jsonl(saved["path"])}
+    values, eos_rate = tp.estimate_v(model, tokenizer, rows, n_samples=12, seed=5, top_p=0.9)
+    assert values == [oracle[row["id"]] for row in rows] and 0 < sum(values) < len(rows)
+    assert eos_rate == 1.0
+    assert tp.estimate_v(model, tokenizer, rows, n_samples=4, max_new_tokens=1)[1] == 0.0
