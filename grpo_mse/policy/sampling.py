@@ -49,11 +49,6 @@ def stream_seed(*key: int) -> int:
     return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
 
 
-def row_generators(*key: int, count: int, start: int = 0) -> list[torch.Generator]:
-    """Generators of the sample indices start..start+count-1 of stream ``key``."""
-    return [torch.Generator().manual_seed(stream_seed(*key, j)) for j in range(start, start + count)]
-
-
 def sorted_nucleus(logits: torch.Tensor, temperature: float, top_p: float):
     """(probabilities sorted descending with those outside the nucleus set to 0, their token order): the nucleus
     is the smallest set of most likely tokens of softmax(logits / T) (float32) with mass >= top_p."""
@@ -133,30 +128,6 @@ def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens
         )
         cache, logits = out.past_key_values, out.logits[:, -1, :]
     return outputs
-
-
-def sample_continuations(
-    model,
-    prompts: list[list[int]],
-    generators: list[torch.Generator],
-    *,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
-    eos_ids: list[int],
-    pad_id: int,
-    batch_size: int,
-) -> list[list[int]]:
-    """One continuation per (prompt ids, generator) pair; a sampled EOS token is kept at the end."""
-    if len(prompts) != len(generators):
-        raise ValueError("need one generator per prompt row")
-    continuations = []
-    for start in range(0, len(prompts), batch_size):
-        stop = start + batch_size
-        continuations += _sample_batch(
-            model, prompts[start:stop], generators[start:stop], temperature, top_p, max_new_tokens, eos_ids, pad_id
-        )
-    return continuations
 
 
 @dataclass

@@ -156,12 +156,6 @@ def parquet_bytes(rows: list[dict]) -> bytes:
     return buffer.getvalue()
 
 
-def write_parquet(rows: list[dict], path: str) -> str:
-    """Write VERL rows to ``path`` (parent folders created, written atomically) and return it."""
-    write_atomic(path, parquet_bytes(rows))
-    return path
-
-
 def write_splits(splits: dict, out_dir: str, overwrite: bool = False) -> dict:
     """Write each split's rows to ``out_dir/{split}.parquet``; return {split: path}.
 

@@ -33,12 +33,11 @@ KEEP_OUT = (
 @pytest.fixture(scope="module")
 def long_base(tmp_path_factory):
     """A BASE of 100+ characters with the arithmetic parquet files in it."""
-    from grpo_mse.training.data import arithmetic_splits, write_parquet
+    from grpo_mse.training.data import arithmetic_splits, write_splits
 
     base = tmp_path_factory.mktemp("long") / ("a_rather_long_folder_name_" * 4) / "base"
     (base / "data").mkdir(parents=True)
-    for split, rows in arithmetic_splits(32, 8).items():
-        write_parquet(rows, str(base / "data" / f"{split}.parquet"))
+    write_splits(arithmetic_splits(32, 8), str(base / "data"))
     assert len(str(base)) >= 100
     return base
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grpo_mse.training.data import arithmetic_splits, write_parquet
+from grpo_mse.training.data import arithmetic_splits, write_splits
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "assets" / "tiny_policy"
@@ -45,8 +45,7 @@ def accuracy_in_logs(logs: Path) -> dict:
 @pytest.mark.parametrize("wandb_mode", ["disabled", "offline"])
 def test_sweep_collect_figures_table2(tmp_path, wandb_mode):
     data = tmp_path / "data"
-    for split, rows in arithmetic_splits(16, 8).items():
-        write_parquet(rows, str(data / f"{split}.parquet"))
+    write_splits(arithmetic_splits(16, 8), str(data))
     env = {k: v for k, v in os.environ.items() if k in KEEP}
     env.update(
         TRAINER="trl",

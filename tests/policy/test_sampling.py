@@ -1,6 +1,6 @@
 import torch
 
-from grpo_mse.policy.sampling import nucleus_sample, row_generators, sample_continuations, stream_seed
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings, nucleus_sample, stream_seed
 
 
 def test_inverse_cdf_on_a_uniform_grid_reproduces_the_truncated_distribution():
@@ -29,15 +29,10 @@ def test_streams_are_distinct_and_stable():
 
 def test_continuations_do_not_depend_on_batching(random_lm):
     prompts = [[3, 4, 5], [6, 7, 8, 9, 10, 11], [12, 13]]
-    kwargs = dict(temperature=1.0, top_p=0.9, max_new_tokens=6, eos_ids=[1, 2], pad_id=0)
-    keys = [(0, 4, p) for p in range(3)]
-    together = sample_continuations(
-        random_lm, prompts, [row_generators(*k, count=1)[0] for k in keys], batch_size=8, **kwargs
-    )
-    alone = [
-        sample_continuations(random_lm, [p], row_generators(*k, count=1), batch_size=1, **kwargs)[0]
-        for p, k in zip(prompts, keys)
-    ]
+    settings = SamplingSettings(eos_ids=(1, 2), pad_id=0, temperature=1.0, top_p=0.9, max_new_tokens=6)
+    requests = [(p, 1, (0, 4, i)) for i, p in enumerate(prompts)]
+    together = [c for (c,) in HFSampler(random_lm, settings, batch_size=8).sample(requests)]
+    alone = [HFSampler(random_lm, settings, batch_size=1).sample([request])[0][0] for request in requests]
     assert together == alone
     for tokens in together:
         assert 1 <= len(tokens) <= 6
@@ -46,13 +41,7 @@ def test_continuations_do_not_depend_on_batching(random_lm):
 
 def test_group_prefill_equals_padded_batch(random_lm):
     prompt, other = [3, 4, 5, 6], [7, 8]
-    kwargs = dict(temperature=1.0, top_p=1.0, max_new_tokens=5, eos_ids=[1], pad_id=0)
-    shared = sample_continuations(random_lm, [prompt] * 4, row_generators(9, 1, count=4), batch_size=4, **kwargs)
-    padded = sample_continuations(
-        random_lm,
-        [prompt] * 4 + [other],
-        row_generators(9, 1, count=4) + row_generators(9, 2, count=1),
-        batch_size=5,
-        **kwargs,
-    )
-    assert shared == padded[:4]
+    settings = SamplingSettings(eos_ids=(1,), pad_id=0, temperature=1.0, top_p=1.0, max_new_tokens=5)
+    (shared,) = HFSampler(random_lm, settings, batch_size=4).sample([(prompt, 4, (9, 1))])  # one prompt: prefilled once
+    padded, _ = HFSampler(random_lm, settings, batch_size=5).sample([(prompt, 4, (9, 1)), (other, 1, (9, 2))])
+    assert shared == padded

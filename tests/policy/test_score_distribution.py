@@ -17,7 +17,7 @@ import torch
 from grpo_mse.analysis import theory
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
-from grpo_mse.policy.sampling import row_generators, sample_continuations
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings
 from grpo_mse.runs.tracecov import score_fields
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
@@ -120,21 +120,17 @@ def test_sampler_draws_from_q(case):
     """Every sampled continuation has q > 0 and the share of an immediate EOS matches q([EOS])."""
     support = {tuple(t): p for t, p in zip(case["tokens"], case["q"])}
     n = 600
-    draws = sample_continuations(
-        case["model"],
-        [PROMPT] * n,
-        row_generators(1, count=n),
-        temperature=TEMPERATURE,
-        top_p=TOP_P,
-        max_new_tokens=2,
-        eos_ids=[case["eos"]],
-        pad_id=0,
-        batch_size=200,
-    )
+    (draws,) = _sampler(case["model"], case["eos"], 200).sample([(PROMPT, n, (1,))])
     assert all(tuple(d) in support for d in draws)
     p = support[(case["eos"],)]
     share = sum(d == [case["eos"]] for d in draws) / n
     assert abs(share - p) < Z * math.sqrt(p * (1 - p) / n)
+
+
+def _sampler(model, eos, batch_size):
+    """The seeded sampler at (TEMPERATURE, TOP_P), at most two new tokens, stopping at ``eos``."""
+    settings = SamplingSettings(eos_ids=(eos,), pad_id=0, temperature=TEMPERATURE, top_p=TOP_P, max_new_tokens=2)
+    return HFSampler(model, settings, batch_size)
 
 
 def _logprob_fn(model, eos, top_p):
@@ -150,17 +146,7 @@ def _logprob_fn(model, eos, top_p):
 
 def _sampled_groups(model, eos, seed, copy):
     """M groups of K two-token continuations of PROMPT sampled at (TEMPERATURE, TOP_P), and their rewards."""
-    draws = sample_continuations(
-        model,
-        [PROMPT] * (M * K),
-        row_generators(seed, copy, count=M * K),
-        temperature=TEMPERATURE,
-        top_p=TOP_P,
-        max_new_tokens=2,
-        eos_ids=[eos],
-        pad_id=0,
-        batch_size=M * K,
-    )
+    (draws,) = _sampler(model, eos, M * K).sample([(PROMPT, M * K, (seed, copy))])
     groups = [draws[g * K : (g + 1) * K] for g in range(M)]
     rewards = torch.tensor([[_reward(t, eos) for t in group] for group in groups], dtype=torch.float64)
     return groups, rewards

@@ -12,7 +12,7 @@ from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import DEFAULT_SOURCE, last_integer_reward, row_reward
 from grpo_mse.runs.tracecov import PromptSampler, TracecovRun
 from grpo_mse.tables.inputs import load_rows, row_keys
-from grpo_mse.training.data import arithmetic_splits, write_parquet
+from grpo_mse.training.data import arithmetic_splits, write_splits
 
 
 def _answers(gold) -> list[str]:
@@ -36,7 +36,7 @@ def test_verl_parquet_loads_and_scores_like_the_jsonl(tmp_path):
     jsonl = tmp_path / "rows.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in jsonl_rows))
     splits = arithmetic_splits(n_train=4, n_test=12, seed=3, style="few_shot")
-    parquet = write_parquet(splits["test"], str(tmp_path / "test.parquet"))
+    parquet = write_splits(splits, str(tmp_path))["test"]
     from_jsonl, from_parquet = load_rows(str(jsonl)), load_rows(parquet)
     assert row_keys(from_parquet) == row_keys(from_jsonl) == [r["id"] for r in jsonl_rows]
     for plain, verl in zip(from_jsonl, from_parquet):

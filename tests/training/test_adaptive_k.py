@@ -14,7 +14,7 @@ import torch
 from conftest import BUILTIN_POLICY
 
 from grpo_mse.training import adaptive_k
-from grpo_mse.training.data import arithmetic_splits, write_parquet
+from grpo_mse.training.data import arithmetic_splits, write_splits
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 # A reward with spread inside groups (the tiny policy rarely solves a problem): the completion's length mod 3.
@@ -26,8 +26,7 @@ SPREAD_REWARD = (
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("adaptive_inputs")
-    for split, rows in arithmetic_splits(96, 8).items():
-        write_parquet(rows, str(folder / f"{split}.parquet"))
+    write_splits(arithmetic_splits(96, 8), str(folder))
     (folder / "spread_reward.py").write_text(SPREAD_REWARD)
     return {
         "model": BUILTIN_POLICY,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import BUILTIN_POLICY
 
-from grpo_mse.training.data import arithmetic_splits, write_parquet
+from grpo_mse.training.data import arithmetic_splits, write_splits
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
@@ -21,8 +21,7 @@ LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
 
 def launcher(env_extra: dict, tmp_path) -> subprocess.CompletedProcess:
     data = tmp_path / "data"
-    for split, rows in arithmetic_splits(32, 8).items():
-        write_parquet(rows, str(data / f"{split}.parquet"))
+    write_splits(arithmetic_splits(32, 8), str(data))
     env = {k: v for k, v in os.environ.items() if k in {"PATH", "HOME", "LANG", "PYTHONPATH"}}
     env.update(
         MODEL=BUILTIN_POLICY,

@@ -64,11 +64,10 @@ def test_run_env_gives_each_run_its_own_log_and_folder():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    from grpo_mse.training.data import arithmetic_splits, write_parquet
+    from grpo_mse.training.data import arithmetic_splits, write_splits
 
     folder = tmp_path_factory.mktemp("a,b")  # a comma in the data path (Hydra syntax unless quoted)
-    for split, rows in arithmetic_splits(8, 4).items():
-        write_parquet(rows, str(folder / f"{split}.parquet"))
+    write_splits(arithmetic_splits(8, 4), str(folder))
     return folder
 
 
@@ -229,7 +228,7 @@ def test_verl_dry_run_names_an_unknown_key_and_the_users_own_value():
 @pytest.mark.slow
 def test_verl_dry_run_reads_the_data_files(tmp_path, data_dir, capsys):
     """Issue 17 sweep: the VERL dry run read no data (README.md as TRAIN_FILE passed); now it reads the parquet."""
-    from grpo_mse.training.data import write_parquet
+    from grpo_mse.training.data import write_splits
     from grpo_mse.training.verl_launch import check_data_files, main
 
     val = f"data.val_files='{data_dir}/test.parquet'"  # quoted: a comma in the folder name
@@ -242,15 +241,14 @@ def test_verl_dry_run_reads_the_data_files(tmp_path, data_dir, capsys):
     torn = tmp_path / "torn.parquet"
     torn.write_bytes((data_dir / "train.parquet").read_bytes()[:100])
     assert "not a readable parquet file" in check_data_files([f"data.train_files={torn}", val])
-    no_source = tmp_path / "no_source.parquet"
-    write_parquet(
-        [{"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": "2"}}], str(no_source)
-    )
+    broken = {  # rows VERL cannot score, through prepare_data's writer: {name}.parquet
+        "no_source": [{"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": "2"}}],
+        "no_truth": [{"prompt": "1+1?", "data_source": "arithmetic", "reward_model": {"style": "rule"}}],
+    }
+    no_source, no_truth = write_splits(broken, str(tmp_path)).values()
     assert check_data_files([val.replace("val", "train", 1), f"data.val_files={no_source}"]) == (
         f"data.val_files: {no_source}: row 0 has no 'data_source' field"
     )
-    no_truth = tmp_path / "no_truth.parquet"
-    write_parquet([{"prompt": "1+1?", "data_source": "arithmetic", "reward_model": {"style": "rule"}}], str(no_truth))
     assert "has no 'ground_truth' field" in check_data_files([f"data.train_files={no_truth}", val])
     assert main([f"data.train_files={readme}", val]) == 2
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import BUILTIN_POLICY, load_script
 
-from grpo_mse.training.data import arithmetic_splits, write_parquet
+from grpo_mse.training.data import arithmetic_splits, write_splits
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
@@ -32,8 +32,7 @@ def _weights(folder) -> dict:
 def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     pytest.importorskip("trl")
     data = tmp_path / "data"
-    for split, rows in arithmetic_splits(32, 16).items():
-        write_parquet(rows, str(data / f"{split}.parquet"))
+    write_splits(arithmetic_splits(32, 16), str(data))
     env = {k: v for k, v in os.environ.items() if k in KEEP}
     env.update(
         TRAINER="trl",
@@ -105,8 +104,7 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
 @pytest.fixture(scope="module")
 def trl_inputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trl_inputs")
-    for split, rows in arithmetic_splits(16, 4).items():
-        write_parquet(rows, str(folder / f"{split}.parquet"))
+    write_splits(arithmetic_splits(16, 4), str(folder))
     return {
         "model": BUILTIN_POLICY,
         "train_file": str(folder / "train.parquet"),

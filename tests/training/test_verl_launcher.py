@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_mse.training.data import arithmetic_splits, write_parquet
+from grpo_mse.training.data import arithmetic_splits, write_splits
 from grpo_mse.training.sweep import budget_settings, launch, plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +25,7 @@ CONFIG_VARS = (
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("arith")
-    for split, rows in arithmetic_splits(32, 8).items():
-        write_parquet(rows, str(folder / f"{split}.parquet"))
+    write_splits(arithmetic_splits(32, 8), str(folder))
     return folder
 
 
