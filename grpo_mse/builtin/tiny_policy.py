@@ -315,22 +315,10 @@ def sample_answers(
     return [decode(tokenizer, group) for group in continuations], ended / max(1, len(rows) * n_samples)
 
 
-def estimate_v(
-    model,
-    tokenizer,
-    rows,
-    n_samples: int = 32,
-    prompts_per_batch: int = 8,
-    seed: int = 0,
-    max_new_tokens: int = 32,
-    temperature: float = 1.0,
-    top_p: float = 0.95,
-) -> tuple[list[float], float]:
-    """Monte-Carlo V(x) per row (share of ``n_samples`` answers of ``sample_answers`` with reward 1), and the
-    EOS rate."""
-    answers, eos_rate = sample_answers(
-        model, tokenizer, rows, n_samples, prompts_per_batch, seed, max_new_tokens, temperature, top_p
-    )
+def estimate_v(model, tokenizer, rows, n_samples: int = 32, **sampling) -> tuple[list[float], float]:
+    """Monte-Carlo V(x) per row (share of ``n_samples`` answers with reward 1), and the EOS rate; ``sampling``:
+    ``sample_answers``' prompts_per_batch, seed, max_new_tokens, temperature and top_p."""
+    answers, eos_rate = sample_answers(model, tokenizer, rows, n_samples, **sampling)
     return share_correct(rows, answers), eos_rate
 
 
