@@ -129,8 +129,8 @@ def batch_c1_target(g_gram, batch_size: int) -> float:
 
     The advisor's per-batch c1 is unbiased for E_X ||g(X) - E g||^2 when prompts are drawn at random; with the
     prompts held fixed its expectation is the (n - 1)-denominator spread of each batch, i.e. n / (n - 1) times
-    ``theory.scaling_constants`` c1 of the batch. Batches are consecutive prompts (tracecov_job.prompt_batches);
-    a batch of one prompt gives no c1 and is skipped, as in the run.
+    ``theory.scaling_constants`` c1 of the batch. Batches are consecutive prompts (one process's
+    ``rank_batches``); a batch of one prompt gives no c1 and is skipped, as in the run.
     """
     gram = np.asarray(g_gram, dtype=np.float64)
     count, values = gram.shape[0], []

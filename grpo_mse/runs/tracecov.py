@@ -139,16 +139,11 @@ def load_progress(base: str) -> tuple[dict[tuple[int, int], PromptRecord], dict[
     return done, batches
 
 
-def prompt_batches(count: int, size: int) -> list[list[int]]:
-    """Consecutive prompt indices in batches of ``size`` (the unit of sharding and of c1)."""
-    return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
-
-
 def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
     """Per rank, its c1 batches: rank r takes the r-th of ``world`` contiguous ranges of prompts whose lengths
     differ by at most one (shards balanced by prompt), cut into batches of ``size`` consecutive prompts (a
     range's last batch may be shorter). A batch never crosses ranks, so its Gram matrix is computed where its
-    prompts are; with one process this is ``prompt_batches(count, size)``."""
+    prompts are; with one process: consecutive prompts in batches of ``size``."""
     per, extra = divmod(count, world)
     layout, start = [], 0
     for rank in range(world):

@@ -59,7 +59,7 @@ def _choose_rows(model, tokenizer, texts):
 def _run_advisor(model, tokenizer, rows, progress):
     """run_tracecov's advisor path: run_batch over c1 batches of PROMPTS consecutive rows per K, then advise."""
     from grpo_mse.config.gradient_evaluation import TracecovConfig
-    from grpo_mse.runs.tracecov import TracecovRun, prompt_batches
+    from grpo_mse.runs.tracecov import TracecovRun, rank_batches
 
     sampler = one_token_sampler(model, tokenizer)
     config = TracecovConfig(
@@ -68,7 +68,7 @@ def _run_advisor(model, tokenizer, rows, progress):
     keys = [row["id"] for row in rows]
     run = TracecovRun(config, sampler, rows, keys, progress=progress)
     for k in K_LIST:
-        for batch_id, indices in enumerate(prompt_batches(len(rows), PROMPTS)):
+        for batch_id, indices in enumerate(rank_batches(len(rows), PROMPTS, 1)[0]):
             run.run_batch(batch_id, indices, k)
     done, batches = run.done, run.batches
     records = {k: [r for (rk, _), r in done.items() if rk == k] for k in K_LIST}

@@ -6,7 +6,7 @@
 - A batch whose mean gradients go to files gives a bit-identical Gram matrix and c1 record, holds in memory
   and on disk exactly what ``c1_memory`` says, and leaves no file behind.
 - ``rank_batches``: every rank's prompt count within one of the others, batches never crossing ranks, one
-  process = ``prompt_batches`` (so single-process results are unchanged).
+  process = consecutive batches of --c1_batch prompts (so single-process results are unchanged).
 """
 
 import glob
@@ -20,7 +20,7 @@ from grpo_mse.gradients import statistics
 from grpo_mse.gradients.statistics import BetweenPromptBatch, c1_memory
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.runs import tracecov as tracecov_job
-from grpo_mse.runs.tracecov import prompt_batches, rank_batches
+from grpo_mse.runs.tracecov import rank_batches
 
 GB = 1e9
 
@@ -117,7 +117,7 @@ def test_rank_batches_balance_prompts_and_keep_batches_on_one_rank(count, size, 
     assert flat == list(range(count))  # every prompt once, in order; each batch lies in one rank's range
     assert all(1 <= len(b) <= size and b == list(range(b[0], b[0] + len(b))) for bs in layout for b in bs)
     if world == 1:
-        assert layout[0] == prompt_batches(count, size)
+        assert layout[0] == [list(range(s, min(s + size, count))) for s in range(0, count, size)]
 
 
 def test_rank_batches_balance_where_whole_batches_could_not():
