@@ -59,7 +59,10 @@ def predicted_error(prediction: dict, k: int) -> float:
         c1, c2, c3 = (advisor.number(prediction.get(c)) for c in ("c1", "c2", "c3"))
     except (TypeError, ValueError):
         return math.nan
-    value = c1 * k + c2 + c3 / (k - 1) if all(map(math.isfinite, (c1, c2, c3))) else math.nan
+    if not all(map(math.isfinite, (c1, c2, c3))):
+        return math.nan
+    with np.errstate(divide="ignore", invalid="ignore"):  # K = 1: no GRPO error (nan)
+        value = float(advisor.exact_error(c1, c2, c3, k, budget=1.0))
     return value if math.isfinite(value) else math.nan
 
 
