@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     runs = plan(args.K_list, args.seeds, args.run_tag, args.budget)  # every K was checked against the budget
     results = launch(runs, args.overrides, args.budget, args.dry_run, args.validate_all, args.keep_going, args.launcher)
-    failed = [run["name"] for run, code in results if code != 0]
+    failed = [run.name for run, code in results if code != 0]
     print(
         f"[sweep] {len(results) - len(failed)}/{len(runs)} runs succeeded" + (f"; failed: {failed}" if failed else "")
     )

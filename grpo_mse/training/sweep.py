@@ -81,18 +81,23 @@ class SweepConfig(Flags):
                 raise cli.UsageError(str(exc)) from None
 
 
-def plan(k_list: list[int], seeds: list[int], run_tag: str = "grpo", budget: int = 1024) -> list[dict]:
-    """All runs of the sweep; every K is checked against the budget before anything starts."""
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of the sweep: group size K, its seed, and its name ``{run_tag}_K{K}_seed{seed}`` (logs, wandb)."""
+
+    K: int
+    seed: int
+    name: str
+
+
+def plan(k_list: list[int], seeds: list[int], run_tag: str = "grpo", budget: int = 1024) -> list[PlannedRun]:
+    """All runs of the sweep, seed by seed; every K is checked against the budget before anything starts."""
     for k in k_list:
         budget_settings(k, budget)
-    return [
-        {"K": k, "seed": seed, "name": f"{run_tag}_K{k}_seed{seed}", **budget_settings(k, budget)}
-        for seed in seeds
-        for k in k_list
-    ]
+    return [PlannedRun(k, seed, f"{run_tag}_K{k}_seed{seed}") for seed in seeds for k in k_list]
 
 
-def run_env(run: dict, budget: int, dry_run: str, base_env: dict | None = None) -> dict:
+def run_env(run: PlannedRun, budget: int, dry_run: str, base_env: dict | None = None) -> dict:
     """Environment for ``grpo_train.sh`` of one run (``dry_run``: "0", "1" or "print").
 
     An exported ``LOG_FILE`` or ``CKPT_DIR`` names the sweep's, not one run's: each run gets its own,
@@ -101,14 +106,14 @@ def run_env(run: dict, budget: int, dry_run: str, base_env: dict | None = None) 
     env = dict(os.environ if base_env is None else base_env)
     if env.get("LOG_FILE"):
         stem, ext = os.path.splitext(env["LOG_FILE"])
-        env["LOG_FILE"] = f"{stem}_{run['name']}{ext or '.log'}"
+        env["LOG_FILE"] = f"{stem}_{run.name}{ext or '.log'}"
     if env.get("CKPT_DIR"):
-        env["CKPT_DIR"] = os.path.join(env["CKPT_DIR"], run["name"])
+        env["CKPT_DIR"] = os.path.join(env["CKPT_DIR"], run.name)
     env.update(
-        GROUP_SIZE=str(run["K"]),
-        SEED=str(run["seed"]),
+        GROUP_SIZE=str(run.K),
+        SEED=str(run.seed),
         BUDGET=str(budget),
-        EXPERIMENT_NAME=run["name"],
+        EXPERIMENT_NAME=run.name,
         DRY_RUN=dry_run,
     )
     return env
@@ -123,12 +128,10 @@ def launch(runs, overrides=(), budget=1024, dry_run=False, validate_all=False, k
     results = []
     for i, run in enumerate(runs):
         mode = ("1" if validate_all or i == 0 else "print") if dry_run else "0"
-        print(
-            f"[sweep] {i + 1}/{len(runs)} {run['name']} (K={run['K']}, seed={run['seed']}, DRY_RUN={mode})", flush=True
-        )
+        print(f"[sweep] {i + 1}/{len(runs)} {run.name} (K={run.K}, seed={run.seed}, DRY_RUN={mode})", flush=True)
         code = subprocess.call(["bash", launcher, *overrides], env=run_env(run, budget, mode))
         results.append((run, code))
         if code != 0 and not keep_going:
-            print(f"[sweep] {run['name']} failed with exit code {code}; stopping", flush=True)
+            print(f"[sweep] {run.name} failed with exit code {code}; stopping", flush=True)
             break
     return results

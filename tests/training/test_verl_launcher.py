@@ -257,7 +257,8 @@ def test_sweep_plan_and_budget():
     with pytest.raises(ValueError, match="K=48 must divide 1024"):
         plan([8, 48], [0])
     runs = plan([4, 128], [0, 1], run_tag="gsm8k")
-    assert [r["name"] for r in runs] == ["gsm8k_K4_seed0", "gsm8k_K128_seed0", "gsm8k_K4_seed1", "gsm8k_K128_seed1"]
+    assert [r.name for r in runs] == ["gsm8k_K4_seed0", "gsm8k_K128_seed0", "gsm8k_K4_seed1", "gsm8k_K128_seed1"]
+    assert [(r.K, r.seed) for r in runs] == [(4, 0), (128, 0), (4, 1), (128, 1)]  # seed by seed, K inside
 
 
 def test_sweep_dry_run_launches_each_run(tmp_path, monkeypatch):
