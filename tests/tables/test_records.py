@@ -17,6 +17,7 @@ from grpo_mse.tables.outputs import to_json
 from grpo_mse.tables.records import (
     SIMULATION_COLUMNS,
     TIDY_COLUMNS,
+    C1BatchRecord,
     OracleValues,
     PromptRecord,
     SimulationRecord,
@@ -57,6 +58,26 @@ SAVED_EXACT_LINE = (
     '"correct_count": null, "V_ci95_low": 0.7112545919612724, "V_ci95_high": 0.7112545919612724, "V_method": '
     '"exact one-token enumeration", "oracle_settings": {"model": "assets/tiny_policy", "n_oracle": 256}}'
 )
+
+# c1 batch lines of run_tracecov progress logs (the tiny policy, --T 6 --M 3 --K_list 2 4 --c1_batch 3, before
+# PR c1records): the oracle's Gram only, and with --advisor_estimator grpo_std's estimator_grams.
+SAVED_C1_LINES = [
+    (
+        '{"c1_batch": 0, "K": 2, "n": 3, "prompt_indices": [0, 1, 2], "gram": [[0.5343061365624466, -0.044999'
+        '20685710408, 0.0], [-0.04499920685710408, 19.001643184953718, 0.0], [0.0, 0.0, 0.0]], "within_each":'
+        ' [0.1392406691492325, 2.832625386532134, 0.0], "between": 6.526982842791089, "within": 0.99062201856'
+        '04555, "c1": 5.536360824230633}'
+    ),
+    (
+        '{"c1_batch": 0, "K": 2, "n": 3, "prompt_indices": [0, 1, 2], "gram": [[0.5343061365624466, -0.044999'
+        '20685710408, 0.0], [-0.04499920685710408, 19.001643184953718, 0.0], [0.0, 0.0, 0.0]], "within_each":'
+        ' [0.1392406691492325, 2.832625386532134, 0.0], "between": 6.526982842791089, "within": 0.99062201856'
+        '04555, "c1": 5.536360824230633, "estimator_grams": {"grpo_std": {"gram": [[0.0, 0.0, 0.0], [0.0, 0.0'
+        ', 0.0], [0.0, 0.0, 0.0]], "within_each": [0.0, 0.0, 0.0]}, "grpo_std-bias": {"gram": [[13.3808824611'
+        "72362, -0.8147738131186255, 0.0], [-0.8147738131186255, 248.74877345574214, 0.0], [0.0, 0.0, 0.0]], "
+        '"within_each": [3.487070670867736, 37.081641423693384, 0.0]}}}'
+    ),
+]
 
 numbers = st.floats(allow_nan=False, allow_infinity=False)
 names = st.sampled_from(["naive", "grpo", "oracleV", "grpo_std", "drgrpo"])
@@ -224,3 +245,80 @@ def test_oracle_values_are_added_after_the_row_in_the_saved_order():
     line = json.loads(SAVED_ORACLE_LINE)
     assert oracle_value(line) == 0.73828125 and oracle_count(line) == 256
     assert oracle_count(row) is None and oracle_count(json.loads(SAVED_EXACT_LINE)) is None
+
+
+square = st.integers(1, 4).flatmap(
+    lambda n: st.lists(st.lists(numbers, min_size=n, max_size=n), min_size=n, max_size=n)
+)
+
+
+@st.composite
+def c1_batch_records(draw) -> C1BatchRecord:
+    """A c1 batch with or without estimator_grams; any finite values (from_json checks keys, not the maths)."""
+    gram = draw(square)
+    n = len(gram)
+    each = st.lists(numbers, min_size=n, max_size=n)
+    grams = st.dictionaries(names, st.fixed_dictionaries({"gram": square, "within_each": each}), max_size=2)
+    return C1BatchRecord(
+        c1_batch=draw(st.integers(0, 1000)),
+        K=draw(st.integers(2, 1024)),
+        n=n,
+        prompt_indices=draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)),
+        gram=gram,
+        within_each=draw(each),
+        between=draw(numbers),
+        within=draw(numbers),
+        c1=draw(numbers),
+        estimator_grams=draw(st.none() | grams),
+    )
+
+
+@given(c1_batch_records())
+def test_a_c1_batch_record_survives_a_json_line(record):
+    """to_json -> the progress log's text -> from_json gives the record back, and the same line again."""
+    line = to_json(record.to_json())
+    back = C1BatchRecord.from_json(json.loads(line))
+    assert back == record and to_json(back.to_json()) == line
+    assert C1BatchRecord.holds(json.loads(line)) and not PromptRecord.holds(json.loads(line))
+    assert ("estimator_grams" in json.loads(line)) == (record.estimator_grams is not None)
+
+
+@pytest.mark.parametrize("line", SAVED_C1_LINES)
+def test_saved_c1_lines_are_read_and_written_byte_for_byte(line):
+    """c1 lines of a real progress log: read, the same text written back, keys in the saved order."""
+    record = C1BatchRecord.from_json(json.loads(line))
+    assert to_json(record.to_json()) == line
+    assert list(record.to_json()) == list(json.loads(line))
+    assert (record.c1_batch, record.K, record.n, record.prompt_indices) == (0, 2, 3, [0, 1, 2])
+    assert record.c1 == record.between - record.within
+
+
+def test_a_c1_batch_with_an_estimators_gram_and_zeroed():
+    """with_estimator: the estimator's Gram and within_each in the oracle's place, the rest kept; zeroed:
+    within_each = the Gram diagonal; the saved record itself unchanged."""
+    record = C1BatchRecord.from_json(json.loads(SAVED_C1_LINES[1]))
+    bias = record.with_estimator("grpo_std-bias")
+    assert bias.gram[1] == [-0.8147738131186255, 248.74877345574214, 0.0]
+    assert bias.within_each == [3.487070670867736, 37.081641423693384, 0.0]
+    assert (bias.c1, bias.prompt_indices, bias.estimator_grams) == (record.c1, [0, 1, 2], record.estimator_grams)
+    assert record.within_each == [0.1392406691492325, 2.832625386532134, 0.0]
+    assert bias.zeroed().within_each == [13.380882461172362, 248.74877345574214, 0.0]
+    assert record.zeroed().within_each == [0.5343061365624466, 19.001643184953718, 0.0]
+
+
+def test_a_simulated_c1_batch_holds_what_the_advisor_reads():
+    """C1BatchRecord.simulated: batch 0, n from the indices, between/within/c1 nan (not computed)."""
+    record = C1BatchRecord.simulated(4, [5, 6], [[1.0, 0.5], [0.5, 2.0]], [0.1, 0.2])
+    assert (record.c1_batch, record.K, record.n, record.prompt_indices) == (0, 4, 2, [5, 6])
+    assert all(math.isnan(v) for v in (record.between, record.within, record.c1)) and record.estimator_grams is None
+
+
+@pytest.mark.parametrize("key", ["c1_batch", "K", "n", "prompt_indices", "gram", "within_each", "between", "c1"])
+def test_a_c1_batch_missing_a_key_or_with_an_unknown_one_is_refused(key):
+    """DataError naming the missing key (or the unknown one) and the line it came from."""
+    data = json.loads(SAVED_C1_LINES[0])
+    del data[key]
+    with pytest.raises(DataError, match=f"^run.progress.rank0.jsonl: line 9: C1BatchRecord lacks {key}$"):
+        C1BatchRecord.from_json(data, "run.progress.rank0.jsonl: line 9")
+    with pytest.raises(DataError, match="C1BatchRecord has unknown grams$"):
+        C1BatchRecord.from_json({**json.loads(SAVED_C1_LINES[0]), "grams": {}})
