@@ -414,13 +414,9 @@ class TracecovRun:
                 if on_prompt:
                     on_prompt()
             if batches:
-                entry = C1BatchRecord(batch_id, k, **batches[0].result())
-                if copies > 1:  # std-GRPO's mean gradients and their difference from its own target
-                    results = {name: batch.result() for name, batch in zip(C1_GRAMS, batches[1:])}
-                    entry.estimator_grams = {
-                        name: {"gram": result["gram"], "within_each": result["within_each"]}
-                        for name, result in results.items()
-                    }
+                # with copies > 1 also std-GRPO's mean gradients and their difference from its own target
+                results = [batch.result() for batch in batches]
+                entry = C1BatchRecord.of_results(batch_id, k, results[0], dict(zip(C1_GRAMS, results[1:])))
                 self.batches[(k, tuple(indices))] = entry
                 self.append(entry.to_json())
         finally:  # an interrupted batch is evaluated whole on resume: its mean gradients' files are not kept

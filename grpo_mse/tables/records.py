@@ -200,6 +200,13 @@ class C1BatchRecord:
         nan = [math.nan] * 3
         return cls(0, K, len(prompt_indices), list(prompt_indices), gram, within_each, *nan, estimator_grams)
 
+    @classmethod
+    def of_results(cls, c1_batch: int, K: int, oracle: dict, others: dict[str, dict]) -> C1BatchRecord:
+        """The record of ``BetweenPromptBatch.result()`` dicts: the oracle's whole, and the gram and within_each
+        of each estimator in ``others`` {name: result} as estimator_grams (none when ``others`` is empty)."""
+        grams = {name: {"gram": r["gram"], "within_each": r["within_each"]} for name, r in others.items()}
+        return cls(c1_batch, K, **oracle, estimator_grams=grams or None)
+
     @staticmethod
     def holds(data: dict) -> bool:
         """True when a saved JSON object (a progress-log line) is a c1 batch record."""

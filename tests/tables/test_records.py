@@ -322,3 +322,23 @@ def test_a_c1_batch_missing_a_key_or_with_an_unknown_one_is_refused(key):
         C1BatchRecord.from_json(data, "run.progress.rank0.jsonl: line 9")
     with pytest.raises(DataError, match="C1BatchRecord has unknown grams$"):
         C1BatchRecord.from_json({**json.loads(SAVED_C1_LINES[0]), "grams": {}})
+
+
+def test_a_c1_batch_record_of_between_prompt_batch_results():
+    """of_results: the oracle's result whole, the other estimators' gram and within_each as estimator_grams, keys
+    in the order of the saved lines; no others, no estimator_grams."""
+    import torch
+
+    from grpo_mse.gradients.statistics import BetweenPromptBatch
+
+    results = []
+    for scale in (1.0, 2.0):
+        batch = BetweenPromptBatch()
+        for i, vector in enumerate(([3.0, 0.0], [0.0, 4.0], [1.0, 1.0])):
+            batch.add([scale * torch.tensor(vector, dtype=torch.float64)], 3.0 * i, m=3, prompt_index=i)
+        results.append(batch.result())
+    record = C1BatchRecord.of_results(0, 2, results[0], {"grpo_std": results[1]})
+    assert list(record.to_json()) == list(json.loads(SAVED_C1_LINES[1]))
+    assert record.gram == [[9.0, 0.0, 3.0], [0.0, 16.0, 4.0], [3.0, 4.0, 2.0]] and record.within_each == [0, 1, 2]
+    assert record.estimator_grams["grpo_std"]["gram"][1] == [0.0, 64.0, 16.0]
+    assert list(C1BatchRecord.of_results(0, 2, results[0], {}).to_json()) == list(json.loads(SAVED_C1_LINES[0]))
