@@ -162,13 +162,21 @@ def test_tidy_rows_follow_the_csv_columns():
     assert rows[1]["bias2"] == rows[1]["mse"] == -0.0029459590195603726 and rows[1]["trace"] == 0.0
 
 
-@pytest.mark.parametrize("key", ["K", "prompt_index", "id", "prompt", "gold", "V_oracle", "mean_reward", "tr_cov"])
-def test_a_prompt_record_missing_a_required_key_is_refused(key):
+PROMPT_KEYS = ["K", "prompt_index", "id", "prompt", "gold", "V_oracle", "mean_reward", "tr_cov"]
+C1_KEYS = ["c1_batch", "K", "n", "prompt_indices", "gram", "within_each", "between", "within", "c1"]
+
+
+@pytest.mark.parametrize(
+    ("cls", "line", "key"),
+    [(PromptRecord, SAVED_PROMPT_LINES[0], key) for key in PROMPT_KEYS]
+    + [(C1BatchRecord, SAVED_C1_LINES[0], key) for key in C1_KEYS],
+)
+def test_a_record_missing_a_required_key_is_refused(cls, line, key):
     """DataError naming the missing key and where the line came from (a progress log's line)."""
-    data = json.loads(SAVED_PROMPT_LINES[0])
+    data = json.loads(line)
     del data[key]
-    with pytest.raises(DataError, match=f"^run.progress.rank0.jsonl: line 3: PromptRecord lacks {key}$"):
-        PromptRecord.from_json(data, "run.progress.rank0.jsonl: line 3")
+    with pytest.raises(DataError, match=f"^run.progress.rank0.jsonl: line 3: {cls.__name__} lacks {key}$"):
+        cls.from_json(data, "run.progress.rank0.jsonl: line 3")
 
 
 def test_a_prompt_record_with_an_unknown_key_is_refused():
@@ -313,13 +321,8 @@ def test_a_simulated_c1_batch_holds_what_the_advisor_reads():
     assert all(math.isnan(v) for v in (record.between, record.within, record.c1)) and record.estimator_grams is None
 
 
-@pytest.mark.parametrize("key", ["c1_batch", "K", "n", "prompt_indices", "gram", "within_each", "between", "c1"])
-def test_a_c1_batch_missing_a_key_or_with_an_unknown_one_is_refused(key):
-    """DataError naming the missing key (or the unknown one) and the line it came from."""
-    data = json.loads(SAVED_C1_LINES[0])
-    del data[key]
-    with pytest.raises(DataError, match=f"^run.progress.rank0.jsonl: line 9: C1BatchRecord lacks {key}$"):
-        C1BatchRecord.from_json(data, "run.progress.rank0.jsonl: line 9")
+def test_a_c1_batch_with_an_unknown_key_is_refused():
+    """An unknown key would be lost on the next write: refused, named."""
     with pytest.raises(DataError, match="C1BatchRecord has unknown grams$"):
         C1BatchRecord.from_json({**json.loads(SAVED_C1_LINES[0]), "grams": {}})
 
