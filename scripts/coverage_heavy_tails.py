@@ -32,7 +32,7 @@ from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import write_json
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = (est.NAIVE, est.GRPO, est.ORACLE)
@@ -153,14 +153,8 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
         for start in range(0, n_prompts, BATCH):
             index = list(range(start, min(start + BATCH, n_prompts)))
             gram = means[index] @ means[index].T
-            batches[k].append(
-                {
-                    "n": len(index),
-                    "prompt_indices": index,
-                    "gram": gram.tolist(),
-                    "within_each": (per_prompt[est.ORACLE][index] / M).tolist(),
-                }
-            )
+            within = (per_prompt[est.ORACLE][index] / M).tolist()
+            batches[k].append(C1BatchRecord.simulated(k, index, gram.tolist(), within))
     return records, batches
 
 

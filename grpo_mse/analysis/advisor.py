@@ -27,7 +27,7 @@ import numpy as np
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.errors import InputError
 from grpo_mse.gradients.estimators import GRPO, ORACLE
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from grpo_mse.tables.validate import whole
 
 
@@ -272,20 +272,20 @@ def per_prompt_constants(record: PromptRecord) -> tuple[float, float]:
     return k * oracle, k * (k - 1) * (tr[GRPO] - oracle)
 
 
-def batch_c1(weights: np.ndarray, batches: list[dict], position: dict, gradient: bool = False):
+def batch_c1(weights: np.ndarray, batches: list[C1BatchRecord], position: dict, gradient: bool = False):
     """[R] c1 = mean_i W_i (||g_hat_i||^2 - tr_i / M) - mean over within-batch pairs i != j of W_i W_j <g_hat_i,
     g_hat_j>: each replicate's own prompts, grouped by the batch they were evaluated in (row 0: the data).
     With ``gradient`` also [R, n] its derivative in each prompt's weight (for ``bootstrap.influence_covariance``):
     (d_i - A)/sum W - 2 (sum_j W_j G_ij - B (S_b - W_i)) / (pairs), A, B the two means, S_b the batch's weight."""
     diag_sum, diag_mass = np.zeros(len(weights)), np.zeros(len(weights))
     cross_sum, cross_mass = np.zeros(len(weights)), np.zeros(len(weights))
-    used = [batch for batch in batches if "gram" in batch and batch["n"] >= 2]
+    used = [batch for batch in batches if batch.n >= 2]
     parts = []
     for batch in used:
-        gram = np.asarray(batch["gram"], dtype=np.float64)
-        cols = [position[i] for i in batch["prompt_indices"]]
+        gram = np.asarray(batch.gram, dtype=np.float64)
+        cols = [position[i] for i in batch.prompt_indices]
         w = weights[:, cols]
-        diag = np.diag(gram) - np.asarray(batch["within_each"])
+        diag = np.diag(gram) - np.asarray(batch.within_each)
         off = gram - np.diag(np.diag(gram))
         diag_sum += w @ diag
         diag_mass += w.sum(1)
@@ -469,7 +469,7 @@ def slope(ks, values_by_k: np.ndarray) -> np.ndarray:
 
 def advise(
     records_by_k: dict[int, list[PromptRecord]],
-    batches_by_k: dict[int, list[dict]],
+    batches_by_k: dict[int, list[C1BatchRecord]],
     n_boot: int = 2000,
     seed: int = 0,
     budget: int = 1024,

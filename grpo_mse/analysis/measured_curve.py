@@ -20,24 +20,24 @@ import numpy as np
 from grpo_mse.analysis import advisor
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.gradients.estimators import GRPO_STD
+from grpo_mse.tables.records import C1BatchRecord
 
 BIAS_GRAM = "grpo_std-bias"  # estimator_grams key of d_hat = x_std - x_oracle / sqrt(V (1 - V)) per prompt
 
 
-def grams_of(batches: list[dict], name: str) -> list[dict]:
+def grams_of(batches: list[C1BatchRecord], name: str) -> list[C1BatchRecord]:
     """The c1 batches with the Gram matrix of estimator ``name``'s per-prompt means (``estimator_grams``) in
     place of the oracle's, in the shape ``advisor.batch_c1`` reads; [] unless every batch holds it."""
-    if not batches or any(name not in (b.get("estimator_grams") or {}) for b in batches):
+    if not batches or any(name not in (b.estimator_grams or {}) for b in batches):
         return []
-    return [{**b, **b["estimator_grams"][name]} for b in batches]
+    return [b.with_estimator(name) for b in batches]
 
 
-def pair_mean(weights: np.ndarray, batches: list[dict], position: dict) -> np.ndarray:
+def pair_mean(weights: np.ndarray, batches: list[C1BatchRecord], position: dict) -> np.ndarray:
     """[R] the weighted mean over within-batch pairs i != j of the Gram entries <v_i, v_j> (the diagonal
     unused): ``advisor.batch_c1`` is (diagonal less within_each) minus this mean, so with within_each set to
     the diagonal it is exactly minus this mean."""
-    zeroed = [{**b, "within_each": list(np.diag(np.asarray(b["gram"], dtype=np.float64)))} for b in batches]
-    return -advisor.batch_c1(weights, zeroed, position)
+    return -advisor.batch_c1(weights, [b.zeroed() for b in batches], position)
 
 
 def error_at(records, batches, k: int, budget: int, position: dict, weights: np.ndarray) -> dict | None:

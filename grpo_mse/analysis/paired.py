@@ -23,7 +23,7 @@ from grpo_mse.analysis.advisor import advise, column, json_value, prompt_columns
 from grpo_mse.analysis.measured_curve import measured_curve
 from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, NAIVE, ORACLE
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from grpo_mse.tables.validate import whole
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
@@ -173,7 +173,7 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
 
 def run_statistics(
     records_by_k: dict[int, list[PromptRecord]],
-    batches_by_k: dict[int, list[dict]],
+    batches_by_k: dict[int, list[C1BatchRecord]],
     k_list,
     names,
     seed: int = 0,

@@ -29,7 +29,14 @@ from grpo_mse.rewards.rules import row_reward
 from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
 from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, write_csv, write_json
-from grpo_mse.tables.records import TIDY_COLUMNS, V_ORACLE, PromptRecord, oracle_count, oracle_value
+from grpo_mse.tables.records import (
+    TIDY_COLUMNS,
+    V_ORACLE,
+    C1BatchRecord,
+    PromptRecord,
+    oracle_count,
+    oracle_value,
+)
 from grpo_mse.tables.resume import fingerprint
 from grpo_mse.tables.validate import (
     check_answers,
@@ -109,6 +116,7 @@ def score_fields(stats: PromptStats, row: dict) -> dict:
 
 
 C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, std-GRPO's and its bias' mean gradients
+C1_GRAMS = (est.GRPO_STD, measured_curve.BIAS_GRAM)  # estimator_grams keys of the second and third copies
 
 
 def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, float]]:
@@ -126,7 +134,7 @@ def progress_paths(base: str) -> list[str]:
     return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
 
 
-def load_progress(base: str) -> tuple[dict[tuple[int, int], PromptRecord], dict[tuple[int, tuple], dict]]:
+def load_progress(base: str) -> tuple[dict[tuple[int, int], PromptRecord], dict[tuple[int, tuple], C1BatchRecord]]:
     """Finished prompts {(K, prompt_index): record} and c1 batches {(K, prompt indices): record} of run ``base``."""
     done, batches = {}, {}
     for path in progress_paths(base):
@@ -134,8 +142,9 @@ def load_progress(base: str) -> tuple[dict[tuple[int, int], PromptRecord], dict[
             if PromptRecord.holds(record):
                 prompt = PromptRecord.from_json(record, f"{path}: line {number}")
                 done[(prompt.K, prompt.prompt_index)] = prompt
-            elif "c1_batch" in record:  # keyed by its prompts: the batch layout depends on the number of ranks
-                batches[(record["K"], tuple(record["prompt_indices"]))] = record
+            elif C1BatchRecord.holds(record):  # keyed by its prompts: the batch layout depends on the number of ranks
+                batch = C1BatchRecord.from_json(record, f"{path}: line {number}")
+                batches[(batch.K, tuple(batch.prompt_indices))] = batch
     return done, batches
 
 
@@ -387,7 +396,7 @@ class TracecovRun:
         need_c1 = (
             config.with_advisor
             and len(indices) >= 2
-            and (saved is None or (config.c1_copies > 1 and "estimator_grams" not in saved))
+            and (saved is None or (config.c1_copies > 1 and saved.estimator_grams is None))
         )
         copies = config.c1_copies
         # mean gradients beyond C1_HOST_BYTES (shared by the batches) go to files in the run folder
@@ -405,14 +414,11 @@ class TracecovRun:
                 if on_prompt:
                     on_prompt()
             if batches:
-                entry = {"c1_batch": batch_id, "K": k, **batches[0].result()}
-                if copies > 1:  # std-GRPO's mean gradients and their difference from its own target
-                    entry["estimator_grams"] = {
-                        name: {key: value for key, value in batch.result().items() if key in ("gram", "within_each")}
-                        for name, batch in zip((est.GRPO_STD, measured_curve.BIAS_GRAM), batches[1:])
-                    }
+                # with copies > 1 also std-GRPO's mean gradients and their difference from its own target
+                results = [batch.result() for batch in batches]
+                entry = C1BatchRecord.of_results(batch_id, k, results[0], dict(zip(C1_GRAMS, results[1:])))
                 self.batches[(k, tuple(indices))] = entry
-                self.append(entry)
+                self.append(entry.to_json())
         finally:  # an interrupted batch is evaluated whole on resume: its mean gradients' files are not kept
             for batch in batches:
                 batch.discard()

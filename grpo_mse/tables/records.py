@@ -3,13 +3,15 @@
 - ``PromptRecord``: one prompt's result at one group size K (run_tracecov's progress logs, ``prompt_results`` of
   the per-K files): tr Cov per estimator, and for biased estimators bias^2 and MSE = tr Cov + bias^2;
 - ``SimulationRecord``: the held-out reward of one Algorithm-1 run (K, seed, estimator) after ``step`` steps;
-- ``OracleValues``: what the oracle adds to a dataset row (V_oracle, its count of samples and 95% interval).
+- ``OracleValues``: what the oracle adds to a dataset row (V_oracle, its count of samples and 95% interval);
+- ``C1BatchRecord``: one c1 batch of prompts at one K (run_tracecov's progress logs): the Gram matrix of their
+  mean gradients, within-prompt variances and c1 = between - within.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 
 from grpo_mse.errors import DataError
 
@@ -171,3 +173,60 @@ class OracleValues:
     def merged_into(self, row: dict) -> dict:
         """The table line: ``row`` with these values (a key the row already has keeps its place)."""
         return {**row, **self.to_json()}
+
+
+@dataclass
+class C1BatchRecord:
+    """One c1 batch (``c1_batch``, its position in the run's layout) of n prompts at group size K: the Gram
+    matrix of the oracle's per-prompt mean gradients (``gram``, rows in ``prompt_indices`` order), tr_oracle / M
+    per prompt (``within_each``), between = sum_i ||g_i - mean g||^2 / (n - 1), within = mean(within_each),
+    c1 = between - within; ``estimator_grams`` {name: {"gram", "within_each"}} of other estimators' means."""
+
+    c1_batch: int
+    K: int
+    n: int
+    prompt_indices: list[int]
+    gram: list[list[float]]
+    within_each: list[float]
+    between: float
+    within: float
+    c1: float
+    estimator_grams: dict[str, dict] | None = None
+
+    @classmethod
+    def simulated(cls, K: int, prompt_indices: list[int], gram: list, within_each: list, estimator_grams=None):
+        """A batch of a simulation (batch 0): what the advisor reads (indices, Gram matrix, within_each, any
+        estimator_grams); between, within and c1 nan (not computed)."""
+        nan = [math.nan] * 3
+        return cls(0, K, len(prompt_indices), list(prompt_indices), gram, within_each, *nan, estimator_grams)
+
+    @classmethod
+    def of_results(cls, c1_batch: int, K: int, oracle: dict, others: dict[str, dict]) -> C1BatchRecord:
+        """The record of ``BetweenPromptBatch.result()`` dicts: the oracle's whole, and the gram and within_each
+        of each estimator in ``others`` {name: result} as estimator_grams (none when ``others`` is empty)."""
+        grams = {name: {"gram": r["gram"], "within_each": r["within_each"]} for name, r in others.items()}
+        return cls(c1_batch, K, **oracle, estimator_grams=grams or None)
+
+    @staticmethod
+    def holds(data: dict) -> bool:
+        """True when a saved JSON object (a progress-log line) is a c1 batch record."""
+        return "c1_batch" in data
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = "c1 batch record") -> C1BatchRecord:
+        """The record of a saved JSON object; DataError when a required key is missing or a key is unknown."""
+        return _from_json(cls, data, where)
+
+    def to_json(self) -> dict:
+        """The saved JSON object: every field in field order, estimator_grams only when set."""
+        return _to_json(self)
+
+    def with_estimator(self, name: str) -> C1BatchRecord:
+        """The same batch with estimator ``name``'s Gram matrix and within_each (``estimator_grams[name]``) in
+        place of the oracle's."""
+        grams = self.estimator_grams[name]
+        return replace(self, gram=grams["gram"], within_each=grams["within_each"])
+
+    def zeroed(self) -> C1BatchRecord:
+        """The same batch with within_each set to the Gram diagonal (so diagonal less within_each is 0)."""
+        return replace(self, within_each=[float(row[i]) for i, row in enumerate(self.gram)])

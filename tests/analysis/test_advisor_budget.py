@@ -16,6 +16,7 @@ import torch
 from grpo_mse.analysis import advisor, theory
 from grpo_mse.errors import InputError
 from grpo_mse.gradients.statistics import BetweenPromptBatch
+from grpo_mse.tables.records import C1BatchRecord
 
 SEED, PROMPTS, OUTCOMES, DIM, BUDGET = 16, 3, 3, 3, 1024  # seed 16: c3/c1 = 6.6 (found by a search)
 
@@ -117,14 +118,14 @@ def test_between_prompt_batch_gram_and_weighted_c1():
         batch = BetweenPromptBatch()
         for i in range(4):
             batch.add([torch.tensor(vectors[4 * b + i])], trace_of_group_estimate=0.3 * i, m=3, prompt_index=4 * b + i)
-        batches.append(batch.result())
+        batches.append(C1BatchRecord(b, 2, **batch.result()))
     first = vectors[:4]
     spread = ((first - first.mean(0)) ** 2).sum() / 3
-    assert batches[0]["c1"] == pytest.approx(spread - np.mean([0.0, 0.1, 0.2, 0.3]), rel=1e-12)
+    assert batches[0].c1 == pytest.approx(spread - np.mean([0.0, 0.1, 0.2, 0.3]), rel=1e-12)
     position = {i: i for i in range(8)}
     weights = np.vstack([np.ones(8), [2, 0, 1, 1, 0, 0, 3, 1]])
     c1 = advisor.batch_c1(weights, batches, position)
-    assert c1[0] == pytest.approx(np.mean([b["c1"] for b in batches]), rel=1e-12)
+    assert c1[0] == pytest.approx(np.mean([b.c1 for b in batches]), rel=1e-12)
     w, within = weights[1], np.tile([0.0, 0.1, 0.2, 0.3], 2)
     diag = (w * ((vectors**2).sum(1) - within)).sum() / w.sum()
     pairs = [(i, j) for b in (range(4), range(4, 8)) for i in b for j in b if i != j]

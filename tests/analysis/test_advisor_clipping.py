@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from grpo_mse.analysis import advisor
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.gradients.estimators import GRPO, ORACLE
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 CONSTANTS = ("c1", "c2", "c3")
 
@@ -34,7 +34,7 @@ def small_runs(draw):
         gram = np.array(draw(st.lists(st.floats(-3.0, 3.0), min_size=n * n, max_size=n * n))).reshape(n, n)
         gram = (gram + gram.T) / 2
         within = draw(st.lists(value, min_size=n, max_size=n))
-        batches[k] = [{"gram": gram.tolist(), "prompt_indices": list(range(n)), "n": n, "within_each": within}]
+        batches[k] = [C1BatchRecord.simulated(k, list(range(n)), gram.tolist(), within)]
     return records, batches
 
 
@@ -92,7 +92,7 @@ def test_advice_saved_before_the_clipping_is_printed_clipped():
     records = {
         2: [PromptRecord.simulated(2, i, {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}) for i in range(6)],
     }
-    batches = {2: [{"gram": np.eye(6).tolist(), "prompt_indices": list(range(6)), "n": 6, "within_each": [0.5] * 6}]}
+    batches = {2: [C1BatchRecord.simulated(2, list(range(6)), np.eye(6).tolist(), [0.5] * 6)]}
     advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64)
     old = {
         **{key: value for key, value in advice.items() if key != "ci95_below_zero"},

@@ -145,7 +145,7 @@ def test_batch_target_is_the_unbiased_spread(case):
 def _constant_stats(case) -> dict[str, tuple[float, float]]:
     """(mean, s.e.): c1 over the c1 batches, c2 and c3 over the per-row values (advisor.per_prompt_constants)."""
     return {
-        "c1": _batches(case["batches"], lambda b: b["c1"]),
+        "c1": _batches(case["batches"], lambda b: b.c1),
         "c2": _stratified(case["records"], _c2),
         "c3": _stratified(case["records"], _c3),
     }
@@ -181,7 +181,7 @@ def test_z_tests_have_power(case):
     """The same z-tests reject plausible bugs: within-variance not divided by M in c1, K^2 for K(K-1) in c3, and
     the GRPO trace for the oracle trace in c2."""
     exact = case["exact"]
-    unscaled = _z(_batches(case["batches"], lambda b: b["between"] - M * b["within"]), case["c1_target"])
+    unscaled = _z(_batches(case["batches"], lambda b: b.between - M * b.within), case["c1_target"])
     squared = _z(_stratified(case["records"], lambda r: _c3(r) * r.K / (r.K - 1)), exact["c3"])
     grpo_c2 = _z(_stratified(case["records"], lambda r: r.K * r.tr_cov["grpo"]), exact["c2"])
     assert min(abs(unscaled), abs(squared), abs(grpo_c2)) > Z, (unscaled, squared, grpo_c2)

@@ -11,6 +11,7 @@ from conftest import load_script
 
 from grpo_mse.analysis import advisor
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.tables.records import C1BatchRecord
 
 coverage_heavy_tails = load_script("scripts/coverage_heavy_tails.py")
 
@@ -20,12 +21,7 @@ def _batches(rng, n_prompts, size):
     within = rng.random(n_prompts)
     gram = vectors @ vectors.T
     return [
-        {
-            "n": len(index),
-            "prompt_indices": index,
-            "gram": gram[np.ix_(index, index)].tolist(),
-            "within_each": within[index].tolist(),
-        }
+        C1BatchRecord.simulated(2, index, gram[np.ix_(index, index)].tolist(), within[index].tolist())
         for index in (list(range(s, min(s + size, n_prompts))) for s in range(0, n_prompts, size))
     ]
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from grpo_mse.analysis import advisor, simulation, sweep_stats
 from grpo_mse.figures import k_validation as kv
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from grpo_mse.training import adaptive_k
 
 ALLOWED, BUDGET = [2, 4, 8, 16], 128
@@ -194,7 +194,7 @@ def test_a_higher_level_widens_the_studentized_intervals():
     means = rng.normal(size=(32, 3)) + 1.0
     batches = {
         k: [
-            {"n": 8, "prompt_indices": idx, "gram": (means[idx] @ means[idx].T).tolist(), "within_each": [0.05] * 8}
+            C1BatchRecord.simulated(k, idx, (means[idx] @ means[idx].T).tolist(), [0.05] * 8)
             for idx in (list(range(s, s + 8)) for s in range(0, 32, 8))
         ]
         for k in (2, 4)

@@ -16,7 +16,7 @@ from conftest import load_script
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis import paired, theory
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 HEAVY_TAILS = load_script("scripts/coverage_heavy_tails.py")  # the same simulated traces as the heavy-tail study
 
@@ -64,15 +64,8 @@ def _simulated_run(rng, types):
             gram = means[index] @ means[index].T
             within = (traces["oracleV"][index] / M).tolist()
             between = (np.trace(gram) - gram.sum() / BATCH) / (BATCH - 1)
-            batches[k].append(
-                {
-                    "n": BATCH,
-                    "prompt_indices": index,
-                    "gram": gram.tolist(),
-                    "within_each": within,
-                    "c1": between - np.mean(within),
-                }
-            )
+            spread = (between, np.mean(within), between - np.mean(within))
+            batches[k].append(C1BatchRecord(0, k, BATCH, index, gram.tolist(), within, *spread))
     return paired.run_statistics(
         records,
         batches,

@@ -2,6 +2,7 @@
 answer is known: per prompt a mean m_i and a bias d_i drawn around known centres, M noisy group estimates of each;
 the truth is (K/N)(tr Cov(X | x) + Var m) + ||E d||^2. Also the best K and the --advisor_estimator flag."""
 
+import dataclasses
 import glob
 import json
 
@@ -13,7 +14,7 @@ from grpo_mse.analysis import measured_curve as mc
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients.estimators import GRPO_STD
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 DIM, M, BUDGET = 3, 4, 64
 
@@ -38,17 +39,9 @@ def dataset(rng, k, spread, noise, bias_centre, n_prompts=24, batch=6):
     batches = []
     for start in range(0, n_prompts, batch):
         members = list(range(start, start + batch))
-        batches.append(
-            {
-                "n": batch,
-                "prompt_indices": members,
-                **gram_entry(x_mean, x_trace, members),  # the oracle's place; unused here
-                "estimator_grams": {
-                    GRPO_STD: gram_entry(x_mean, x_trace, members),
-                    mc.BIAS_GRAM: gram_entry(d_mean, d_trace, members),
-                },
-            }
-        )
+        grams = {GRPO_STD: gram_entry(x_mean, x_trace, members), mc.BIAS_GRAM: gram_entry(d_mean, d_trace, members)}
+        oracle = gram_entry(x_mean, x_trace, members)  # the oracle's place; unused here
+        batches.append(C1BatchRecord.simulated(k, members, oracle["gram"], oracle["within_each"], grams))
     return records, batches
 
 
@@ -81,9 +74,7 @@ def test_best_k_is_identified_only_when_separated():
     assert "not separated from K in [4]" in curve["message"]
     only = mc.measured_curve(records, batches, BUDGET, [2, 8], weights)
     assert only["K"] == [2, 8] and only["identified"] and only["K_best"] == 2
-    missing = {
-        k: [{key: v for key, v in b.items() if key != "estimator_grams"} for b in bs_] for k, bs_ in batches.items()
-    }
+    missing = {k: [dataclasses.replace(b, estimator_grams=None) for b in bs_] for k, bs_ in batches.items()}
     assert mc.measured_curve(records, missing, BUDGET, None, weights)["K"] == []
     assert "no decomposition" in mc.describe(curve) and "K=8" in mc.describe(curve)
 
@@ -127,9 +118,9 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
         traces = {r.prompt_index: r.tr_cov[GRPO_STD] for r in records_by_k[k]}
         assert len(batches) == 2
         for batch in batches:
-            grams = batch["estimator_grams"]
+            grams = batch.estimator_grams
             assert set(grams) == {GRPO_STD, mc.BIAS_GRAM}
-            expected = [traces[i] / M_RUN for i in batch["prompt_indices"]]
+            expected = [traces[i] / M_RUN for i in batch.prompt_indices]
             assert np.allclose(grams[GRPO_STD]["within_each"], expected)
             assert np.asarray(grams[mc.BIAS_GRAM]["gram"]).shape == (3, 3)
     advice = result["group_size_advisor"]
@@ -154,13 +145,13 @@ def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
     first = TracecovRun.start(TracecovConfig.from_argv(tracecov_argv(table, tmp_path, *extra, **flags)))
     records_before, batches_before = first.sweep()
     first.lock.close()  # "interrupted": the progress log stays, no outputs
-    assert "estimator_grams" not in batches_before[2][0]
+    assert batches_before[2][0].estimator_grams is None
     resumed_argv = tracecov_argv(table, tmp_path, *extra, "--advisor_estimator", "grpo_std", "--resume", **flags)
     second = TracecovRun.start(TracecovConfig.from_argv(resumed_argv))
     records_after, batches_after = second.sweep()
     second.close()
-    assert set(batches_after[2][0]["estimator_grams"]) == {GRPO_STD, mc.BIAS_GRAM}
-    assert batches_after[2][0]["gram"] == batches_before[2][0]["gram"]  # the same samples, the same oracle Gram
+    assert set(batches_after[2][0].estimator_grams) == {GRPO_STD, mc.BIAS_GRAM}
+    assert batches_after[2][0].gram == batches_before[2][0].gram  # the same samples, the same oracle Gram
 
     def by_prompt(records):
         return sorted(records, key=lambda r: r.prompt_index)
@@ -171,18 +162,14 @@ def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
 def test_a_negative_smallest_error_identifies_no_k():
     """The squared bias is estimated without bias, so an error can come out below 0: then no K is named."""
 
-    def batch(off_diagonal):
+    def batch(k, off_diagonal):
         gram = [[1.0, off_diagonal], [off_diagonal, 1.0]]
         zero = {"gram": [[0.0, 0.0], [0.0, 0.0]], "within_each": [0.0, 0.0]}
-        return {
-            "n": 2,
-            "prompt_indices": [0, 1],
-            **zero,
-            "estimator_grams": {GRPO_STD: zero, mc.BIAS_GRAM: {"gram": gram, "within_each": [0.0, 0.0]}},
-        }
+        grams = {GRPO_STD: zero, mc.BIAS_GRAM: {"gram": gram, "within_each": [0.0, 0.0]}}
+        return C1BatchRecord.simulated(k, [0, 1], zero["gram"], zero["within_each"], grams)
 
     records = {k: [PromptRecord.simulated(k, i, {GRPO_STD: 0.0}) for i in (0, 1)] for k in (2, 4)}
-    batches = {2: [batch(-1.0)], 4: [batch(0.5)]}
+    batches = {2: [batch(2, -1.0)], 4: [batch(4, 0.5)]}
     curve = mc.measured_curve(records, batches, BUDGET, None, bs.prompt_weights(2, 50, 0))
     assert curve["per_K"]["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>
     assert curve["per_K"]["4"]["error"]["estimate"] == pytest.approx(0.5)

@@ -162,7 +162,7 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
     spilled = batch_record("disk")
     assert written == [str(tmp_path / f"disk.c1.rank0.{j}.bin") for j in range(3)]
     assert not glob.glob(str(tmp_path / "*.bin"))
-    assert spilled == kept and spilled["prompt_indices"] == [0, 1, 2] and spilled["c1_batch"] == 0
+    assert spilled == kept and spilled.prompt_indices == [0, 1, 2] and spilled.c1_batch == 0
 
     evaluate, calls = tracecov_job.TracecovRun.evaluate_prompt, []
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from conftest import load_script
 
-from grpo_mse.tables.records import PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 check = load_script("scripts/advisor_check.py")
 FIT, CHECK, BUDGET, T = (2, 4, 8), (16, 32), 512, 12
@@ -25,7 +25,7 @@ def records(c3_at=lambda k, c3: c3):
             for i in range(T)
         ]
         batches[k] = [
-            {"n": 6, "prompt_indices": idx, "gram": (means[idx] @ means[idx].T).tolist(), "within_each": [0.1] * 6}
+            C1BatchRecord.simulated(k, idx, (means[idx] @ means[idx].T).tolist(), [0.1] * 6)
             for idx in (list(range(6)), list(range(6, 12)))
         ]
     return by_k, batches, c2, c3

@@ -17,6 +17,7 @@ from grpo_mse.tables.outputs import to_json
 from grpo_mse.tables.records import (
     SIMULATION_COLUMNS,
     TIDY_COLUMNS,
+    C1BatchRecord,
     OracleValues,
     PromptRecord,
     SimulationRecord,
@@ -57,6 +58,26 @@ SAVED_EXACT_LINE = (
     '"correct_count": null, "V_ci95_low": 0.7112545919612724, "V_ci95_high": 0.7112545919612724, "V_method": '
     '"exact one-token enumeration", "oracle_settings": {"model": "assets/tiny_policy", "n_oracle": 256}}'
 )
+
+# c1 batch lines of run_tracecov progress logs (the tiny policy, --T 6 --M 3 --K_list 2 4 --c1_batch 3, before
+# PR c1records): the oracle's Gram only, and with --advisor_estimator grpo_std's estimator_grams.
+SAVED_C1_LINES = [
+    (
+        '{"c1_batch": 0, "K": 2, "n": 3, "prompt_indices": [0, 1, 2], "gram": [[0.5343061365624466, -0.044999'
+        '20685710408, 0.0], [-0.04499920685710408, 19.001643184953718, 0.0], [0.0, 0.0, 0.0]], "within_each":'
+        ' [0.1392406691492325, 2.832625386532134, 0.0], "between": 6.526982842791089, "within": 0.99062201856'
+        '04555, "c1": 5.536360824230633}'
+    ),
+    (
+        '{"c1_batch": 0, "K": 2, "n": 3, "prompt_indices": [0, 1, 2], "gram": [[0.5343061365624466, -0.044999'
+        '20685710408, 0.0], [-0.04499920685710408, 19.001643184953718, 0.0], [0.0, 0.0, 0.0]], "within_each":'
+        ' [0.1392406691492325, 2.832625386532134, 0.0], "between": 6.526982842791089, "within": 0.99062201856'
+        '04555, "c1": 5.536360824230633, "estimator_grams": {"grpo_std": {"gram": [[0.0, 0.0, 0.0], [0.0, 0.0'
+        ', 0.0], [0.0, 0.0, 0.0]], "within_each": [0.0, 0.0, 0.0]}, "grpo_std-bias": {"gram": [[13.3808824611'
+        "72362, -0.8147738131186255, 0.0], [-0.8147738131186255, 248.74877345574214, 0.0], [0.0, 0.0, 0.0]], "
+        '"within_each": [3.487070670867736, 37.081641423693384, 0.0]}}}'
+    ),
+]
 
 numbers = st.floats(allow_nan=False, allow_infinity=False)
 names = st.sampled_from(["naive", "grpo", "oracleV", "grpo_std", "drgrpo"])
@@ -141,13 +162,21 @@ def test_tidy_rows_follow_the_csv_columns():
     assert rows[1]["bias2"] == rows[1]["mse"] == -0.0029459590195603726 and rows[1]["trace"] == 0.0
 
 
-@pytest.mark.parametrize("key", ["K", "prompt_index", "id", "prompt", "gold", "V_oracle", "mean_reward", "tr_cov"])
-def test_a_prompt_record_missing_a_required_key_is_refused(key):
+PROMPT_KEYS = ["K", "prompt_index", "id", "prompt", "gold", "V_oracle", "mean_reward", "tr_cov"]
+C1_KEYS = ["c1_batch", "K", "n", "prompt_indices", "gram", "within_each", "between", "within", "c1"]
+
+
+@pytest.mark.parametrize(
+    ("cls", "line", "key"),
+    [(PromptRecord, SAVED_PROMPT_LINES[0], key) for key in PROMPT_KEYS]
+    + [(C1BatchRecord, SAVED_C1_LINES[0], key) for key in C1_KEYS],
+)
+def test_a_record_missing_a_required_key_is_refused(cls, line, key):
     """DataError naming the missing key and where the line came from (a progress log's line)."""
-    data = json.loads(SAVED_PROMPT_LINES[0])
+    data = json.loads(line)
     del data[key]
-    with pytest.raises(DataError, match=f"^run.progress.rank0.jsonl: line 3: PromptRecord lacks {key}$"):
-        PromptRecord.from_json(data, "run.progress.rank0.jsonl: line 3")
+    with pytest.raises(DataError, match=f"^run.progress.rank0.jsonl: line 3: {cls.__name__} lacks {key}$"):
+        cls.from_json(data, "run.progress.rank0.jsonl: line 3")
 
 
 def test_a_prompt_record_with_an_unknown_key_is_refused():
@@ -224,3 +253,95 @@ def test_oracle_values_are_added_after_the_row_in_the_saved_order():
     line = json.loads(SAVED_ORACLE_LINE)
     assert oracle_value(line) == 0.73828125 and oracle_count(line) == 256
     assert oracle_count(row) is None and oracle_count(json.loads(SAVED_EXACT_LINE)) is None
+
+
+square = st.integers(1, 4).flatmap(
+    lambda n: st.lists(st.lists(numbers, min_size=n, max_size=n), min_size=n, max_size=n)
+)
+
+
+@st.composite
+def c1_batch_records(draw) -> C1BatchRecord:
+    """A c1 batch with or without estimator_grams; any finite values (from_json checks keys, not the maths)."""
+    gram = draw(square)
+    n = len(gram)
+    each = st.lists(numbers, min_size=n, max_size=n)
+    grams = st.dictionaries(names, st.fixed_dictionaries({"gram": square, "within_each": each}), max_size=2)
+    return C1BatchRecord(
+        c1_batch=draw(st.integers(0, 1000)),
+        K=draw(st.integers(2, 1024)),
+        n=n,
+        prompt_indices=draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)),
+        gram=gram,
+        within_each=draw(each),
+        between=draw(numbers),
+        within=draw(numbers),
+        c1=draw(numbers),
+        estimator_grams=draw(st.none() | grams),
+    )
+
+
+@given(c1_batch_records())
+def test_a_c1_batch_record_survives_a_json_line(record):
+    """to_json -> the progress log's text -> from_json gives the record back, and the same line again."""
+    line = to_json(record.to_json())
+    back = C1BatchRecord.from_json(json.loads(line))
+    assert back == record and to_json(back.to_json()) == line
+    assert C1BatchRecord.holds(json.loads(line)) and not PromptRecord.holds(json.loads(line))
+    assert ("estimator_grams" in json.loads(line)) == (record.estimator_grams is not None)
+
+
+@pytest.mark.parametrize("line", SAVED_C1_LINES)
+def test_saved_c1_lines_are_read_and_written_byte_for_byte(line):
+    """c1 lines of a real progress log: read, the same text written back, keys in the saved order."""
+    record = C1BatchRecord.from_json(json.loads(line))
+    assert to_json(record.to_json()) == line
+    assert list(record.to_json()) == list(json.loads(line))
+    assert (record.c1_batch, record.K, record.n, record.prompt_indices) == (0, 2, 3, [0, 1, 2])
+    assert record.c1 == record.between - record.within
+
+
+def test_a_c1_batch_with_an_estimators_gram_and_zeroed():
+    """with_estimator: the estimator's Gram and within_each in the oracle's place, the rest kept; zeroed:
+    within_each = the Gram diagonal; the saved record itself unchanged."""
+    record = C1BatchRecord.from_json(json.loads(SAVED_C1_LINES[1]))
+    bias = record.with_estimator("grpo_std-bias")
+    assert bias.gram[1] == [-0.8147738131186255, 248.74877345574214, 0.0]
+    assert bias.within_each == [3.487070670867736, 37.081641423693384, 0.0]
+    assert (bias.c1, bias.prompt_indices, bias.estimator_grams) == (record.c1, [0, 1, 2], record.estimator_grams)
+    assert record.within_each == [0.1392406691492325, 2.832625386532134, 0.0]
+    assert bias.zeroed().within_each == [13.380882461172362, 248.74877345574214, 0.0]
+    assert record.zeroed().within_each == [0.5343061365624466, 19.001643184953718, 0.0]
+
+
+def test_a_simulated_c1_batch_holds_what_the_advisor_reads():
+    """C1BatchRecord.simulated: batch 0, n from the indices, between/within/c1 nan (not computed)."""
+    record = C1BatchRecord.simulated(4, [5, 6], [[1.0, 0.5], [0.5, 2.0]], [0.1, 0.2])
+    assert (record.c1_batch, record.K, record.n, record.prompt_indices) == (0, 4, 2, [5, 6])
+    assert all(math.isnan(v) for v in (record.between, record.within, record.c1)) and record.estimator_grams is None
+
+
+def test_a_c1_batch_with_an_unknown_key_is_refused():
+    """An unknown key would be lost on the next write: refused, named."""
+    with pytest.raises(DataError, match="C1BatchRecord has unknown grams$"):
+        C1BatchRecord.from_json({**json.loads(SAVED_C1_LINES[0]), "grams": {}})
+
+
+def test_a_c1_batch_record_of_between_prompt_batch_results():
+    """of_results: the oracle's result whole, the other estimators' gram and within_each as estimator_grams, keys
+    in the order of the saved lines; no others, no estimator_grams."""
+    import torch
+
+    from grpo_mse.gradients.statistics import BetweenPromptBatch
+
+    results = []
+    for scale in (1.0, 2.0):
+        batch = BetweenPromptBatch()
+        for i, vector in enumerate(([3.0, 0.0], [0.0, 4.0], [1.0, 1.0])):
+            batch.add([scale * torch.tensor(vector, dtype=torch.float64)], 3.0 * i, m=3, prompt_index=i)
+        results.append(batch.result())
+    record = C1BatchRecord.of_results(0, 2, results[0], {"grpo_std": results[1]})
+    assert list(record.to_json()) == list(json.loads(SAVED_C1_LINES[1]))
+    assert record.gram == [[9.0, 0.0, 3.0], [0.0, 16.0, 4.0], [3.0, 4.0, 2.0]] and record.within_each == [0, 1, 2]
+    assert record.estimator_grams["grpo_std"]["gram"][1] == [0.0, 64.0, 16.0]
+    assert list(C1BatchRecord.of_results(0, 2, results[0], {}).to_json()) == list(json.loads(SAVED_C1_LINES[0]))
