@@ -26,8 +26,9 @@ from grpo_mse.tables.outputs import write_json
 NAMES = ("c1", "c2", "c3")
 
 
-def constants_at(records: list[dict], batches: list[dict], position: dict, weights: np.ndarray) -> np.ndarray:
-    """[3, R] c1, c2, c3 of one K in every bootstrap row (c2, c3: weighted means of the per-prompt values)."""
+def constants_at(records: list, batches: list, position: dict, weights: np.ndarray) -> np.ndarray:
+    """[3, R] c1, c2, c3 of one K in every bootstrap row (c2, c3: weighted means of the per-prompt values);
+    ``records``: PromptRecords, ``batches``: C1BatchRecords (grpo_mse.tables.records)."""
     from grpo_mse.analysis import advisor as adv
     from grpo_mse.analysis import bootstrap as bs
 
