@@ -302,7 +302,7 @@ class TracecovRun:
     world: int = 1
     progress: str | None = None  # this rank's progress log (None: keep records in memory only)
     done: dict = field(default_factory=dict)  # {(K, prompt_index): PromptRecord}
-    batches: dict = field(default_factory=dict)  # {(K, c1 batch): c1 record}
+    batches: dict = field(default_factory=dict)  # {(K, c1 batch): C1BatchRecord}
     lock: object = None  # the progress log's lock, held until ``close``
 
     @classmethod
@@ -361,7 +361,7 @@ class TracecovRun:
             print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
 
-    def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[dict]]]:
+    def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[C1BatchRecord]]]:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
         layout = rank_batches(len(self.rows), self.config.c1_batch, self.world)
         all_batches = [batch for batches in layout for batch in batches]  # batch id = position here

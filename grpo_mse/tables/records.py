@@ -34,33 +34,40 @@ def required(cls) -> list[str]:
     return [f.name for f in fields(cls) if f.default is MISSING]
 
 
-def _from_json(cls, data: dict, where: str):
-    """``cls`` from a JSON object: DataError naming the missing required keys or the unknown ones."""
-    if not isinstance(data, dict):
-        raise DataError(f"{where}: a {cls.__name__} must be a JSON object, not {type(data).__name__}")
-    names = [f.name for f in fields(cls)]
-    missing = [name for name in required(cls) if name not in data]
-    unknown = [key for key in data if key not in names]
-    if missing or unknown:
-        parts = [f"lacks {', '.join(missing)}"] * bool(missing) + [f"has unknown {', '.join(unknown)}"] * bool(unknown)
-        raise DataError(f"{where}: {cls.__name__} {' and '.join(parts)}")
-    return cls(**data)
+class SavedRecord:
+    """Base of a dataclass saved as one JSON object: the fields in declaration order, an optional field (one with
+    a default) only when set (not None); read back with a DataError naming missing required or unknown keys."""
 
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None):
+        """The record of a saved JSON object; DataError (prefixed by ``where``, e.g. file and line) naming the
+        missing required keys or the unknown ones."""
+        prefix = f"{where}: " if where else ""
+        if not isinstance(data, dict):
+            raise DataError(f"{prefix}a {cls.__name__} must be a JSON object, not {type(data).__name__}")
+        names = [f.name for f in fields(cls)]
+        missing = [name for name in required(cls) if name not in data]
+        unknown = [key for key in data if key not in names]
+        problems = [f"lacks {', '.join(missing)}"] if missing else []
+        problems += [f"has unknown {', '.join(unknown)}"] if unknown else []
+        if problems:
+            raise DataError(f"{prefix}{cls.__name__} {' and '.join(problems)}")
+        return cls(**data)
 
-def _to_json(record) -> dict:
-    """The fields in declaration order; an optional field only when set (not None)."""
-    return {
-        f.name: getattr(record, f.name)
-        for f in fields(record)
-        if f.default is MISSING or getattr(record, f.name) is not None
-    }
+    def to_json(self) -> dict:
+        """The saved JSON object."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.default is MISSING or getattr(self, f.name) is not None
+        }
 
 
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
 
 
 @dataclass
-class PromptRecord:
+class PromptRecord(SavedRecord):
     """One prompt (``prompt_index``, its row ``id``) at group size K: tr Cov of each estimator over M groups
     (``tr_cov``), bias^2 and mse = tr Cov + bias^2 for biased estimators, ||E s||^2, the oracle-noise bias, and
     std-GRPO against its own target (``bias2_own``, ``mse_own``). Optional fields are None when not measured."""
@@ -93,17 +100,13 @@ class PromptRecord:
         return "tr_cov" in data
 
     @classmethod
-    def from_json(cls, data: dict, where: str = "prompt record") -> PromptRecord:
-        """The record of a saved JSON object; DataError when a required key is missing or a key is unknown."""
-        record = _from_json(cls, data, where)
+    def from_json(cls, data: dict, where: str | None = None) -> PromptRecord:
+        """The record of a saved JSON object (a saved null of a NULLABLE field read as nan)."""
+        record = super().from_json(data, where)
         for name in cls.NULLABLE:
             if name in data and data[name] is None:
                 setattr(record, name, math.nan)
         return record
-
-    def to_json(self) -> dict:
-        """The saved JSON object: required keys, then the optional ones that are set, in field order."""
-        return _to_json(self)
 
     def mse_of(self, name: str) -> float:
         """MSE of estimator ``name``: tr Cov plus bias^2 when the record has them (biased estimators), else tr Cov."""
@@ -120,7 +123,7 @@ class PromptRecord:
 
 
 @dataclass
-class SimulationRecord:
+class SimulationRecord(SavedRecord):
     """The held-out reward (expected reward or greedy accuracy) of run (K, seed, estimator) after ``step`` steps."""
 
     K: int
@@ -130,26 +133,17 @@ class SimulationRecord:
     heldout_reward: float
 
     @classmethod
-    def from_json(cls, data: dict, where: str = "simulation record") -> SimulationRecord:
-        """The record of a saved JSON object; DataError when a key is missing or unknown."""
-        return _from_json(cls, data, where)
-
-    @classmethod
-    def from_csv(cls, row: dict, where: str = "simulation record") -> SimulationRecord:
-        """The record of a CSV row (every value a string)."""
-        record = _from_json(cls, row, where)
+    def from_csv(cls, row: dict, where: str | None = None) -> SimulationRecord:
+        """The record of a CSV row (every value a string); ``to_json`` gives algorithm1.csv's row."""
+        record = cls.from_json(row, where)
         return cls(int(record.K), int(record.seed), record.estimator, int(record.step), float(record.heldout_reward))
-
-    def to_json(self) -> dict:
-        """The saved JSON object (and algorithm1.csv's row): every field, in field order."""
-        return _to_json(self)
 
 
 SIMULATION_COLUMNS = [f.name for f in fields(SimulationRecord)]  # the columns of algorithm1.csv
 
 
 @dataclass
-class OracleValues:
+class OracleValues(SavedRecord):
     """V_oracle of one prompt with the samples behind it (n_oracle, correct_count; None for an exact V) and its
     95% interval; merged into the dataset row after its own keys."""
 
@@ -166,17 +160,13 @@ class OracleValues:
         """An exact V: no samples (n_oracle and correct_count null), interval [V, V]."""
         return cls(value, None, None, value, value, method, settings or None)
 
-    def to_json(self) -> dict:
-        """The added keys in the saved order; V_method and oracle_settings only when set."""
-        return _to_json(self)
-
     def merged_into(self, row: dict) -> dict:
         """The table line: ``row`` with these values (a key the row already has keeps its place)."""
         return {**row, **self.to_json()}
 
 
 @dataclass
-class C1BatchRecord:
+class C1BatchRecord(SavedRecord):
     """One c1 batch (``c1_batch``, its position in the run's layout) of n prompts at group size K: the Gram
     matrix of the oracle's per-prompt mean gradients (``gram``, rows in ``prompt_indices`` order), tr_oracle / M
     per prompt (``within_each``), between = sum_i ||g_i - mean g||^2 / (n - 1), within = mean(within_each),
@@ -211,15 +201,6 @@ class C1BatchRecord:
     def holds(data: dict) -> bool:
         """True when a saved JSON object (a progress-log line) is a c1 batch record."""
         return "c1_batch" in data
-
-    @classmethod
-    def from_json(cls, data: dict, where: str = "c1 batch record") -> C1BatchRecord:
-        """The record of a saved JSON object; DataError when a required key is missing or a key is unknown."""
-        return _from_json(cls, data, where)
-
-    def to_json(self) -> dict:
-        """The saved JSON object: every field in field order, estimator_grams only when set."""
-        return _to_json(self)
 
     def with_estimator(self, name: str) -> C1BatchRecord:
         """The same batch with estimator ``name``'s Gram matrix and within_each (``estimator_grams[name]``) in
