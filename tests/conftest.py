@@ -7,9 +7,22 @@ import os
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILTIN_POLICY = os.path.join(ROOT, "assets", "tiny_policy")
+
+
+def bounded(examples: int):
+    """Hypothesis settings: derandomized (the same cases in every CI run), at most ``examples`` examples, no
+    deadline, no example database."""
+    return settings(
+        derandomize=True,
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def load_script(relative_path: str):

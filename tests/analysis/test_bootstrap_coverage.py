@@ -21,18 +21,7 @@ from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 HEAVY_TAILS = load_script("scripts/coverage_heavy_tails.py")  # the same simulated traces as the heavy-tail study
 
 TYPES, OUTCOMES, DIM, T, M, K_LIST, BATCH, RUNS, N_BOOT = 30, 3, 4, 256, 8, (2, 4), 16, 200, 200
-assert (HEAVY_TAILS.OUTCOMES, HEAVY_TAILS.DIM, HEAVY_TAILS.M) == (OUTCOMES, DIM, M)  # its traces' shapes
-
-
-def _population(rng):
-    types = []
-    for _ in range(TYPES):
-        p = rng.dirichlet(2 * np.ones(OUTCOMES))
-        G = np.array([1.0] + [0.0] * (OUTCOMES - 1))
-        rng.shuffle(G)
-        raw = rng.normal(size=(OUTCOMES, DIM))
-        types.append((p, G, raw - p @ raw))
-    return types
+assert (HEAVY_TAILS.TYPES, HEAVY_TAILS.OUTCOMES, HEAVY_TAILS.DIM, HEAVY_TAILS.M) == (TYPES, OUTCOMES, DIM, M)
 
 
 def _truth(types) -> dict:
@@ -100,7 +89,7 @@ def _intervals(out) -> dict:
 @pytest.mark.slow
 def test_joint_bootstrap_intervals_cover_at_95_percent():
     rng = np.random.default_rng(2026)
-    types = _population(rng)
+    types = HEAVY_TAILS.population(rng)
     truth = _truth(types)
     assert truth["c1"] > 0 and truth["c3"] > 0
     hits = {name: 0 for name in truth}

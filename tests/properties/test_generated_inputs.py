@@ -16,8 +16,8 @@ import os
 import tempfile
 from unittest import mock
 
-from conftest import BUILTIN_POLICY, load_script
-from hypothesis import HealthCheck, given, settings
+from conftest import BUILTIN_POLICY, bounded, load_script
+from hypothesis import given
 from hypothesis import strategies as st
 from one_line_checks import (  # noqa: F401 (autouse fixture)
     FIGURES,
@@ -28,18 +28,6 @@ from one_line_checks import (  # noqa: F401 (autouse fixture)
     tiny_tracecov_argv,
     write_table,
 )
-
-
-def bounded(examples: int):
-    """Derandomized (same cases in CI every time), a bounded number of examples, no deadline, no database."""
-    return settings(
-        derandomize=True,
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-
 
 TRACECOV = load_script("Gradient_evaluation/run_tracecov.py")
 ORACLE = load_script("Gradient_evaluation/calculate_oracle_v.py")

@@ -22,7 +22,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from conftest import bounded
+from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
@@ -368,17 +369,6 @@ def sweep_property(case) -> None:
                 table2(again)
             return
         check_table(runs, table2(again))
-
-
-def bounded(examples: int):
-    """Derandomized (the same cases in every CI run), no deadline, no example database."""
-    return settings(
-        derandomize=True,
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
 
 
 @bounded(20)
