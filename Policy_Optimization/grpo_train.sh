@@ -31,7 +31,7 @@ BASE="${BASE:-${BASE_DIR:-${REPO_DIR}/outputs}}"      # checkpoints/ logs/ wandb
 # short per-user folder, never under BASE; vLLM's IPC sockets go under TMPDIR (left to you; checked below).
 RAY_TMP="${RAY_TMP:-/tmp/ray_$(id -u)}"              # Ray's _temp_dir (sessions, object spilling), <= 40 chars
 # HF_HOME, HF_HUB_CACHE, HF_TOKEN, TMPDIR: your own (not redirected); forwarded to the Ray workers when set.
-MODEL="${MODEL:-${PLACEHOLDER}}"                      # hub id or local path, e.g. Qwen/Qwen2.5-1.5B-Instruct
+MODEL="${MODEL:-${PLACEHOLDER}}"                      # hub id, local folder or GGUF file, e.g. Qwen/Qwen2.5-1.5B-Instruct
 DATA_DIR="${DATA_DIR:-${PLACEHOLDER}}"                # folder written by Policy_Optimization/prepare_data.py
 TRAIN_FILE="${TRAIN_FILE:-train.parquet}"             # a file name in DATA_DIR (or a path)
 VAL_FILE="${VAL_FILE:-test.parquet}"
@@ -64,7 +64,7 @@ TEST_FREQ="${TEST_FREQ:-5}"                           # held-out validation ever
 REWARD_TIMEOUT="${REWARD_TIMEOUT:-5}"                 # seconds per MATH answer before it scores 0
 RUN_TAG="${RUN_TAG:-grpo}"
 PROJECT_NAME="${PROJECT_NAME:-demystifying_grpo}"
-EXPERIMENT_NAME="${EXPERIMENT_NAME:-${RUN_TAG}_$(basename "${MODEL}")_K${GROUP_SIZE}${SEED:+_seed${SEED}}}"
+EXPERIMENT_NAME="${EXPERIMENT_NAME:-${RUN_TAG}_$(basename "${MODEL}" .gguf)_K${GROUP_SIZE}${SEED:+_seed${SEED}}}"
 WANDB_MODE="${WANDB_MODE:-online}"                    # online | offline | disabled
 LOGGERS="${LOGGERS:-[console,wandb]}"
 # Checkpoints
@@ -232,9 +232,18 @@ data_file() {  # data_file NAME VALUE: a name in DATA_DIR (as the original), els
 }
 TRAIN_FILE="$(data_file TRAIN_FILE "${TRAIN_FILE}")"
 VAL_FILE="$(data_file VAL_FILE "${VAL_FILE}")"
+MODEL_PATH="${MODEL}"  # what the trainer loads: MODEL, or for VERL a GGUF file's converted HF folder
 if [[ -e "${MODEL}" ]]; then
   MODEL="$(abspath "${MODEL}")"
-  [[ -f "${MODEL}/config.json" ]] || die "MODEL=${MODEL} is not a model folder (no config.json)"
+  MODEL_PATH="${MODEL}"
+  if [[ "${MODEL}" == *.gguf || ( -d "${MODEL}" && ! -f "${MODEL}/config.json" && -n "$(compgen -G "${MODEL}/*.gguf")" ) ]]; then
+    # TRL converts it itself (cached); VERL needs the folder: converted once here, cached by the file's sha256
+    if [[ "${TRAINER}" == verl ]]; then
+      MODEL_PATH="$("${PYTHON_BIN}" -m grpo_mse.training.model_folder "${MODEL}")" || exit 2
+    fi
+  else
+    [[ -f "${MODEL}/config.json" ]] || die "MODEL=${MODEL} is not a model folder (no config.json) nor a GGUF file"
+  fi
 elif [[ "${MODEL}" == /* || "${MODEL}" == .* || "${MODEL}" == "~"* || "${MODEL}" == */*/* ]]; then
   die "MODEL=${MODEL}: no such local folder (a hub id looks like org/name)"
 elif [[ "${MODEL}" == */* ]] && compgen -G "${MODEL%%/*}/*/config.json" > /dev/null; then  # mistyped, not a hub id
@@ -269,7 +278,7 @@ FORWARD_ENV=(WANDB_MODE WANDB_DIR WANDB_CACHE_DIR WANDB_CONFIG_DIR WANDB_DATA_DI
 RUN_ID="${EXPERIMENT_NAME}_B${BUDGET}_lr${LR}"
 LOG_FILE="${LOG_FILE:-${BASE}/logs/${RUN_ID}_$(date +%Y%m%d_%H%M%S).log}"
 CKPT_DIR="${CKPT_DIR:-${BASE}/checkpoints/${PROJECT_NAME}/${RUN_ID}}"
-for name in MODEL TRAIN_FILE VAL_FILE CKPT_DIR BASE EXPERIMENT_NAME REPO_DIR; do  # VERL: paths go to Hydra quoted
+for name in MODEL MODEL_PATH TRAIN_FILE VAL_FILE CKPT_DIR BASE EXPERIMENT_NAME REPO_DIR; do  # VERL: paths go to Hydra quoted
   [[ "${TRAINER}" != verl || ( "${!name}" != *"'"* && "${!name}" != *'\'* ) ]] || die "${name}=${!name}: quotes and backslashes cannot be passed to Hydra; rename it"
 done
 hydra_value() { printf "'%s'" "$2"; }  # a quoted Hydra string: a comma or '=' in a path is not Hydra syntax
@@ -291,7 +300,7 @@ if [[ "${TRAINER}" == "verl" ]]; then
     data.max_response_length="${MAX_RESPONSE_LENGTH}"
     data.filter_overlong_prompts=True
     data.truncation=error
-    actor_rollout_ref.model.path="$(hydra_value MODEL "${MODEL}")"
+    actor_rollout_ref.model.path="$(hydra_value MODEL "${MODEL_PATH}")"
     actor_rollout_ref.model.enable_gradient_checkpointing=True
     actor_rollout_ref.model.use_remove_padding="${REMOVE_PADDING}"
     +actor_rollout_ref.model.override_config.attn_implementation="${ATTN_IMPL}"

@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 from grpo_mse.errors import InputError, UsageError, describe, require  # noqa: F401 - InputError, require re-exported
+from grpo_mse.tables.model_files import gguf_file_of
 
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
@@ -135,14 +136,18 @@ def check_model_path(name: str) -> bool:
         or name.rstrip("/").count("/") > 1
         or bool(parent and model_folders(parent))
     )
+    if local and gguf_file_of(name) is not None:
+        return True  # converted to an HF folder when loaded (policy/gguf_convert.py)
     if local and not os.path.isdir(path):
         if os.path.exists(path):
-            raise UsageError(f"--model {name} is a file; give the model's folder")
+            raise UsageError(f"--model {name} is a file; give the model's folder or a GGUF file (*.gguf)")
         close = difflib.get_close_matches(os.path.basename(path.rstrip("/")), model_folders(parent or "."), n=1)
         hint = f" (did you mean {os.path.join(os.path.dirname(name.rstrip('/')), close[0])}?)" if close else ""
-        raise UsageError(f"model folder not found: {name}{hint}")
+        what = "GGUF file" if name.endswith(".gguf") else "model folder"
+        raise UsageError(f"{what} not found: {name}{hint}")
     require(
-        not local or os.path.isfile(os.path.join(path, "config.json")), f"{name} is not a model folder (no config.json)"
+        not local or os.path.isfile(os.path.join(path, "config.json")),
+        f"{name} is not a model folder (no config.json, no GGUF file)",
     )
     if local:
         check_model_folder(path, name)

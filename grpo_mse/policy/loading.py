@@ -1,4 +1,4 @@
-"""Load a causal LM and its tokenizer (hub id or local folder), remote code off unless asked."""
+"""Load a causal LM and its tokenizer (hub id, local folder or GGUF file), remote code off unless asked."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import torch
 
 from grpo_mse.errors import InputError, ModelError  # noqa: F401 - re-exported here (their old home)
+from grpo_mse.policy.gguf_convert import model_folder
+from grpo_mse.tables.model_files import model_stem
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -25,12 +27,14 @@ def resolve_device(device: str) -> torch.device:
 def load_policy(
     name: str, device: str = "cpu", dtype: str = "fp32", revision: str = "main", trust_remote_code: bool = False
 ):
-    """(model in eval mode on ``device``, tokenizer with a pad token) for ``name``."""
+    """(model in eval mode on ``device``, tokenizer with a pad token) for ``name``; a GGUF file (or the folder
+    holding one) loads from its converted folder (``policy/gguf_convert.py``: converted once, then cached)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     target = resolve_device(device)
+    source, name = name, model_folder(name)
     local = os.path.isdir(os.path.expanduser(name))  # a mistyped local folder was refused by the command's config
     kwargs = {"trust_remote_code": trust_remote_code}
     if not local:
@@ -46,7 +50,7 @@ def load_policy(
             raise
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         where = "" if local else f" (no local folder {name!r} either)"
-        raise ModelError(f"cannot load model {name!r}{where}: {first}") from None
+        raise ModelError(f"cannot load model {source!r}{where}: {first}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(target).eval()
@@ -69,13 +73,11 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 
 
 def model_tag(name: str) -> str:
-    """File-name tag: a hub id with ``/`` and ``-`` replaced by ``_``; a local folder's base name likewise."""
-    name = name.rstrip("/")
-    if os.path.isdir(os.path.expanduser(name)):
-        name = os.path.basename(name)
-    return name.replace("/", "_").replace("-", "_")
+    """File-name tag: a hub id with ``/`` and ``-`` replaced by ``_``; a local folder's base name (a GGUF file's
+    stem) likewise."""
+    return model_stem(name).replace("/", "_").replace("-", "_")
 
 
 def model_basename_tag(name: str) -> str:
-    """Oracle file tag: the model's base name with ``-`` replaced by ``_``."""
-    return os.path.basename(name.rstrip("/")).replace("-", "_")
+    """Oracle file tag: the model's base name (a GGUF file's stem) with ``-`` replaced by ``_``."""
+    return os.path.basename(model_stem(name)).replace("-", "_")

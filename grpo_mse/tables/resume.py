@@ -10,6 +10,7 @@ import tempfile
 
 from grpo_mse.errors import UsageError
 from grpo_mse.tables.inputs import looks_local
+from grpo_mse.tables.model_files import gguf_file_of
 
 
 def fingerprint(source: str) -> str:
@@ -54,12 +55,46 @@ def _file_digest(path: str, cache: dict) -> str:
     return cache[key]["sha256"]
 
 
+def _load_cache() -> dict:
+    try:
+        with open(_cache_path(), encoding="utf-8") as handle:
+            cache = json.load(handle)
+        return cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_cache(cache: dict) -> None:
+    try:  # atomic replace; a cache that cannot be written only costs a rehash next time
+        os.makedirs(os.path.dirname(_cache_path()), exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(_cache_path()), prefix=".tmp_")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(cache, out)
+        os.replace(temporary, _cache_path())
+    except OSError:
+        pass
+
+
+def file_sha256(path: str) -> str:
+    """The hex sha256 of one file, through the same cache as ``model_fingerprint``."""
+    cache = _load_cache()
+    before = dict(cache)
+    digest = _file_digest(path, cache)
+    if cache != before:
+        _save_cache(cache)
+    return digest
+
+
 def model_fingerprint(model: str, revision: str = "main") -> str:
     """``sha256:<hex>`` over a local model folder's files (weights, config, tokenizer, template; hidden files
-    and folders skipped), by relative path and content; ``hub:<id>@<revision>`` for a hub id.
+    and folders skipped), by relative path and content; for a GGUF file (or the folder holding one) the file's
+    own sha256, so the file and its folder are one model; ``hub:<id>@<revision>`` for a hub id.
 
     Each file's hash is cached in ``$XDG_CACHE_HOME/grpo_mse/fingerprints.json`` (~/.cache by default) keyed
     by inode, size, mtime and ctime, so a second run does not reread the weights; the cache is best effort."""
+    gguf = gguf_file_of(model)
+    if gguf is not None:
+        return f"sha256:{file_sha256(gguf)}"
     path = os.path.expanduser(model)
     if not os.path.isdir(path):
         return f"hub:{model}@{revision}"
@@ -70,25 +105,13 @@ def model_fingerprint(model: str, revision: str = "main") -> str:
         if not name.startswith(".")
         if not any(part.startswith(".") for part in os.path.relpath(folder, path).split(os.sep) if part != ".")
     )
-    try:
-        with open(_cache_path(), encoding="utf-8") as handle:
-            cache = json.load(handle)
-        cache = cache if isinstance(cache, dict) else {}
-    except (OSError, ValueError):
-        cache = {}
+    cache = _load_cache()
     before = dict(cache)
     digest = hashlib.sha256()
     for name in files:
         digest.update(name.encode() + b"\0" + _file_digest(os.path.join(path, name), cache).encode() + b"\n")
     if cache != before:
-        try:  # atomic replace; a cache that cannot be written only costs a rehash next time
-            os.makedirs(os.path.dirname(_cache_path()), exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=os.path.dirname(_cache_path()), prefix=".tmp_")
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                json.dump(cache, out)
-            os.replace(temporary, _cache_path())
-        except OSError:
-            pass
+        _save_cache(cache)
     return f"sha256:{digest.hexdigest()}"
 
 

@@ -25,6 +25,7 @@ from grpo_mse import cli  # noqa: E402
 from grpo_mse.cli import require  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
 from grpo_mse.gradients import estimators as est  # noqa: E402
+from grpo_mse.policy.gguf_convert import model_folder  # noqa: E402
 from grpo_mse.training import adaptive_k  # noqa: E402
 from grpo_mse.training import trl_backend as backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
@@ -41,7 +42,7 @@ class TrlTrainConfig(Flags):
     refused once the data is read (``trl_backend.grpo_config``), still before the model is loaded.
     """
 
-    model: str = option(help="hub id or local folder of the policy")
+    model: str = option(help="hub id, local folder or GGUF file of the policy")
     train_file: str = option(help="VERL parquet (Policy_Optimization/prepare_data.py)")
     val_file: str = option(help="VERL parquet for held-out accuracy")
     group_size: int = option(32, minimum=2, help="K samples per prompt")
@@ -254,7 +255,8 @@ def run(args: TrlTrainConfig) -> dict:
     set_seed(args.seed)
     compute_score = backend.load_reward(args.reward_path, args.reward_name)
     train_rows, val_rows = backend.verl_rows(args.train_file), backend.verl_rows(args.val_file)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model_path = model_folder(args.model)  # a GGUF file: its converted folder (special tokens from the file)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_rows = backend.drop_long_prompts(train_rows, tokenizer, args.max_prompt_length)
@@ -284,7 +286,7 @@ def run(args: TrlTrainConfig) -> dict:
         print("[dry run] TRL GRPOConfig built and data read; nothing was trained", file=sys.stderr)
         return {}
 
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     run_config = {
         "trainer": "trl",
         "budget": args.budget,

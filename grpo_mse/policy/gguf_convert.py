@@ -1,0 +1,110 @@
+"""A GGUF model file as an ordinary HF folder, converted once and cached by the file's sha256.
+
+transformers reads GGUF files (``from_pretrained(folder, gguf_file=name)``, through the ``gguf`` package) and
+dequantises them to float32, but its tokenizer converter does not carry the file's special tokens over: on
+SmolLM2-135M-Instruct it gives eos ``<|im_start|>`` (id 1) and no pad, where the file says eos 2
+(``<|im_end|>``) and pad 2. A sampler that stops on the wrong token, or TRL aligning the model's eos to the
+tokenizer's, then changes what is sampled. So the conversion sets bos, eos, pad and unk from the file's own
+metadata on the tokenizer, the model config and the generation config, and saves the result once:
+every later load is an ordinary ``from_pretrained`` of a folder (seconds, not a dequantisation).
+
+The cache is ``$GRPO_MSE_GGUF_CACHE``, else ``$XDG_CACHE_HOME/grpo_mse/gguf`` (``~/.cache`` by default), never the
+repository; each entry is ``<sha256 of the file>/`` with a ``gguf_source.json`` that records where it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from grpo_mse.errors import ModelError
+from grpo_mse.tables.model_files import GGUFInfo, gguf_file_of, read_gguf_info
+from grpo_mse.tables.resume import file_sha256
+
+SOURCE_RECORD = "gguf_source.json"  # written last: a folder without it is an interrupted conversion
+
+
+def cache_root() -> str:
+    if os.environ.get("GRPO_MSE_GGUF_CACHE"):
+        return os.path.expanduser(os.environ["GRPO_MSE_GGUF_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "grpo_mse", "gguf")
+
+
+def model_folder(name: str) -> str:
+    """The HF folder to load for ``name``: ``name`` itself unless it names a GGUF file (or a folder holding one),
+    which is converted on first use and then read from the cache."""
+    gguf = gguf_file_of(name)
+    return name if gguf is None else converted_folder(gguf)
+
+
+def converted_folder(gguf_path: str) -> str:
+    """The cached HF folder of the GGUF file at ``gguf_path``, converting it first when it is not cached."""
+    digest = file_sha256(gguf_path)
+    folder = os.path.join(cache_root(), digest)
+    if os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
+        return folder
+    os.makedirs(cache_root(), exist_ok=True)
+    staging = tempfile.mkdtemp(dir=cache_root(), prefix=f".tmp_{digest[:12]}_")
+    try:
+        _convert(gguf_path, digest, staging)
+        shutil.rmtree(folder, ignore_errors=True)  # an interrupted earlier conversion (no source record)
+        try:
+            os.replace(staging, folder)
+        except OSError:  # another process finished the same conversion first: keep its folder
+            if not os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def _convert(gguf_path: str, digest: str, out_dir: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    info = read_gguf_info(gguf_path)
+    where, file = os.path.split(os.path.abspath(gguf_path))
+    # stderr: the launcher reads the folder from this module's caller's stdout
+    print(f"converting {gguf_path} to an HF folder (once; cached in {cache_root()})", file=sys.stderr, flush=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=file)
+        model = AutoModelForCausalLM.from_pretrained(where, gguf_file=file, dtype=torch.float32)
+    except (OSError, ValueError, RuntimeError, KeyError, NotImplementedError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelError(f"cannot convert GGUF file {gguf_path} ({info.architecture}): {first}") from None
+    apply_special_tokens(info, tokenizer, model)
+    tokenizer.save_pretrained(out_dir)
+    model.save_pretrained(out_dir)
+    record = {
+        "gguf_file": os.path.abspath(gguf_path),
+        "sha256": digest,
+        "architecture": info.architecture,
+        "general_name": info.name,
+        "special_tokens": {"bos": info.tokens.bos, "eos": info.tokens.eos, "pad": info.tokens.pad},
+    }
+    with open(os.path.join(out_dir, SOURCE_RECORD), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1)
+
+
+def apply_special_tokens(info: GGUFInfo, tokenizer, model) -> None:
+    """Set the file's bos/eos/pad/unk on the tokenizer, model config and generation config; pad falls back to
+    eos (as the samplers pad with it), and a token id outside the vocabulary is refused."""
+    tokens = info.tokens
+    if tokens.eos is None:
+        raise ModelError("the GGUF file names no end-of-sequence token (tokenizer.ggml.eos_token_id)")
+    pad = tokens.eos if tokens.pad is None else tokens.pad
+    for kind, token_id in (("bos", tokens.bos), ("eos", tokens.eos), ("pad", pad), ("unk", tokens.unk)):
+        if token_id is None:
+            continue
+        if not 0 <= token_id < len(tokenizer):
+            raise ModelError(f"the GGUF file's {kind} token id {token_id} is outside its vocabulary ({len(tokenizer)})")
+        setattr(tokenizer, f"{kind}_token", tokenizer.convert_ids_to_tokens(token_id))
+    for config in (model.config, model.generation_config):
+        config.eos_token_id = tokens.eos
+        config.pad_token_id = pad
+        if tokens.bos is not None:
+            config.bos_token_id = tokens.bos

@@ -1,0 +1,95 @@
+"""What a ``--model`` path names on disk: an HF folder, a GGUF file, or a folder holding one GGUF file.
+
+Cheap (no torch, no transformers): the command lines call it before reading data. A GGUF file's metadata is read
+with the ``gguf`` package; the special tokens it names are the model's own (transformers' GGUF tokenizer
+converter does not always carry them over, so the converter in ``policy/gguf_convert.py`` sets them from here).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from grpo_mse.errors import ModelError
+
+GGUF_SUFFIX = ".gguf"
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file (any version)
+
+
+def gguf_file_of(name: str) -> str | None:
+    """The GGUF file ``name`` names: the file itself (``*.gguf``), or the one ``*.gguf`` in a folder that has no
+    ``config.json``; None for anything else (an HF folder, a hub id, a missing path). ModelError for a folder
+    holding several GGUF files (which one is meant?) or a ``.gguf`` file that is not a GGUF file."""
+    path = os.path.expanduser(name)
+    if os.path.isfile(path) and path.endswith(GGUF_SUFFIX):
+        _check_magic(path, name)
+        return path
+    if not os.path.isdir(path) or os.path.isfile(os.path.join(path, "config.json")):
+        return None
+    found = sorted(f for f in os.listdir(path) if f.endswith(GGUF_SUFFIX) and os.path.isfile(os.path.join(path, f)))
+    if len(found) > 1:
+        raise ModelError(f"{name} holds {len(found)} GGUF files ({', '.join(found)}); give --model one of them")
+    if not found:
+        return None
+    _check_magic(os.path.join(path, found[0]), os.path.join(name, found[0]))
+    return os.path.join(path, found[0])
+
+
+def _check_magic(path: str, name: str) -> None:
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head != GGUF_MAGIC:
+        raise ModelError(f"{name} is not a GGUF file (it does not start with b'GGUF'); copy or download it again")
+
+
+def model_stem(name: str) -> str:
+    """The model's own name for output files: a GGUF file's stem (``SmolLM2-135M-Instruct.Q4_1``, also for the
+    folder that holds it), a local folder's base name, or the hub id as given."""
+    gguf = gguf_file_of(name)
+    if gguf is not None:
+        return os.path.basename(gguf)[: -len(GGUF_SUFFIX)]
+    stripped = name.rstrip("/")
+    return os.path.basename(stripped) if os.path.isdir(os.path.expanduser(stripped)) else stripped
+
+
+@dataclass(frozen=True)
+class GGUFTokens:
+    """The special tokens a GGUF file's metadata names (``tokenizer.ggml.*_token_id``), None when absent."""
+
+    bos: int | None
+    eos: int | None
+    pad: int | None
+    unk: int | None
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    """What the project reads from a GGUF header: its architecture, its ``general.name`` and special tokens."""
+
+    architecture: str
+    name: str | None
+    tokens: GGUFTokens
+
+
+def read_gguf_info(path: str) -> GGUFInfo:
+    """The header of the GGUF file at ``path`` (memory-mapped; the tensors are not read)."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, OSError, KeyError) as error:
+        raise ModelError(f"{path} is not a readable GGUF file ({error}); copy or download it again") from None
+
+    def field(key: str):
+        entry = reader.fields.get(key)
+        return None if entry is None else entry.contents()
+
+    def token(kind: str) -> int | None:
+        value = field(f"tokenizer.ggml.{kind}_token_id")
+        return None if value is None else int(value)
+
+    architecture = field("general.architecture")
+    if not isinstance(architecture, str):
+        raise ModelError(f"{path} has no general.architecture in its metadata; it is not a model file")
+    tokens = GGUFTokens(token("bos"), token("eos"), token("padding"), token("unknown"))
+    return GGUFInfo(architecture, field("general.name"), tokens)
