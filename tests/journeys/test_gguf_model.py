@@ -1,0 +1,156 @@
+"""A GGUF file as --model / MODEL through the real command lines: the oracle, tracecov, the TRL launcher and the
+VERL launcher's dry run, chained as a user chains them; the same numbers as the HF folder it was written from;
+and once on the real SmolLM2-135M-Instruct file at a tiny size."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import BUILTIN_POLICY, ROOT
+from gguf_files import write_gguf
+
+from grpo_mse.training.data import arithmetic_splits, write_splits
+
+pytestmark = pytest.mark.slow
+DATA = os.path.join(ROOT, "data", "arithmetic_zero_shot.jsonl")
+LAUNCHER = os.path.join(ROOT, "Policy_Optimization", "grpo_train.sh")
+
+
+@pytest.fixture
+def env(tmp_path):
+    """The command lines' environment with a GGUF cache of the test's own."""
+    return {**os.environ, "GRPO_MSE_GGUF_CACHE": str(tmp_path / "gguf_cache"), "OMP_NUM_THREADS": "1"}
+
+
+def run(args, env, timeout=600):
+    result = subprocess.run([sys.executable, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def oracle(model, out, env, *extra):
+    run(
+        ["Gradient_evaluation/calculate_oracle_v.py", "--model", model, "--dataset", DATA, "--device", "cpu"]
+        + ["--dtype", "fp32", "--n_oracle", "16", "--limit", "4", "--out_dir", str(out), *extra],
+        env,
+    )
+    (table,) = [f for f in os.listdir(out) if f.endswith(".jsonl")]
+    with open(os.path.join(out, table), encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle]
+    with open(os.path.join(out, table.replace(".jsonl", ".settings.json")), encoding="utf-8") as handle:
+        settings = json.load(handle)
+    return table, rows, settings
+
+
+def test_oracle_and_tracecov_on_a_gguf_file_match_its_source_folder(tmp_path, env):
+    gguf = write_gguf(BUILTIN_POLICY, str(tmp_path / "Tiny-Policy.F32.gguf"), bos=None, eos=2, pad=0)
+    name, rows, settings = oracle(gguf, tmp_path / "from_gguf", env)
+    _, reference_rows, _ = oracle(BUILTIN_POLICY, tmp_path / "from_folder", env)
+    assert name.startswith("oracle_v_n16_Tiny_Policy.F32_")  # after the file, not its folder or the cache
+    assert [r["correct_count"] for r in rows] == [r["correct_count"] for r in reference_rows]
+    assert settings["model_fingerprint"] == "sha256:" + hashlib.sha256(open(gguf, "rb").read()).hexdigest()
+
+    table = os.path.join(tmp_path / "from_gguf", name)
+    argv = ["--oracle_table", table, "--device", "cpu", "--dtype", "fp32", "--T", "2", "--M", "2", "--K_list", "2"]
+    argv += ["--skip_plot", "--no_advisor"]
+    run(["Gradient_evaluation/run_tracecov.py", "--model", gguf, "--save_json", str(tmp_path / "tc_gguf"), *argv], env)
+    run(
+        ["Gradient_evaluation/run_tracecov.py", "--model", BUILTIN_POLICY, "--save_json", str(tmp_path / "tc"), *argv],
+        env,
+    )
+    results = []
+    for out in ("tc_gguf", "tc"):
+        (main,) = [f for f in os.listdir(tmp_path / out) if re.fullmatch(r"tracecov_.+_\d{8}_\d{6}\.json", f)]
+        with open(tmp_path / out / main, encoding="utf-8") as handle:
+            results.append(json.load(handle))
+        assert main.startswith("tracecov_Tiny_Policy.F32_" if out == "tc_gguf" else "tracecov_tiny_policy_")
+    assert results[0]["conditional_on_x"] == pytest.approx(results[1]["conditional_on_x"], rel=1e-6)
+
+
+def test_trl_launcher_and_verl_dry_run_take_a_gguf_model(tmp_path, env):
+    pytest.importorskip("trl")
+    gguf = write_gguf(BUILTIN_POLICY, str(tmp_path / "Tiny-Policy.F32.gguf"), bos=None, eos=2, pad=0)
+    data = tmp_path / "data"
+    write_splits(arithmetic_splits(32, 16), str(data))
+    settings = dict(MODEL=gguf, DATA_DIR=str(data), GROUP_SIZE="4", BUDGET="32", SEED="1", LR="1e-3")
+    settings.update(MAX_RESPONSE_LENGTH="8", TEST_FREQ="1", BASE=str(tmp_path / "base"), WANDB_MODE="offline")
+    settings.update(PYTHON_BIN=sys.executable, RUN_TAG="gguf")
+    trl = subprocess.run(
+        ["bash", LAUNCHER, "--max_steps", "1"],
+        env={**env, **settings, "TRAINER": "trl"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert trl.returncode == 0, trl.stdout[-2000:] + trl.stderr[-2000:]
+    assert "EXPERIMENT_NAME=gguf_Tiny-Policy.F32_K4_seed1" in trl.stdout  # the file's name without .gguf
+    assert "step:1 - " in trl.stdout
+
+    pytest.importorskip("verl")
+    verl = subprocess.run(
+        ["bash", LAUNCHER],
+        env={**env, **settings, "TRAINER": "verl", "DRY_RUN": "1"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert verl.returncode == 0, verl.stderr[-3000:]
+    folder = os.path.join(env["GRPO_MSE_GGUF_CACHE"], hashlib.sha256(open(gguf, "rb").read()).hexdigest())
+    assert f"path: {folder}" in verl.stdout  # VERL gets the converted HF folder
+
+
+def test_a_file_that_is_not_gguf_is_refused_in_one_line(tmp_path, env):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"GGML this is not it")
+    result = subprocess.run(
+        [sys.executable, "Gradient_evaluation/calculate_oracle_v.py", "--model", str(fake), "--dataset", DATA]
+        + ["--device", "cpu", "--out_dir", str(tmp_path / "out")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "is not a GGUF file" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_real_smollm2_file_through_the_command_lines(tmp_path):
+    """The installed SmolLM2-135M-Instruct (requirements-models.txt) at a tiny size: eos <|im_end|> (id 2) and pad 2
+    from the file, an oracle table and a tracecov run named after the model. Uses the user's GGUF cache, so the
+    conversion (about 45 s on 2 cores) happens once per machine."""
+    from grpo_mse.builtin.real_llm import smollm2_gguf
+    from grpo_mse.errors import ModelError
+
+    try:
+        gguf = smollm2_gguf()
+    except ModelError as error:
+        pytest.skip(str(error))
+    env = {**os.environ}
+    env.pop("GRPO_MSE_GGUF_CACHE", None)
+    folder = run(["-m", "grpo_mse.training.model_folder", gguf], env).stdout.strip()
+    with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as handle:
+        tokenizer = json.load(handle)
+    with open(os.path.join(folder, "generation_config.json"), encoding="utf-8") as handle:
+        generation = json.load(handle)
+    assert (tokenizer["eos_token"], tokenizer["pad_token"]) == ("<|im_end|>", "<|im_end|>")
+    assert (generation["eos_token_id"], generation["pad_token_id"]) == (2, 2)
+    name, rows, _ = oracle(gguf, tmp_path / "oracle", env, "--max_new_tokens", "8")
+    assert name.startswith("oracle_v_n16_SmolLM2_135M_Instruct.Q4_1_") and len(rows) == 4
+    table = os.path.join(tmp_path / "oracle", name)
+    run(
+        ["Gradient_evaluation/run_tracecov.py", "--model", gguf, "--oracle_table", table, "--device", "cpu"]
+        + ["--dtype", "fp32", "--T", "1", "--M", "2", "--K_list", "2", "--max_new_tokens", "4", "--skip_plot"]
+        + ["--no_advisor", "--save_json", str(tmp_path / "tc")],
+        env,
+    )
+    assert any(f.startswith("tracecov_SmolLM2_135M_Instruct.Q4_1_") for f in os.listdir(tmp_path / "tc"))
