@@ -68,7 +68,7 @@ class ModelConfig(Flags):
     # bounds are checked after the environment (as these scripts always did: ``--M must be >= 2``)
     BOUNDS_AFTER_PARSE: ClassVar[bool] = True
 
-    model: str = option(help="hub id or local folder")
+    model: str = option(help="hub id, local folder or GGUF file")
     revision: str = option("main", help="model revision (branch, tag or commit)")
     device: str = option("cuda", help="torch device; under torchrun each rank takes cuda:LOCAL_RANK")
     dtype: str = option("fp16", choices=DTYPES, help="model weights' dtype")
@@ -184,7 +184,7 @@ class TracecovConfig(ModelConfig):
         "score_distribution",
     )
 
-    model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id or local folder")
+    model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id, local folder or GGUF file")
     dtype: str = option("bf16", choices=DTYPES, help="model weights' dtype")
     oracle_table: str = option(help=".jsonl/.parquet with prompt, ground_truth, V_oracle (or VERL rows + V_oracle)")
     seed: int = option(
