@@ -79,12 +79,18 @@ class OracleRun:
     @classmethod
     def start(cls, config: OracleConfig) -> OracleRun:
         rank, world, device = dist.init_from_env(config.device)
-        rows = load_rows(config.dataset, config.split)[: config.limit]
+        table = load_rows(config.dataset, config.split)
+        # Keys are decided on the whole table, not on the rows selected, so that a --limit 2 run and its
+        # --limit 6 --resume key the same rows the same way (a table whose ids repeat only past row 2 would
+        # otherwise be keyed by id first and by position on the resume, and its rows written twice).
+        key_field = "id" if has_unique_ids(table) else "row_index"
+        chosen = list(range(len(table)))[: config.limit]
         if config.sample is not None:  # a seeded random sample of the rows (inputs.selection's subsample)
-            rows = [rows[i] for i in selection(len(rows), len(rows), config.seed, config.sample)]
+            chosen = [chosen[i] for i in selection(len(chosen), len(chosen), config.seed, config.sample)]
+        rows = [table[i] for i in chosen]
         check_prompts(rows, config.dataset)
         check_answers(rows, config.dataset)
-        keys = row_keys(rows)
+        keys = [row_keys(table)[i] for i in chosen]
         current = settings(config)
         folder = RunFolder(config.out_dir, "oracle_v_n", ".jsonl", config.RESULT_FIELDS)
         stem = folder.resumable(current) if config.resume and rank == 0 else None
@@ -98,8 +104,13 @@ class OracleRun:
         path = dist.broadcast_text(stem + ".jsonl" if rank == 0 else "")
         shard_path = path if world == 1 else f"{path}.rank{rank}"
         run_lock = lock(shard_path)  # one writer per file, held until the run ends
-        key_field = "id" if has_unique_ids(rows) else "row_index"
-        done_keys = {rec.get(key_field) for p in {path, shard_path} for rec in read_complete_jsonl(p)}
+        done = [rec for p in {path, shard_path} for rec in read_complete_jsonl(p)]
+        cli.require(
+            all(key_field in rec for rec in done),
+            f"cannot --resume {path}: its rows have no {key_field!r} (written when the table's ids were read as "
+            f"unique); run without --resume for a new file",
+        )
+        done_keys = {rec[key_field] for rec in done}
         todo = [i for i in dist.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
         if done_keys:
             print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
@@ -131,7 +142,7 @@ class OracleRun:
     def write_row(self, i: int, correct: int) -> None:
         n = self.config.n_oracle
         low, high = wilson_interval(correct, n)
-        extra = {"row_index": i} if self.key_field == "row_index" else {}
+        extra = {"row_index": self.keys[i]} if self.key_field == "row_index" else {}  # the row's table position
         values = OracleValues(correct / n, n, correct, low, high, oracle_settings=oracle_settings(self.config, n))
         append_jsonl(self.shard_path, values.merged_into({**self.rows[i], **extra}))
 
