@@ -25,6 +25,8 @@ from grpo_mse.tables.model_files import GGUFInfo, gguf_file_of, read_gguf_info
 from grpo_mse.tables.resume import file_sha256
 
 SOURCE_RECORD = "gguf_source.json"  # written last: a folder without it is an interrupted conversion
+# Bumped when the conversion changes what it writes; a cached folder of another version is converted again.
+CONVERTER_VERSION = 2
 
 
 def cache_root() -> str:
@@ -45,21 +47,30 @@ def converted_folder(gguf_path: str) -> str:
     """The cached HF folder of the GGUF file at ``gguf_path``, converting it first when it is not cached."""
     digest = file_sha256(gguf_path)
     folder = os.path.join(cache_root(), digest)
-    if os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
+    if is_current(folder):
         return folder
     os.makedirs(cache_root(), exist_ok=True)
     staging = tempfile.mkdtemp(dir=cache_root(), prefix=f".tmp_{digest[:12]}_")
     try:
         _convert(gguf_path, digest, staging)
-        shutil.rmtree(folder, ignore_errors=True)  # an interrupted earlier conversion (no source record)
+        shutil.rmtree(folder, ignore_errors=True)  # an interrupted or older conversion
         try:
             os.replace(staging, folder)
         except OSError:  # another process finished the same conversion first: keep its folder
-            if not os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
+            if not is_current(folder):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def is_current(folder: str) -> bool:
+    """True when ``folder`` holds a finished conversion made by this version of the converter."""
+    try:
+        with open(os.path.join(folder, SOURCE_RECORD), encoding="utf-8") as handle:
+            return json.load(handle).get("converter_version") == CONVERTER_VERSION
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _convert(gguf_path: str, digest: str, out_dir: str) -> None:
@@ -85,6 +96,7 @@ def _convert(gguf_path: str, digest: str, out_dir: str) -> None:
         "architecture": info.architecture,
         "general_name": info.name,
         "special_tokens": {"bos": info.tokens.bos, "eos": info.tokens.eos, "pad": info.tokens.pad},
+        "converter_version": CONVERTER_VERSION,
     }
     with open(os.path.join(out_dir, SOURCE_RECORD), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1)
@@ -103,6 +115,9 @@ def apply_special_tokens(info: GGUFInfo, tokenizer, model) -> None:
         if not 0 <= token_id < len(tokenizer):
             raise ModelError(f"the GGUF file's {kind} token id {token_id} is outside its vocabulary ({len(tokenizer)})")
         setattr(tokenizer, f"{kind}_token", tokenizer.convert_ids_to_tokens(token_id))
+    # transformers' GGUF tokenizers come with clean_up_tokenization_spaces on, which it then ignores for byte-level
+    # BPE with a warning on every decode call; off is what it does anyway, without the warning
+    tokenizer.clean_up_tokenization_spaces = False
     for config in (model.config, model.generation_config):
         config.eos_token_id = tokens.eos
         config.pad_token_id = pad

@@ -5,6 +5,7 @@ tests (gguf_files.py) from the shipped tiny policy (qwen2) and a random Llama (l
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 
@@ -96,6 +97,19 @@ def test_an_interrupted_conversion_is_redone(gguf_files, gguf_cache):
     os.remove(os.path.join(folder, "model.safetensors"))
     assert gguf_convert.model_folder(qwen) == folder
     assert os.path.isfile(os.path.join(folder, "model.safetensors"))
+
+
+def test_a_conversion_of_another_converter_version_is_redone(gguf_files):
+    qwen, _, _ = gguf_files
+    folder = gguf_convert.model_folder(qwen)
+    record = os.path.join(folder, gguf_convert.SOURCE_RECORD)
+    with open(record, encoding="utf-8") as handle:
+        source = json.load(handle)
+    assert source["converter_version"] == gguf_convert.CONVERTER_VERSION
+    with open(record, "w", encoding="utf-8") as handle:
+        json.dump({**source, "converter_version": 1}, handle)
+    assert gguf_convert.model_folder(qwen) == folder
+    assert gguf_convert.is_current(folder)
 
 
 def test_pad_falls_back_to_eos_when_the_file_names_none(tmp_path):
