@@ -20,6 +20,7 @@ from grpo_mse.cli import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED
+from grpo_mse.rewards.rules import ANSWER_RULES
 
 DTYPES = ("fp16", "bf16", "fp32")
 BACKENDS = ("hf", "vllm")
@@ -86,6 +87,12 @@ class ModelConfig(Flags):
     )
     top_p: float = option(0.95, type=float, above=0, maximum=1, help="nucleus sampling mass")
     max_new_tokens: int = option(32, type=int, minimum=1, help="tokens per continuation at most")
+    answer_rule: str = option(
+        "row",
+        choices=ANSWER_RULES,
+        help="reward rule: row (each row's data_source rule; the original last integer without one) or "
+        "final_answer (the response ends with the integer, alone or after =, : or 'is'; docs/real_llm.md)",
+    )
 
     def __post_init__(self) -> None:
         cli.check_device(self.device)
@@ -147,6 +154,7 @@ class OracleConfig(ModelConfig):
         "dtype",
         "backend",
         "sample",
+        "answer_rule",
     )
 
     def __post_init__(self) -> None:
@@ -182,6 +190,7 @@ class TracecovConfig(ModelConfig):
         "no_advisor",
         "backend",
         "score_distribution",
+        "answer_rule",
     )
 
     model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id, local folder or GGUF file")

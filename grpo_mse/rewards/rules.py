@@ -15,6 +15,7 @@ import os
 import re
 from fractions import Fraction
 
+from grpo_mse.errors import DataError
 from grpo_mse.rewards.worker_pool import shared_pool
 
 # Number conventions of the arithmetic and GSM8K rules (docs/training.md, "Answer conventions"), those of GSM8K's
@@ -67,6 +68,31 @@ def parse_gold(gold) -> int | None:
 def last_integer_reward(text: str, gold) -> float:
     """1.0 if the last number of ``text`` equals the integer ``gold`` by value, else 0.0 (G in {0, 1})."""
     predicted, target = last_number(text), parse_gold(gold)
+    return float(predicted is not None and target is not None and predicted == target)
+
+
+# The stricter answer rule (docs/real_llm.md, "Reward audit"): the number must stand where a final answer
+# stands, as the prompts ask ("Return ONLY the final integer"): the response ends with it, and it is the whole
+# response or follows "=", ":" or "is" ("Answer: 17", "The answer is 17.", "24 / 8 = 3"); markdown bold, $...$,
+# brackets and a final period around it are allowed. A pretrained chat model's free-form text at temperature 1
+# often mentions the gold number in passing or is cut off mid-sentence after one ("... 100 / 10 = "), which the
+# last-number rule rewards.
+FINAL_ANSWER = re.compile(
+    r"(?:^|[=:]|\bis)\s*[*_$(\[]*\s*(" + NUMBER.pattern + r")\s*[*_$)\]]*\s*\.?\s*$", re.IGNORECASE
+)
+
+
+def final_answer(text: str) -> Fraction | None:
+    """The number ``text`` ends with in a final-answer position (see FINAL_ANSWER), as an exact Fraction, or None."""
+    match = FINAL_ANSWER.search(ascii_minus(text).strip())
+    if match is None or len(match.group(1)) > MAX_NUMBER_CHARS:
+        return None
+    return Fraction(match.group(1).replace(",", ""))
+
+
+def final_answer_reward(text: str, gold) -> float:
+    """1.0 if ``text`` ends with a final answer (FINAL_ANSWER) equal to the integer ``gold`` by value, else 0.0."""
+    predicted, target = final_answer(text), parse_gold(gold)
     return float(predicted is not None and target is not None and predicted == target)
 
 
@@ -210,6 +236,27 @@ def score(data_source: str, solution: str, ground_truth) -> float:
 DEFAULT_SOURCE = "arithmetic"  # rows without a data_source (the built-in data, the original's tables): last integer
 
 
-def row_reward(row: dict, solution: str) -> float:
-    """0/1 reward of ``solution`` for a table row: ``score`` under its ``data_source`` (else DEFAULT_SOURCE)."""
+# --answer_rule: "row" (each row's data_source rule; the original last-integer rule without one) or
+# "final_answer" (the stricter rule above, for integer answers).
+ANSWER_RULES = ("row", "final_answer")
+
+
+def row_reward(row: dict, solution: str, answer_rule: str = "row") -> float:
+    """0/1 reward of ``solution`` for a table row: ``score`` under its ``data_source`` (else DEFAULT_SOURCE), or
+    the final-answer rule when ``answer_rule`` is ``final_answer``."""
+    if answer_rule == "final_answer":
+        return final_answer_reward(solution or "", row["ground_truth"])
     return score(row.get("data_source") or DEFAULT_SOURCE, solution, row["ground_truth"])
+
+
+def check_answer_rule(rows: list[dict], answer_rule: str, source: str) -> None:
+    """DataError naming the first row the final-answer rule cannot judge (a data_source with another rule)."""
+    if answer_rule != "final_answer":
+        return
+    for i, row in enumerate(rows):
+        rule = rule_for(row.get("data_source") or DEFAULT_SOURCE, row.get("ground_truth"))
+        if rule != "arithmetic":
+            raise DataError(
+                f"{source}: row {i} has data_source {row.get('data_source')!r} ({rule} rule); --answer_rule "
+                "final_answer judges integer answers only: use --answer_rule row"
+            )

@@ -18,7 +18,7 @@ from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.policy.vllm_sampler import make_vllm
-from grpo_mse.rewards.rules import row_reward
+from grpo_mse.rewards.rules import check_answer_rule, row_reward
 from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys, selection
 from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, to_json, wilson_interval, write_atomic
@@ -90,6 +90,7 @@ class OracleRun:
         rows = [table[i] for i in chosen]
         check_prompts(rows, config.dataset)
         check_answers(rows, config.dataset)
+        check_answer_rule(rows, config.answer_rule, config.dataset)
         keys = [row_keys(table)[i] for i in chosen]
         current = settings(config)
         folder = RunFolder(config.out_dir, "oracle_v_n", ".jsonl", config.RESULT_FIELDS)
@@ -132,7 +133,8 @@ class OracleRun:
         bar = cli.progress(total=len(self.todo), desc="prompts", disable=self.rank > 0)
         for position, continuation in self.sampler.stream(requests):
             i = self.todo[position]
-            correct[i] += int(row_reward(self.rows[i], decode(self.tokenizer, [continuation])[0]))
+            text = decode(self.tokenizer, [continuation])[0]
+            correct[i] += int(row_reward(self.rows[i], text, config.answer_rule))
             remaining[i] -= 1
             if remaining[i] == 0:
                 self.write_row(i, correct[i])

@@ -25,7 +25,7 @@ from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.policy.vllm_sampler import make_vllm
-from grpo_mse.rewards.rules import row_reward
+from grpo_mse.rewards.rules import check_answer_rule, row_reward
 from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
 from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, write_csv, write_json
@@ -267,6 +267,7 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
     chosen = [rows[i] for i in order]
     for check in (check_prompts, check_answers, check_oracle_values, check_oracle_counts):
         check(chosen, config.oracle_table)
+    check_answer_rule(chosen, config.answer_rule, config.oracle_table)
     return chosen, [keys[i] for i in order]
 
 
@@ -432,7 +433,7 @@ class TracecovRun:
         config, row, key, m = self.config, self.rows[index], self.keys[index], self.config.M
         stream = (0, key) if config.shared_samples else (k, key)
         ids, continuations, texts = self.sampler.draw(row, stream, m * k)
-        rewards = torch.tensor([row_reward(row, t) for t in texts])
+        rewards = torch.tensor([row_reward(row, t, config.answer_rule) for t in texts])
         groups = [continuations[g * k : (g + 1) * k] for g in range(m)]
         params = [p for p in self.sampler.model.parameters() if p.requires_grad]
         value = oracle_value(row)

@@ -218,9 +218,11 @@ def prompt_ids(tokenizer, prompt) -> list[int]:
     return tokenizer(text, add_special_tokens=isinstance(prompt, str))["input_ids"]
 
 
-SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens", "dtype", "backend")
+SAMPLING_SETTINGS = ("model", "revision", "temperature", "top_p", "max_new_tokens", "dtype", "backend", "answer_rule")
 # Recorded since the dtype/backend check: tables made before it are not flagged for lacking them.
 RECENT_SETTINGS = ("dtype", "backend")
+# Settings added after results were saved, with the value every earlier result had: absent means this value.
+LATER_DEFAULTS = {"answer_rule": "row"}
 
 
 def oracle_settings(args, n_oracle) -> dict:
@@ -252,13 +254,13 @@ def settings_mismatch(rows: list[dict], run: dict) -> str | None:
 
     differ = sorted(
         {
-            f"{name}={settings.get(name)!r} (run: {run.get(name)!r})"
+            f"{name}={settings.get(name, LATER_DEFAULTS.get(name))!r} (run: {run.get(name)!r})"
             for settings in stored
             if isinstance(settings, dict)
             for name in names(settings)
             if name in run
             and (name in settings or name not in RECENT_SETTINGS)
-            and not same(name, settings.get(name), run[name])
+            and not same(name, settings.get(name, LATER_DEFAULTS.get(name)), run[name])
         }
     )
     return f"oracle table sampled with other settings: {', '.join(differ)}" if differ else None

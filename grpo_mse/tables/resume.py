@@ -9,7 +9,7 @@ import os
 import tempfile
 
 from grpo_mse.errors import UsageError
-from grpo_mse.tables.inputs import looks_local
+from grpo_mse.tables.inputs import LATER_DEFAULTS, looks_local
 from grpo_mse.tables.model_files import gguf_file_of
 
 
@@ -118,7 +118,7 @@ def model_fingerprint(model: str, revision: str = "main") -> str:
 def _same(key: str, saved: dict, current: dict) -> bool:
     """Equal values; for ``model``, also one folder named two ways (``./assets/x`` and its absolute path) or
     two names whose recorded content fingerprints are equal."""
-    a, b = saved.get(key), current.get(key)
+    a, b = saved.get(key, LATER_DEFAULTS.get(key)), current.get(key)
     if a == b:
         return True
     if key != "model" or not isinstance(a, str) or not isinstance(b, str):
@@ -132,7 +132,9 @@ def _same(key: str, saved: dict, current: dict) -> bool:
 def differences(saved: dict, current: dict, keys) -> list[str]:
     """``key (saved X, now Y)`` for every key whose value differs (a model named two ways is one model)."""
     return [
-        f"{key} (saved {saved.get(key)!r}, now {current.get(key)!r})" for key in keys if not _same(key, saved, current)
+        f"{key} (saved {saved.get(key, LATER_DEFAULTS.get(key))!r}, now {current.get(key)!r})"
+        for key in keys
+        if not _same(key, saved, current)
     ]
 
 

@@ -44,6 +44,7 @@ TRACECOV_DEFAULTS = {  # the original run_tracecov.py's flags and defaults (SPEC
     "vllm_max_model_len": None,
     "resume": False,
     "score_distribution": "model",
+    "answer_rule": "row",
     "advisor_estimator": "grpo",
     "budget": 1024,
     "allowed_K": None,
@@ -70,6 +71,7 @@ ORACLE_DEFAULTS = {  # the original calculate_oracle_v.py's (SPEC section 2 and 
     "vllm_enforce_eager": False,
     "vllm_max_model_len": None,
     "resume": False,
+    "answer_rule": "row",
 }
 
 
@@ -150,6 +152,8 @@ def test_every_flag_is_parsed_into_its_field():
         "--allowed_K",
         "2",
         "8",
+        "--answer_rule",
+        "final_answer",
     ]
     config = TracecovConfig.from_argv(argv)
     assert config.record() == {
@@ -184,6 +188,7 @@ def test_every_flag_is_parsed_into_its_field():
         "vllm_max_model_len": 300,
         "resume": True,
         "score_distribution": "sampling",
+        "answer_rule": "final_answer",
         "advisor_estimator": "grpo_std",
         "budget": 256,
         "allowed_K": [2, 8],
