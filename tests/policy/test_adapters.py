@@ -1,0 +1,104 @@
+"""A LoRA adapter folder as --model: merged into its base once (cached), the merged model computes what PEFT's
+unmerged adapter computes and has every parameter of the base; its fingerprint covers the adapter and the base."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from conftest import BUILTIN_POLICY
+from gguf_files import write_gguf
+
+from grpo_mse import cli
+from grpo_mse.errors import ModelError
+from grpo_mse.policy.loading import load_policy, model_folder, model_tag
+from grpo_mse.tables.model_files import adapter_base, installed_file
+from grpo_mse.tables.resume import model_fingerprint
+
+TEXT = "<|im_start|>user\nSolve the arithmetic problem.\n12 + 5 =<|im_end|>\n<|im_start|>assistant\n17"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRPO_MSE_GGUF_CACHE", str(tmp_path / "cache"))
+
+
+def write_adapter(out_dir, base: str, seed: int = 0) -> str:
+    """A rank-4 LoRA of the tiny policy's attention and MLP with random (nonzero) weights, naming ``base``."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(BUILTIN_POLICY, dtype=torch.float32)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    peft_model.save_pretrained(out_dir)
+    path = os.path.join(out_dir, "adapter_config.json")
+    with open(path, encoding="utf-8") as handle:
+        adapter_config = json.load(handle)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({**adapter_config, "base_model_name_or_path": base}, handle)
+    return str(out_dir)
+
+
+def logits(model, tokenizer):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([tokenizer(TEXT).input_ids])).logits
+
+
+def test_the_merged_adapter_computes_what_peft_computes(tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter = write_adapter(tmp_path / "tiny_lora", BUILTIN_POLICY)
+    model, tokenizer = load_policy(adapter)
+    base, _ = load_policy(BUILTIN_POLICY)
+    reference = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BUILTIN_POLICY), adapter).eval()
+    assert torch.allclose(logits(model, tokenizer), logits(reference, tokenizer), atol=1e-5)
+    assert not torch.allclose(logits(model, tokenizer), logits(base, tokenizer), atol=1e-3)  # the adapter acts
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in base.named_parameters()]  # all parameters
+    assert model_tag(adapter) == "tiny_lora"
+
+
+def test_merged_once_then_cached(tmp_path, capsys):
+    adapter = write_adapter(tmp_path / "lora", BUILTIN_POLICY)
+    folder = model_folder(adapter)
+    assert "merging adapter" in capsys.readouterr().err
+    assert model_folder(adapter) == folder and "merging" not in capsys.readouterr().err
+    assert os.path.basename(folder) == model_fingerprint(adapter).removeprefix("sha256:")
+
+
+def test_fingerprint_covers_the_adapter_and_its_base(tmp_path):
+    first = write_adapter(tmp_path / "a", BUILTIN_POLICY, seed=0)
+    other_weights = write_adapter(tmp_path / "b", BUILTIN_POLICY, seed=1)
+    base_copy = tmp_path / "tiny_copy"
+    shutil.copytree(BUILTIN_POLICY, base_copy)
+    (base_copy / "generation_config.json").write_text('{"eos_token_id": 2, "do_sample": true}')
+    other_base = write_adapter(tmp_path / "c", str(base_copy), seed=0)
+    prints = {model_fingerprint(p) for p in (first, other_weights, other_base)}
+    assert len(prints) == 3
+    gguf = write_gguf(BUILTIN_POLICY, str(tmp_path / "tiny.gguf"), bos=None, eos=2, pad=0)
+    on_gguf = write_adapter(tmp_path / "d", "../tiny.gguf", seed=0)  # a GGUF base, named relative to the adapter
+    assert adapter_base(on_gguf) == os.path.join(on_gguf, "../tiny.gguf")
+    model, tokenizer = load_policy(on_gguf)
+    reference, _ = load_policy(first)  # the same adapter on the folder the GGUF file was written from
+    assert torch.allclose(logits(model, tokenizer), logits(reference, tokenizer), atol=1e-5)
+    assert model_fingerprint(on_gguf) not in prints and os.path.isfile(gguf)
+
+
+def test_an_installed_base_is_found_through_its_distribution(tmp_path):
+    path = installed_file("pytest", "pytest/__init__.py")
+    assert os.path.isfile(path) and path.endswith(os.path.join("pytest", "__init__.py"))
+    adapter = write_adapter(tmp_path / "e", "pypi:pytest/pytest/__init__.py")
+    assert adapter_base(adapter) == path
+    with pytest.raises(ModelError, match="no-such-distribution is not installed"):
+        installed_file("no-such-distribution", "x.gguf")
+
+
+def test_an_adapter_whose_base_is_missing_is_refused_before_loading(tmp_path):
+    adapter = write_adapter(tmp_path / "f", str(tmp_path / "missing_base"))
+    with pytest.raises(cli.UsageError, match="model folder not found"):
+        cli.check_model_path(adapter)
