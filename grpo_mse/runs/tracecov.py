@@ -409,8 +409,9 @@ class TracecovRun:
                     if (k, index) not in self.done:
                         self.append(record.to_json())
                         self.done[(k, index)] = record
-                    for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
-                        batch.add(mean, trace, config.M, index)
+                    if batches:  # the c1 vectors need the oracle's statistics: only a run with the advisor has them
+                        for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
+                            batch.add(mean, trace, config.M, index)
                 if on_prompt:
                     on_prompt()
             if batches:
