@@ -14,6 +14,7 @@ import torch
 from grpo_mse import cli
 from grpo_mse import distributed as dist
 from grpo_mse.analysis import advisor, measured_curve, paired
+from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
@@ -526,9 +527,12 @@ def summary_lines(result: dict) -> list[str]:
         mse, half_width = result["mse"], result.get("mse_ci95", half_width)
         lines.append("MSE = tr Cov + bias² (mean over prompts) ± 95% half-width:")
     for i, k in enumerate(result["K_list"]):
-        lines.append(
-            f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={mse[n][i]:.4g}±{half_width[n][i]:.2g}" for n in names)
-        )
+        cells = [
+            f"{est.get(n).label}={mse[n][i]:.4g}±{half_width[n][i]:.2g}"
+            + below_zero_flag(at_least_zero({"estimate": mse[n][i]}))  # an unbiased estimate of an MSE can be < 0
+            for n in names
+        ]
+        lines.append(f"K={k:4d}  " + "  ".join(cells))
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
     if "group_size_advisor" in result:
