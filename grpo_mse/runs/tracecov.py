@@ -41,6 +41,7 @@ from grpo_mse.tables.records import (
 from grpo_mse.tables.resume import fingerprint
 from grpo_mse.tables.validate import (
     check_answers,
+    check_oracle_agreement,
     check_oracle_counts,
     check_oracle_values,
     check_prompt_lengths,
@@ -266,7 +267,7 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
     if config.T > len(order):
         print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
     chosen = [rows[i] for i in order]
-    for check in (check_prompts, check_answers, check_oracle_values, check_oracle_counts):
+    for check in (check_prompts, check_answers, check_oracle_values, check_oracle_counts, check_oracle_agreement):
         check(chosen, config.oracle_table)
     return chosen, [keys[i] for i in order]
 

@@ -176,8 +176,10 @@ def validate_rows(rows: list[dict], required, source: str) -> None:
         raise DataError(f"{source}: no rows")
     for index, row in enumerate(rows):
         for field in required:
-            if field not in row or row[field] is None:
+            if field not in row:
                 raise DataError(f"{source}: row {index} has no {field!r} field")
+            if row[field] is None:  # the field is there: saying it is missing would hide a null left by an edit
+                raise DataError(f"{source}: row {index}: {field!r} is null; give it a value or remove the row")
 
 
 def has_unique_ids(rows: list[dict]) -> bool:
