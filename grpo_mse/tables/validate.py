@@ -65,16 +65,15 @@ def correct_solution(rule: str, gold) -> str:
 def check_answers(rows: list[dict], source: str) -> None:
     """DataError for a ground truth that the row's reward rule (from its data_source, by default the
     last-integer rule) can never match: every sample would score 0."""
-    from grpo_mse.rewards.rules import DEFAULT_SOURCE, row_reward, rule_for
+    from grpo_mse.rewards.rules import DEFAULT_SOURCE, gold_problem, row_reward, rule_for
 
     for index, row in enumerate(rows):
         data_source, gold = row.get("data_source") or DEFAULT_SOURCE, row["ground_truth"]
         rule = rule_for(data_source, gold)
         if row_reward(row, correct_solution(rule, gold)) != 1.0:
-            raise DataError(
-                f"{source}: row {index} has ground_truth {gold!r}, which the {rule} reward rule "
-                f"(data_source {data_source!r}) can never match; every sample would score 0"
-            )
+            why = gold_problem(gold) if rule == "arithmetic" else None  # the arithmetic rule can say what is wrong
+            why = why or f"which the {rule} reward rule (data_source {data_source!r}) can never match"
+            raise DataError(f"{source}: row {index} has ground_truth {gold!r}, {why}; every sample would score 0")
 
 
 def check_oracle_values(rows: list[dict], source: str) -> None:

@@ -1,6 +1,7 @@
-"""Hand-edited oracle tables (issue 36, cases 5 and 6): run_tracecov.py names what is wrong with an edited V_oracle
-(its type, a null, a value outside [0, 1]) and refuses a V_oracle that disagrees with the row's own
-correct_count / n_oracle, in one line naming the row, before any model loads and with nothing written."""
+"""Hand-edited oracle tables (issue 36, cases 5 to 7): run_tracecov.py names what is wrong with an edited V_oracle
+(its type, a null, a value outside [0, 1]), refuses a V_oracle that disagrees with the row's own
+correct_count / n_oracle and a gold that is not a whole number as answers are read, in one line naming the row,
+before any model loads and with nothing written."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import tempfile
 from unittest import mock
 
 from conftest import bounded, load_script
+from gold_strategies import MALFORMED, WHOLE, golds
 from hypothesis import given
 from hypothesis import strategies as st
 from one_line_checks import (  # noqa: F401 (autouse fixture)
@@ -105,3 +107,16 @@ def test_the_issues_row_is_refused():
     code, stderr = verdict(rows_with({"V_oracle": 0.9, "n_oracle": 256, "correct_count": 2}, 1))
     assert code == 2
     one_error_line(stderr, "t.jsonl: row 1 has V_oracle 0.9 but correct_count 2 of n_oracle 256 gives 0.0078125")
+
+
+@bounded(80)
+@given(golds(), st.integers(0, 1))
+def test_a_gold_that_is_no_whole_number_is_refused_where_the_table_is_read(case, position):
+    text, verdict_of_gold, _ = case
+    code, stderr = verdict(rows_with({"ground_truth": text}, position))
+    if verdict_of_gold == WHOLE:
+        assert code is None, stderr
+    else:
+        assert code == 2
+        one_error_line(stderr, f"t.jsonl: row {position} has ground_truth {text!r}, not a ")
+        one_error_line(stderr, "well-formed number" if verdict_of_gold == MALFORMED else "not a whole number")
