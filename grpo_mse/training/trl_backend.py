@@ -24,6 +24,7 @@ import sys
 
 from grpo_mse.cli import InputError
 from grpo_mse.tables.inputs import load_rows
+from grpo_mse.tables.validate import check_answers
 from grpo_mse.training.budget import budget_settings
 
 UPDATES_PER_STEP = 4  # VERL: ppo_mini_batch_size = train_batch_size / 4
@@ -40,14 +41,17 @@ TRL_TO_VERL = {
 
 
 def verl_rows(path: str) -> list[dict]:
-    """VERL parquet rows (read by the shared table loader) as TRL rows: chat prompt, data_source, ground truth."""
+    """VERL parquet rows (read by the shared table loader) as TRL rows: chat prompt, data_source, ground truth. A
+    ground truth that the row's reward rule can never match is refused (DataError naming the row): it would score 0."""
+    rows = load_rows(path)
+    check_answers(rows, path)
     return [
         {
             "prompt": chat_messages(row["prompt"]),
             "data_source": str(row.get("data_source", "")),
             "ground_truth": str(row["ground_truth"]),
         }
-        for row in load_rows(path)
+        for row in rows
     ]
 
 
