@@ -70,8 +70,8 @@ def gold_problem(gold) -> str | None:
     if NUMBER.fullmatch(ascii_minus(gold).strip()):
         return "not a whole number (the arithmetic rule compares whole numbers)"
     return (
-        "not a well-formed number as answers are read (an optional minus, digits, commas only between groups of "
-        "three as in 1,234, an optional decimal part; no exponent, '+' or '_')"
+        "not a well-formed number (answers are read as an optional minus, digits with commas only between groups "
+        "of three as in 1,234, an optional decimal part; no exponent, '+' or '_')"
     )
 
 

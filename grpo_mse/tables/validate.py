@@ -72,8 +72,10 @@ def check_answers(rows: list[dict], source: str) -> None:
         rule = rule_for(data_source, gold)
         if row_reward(row, correct_solution(rule, gold)) != 1.0:
             why = gold_problem(gold) if rule == "arithmetic" else None  # the arithmetic rule can say what is wrong
-            why = why or f"which the {rule} reward rule (data_source {data_source!r}) can never match"
-            raise DataError(f"{source}: row {index} has ground_truth {gold!r}, {why}; every sample would score 0")
+            raise DataError(
+                f"{source}: row {index} has ground_truth {gold!r}, {why + ', ' if why else ''}which the {rule} reward "
+                f"rule (data_source {data_source!r}) can never match; every sample would score 0"
+            )
 
 
 def check_oracle_values(rows: list[dict], source: str) -> None:
