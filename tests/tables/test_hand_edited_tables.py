@@ -10,20 +10,14 @@ import os
 import tempfile
 from unittest import mock
 
+import one_line_checks as checks
 from conftest import bounded, load_script
 from gold_strategies import MALFORMED, WHOLE, golds
 from hypothesis import given
 from hypothesis import strategies as st
-from one_line_checks import (  # noqa: F401 (autouse fixture)
-    GOOD_PROMPT,
-    boundary,
-    no_tracked_change,
-    one_error_line,
-    tiny_tracecov_argv,
-    write_table,
-)
 
 TRACECOV = load_script("Gradient_evaluation/run_tracecov.py")
+no_tracked_change = checks.no_tracked_change  # the autouse fixture: this module changes no tracked file
 
 
 class Reached(Exception):
@@ -33,17 +27,28 @@ class Reached(Exception):
 def verdict(rows: list[dict]) -> tuple[int | None, str]:
     """(exit status, stderr) of run_tracecov.py on ``rows`` (None: it went past every check); nothing is written."""
     with tempfile.TemporaryDirectory() as folder, mock.patch("grpo_mse.runs.tracecov.load_policy", side_effect=Reached):
-        table, out = write_table(folder, rows, "jsonl"), os.path.join(folder, "out")
+        table, out = checks.write_table(folder, rows, "jsonl"), os.path.join(folder, "out")
         try:
-            code, stderr = boundary(TRACECOV.main, tiny_tracecov_argv(table, out))
+            code, stderr = checks.boundary(TRACECOV.main, checks.tiny_tracecov_argv(table, out))
         except Reached:
             code, stderr = None, ""
         assert not os.path.exists(out)
         return code, stderr.replace(table, "t.jsonl")
 
 
+def expect(rows: list[dict], *words: str) -> None:
+    """``rows`` go past every check when no ``words`` are given, else stop in one line holding each of them."""
+    code, stderr = verdict(rows)
+    if not words:
+        assert code is None, stderr
+        return
+    assert code == 2
+    for part in words:
+        checks.one_error_line(stderr, part)
+
+
 def rows_with(edited: dict, position: int) -> list[dict]:
-    rows = [{"prompt": GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5} for _ in range(2)]
+    rows = [{"prompt": checks.GOOD_PROMPT, "ground_truth": 5, "V_oracle": 0.5} for _ in range(2)]
     rows[position] = {**rows[position], **edited}
     return [{key: value for key, value in row.items() if value is not DELETED} for row in rows]
 
@@ -65,13 +70,7 @@ V_EDITS = st.one_of(  # (edited value, what the one line must say about it; None
 @given(V_EDITS, st.integers(0, 1))
 def test_an_edited_v_oracle_is_refused_naming_its_problem(edit, position):
     value, expected = edit
-    code, stderr = verdict(rows_with({"V_oracle": value}, position))
-    if expected is None:
-        assert code is None, stderr
-    else:
-        assert code == 2
-        one_error_line(stderr, f"t.jsonl: row {position}")
-        one_error_line(stderr, expected)
+    expect(rows_with({"V_oracle": value}, position), *([f"t.jsonl: row {position}", expected] if expected else []))
 
 
 @st.composite
@@ -94,29 +93,18 @@ def counted_rows(draw):
 @given(counted_rows(), st.integers(0, 1))
 def test_v_oracle_must_agree_with_the_rows_own_counts(case, position):
     edits, expected = case
-    code, stderr = verdict(rows_with(edits, position))
-    if expected is None:
-        assert code is None, stderr
-    else:
-        assert code == 2
-        one_error_line(stderr, f"t.jsonl: row {position} ")
-        one_error_line(stderr, expected)
+    expect(rows_with(edits, position), *([f"t.jsonl: row {position} ", expected] if expected else []))
 
 
 def test_the_issues_row_is_refused():
-    code, stderr = verdict(rows_with({"V_oracle": 0.9, "n_oracle": 256, "correct_count": 2}, 1))
-    assert code == 2
-    one_error_line(stderr, "t.jsonl: row 1 has V_oracle 0.9 but correct_count 2 of n_oracle 256 gives 0.0078125")
+    rows = rows_with({"V_oracle": 0.9, "n_oracle": 256, "correct_count": 2}, 1)
+    expect(rows, "t.jsonl: row 1 has V_oracle 0.9 but correct_count 2 of n_oracle 256 gives 0.0078125")
 
 
 @bounded(80)
 @given(golds(), st.integers(0, 1))
 def test_a_gold_that_is_no_whole_number_is_refused_where_the_table_is_read(case, position):
     text, verdict_of_gold, _ = case
-    code, stderr = verdict(rows_with({"ground_truth": text}, position))
-    if verdict_of_gold == WHOLE:
-        assert code is None, stderr
-    else:
-        assert code == 2
-        one_error_line(stderr, f"t.jsonl: row {position} has ground_truth {text!r}, not a ")
-        one_error_line(stderr, "well-formed number" if verdict_of_gold == MALFORMED else "not a whole number")
+    reason = "well-formed number" if verdict_of_gold == MALFORMED else "not a whole number"
+    words = [] if verdict_of_gold == WHOLE else [f"t.jsonl: row {position} has ground_truth {text!r}, not a ", reason]
+    expect(rows_with({"ground_truth": text}, position), *words)
