@@ -8,6 +8,7 @@ Figure 5 / Table 2: --training_csv runs.csv   -> accuracy vs K at several steps 
 """
 
 import csv
+import json
 import math
 import os
 import sys
@@ -107,6 +108,32 @@ def _number(value) -> bool:
 def load_result(path: str) -> dict:
     """A main JSON of run_tracecov.py (K_list and the mean trace per estimator)."""
     return load_curves(path, "conditional_on_x", "run_tracecov.py main")
+
+
+def run_identity(result: dict) -> str:
+    """What makes two main JSONs one run: the settings that change the numbers (model fingerprint and oracle table
+    included, ``TracecovConfig.RESULT_FIELDS``; not where the files went) and the numbers themselves."""
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+
+    config = result.get("config") if isinstance(result.get("config"), dict) else {}
+    settings = {name: config.get(name) for name in TracecovConfig.RESULT_FIELDS}
+    numbers = {key: result.get(key) for key in ("K_list", "conditional_on_x", "mse")}
+    return json.dumps([settings, numbers], sort_keys=True, default=str)
+
+
+def drop_repeated_runs(paths: list[str], results: list[dict]) -> list[int]:
+    """The positions of the runs to draw: a run given again (two runs of the same settings, e.g. started in the same
+    second as ``_HHMMSS`` and ``_HHMMSS_2``, or one file named twice) is drawn once, with a note naming both."""
+    first_of: dict[str, int] = {}
+    for index, result in enumerate(results):
+        first = first_of.setdefault(run_identity(result), index)
+        if first != index:
+            print(
+                f"note: --tracecov {paths[index]} is the same run as {paths[first]} (same settings, model and "
+                "numbers); drawn once",
+                file=sys.stderr,
+            )
+    return sorted(first_of.values())
 
 
 def load_theory(path: str) -> dict:
@@ -271,9 +298,9 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     from grpo_mse.figures.tracecov import plot_advisor, theory_overlay  # matplotlib loads after the flags are checked
 
-    runs = []
-    for index, path in enumerate(args.tracecov):
-        result = load_result(path)
+    runs, results = [], [load_result(path) for path in args.tracecov]
+    for index in drop_repeated_runs(args.tracecov, results):
+        path, result = args.tracecov[index], results[index]
         label = args.labels[index] if args.labels else os.path.basename(str(result["config"].get("model", path)))
         if args.theory:
             theory = load_theory(args.theory)

@@ -43,8 +43,19 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
     """MSE (mean over prompts, see panel_curves) against K with 95% error bars, log2 K axis, log y axis."""
     ks = result["K_list"]
     curves, half_widths, y_label = panel_curves(result)
+    # nothing above 0 (e.g. every reward equal, every trace 0): a linear axis, where each value is drawn as it is
+    log_axis = any(v > 0 for means in curves.values() for v in means if v == v)
+    off_axis = False
     for name, means in curves.items():
-        ax.errorbar(ks, means, yerr=half_widths.get(name), marker="o", capsize=3, **style(name))
+        below_axis = [k for k, v in zip(ks, means) if log_axis and v <= 0]
+        off_axis = off_axis or bool(below_axis)
+        drawn = [float("nan") if k in below_axis else v for k, v in zip(ks, means)]
+        colour, label = style(name)["color"], style(name)["label"] + below_zero_note(ks, means)
+        ax.errorbar(ks, drawn, yerr=half_widths.get(name), marker="o", capsize=3, color=colour, label=label)
+        if below_axis:  # a log axis drops them silently: a triangle at the axis' foot says they exist
+            ax.plot(
+                below_axis, [0.03] * len(below_axis), "v", color=colour, transform=ax.get_xaxis_transform(), zorder=5
+            )
         if theory and name in theory:
             ax.plot(
                 theory["K"],
@@ -54,9 +65,10 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
                 color=style(name)["color"],
                 label=f"{style(name)['label']} (exact)",
             )
+    if off_axis:  # one legend entry says what the triangles are
+        ax.plot([], [], "v", color="gray", label="at or below 0 (off the log axis)")
     ax.set_xscale("log", base=2)
-    positive = any(v > 0 for means in curves.values() for v in means if v == v)
-    ax.set_yscale("log" if positive else "linear")  # all zero (e.g. every reward equal): a log axis cannot draw
+    ax.set_yscale("log" if log_axis else "linear")
     ax.set_xlim(min(ks) / 1.25, max(ks) * 1.25)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("group size K")
@@ -65,6 +77,13 @@ def draw_mse_panel(ax, result: dict, title: str = "", theory: dict | None = None
     ax.grid(True, which="both", alpha=0.3)
     crowded = len(ax.get_legend_handles_labels()[1]) > 6
     ax.legend(fontsize=7 if crowded else 8, ncol=2 if crowded else 1)
+
+
+def below_zero_note(ks: list, means: list) -> str:
+    """The legend's mark of the K where an MSE estimate is below 0 (an unbiased estimate of a quantity >= 0 that
+    too few prompts pushed below it), e.g. " (below 0 at K=2, 4: unreliable)"; "" when there is none."""
+    below = [str(k) for k, v in zip(ks, means) if v < 0]
+    return f" (below 0 at K={', '.join(below)}: unreliable)" if below else ""
 
 
 def theory_overlay(theory_json: dict, names) -> dict:

@@ -47,22 +47,33 @@ def last_integer(text: str) -> int | None:
 
 
 def parse_gold(gold) -> int | None:
-    """Gold answer as int (accepts int, integral float, or a string such as " 42 " or "1,234")."""
+    """Gold answer as int: an int, an integral float, or a text that is one whole number written as the answer side
+    reads numbers (``NUMBER`` after the minus signs, spaces around it: " 42 ", "1,234", "−7", "42.0"), so that the
+    answer written exactly as the gold scores 1. None otherwise: "1,2345" (an answer reads 1 and 2345), "1e1" (an
+    answer reads 1 and 1), "+5", "1_000", "2.5"."""
     if isinstance(gold, bool):
         return None
     if isinstance(gold, int):
         return gold
     if isinstance(gold, float):
         return int(gold) if gold.is_integer() else None
-    text = ascii_minus(str(gold)).strip().replace(",", "")
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            value = float(text)
-        except ValueError:
-            return None
-        return int(value) if value.is_integer() else None
+    text = ascii_minus(str(gold)).strip()
+    if len(text) > MAX_NUMBER_CHARS or not NUMBER.fullmatch(text):
+        return None
+    value = Fraction(text.replace(",", ""))
+    return int(value) if value.denominator == 1 else None
+
+
+def gold_problem(gold) -> str | None:
+    """Why the arithmetic rule reads no whole number in a text ``gold`` (None when it does, or for other types)."""
+    if not isinstance(gold, str) or parse_gold(gold) is not None:
+        return None
+    if NUMBER.fullmatch(ascii_minus(gold).strip()):
+        return "not a whole number (the arithmetic rule compares whole numbers)"
+    return (
+        "not a well-formed number (answers are read as an optional minus, digits with commas only between groups "
+        "of three as in 1,234, an optional decimal part; no exponent, '+' or '_')"
+    )
 
 
 def last_integer_reward(text: str, gold) -> float:

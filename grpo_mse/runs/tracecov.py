@@ -14,6 +14,7 @@ import torch
 from grpo_mse import cli
 from grpo_mse import distributed as dist
 from grpo_mse.analysis import advisor, measured_curve, paired
+from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
@@ -40,6 +41,7 @@ from grpo_mse.tables.records import (
 from grpo_mse.tables.resume import fingerprint
 from grpo_mse.tables.validate import (
     check_answers,
+    check_oracle_agreement,
     check_oracle_counts,
     check_oracle_values,
     check_prompt_lengths,
@@ -265,7 +267,7 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
     if config.T > len(order):
         print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
     chosen = [rows[i] for i in order]
-    for check in (check_prompts, check_answers, check_oracle_values, check_oracle_counts):
+    for check in (check_prompts, check_answers, check_oracle_values, check_oracle_counts, check_oracle_agreement):
         check(chosen, config.oracle_table)
     check_answer_rule(chosen, config.answer_rule, config.oracle_table)
     return chosen, [keys[i] for i in order]
@@ -410,8 +412,9 @@ class TracecovRun:
                     if (k, index) not in self.done:
                         self.append(record.to_json())
                         self.done[(k, index)] = record
-                    for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
-                        batch.add(mean, trace, config.M, index)
+                    if batches:  # the c1 vectors need the oracle's statistics: only a run with the advisor has them
+                        for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
+                            batch.add(mean, trace, config.M, index)
                 if on_prompt:
                     on_prompt()
             if batches:
@@ -526,9 +529,12 @@ def summary_lines(result: dict) -> list[str]:
         mse, half_width = result["mse"], result.get("mse_ci95", half_width)
         lines.append("MSE = tr Cov + bias² (mean over prompts) ± 95% half-width:")
     for i, k in enumerate(result["K_list"]):
-        lines.append(
-            f"K={k:4d}  " + "  ".join(f"{est.get(n).label}={mse[n][i]:.4g}±{half_width[n][i]:.2g}" for n in names)
-        )
+        cells = [
+            f"{est.get(n).label}={mse[n][i]:.4g}±{half_width[n][i]:.2g}"
+            + below_zero_flag(at_least_zero({"estimate": mse[n][i]}))  # an unbiased estimate of an MSE can be < 0
+            for n in names
+        ]
+        lines.append(f"K={k:4d}  " + "  ".join(cells))
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
     if "group_size_advisor" in result:

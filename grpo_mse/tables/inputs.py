@@ -94,6 +94,14 @@ def read_file(path: str) -> list[dict]:
     return read_jsonl(path)
 
 
+def _not_a_split(split: str, source: str, what: str) -> DataError:
+    """--split given for a table that has no splits: refused, or the whole table would be recorded as that split."""
+    return DataError(
+        f"--split {split} selects a split of a dataset folder or hub id, but {source} {what}; drop --split "
+        "(or point at the folder that holds the split)"
+    )
+
+
 def _read_folder(path: str, split: str) -> list[dict]:
     for suffix in LOCAL_SUFFIXES:
         candidate = os.path.join(path, split + suffix)
@@ -111,6 +119,8 @@ def _read_folder(path: str, split: str) -> list[dict]:
         if split not in loaded:
             raise DataError(f"{path}: split {split!r} not found (have {', '.join(loaded)})")
         loaded = loaded[split]
+    elif split != "train":
+        raise _not_a_split(split, path, "holds one saved Dataset without splits")
     return [_plain(r) for r in loaded]
 
 
@@ -131,10 +141,7 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         if not os.path.exists(path):
             raise DataError(f"file not found: {source}")
         if split != "train" and os.path.isfile(path):
-            raise DataError(
-                f"--split {split} selects a split of a dataset folder or hub id, but {source} is one "
-                "file; drop --split (or point at the folder that holds the split)"
-            )
+            raise _not_a_split(split, source, "is one file")
         rows = _read_folder(path, split) if os.path.isdir(path) else read_file(path)
     else:
         import datasets
@@ -169,8 +176,10 @@ def validate_rows(rows: list[dict], required, source: str) -> None:
         raise DataError(f"{source}: no rows")
     for index, row in enumerate(rows):
         for field in required:
-            if field not in row or row[field] is None:
+            if field not in row:
                 raise DataError(f"{source}: row {index} has no {field!r} field")
+            if row[field] is None:  # the field is there: saying it is missing would hide a null left by an edit
+                raise DataError(f"{source}: row {index}: {field!r} is null; give it a value or remove the row")
 
 
 def has_unique_ids(rows: list[dict]) -> bool:

@@ -65,25 +65,60 @@ def correct_solution(rule: str, gold) -> str:
 def check_answers(rows: list[dict], source: str) -> None:
     """DataError for a ground truth that the row's reward rule (from its data_source, by default the
     last-integer rule) can never match: every sample would score 0."""
-    from grpo_mse.rewards.rules import DEFAULT_SOURCE, row_reward, rule_for
+    from grpo_mse.rewards.rules import DEFAULT_SOURCE, gold_problem, row_reward, rule_for
 
     for index, row in enumerate(rows):
         data_source, gold = row.get("data_source") or DEFAULT_SOURCE, row["ground_truth"]
         rule = rule_for(data_source, gold)
         if row_reward(row, correct_solution(rule, gold)) != 1.0:
+            why = gold_problem(gold) if rule == "arithmetic" else None  # the arithmetic rule can say what is wrong
             raise DataError(
-                f"{source}: row {index} has ground_truth {gold!r}, which the {rule} reward rule "
-                f"(data_source {data_source!r}) can never match; every sample would score 0"
+                f"{source}: row {index} has ground_truth {gold!r}, {why + ', ' if why else ''}which the {rule} reward "
+                f"rule (data_source {data_source!r}) can never match; every sample would score 0"
             )
 
 
 def check_oracle_values(rows: list[dict], source: str) -> None:
-    """DataError unless every V_oracle is a finite number in [0, 1]."""
+    """DataError unless every V_oracle is a finite number in [0, 1]; one that is not a number at all (a quoted
+    "0.5", a bool, a list) is named by its type, the problem to fix."""
     for index, row in enumerate(rows):
         value = row[V_ORACLE]
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if not (ok and 0 <= value <= 1):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            kind = "text" if isinstance(value, str) else f"a {type(value).__name__}"
+            raise DataError(
+                f"{source}: row {index} has V_oracle {value!r:.40}, which is {kind}, not a number; V_oracle must be "
+                "a number in [0, 1] (written without quotes)"
+            )
+        if not (math.isfinite(value) and 0 <= value <= 1):
             raise DataError(f"{source}: row {index} has V_oracle {value!r}; it must be a probability in [0, 1]")
+
+
+CORRECT_COUNT = "correct_count"  # the table column of the rewards of 1 among the n_oracle samples behind V_oracle
+COUNT_TOLERANCE = 1e-9  # V_oracle = correct_count / n_oracle up to float rounding (and a copy to 12 digits)
+
+
+def check_oracle_agreement(rows: list[dict], source: str) -> None:
+    """DataError for a row that carries n_oracle and correct_count (as calculate_oracle_v.py writes them) whose
+    correct_count is not a whole number in [0, n_oracle], or whose V_oracle is not correct_count / n_oracle: one of
+    them was edited, and which one is right cannot be told (V_oracle is the baseline, n_oracle the noise correction's
+    count), so the run is refused rather than warned about. Run after check_oracle_values."""
+    for index, row in enumerate(rows):
+        total, count = oracle_count(row), row.get(CORRECT_COUNT)
+        if is_null(total) or is_null(count):
+            continue
+        n, correct = whole(total), whole(count)
+        if n is None or n < 1:
+            continue  # check_oracle_counts names it
+        if correct is None or not 0 <= correct <= n:
+            raise DataError(
+                f"{source}: row {index} has correct_count {count!r:.40}; it must be a whole number in [0, n_oracle "
+                f"{n}] (or null)"
+            )
+        if not math.isclose(row[V_ORACLE], correct / n, rel_tol=0.0, abs_tol=COUNT_TOLERANCE):
+            raise DataError(
+                f"{source}: row {index} has V_oracle {row[V_ORACLE]!r} but correct_count {correct} of n_oracle {n} "
+                f"gives {correct / n!r}; fix the edited field (or set correct_count to null to keep V_oracle)"
+            )
 
 
 def check_oracle_counts(rows: list[dict], source: str) -> None:

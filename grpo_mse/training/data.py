@@ -54,11 +54,20 @@ def arithmetic_splits(n_train: int, n_test: int, seed: int = 0, style: str = "ze
     }
 
 
-def read_records(path: str) -> list[dict]:
-    """Records of a local ``.jsonl``, ``.json`` or ``.parquet`` file (the shared table reader); DataError when
-    missing, unreadable or empty."""
+def read_records(path: str, flag: str) -> list[dict]:
+    """Records of a local ``.jsonl``, ``.json`` or ``.parquet`` file (the shared table reader) given as ``flag``;
+    DataError when missing, a folder, unreadable or empty."""
+    if os.path.isdir(path):  # it exists: saying "not found" would send the user looking for a typo
+        saved = os.path.isfile(os.path.join(path, "dataset_info.json")) or os.path.isfile(
+            os.path.join(path, "dataset_dict.json")
+        )
+        kind = "a saved `datasets` folder" if saved else "a folder"
+        raise DataError(
+            f"{flag} {path} is {kind}, not a file; give a .jsonl, .json or .parquet file"
+            + (" (write one with the Dataset's to_json or to_parquet)" if saved else "")
+        )
     if not os.path.isfile(path):
-        raise DataError(f"file not found: {path}")
+        raise DataError(f"{flag} {path}: file not found")
     records = read_file(path)
     if not records or not all(isinstance(r, dict) for r in records):
         raise DataError(f"{path}: no records (expected JSON objects)")
@@ -140,7 +149,7 @@ def file_splits(source: str, train_file: str, test_file: str, limit: int | None 
     convert = {"gsm8k": gsm8k_rows, "math": math_rows}[source]
     kwargs = {"data_source": data_source} if data_source else {}
     return {
-        split: convert(read_records(path)[:limit], split, **kwargs)
+        split: convert(read_records(path, f"--{split}_file")[:limit], split, **kwargs)
         for split, path in (("train", train_file), ("test", test_file))
     }
 

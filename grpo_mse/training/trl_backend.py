@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 from grpo_mse.cli import InputError
 from grpo_mse.tables.inputs import load_rows
+from grpo_mse.tables.validate import check_answers
 from grpo_mse.training.budget import budget_settings
 
 UPDATES_PER_STEP = 4  # VERL: ppo_mini_batch_size = train_batch_size / 4
@@ -39,14 +41,17 @@ TRL_TO_VERL = {
 
 
 def verl_rows(path: str) -> list[dict]:
-    """VERL parquet rows (read by the shared table loader) as TRL rows: chat prompt, data_source, ground truth."""
+    """VERL parquet rows (read by the shared table loader) as TRL rows: chat prompt, data_source, ground truth. A
+    ground truth that the row's reward rule can never match is refused (DataError naming the row): it would score 0."""
+    rows = load_rows(path)
+    check_answers(rows, path)
     return [
         {
             "prompt": chat_messages(row["prompt"]),
             "data_source": str(row.get("data_source", "")),
             "ground_truth": str(row["ground_truth"]),
         }
-        for row in load_rows(path)
+        for row in rows
     ]
 
 
@@ -82,15 +87,39 @@ def trl_reward(compute_score):
     return acc
 
 
-def drop_long_prompts(rows: list[dict], tokenizer, max_prompt_length: int) -> list[dict]:
-    """Rows whose chat-formatted prompt fits ``max_prompt_length`` tokens (VERL's filter_overlong_prompts)."""
-    kept = []
-    for row in rows:
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
-        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        if len(ids) <= max_prompt_length:
-            kept.append(row)
-    return kept
+def prompt_tokens(row: dict, tokenizer) -> int:
+    """Tokens of the row's chat-formatted prompt with the generation prompt (what the policy is given)."""
+    ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+    return len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+def fit_prompt_length(train_rows: list[dict], val_rows: list[dict], tokenizer, max_prompt_length: int, val_file: str):
+    """(the training rows whose prompt fits ``max_prompt_length`` tokens, how many were dropped): longer training
+    prompts are dropped, as VERL's filter_overlong_prompts does, with a warning line that counts them. A validation
+    prompt that does not fit is refused (InputError) instead: dropping it would measure held-out accuracy on the
+    part of the validation file that fits, a subset of short prompts that differs between settings."""
+    limit = f"--max_prompt_length {max_prompt_length}"
+    val_long = [n for n in (prompt_tokens(row, tokenizer) for row in val_rows) if n > max_prompt_length]
+    if val_long:
+        raise InputError(
+            f"{len(val_long)} of {len(val_rows)} validation prompts in {val_file} are longer than {limit} tokens "
+            f"(the longest has {max(val_long)} tokens); held-out accuracy would be measured on the "
+            f"{len(val_rows) - len(val_long)} that fit: raise MAX_PROMPT_LENGTH to {max(val_long)} or remove them"
+        )
+    lengths = [prompt_tokens(row, tokenizer) for row in train_rows]
+    kept = [row for row, n in zip(train_rows, lengths) if n <= max_prompt_length]
+    if not kept:
+        raise InputError(f"no training prompt fits {limit} (the shortest has {min(lengths)} tokens)")
+    dropped = len(train_rows) - len(kept)
+    if dropped:
+        print(
+            f"warning: {dropped} of {len(train_rows)} training prompts are longer than {limit} tokens (the longest "
+            f"has {max(lengths)}) and are dropped, as VERL's filter_overlong_prompts does; {len(kept)} remain "
+            f"(raise MAX_PROMPT_LENGTH to {max(lengths)} to keep them)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return kept, dropped
 
 
 def steps_per_epoch(n_train: int, prompts_per_step: int) -> int:

@@ -49,7 +49,11 @@ class TrlTrainConfig(Flags):
     seed: int = option(0, minimum=0, help="training seed")
     lr: float = option(1e-6, above=0, help="learning rate")
     max_steps: int = option(0, minimum=0, help="stop after this many steps (0: the epochs)")
-    max_prompt_length: int = option(512, minimum=1, help="longer prompts are dropped")
+    max_prompt_length: int = option(
+        512,
+        minimum=1,
+        help="longer training prompts are dropped (counted in a warning); a longer validation one is refused",
+    )
     max_response_length: int = option(512, minimum=1, help="tokens per response")
     temperature: float = option(
         1.0, above=0, help="sampling temperature of the training rollouts (validation is greedy)"
@@ -260,10 +264,9 @@ def run(args: TrlTrainConfig) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_rows = backend.drop_long_prompts(train_rows, tokenizer, args.max_prompt_length)
-    val_rows = backend.drop_long_prompts(val_rows, tokenizer, args.max_prompt_length)
-    if not train_rows or not val_rows:
-        raise cli.UsageError(f"no prompt fits --max_prompt_length {args.max_prompt_length}")
+    train_rows, train_dropped = backend.fit_prompt_length(
+        train_rows, val_rows, tokenizer, args.max_prompt_length, args.val_file
+    )
     config = backend.grpo_config(args, len(train_rows))  # refuses fewer rows than prompts per step
     settings = budget_settings(args.group_size, args.budget)
     steps = config.max_steps // backend.UPDATES_PER_STEP
@@ -294,7 +297,13 @@ def run(args: TrlTrainConfig) -> dict:
         "lr": args.lr,
         "steps": steps,
         "actor_rollout_ref": {"rollout": {"n": args.group_size, "temperature": args.temperature}},
-        "data": {"seed": args.seed, **settings},
+        "data": {
+            "seed": args.seed,
+            **settings,
+            "max_prompt_length": args.max_prompt_length,
+            "train_prompts": len(train_rows),
+            "train_prompts_dropped": train_dropped,  # longer than max_prompt_length (the warning line's count)
+        },
         "algorithm": {"norm_adv_by_std_in_grpo": args.norm_adv_by_std},
     }
     if args.adaptive_k_every:

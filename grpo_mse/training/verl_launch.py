@@ -141,6 +141,7 @@ def check_data_files(overrides: list[str]) -> str | None:
 
     from grpo_mse.errors import DataError
     from grpo_mse.tables.inputs import load_rows
+    from grpo_mse.tables.validate import check_answers
 
     config = compose(overrides)
     for key in DATA_KEYS:
@@ -150,7 +151,7 @@ def check_data_files(overrides: list[str]) -> str | None:
             if not path.endswith(".parquet"):
                 return f"{key}={path}: VERL reads parquet files (Policy_Optimization/prepare_data.py writes them)"
             try:
-                load_rows(path, required=DATA_COLUMNS)
+                check_answers(load_rows(path, required=DATA_COLUMNS), path)  # a gold no answer matches scores 0
             except DataError as error:
                 return f"{key}: {error}"
     return None

@@ -243,13 +243,13 @@ RULE_CASES = [  # the rules of issue 13
     Case(
         "ground truth abc",
         tracecov(),
-        "ground_truth 'abc', which the arithmetic reward rule",
+        "ground_truth 'abc', not a well-formed number (answers are read as",
         setup=(table({"ground_truth": "abc"}),),
     ),
     Case(
         "ground truth #### 72",
         oracle(),
-        "ground_truth '#### 72', which the arithmetic",
+        "ground_truth '#### 72', not a well-formed number (answers are read as",
         setup=(table({"ground_truth": "#### 72"}),),
     ),
     Case(

@@ -39,6 +39,15 @@ def test_saved_dataset_folder(tmp_path):
         load_rows(str(tmp_path / "saved"), split="dev")
 
 
+def test_a_single_saved_dataset_with_split_is_refused_as_a_single_file_is(tmp_path):
+    """Issue 36, case 4: --split test on one saved Dataset (no splits) ran on all of it and recorded split "test"."""
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_list(ROWS[:1] * 2).save_to_disk(str(tmp_path / "one"))
+    assert load_rows(str(tmp_path / "one")) == load_rows(str(tmp_path / "one"), split="train")  # the default: all rows
+    with pytest.raises(DataError, match="--split test selects a split .* holds one saved Dataset without splits"):
+        load_rows(str(tmp_path / "one"), split="test")
+
+
 def test_errors_name_the_problem(tmp_path):
     with pytest.raises(DataError, match="file not found: .*missing.jsonl"):
         load_rows(str(tmp_path / "missing.jsonl"))

@@ -4,10 +4,15 @@ one per run, the launcher never appends to a log, TRL and VERL refuse settings t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
+from conftest import bounded
+from gold_strategies import WHOLE, golds
+from hypothesis import given
 from training_checks import ROOT, one_line_error
 
 from grpo_mse.training.sweep import plan, run_env
@@ -267,3 +272,22 @@ def test_launcher_verl_dry_run_refuses_typos_and_non_parquet_data(tmp_path, data
     result = subprocess.run(["bash", str(LAUNCHER)], env=env, capture_output=True, text=True)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith(f"error: data.train_files={ROOT / 'README.md'}: VERL reads parquet files")
+
+
+@bounded(15)
+@given(golds())
+def test_the_trainer_reads_golds_by_the_answers_rule(case):
+    """Issue 36, case 7: a training table's arithmetic gold that no answer can match is refused where TRL reads it."""
+    from grpo_mse.errors import DataError
+    from grpo_mse.training.data import verl_row, write_splits
+    from grpo_mse.training.trl_backend import verl_rows
+
+    text, verdict, _ = case
+    with tempfile.TemporaryDirectory() as folder:
+        rows = [verl_row(f"{i} + 0 =", gold, "arithmetic", "train", i) for i, gold in enumerate([5, text])]
+        (path,) = write_splits({"train": rows}, folder).values()
+        if verdict == WHOLE:
+            assert [row["ground_truth"] for row in verl_rows(path)] == ["5", text]
+        else:
+            with pytest.raises(DataError, match=f"{re.escape(path)}: row 1 has ground_truth"):
+                verl_rows(path)

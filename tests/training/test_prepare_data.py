@@ -219,3 +219,24 @@ def test_null_empty_or_non_text_prompts_are_refused_with_a_count(tmp_path, sourc
         with pytest.raises(ValueError, match=f"'{field}' is null"):
             prepare_main()(argv)
         assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_a_saved_dataset_folder_is_refused_as_a_folder_not_as_missing(tmp_path, monkeypatch):
+    """Issue 36, case 3: a `datasets` save_to_disk folder was refused with "file not found" although it exists."""
+    from datasets import Dataset
+
+    monkeypatch.chdir(tmp_path)
+    Dataset.from_list([GSM_ROW]).save_to_disk("inputs/ds_gsm_raw")
+    (tmp_path / "g.jsonl").write_text(json.dumps(GSM_ROW) + "\n")
+    (tmp_path / "plain").mkdir()
+    for train, test, expected in (
+        ("inputs/ds_gsm_raw", "g.jsonl", "--train_file inputs/ds_gsm_raw is a saved `datasets` folder, not a file"),
+        ("g.jsonl", "inputs/ds_gsm_raw", "--test_file inputs/ds_gsm_raw is a saved `datasets` folder, not a file"),
+        ("plain", "g.jsonl", "--train_file plain is a folder, not a file"),
+        ("nowhere.jsonl", "g.jsonl", "--train_file nowhere.jsonl: file not found"),
+    ):
+        argv = ["--source", "gsm8k", "--train_file", train, "--test_file", test, "--out_dir", "D"]
+        with pytest.raises(ValueError, match=re.escape(expected)) as refused:
+            prepare_main()(argv)
+        assert ("not found" in str(refused.value)) == (train == "nowhere.jsonl") and "\n" not in str(refused.value)
+    assert not (tmp_path / "D").exists()
