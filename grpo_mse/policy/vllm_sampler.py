@@ -15,8 +15,10 @@ def make_vllm(config, settings, requests_per_call: int = 1):
     run's ``sampling.SamplingSettings``)."""
     if config.backend != "vllm":
         return None
+    from grpo_mse.policy.loading import model_folder
+
     return VLLMSampler(
-        config.model,
+        model_folder(config.model),  # a GGUF file or an adapter: the HF folder the gradients' model loads too
         config.dtype,
         config.seed,
         settings,
