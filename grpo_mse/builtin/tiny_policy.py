@@ -166,6 +166,28 @@ def batch_loss(model, batch, pad_id: int, share_prefix: bool = True):
     return out.loss
 
 
+def lr_multiplier(step: int, steps: int, warmup: int, schedule: str = "cosine") -> float:
+    """The learning rate's factor at ``step``: linear warmup, then cosine decay to 0 over ``steps`` (or constant)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def length_groups(encoded: list[tuple[list[int], int]]) -> list[list[tuple[list[int], int]]]:
+    """The encoded rows split at the median prompt length (zero-shot and few-shot prompts apart: little padding)."""
+    median = sorted(n for _, n in encoded)[len(encoded) // 2]
+    groups = [[e for e in encoded if e[1] < median], [e for e in encoded if e[1] >= median]]
+    return [g for g in groups if g]
+
+
+def draw_batch(groups, step: int, rng: random.Random, batch_size: int) -> list[tuple[list[int], int]]:
+    """Step ``step``'s batch: rows drawn with replacement from the groups in turn."""
+    group = groups[step % len(groups)]
+    return [group[rng.randrange(len(group))] for _ in range(batch_size)]
+
+
 def train(
     model,
     tokenizer,
@@ -191,29 +213,17 @@ def train(
     torch.manual_seed(seed)
     rng = random.Random(seed)
     pad_id = tokenizer.pad_token_id
-    encoded = [encode_example(tokenizer, row) for row in rows]
-    median = sorted(n for _, n in encoded)[len(encoded) // 2]
-    groups = [[e for e in encoded if e[1] < median], [e for e in encoded if e[1] >= median]]
-    groups = [g for g in groups if g]
+    groups = length_groups([encode_example(tokenizer, row) for row in rows])
     optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
 
     if schedule not in ("cosine", "constant"):
         raise ValueError(f"unknown schedule {schedule!r}; choose cosine or constant")
 
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(optim, lr_at)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda step: lr_multiplier(step, steps, warmup, schedule))
     model.train()
     losses, start = [], time.time()
     for step in range(steps):
-        group = groups[step % len(groups)]
-        batch = [group[rng.randrange(len(group))] for _ in range(batch_size)]
-        loss = batch_loss(model, batch, pad_id)
+        loss = batch_loss(model, draw_batch(groups, step, rng, batch_size), pad_id)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -2,6 +2,7 @@
 (and from each other), both prompt styles, and (slow, on the installed SmolLM2) an adapter folder that names its
 base machine-independently and loads through --model as the merged model."""
 
+import dataclasses
 import json
 import os
 
@@ -43,8 +44,10 @@ def test_training_and_validation_problems_are_disjoint_from_evaluation_and_each_
 
 
 @pytest.mark.slow
-def test_a_tiny_build_writes_an_adapter_that_loads_as_the_merged_model(tmp_path):
-    from grpo_mse.builtin.real_llm import build_adapter, smollm2_gguf
+def test_a_tiny_build_resumes_and_writes_an_adapter_that_loads_as_the_merged_model(tmp_path, monkeypatch):
+    import torch
+
+    from grpo_mse.builtin.real_llm import AdapterRecipe, build_adapter, smollm2_gguf
     from grpo_mse.policy.loading import load_policy
     from grpo_mse.tables.resume import model_fingerprint
 
@@ -53,22 +56,37 @@ def test_a_tiny_build_writes_an_adapter_that_loads_as_the_merged_model(tmp_path)
     except ModelError as error:
         pytest.skip(str(error))
     out = tmp_path / "lora"
-    record = build_adapter(
-        str(out),
-        seed=0,
-        steps=1,
-        lr=1e-3,
-        batch_size=2,
-        rank=2,
-        alpha=4,
-        n_train=4,
-        n_validation=2,
-        eval_every=1,
-        eval_samples=1,
+    recipe = AdapterRecipe(
+        steps=2, batch_size=2, rank=2, alpha=4, n_train=4, n_validation=2, eval_every=1, eval_samples=1, warmup=1
     )
+    checkpoint = str(tmp_path / "ckpt" / "checkpoint.pt")
+    record = build_adapter(str(out), recipe, checkpoint)
+    straight = (out / "adapter_model.safetensors").read_bytes()
+
+    # interrupted after step 1's checkpoint (at step 2's validation), then started again: the same weights
+    from grpo_mse.builtin import tiny_policy
+
+    calls, real = [], tiny_policy.estimate_v
+
+    def stop_at_the_third_validation(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_policy, "estimate_v", stop_at_the_third_validation)
+    resumable = str(tmp_path / "ckpt" / "interrupted.pt")
+    with pytest.raises(KeyboardInterrupt):
+        build_adapter(str(tmp_path / "interrupted"), recipe, resumable)
+    monkeypatch.setattr(tiny_policy, "estimate_v", real)
+    assert torch.load(resumable, weights_only=False)["step"] == 1
+    build_adapter(str(tmp_path / "interrupted"), recipe, resumable)
+    assert (tmp_path / "interrupted" / "adapter_model.safetensors").read_bytes() == straight
+    with pytest.raises(Exception, match="a build with other settings"):
+        build_adapter(str(tmp_path / "other"), dataclasses.replace(recipe, lr=5e-4), checkpoint)
     with open(out / "adapter_config.json", encoding="utf-8") as handle:
         assert json.load(handle)["base_model_name_or_path"] == SMOLLM2_BASE
-    assert [h["step"] for h in record["validation"]] == [0, 1]
+    assert [h["step"] for h in record["validation"]] == [0, 1, 2]
     model, tokenizer = load_policy(str(out))
     assert sum(p.numel() for p in model.parameters()) == 134_515_008  # the base's parameters, merged
     assert tokenizer.eos_token == "<|im_end|>"
