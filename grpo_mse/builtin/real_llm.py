@@ -52,11 +52,11 @@ def disjoint_rows(n: int, seed: int, exclude: set[str]) -> list[dict]:
     so without this the evaluation set would be trained on)."""
     from grpo_mse.builtin.arithmetic import format_prompt, make_rows
 
-    kept, draw = [], 0
+    kept, draw, seen = [], 0, set(exclude)
     while len(kept) < n:
         for row in make_rows(4 * n, seed=seed * 1000 + draw):
-            if problem_of(row) not in exclude and len(kept) < n:
-                exclude = exclude | {problem_of(row)}  # each problem once
+            if problem_of(row) not in seen and len(kept) < n:
+                seen.add(problem_of(row))  # each problem once
                 kept.append(row)
         draw += 1
     rows = []

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 
-from grpo_mse.errors import ModelError
-from grpo_mse.policy.gguf_convert import cache_root
+from grpo_mse.errors import ModelError, first_line
+from grpo_mse.policy.gguf_convert import cache_root, cached_folder
 from grpo_mse.tables.model_files import adapter_base
 from grpo_mse.tables.resume import model_fingerprint
 
@@ -30,23 +28,11 @@ SOURCE_RECORD = "adapter_source.json"  # written last: a folder without it is an
 def merged_folder(adapter_dir: str, base_folder: str) -> str:
     """The cached merge of the adapter at ``adapter_dir`` into ``base_folder`` (an HF folder or hub id)."""
     key = model_fingerprint(adapter_dir).removeprefix("sha256:")
-    root = os.path.join(cache_root(), "merged")
-    folder = os.path.join(root, key)
-    if os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
-        return folder
-    os.makedirs(root, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=root, prefix=f".tmp_{key[:12]}_")
-    try:
-        _merge(adapter_dir, base_folder, staging)
-        shutil.rmtree(folder, ignore_errors=True)  # an interrupted earlier merge
-        try:
-            os.replace(staging, folder)
-        except OSError:  # another process finished the same merge first: keep its folder
-            if not os.path.isfile(os.path.join(folder, SOURCE_RECORD)):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+    return cached_folder(
+        os.path.join(cache_root(), "merged", key),
+        lambda out: _merge(adapter_dir, base_folder, out),
+        lambda folder: os.path.isfile(os.path.join(folder, SOURCE_RECORD)),
+    )
 
 
 def _merge(adapter_dir: str, base_folder: str, out_dir: str) -> None:
@@ -60,8 +46,7 @@ def _merge(adapter_dir: str, base_folder: str, out_dir: str) -> None:
         base = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelError(f"cannot apply adapter {adapter_dir} to {base_folder}: {first}") from None
+        raise ModelError(f"cannot apply adapter {adapter_dir} to {base_folder}: {first_line(error)}") from None
     tokenizer.save_pretrained(out_dir)
     merged.save_pretrained(out_dir)
     record = {"adapter": os.path.abspath(adapter_dir), "base": adapter_base(adapter_dir), "base_folder": base_folder}

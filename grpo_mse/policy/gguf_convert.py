@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 
-from grpo_mse.errors import ModelError
+from grpo_mse.errors import ModelError, first_line
 from grpo_mse.tables.model_files import GGUFInfo, read_gguf_info
 from grpo_mse.tables.resume import file_sha256
 
@@ -36,25 +36,32 @@ def cache_root() -> str:
     return os.path.join(base, "grpo_mse", "gguf")
 
 
-def converted_folder(gguf_path: str) -> str:
-    """The cached HF folder of the GGUF file at ``gguf_path``, converting it first when it is not cached."""
-    digest = file_sha256(gguf_path)
-    folder = os.path.join(cache_root(), digest)
-    if is_current(folder):
+def cached_folder(folder: str, build, is_done) -> str:
+    """``folder`` once ``is_done(folder)``; otherwise ``build(staging)`` writes it in a staging folder beside it,
+    renamed into place (an interrupted or outdated folder is replaced; a folder another process finished first
+    is kept)."""
+    if is_done(folder):
         return folder
-    os.makedirs(cache_root(), exist_ok=True)
-    staging = tempfile.mkdtemp(dir=cache_root(), prefix=f".tmp_{digest[:12]}_")
+    parent = os.path.dirname(folder)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f".tmp_{os.path.basename(folder)[:12]}_")
     try:
-        _convert(gguf_path, digest, staging)
-        shutil.rmtree(folder, ignore_errors=True)  # an interrupted or older conversion
+        build(staging)
+        shutil.rmtree(folder, ignore_errors=True)
         try:
             os.replace(staging, folder)
-        except OSError:  # another process finished the same conversion first: keep its folder
-            if not is_current(folder):
+        except OSError:
+            if not is_done(folder):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def converted_folder(gguf_path: str) -> str:
+    """The cached HF folder of the GGUF file at ``gguf_path``, converting it first when it is not cached."""
+    digest = file_sha256(gguf_path)
+    return cached_folder(os.path.join(cache_root(), digest), lambda out: _convert(gguf_path, digest, out), is_current)
 
 
 def is_current(folder: str) -> bool:
@@ -78,8 +85,7 @@ def _convert(gguf_path: str, digest: str, out_dir: str) -> None:
         tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=file)
         model = AutoModelForCausalLM.from_pretrained(where, gguf_file=file, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError, KeyError, NotImplementedError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelError(f"cannot convert GGUF file {gguf_path} ({info.architecture}): {first}") from None
+        raise ModelError(f"cannot convert GGUF file {gguf_path} ({info.architecture}): {first_line(error)}") from None
     apply_special_tokens(info, tokenizer, model)
     tokenizer.save_pretrained(out_dir)
     model.save_pretrained(out_dir)

@@ -91,7 +91,8 @@ class OracleRun:
         check_prompts(rows, config.dataset)
         check_answers(rows, config.dataset)
         check_answer_rule(rows, config.answer_rule, config.dataset)
-        keys = [row_keys(table)[i] for i in chosen]
+        table_keys = row_keys(table)
+        keys = [table_keys[i] for i in chosen]
         current = settings(config)
         folder = RunFolder(config.out_dir, "oracle_v_n", ".jsonl", config.RESULT_FIELDS)
         stem = folder.resumable(current) if config.resume and rank == 0 else None
