@@ -382,7 +382,13 @@ def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
         ]
         assert not heavy, f"{script} --help imports {heavy}"
         slow[script] = fastest([sys.executable, script, "--help"])
-    # Target: under 0.3 s wall on an idle machine, where a bare `python -c pass` takes about 0.05 s. A loaded
-    # runner slows every start alike, so the bound scales with the interpreter's own start measured now.
-    slowdown = max(1.0, startup / 0.05)
-    assert max(slow.values()) < 0.3 * slowdown, (round(startup, 2), {k: round(v, 2) for k, v in slow.items()})
+    # Target: under 0.3 s wall on an idle machine, where a bare `python -c pass` takes about 0.05 s and
+    # `import numpy` about 0.12 s. A loaded runner slows every start, and imports (files read, code run) more than
+    # a bare start: the bound scales with the slower of the two references measured now.
+    numpy_start = fastest([sys.executable, "-c", "import numpy"])
+    slowdown = max(1.0, startup / 0.05, numpy_start / 0.12)
+    assert max(slow.values()) < 0.3 * slowdown, (
+        round(startup, 2),
+        round(numpy_start, 2),
+        {k: round(v, 2) for k, v in slow.items()},
+    )
