@@ -1,14 +1,12 @@
-"""The new-user sweep (issue 25): command lines a new user would type, run from a scratch folder, each recorded
-with its exit code, first stderr line, whether it printed a traceback, whether it changed a file outside its
-output (the repository or the sweep's inputs) and, where the command prints numbers, whether they are right
-(checked against an independent reading of the run's own logs). Counts and the table go to --out (JSON) and
---md (markdown); docs/user_sweep.md quotes them.
-
-  python scripts/user_sweep.py --work /tmp/user_sweep --md /tmp/user_sweep.md [--only REGEX]
+"""The new-user sweep's cases (issues 17, 25 and 36; run by tests/acceptance/test_user_sweep.py): command lines a
+new user would type, run in order in one scratch folder, each judged by its exit code, its first stderr line,
+whether it printed a traceback, whether it changed a file outside its output (the repository or the sweep's
+inputs) and, where the command prints numbers, whether they are right (checked against an independent reading of
+the run's own logs).
 
 Expected outcomes: ``help`` and ``ok`` (exit 0, and the numbers check where there is one), ``err`` (a one-line
 refusal: exit 2, one stderr line, nothing written in the scratch folder). Training runs are TRL on CPU with the
-built-in tiny policy, 2 steps of 32 sequences (about 15 s each); the whole sweep takes about 10 minutes on 2 cores.
+built-in tiny policy, 2 steps of 32 sequences (about 15 s each).
 """
 
 import hashlib
@@ -16,17 +14,12 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_mse import cli
-from grpo_mse.flags import Flags, option
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
 STEP = re.compile(r"step:(\d+) - (.*)")
 
@@ -459,7 +452,8 @@ def cases() -> list[Case]:
     prepare = "$PY $W/Policy_Optimization/prepare_data.py"
 
     # ---- the training-results path: real TRL runs on CPU
-    add("train", "ok", f"{prepare} --source arithmetic --n_train 64 --n_test 16 --out_dir data")
+    # the data every training and launcher case reads (data/ in the scratch folder)
+    add("prepare", "ok", f"{prepare} --source arithmetic --n_train 64 --n_test 16 --out_dir data")
     for k, seed in ((2, 1), (2, 2), (4, 1), (4, 2)):
         add("train", "ok", train(k, seed))
     add(
@@ -1006,44 +1000,17 @@ def markdown(rows: list[dict], counts: dict) -> str:
     return head + "\n\n" + "\n".join(lines) + "\n"
 
 
-@dataclass(kw_only=True)
-class UserSweepConfig(Flags):
-    """Where the sweep runs and writes, and which of its commands run."""
-
-    work: str = option(help="scratch folder (replaced if it holds a previous sweep)")
-    out: str | None = option(None, help="the rows and counts as JSON (default: WORK/sweep.json)")
-    md: str | None = option(None, help="the table as markdown (default: WORK/sweep.md)")
-    only: str | None = option(None, help="run only the commands whose group or text matches this regex")
-
-
-def main(argv=None) -> int:
-    args = UserSweepConfig.from_argv(argv, description=__doc__)
-    work = Path(args.work).resolve()
-    if work.exists():
-        if not (work / ".user_sweep").exists():
-            raise cli.UsageError(f"--work {work} exists and was not made by this script")
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    (work / ".user_sweep").touch()
-    make_inputs(work)
+def sweep_env(python: str) -> dict[str, str]:
+    """The environment every command runs in: the user's basics only (no CI or test variables leak in), the
+    repository as $W and on the path, ``python`` as $PY, one thread, the hub offline."""
     env = {
         key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER")
     }
-    env.update(W=str(ROOT), PY=sys.executable, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    rows = []
-    for case in cases():
-        if args.only and not re.search(args.only, case.group + " " + case.command):
-            continue
-        row = run_case(case, work, env)
-        rows.append(row)
-        flag = row["problem"] or ("TRACEBACK" if row["traceback"] else "") or ("LOST" if row["lost"] else "") or "ok"
-        print(f"[{len(rows)}] {row['exit']} {row['seconds']}s {flag}: {case.command[:110]}", flush=True)
-    counts = summary(rows)
-    Path(args.out or work / "sweep.json").write_text(json.dumps({"counts": counts, "rows": rows}, indent=1))
-    Path(args.md or work / "sweep.md").write_text(markdown(rows, counts))
-    print(json.dumps(counts))
-    return 0
+    env.update(W=str(ROOT), PY=python, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    return env
 
 
-if __name__ == "__main__":
-    cli.run(main)
+def needs_training(case: Case) -> bool:
+    """Whether ``case`` trains or reads what the training cases made (their sweepN/ folders, c_*.csv tables and
+    fN/ figures); only the full sweep runs those, in order after the training cases."""
+    return case.group == "train" or bool(re.search(r"\bsweep\d|\bc_\w+\.csv|\bf\d+/", case.command))
