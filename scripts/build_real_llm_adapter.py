@@ -44,6 +44,9 @@ class AdapterConfig(Flags):
     n_validation: int = option(RECIPE.n_validation, minimum=1, help="held-out zero-shot problems, disjoint from both")
     eval_every: int = option(RECIPE.eval_every, minimum=1, help="validation V and a checkpoint every N steps")
     eval_samples: int = option(RECIPE.eval_samples, minimum=1, help="samples per validation prompt")
+    precision: str = option(
+        RECIPE.precision, choices=("fp32", "bf16"), help="training forward/backward: fp32, or bf16 CPU autocast"
+    )
     threads: int = option(2, minimum=1, help="torch threads (the weights depend slightly on it)")
 
 

@@ -91,6 +91,9 @@ class AdapterRecipe:
     eval_samples: int = 16
     warmup: int = 20
     weight_decay: float = 0.01
+    # bf16: the training forward and backward under CPU autocast (weights, optimiser and validation stay fp32);
+    # about 2.3x the fp32 matmul rate on an AVX-512-BF16 CPU, the usual mixed precision of LLM fine-tuning
+    precision: str = "fp32"
 
 
 def build_adapter(out_dir: str, recipe: AdapterRecipe, checkpoint: str | None = None) -> dict:
@@ -155,8 +158,10 @@ def build_adapter(out_dir: str, recipe: AdapterRecipe, checkpoint: str | None = 
     if step == 0:
         evaluate(0)
     decoder.train()
+    mixed = torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16")
     while step < recipe.steps:
-        loss = batch_loss(decoder, draw_batch(groups, step, rng, recipe.batch_size), tokenizer.pad_token_id)
+        with mixed:
+            loss = batch_loss(decoder, draw_batch(groups, step, rng, recipe.batch_size), tokenizer.pad_token_id)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
