@@ -164,14 +164,15 @@ def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
     return layout
 
 
-def c1_memory_line(params, config: TracecovConfig, base: str) -> str:
-    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``)."""
-    copies = config.c1_copies
-    plan, gb = c1_memory(params, config.c1_batch * copies, C1_HOST_BYTES), 1e9
+def c1_memory_line(params, config: TracecovConfig, base: str, batch: int | None = None) -> str:
+    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
+    batches of ``batch`` prompts (the largest batch the run has; default --c1_batch)."""
+    copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
+    plan, gb = c1_memory(params, batch * copies, C1_HOST_BYTES), 1e9
+    size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
     line = (
-        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x --c1_batch "
-        f"{config.c1_batch} mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most "
-        f"{C1_HOST_BYTES / 2**30:g} GiB)"
+        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
+        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {C1_HOST_BYTES / 2**30:g} GiB)"
     )
     if plan["on_disk"]:
         line += (
@@ -361,7 +362,8 @@ class TracecovRun:
         )
         sampler.backend = make_vllm(config, sampler.settings) or sampler.backend
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
-            print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
+            largest = max(len(b) for batches in rank_batches(len(rows), config.c1_batch, world) for b in batches)
+            print(c1_memory_line(trainable, config, base, largest), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
 
     def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[C1BatchRecord]]]:
@@ -414,7 +416,7 @@ class TracecovRun:
                         self.done[(k, index)] = record
                     if batches:  # the c1 vectors need the oracle's statistics: only a run with the advisor has them
                         for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
-                            batch.add(mean, trace, config.M, index)
+                            batch.add(mean, trace, config.M, index, owned=True)  # the prompt's stats end here
                 if on_prompt:
                     on_prompt()
             if batches:
