@@ -16,7 +16,7 @@ import torch
 
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.estimators import ENGINES
-from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
+from grpo_mse.gradients.statistics import BufferPool, SumTrace, WelfordTrace, dot64, gram64
 
 
 def affine_coefficients(weights: torch.Tensor, rewards: torch.Tensor) -> tuple[float, float]:
@@ -44,6 +44,12 @@ class PromptStats:
     mean_score_sq: float = float("nan")  # unbiased ||E s||^2 from the group-mean scores s_g = (1/K) sum_k s_k
     score_trace: float = float("nan")  # tr Cov(s_g)
     bias2_own: dict[str, float] | None = None  # grpo_std: ||E x - g / sqrt(V (1 - V))||^2 (unbiased)
+
+    def release(self) -> None:
+        """Hand the running sums' buffers back to their pool (the statistics' vectors are gone afterwards)."""
+        for accumulator in self.accumulators.values():
+            if isinstance(accumulator, SumTrace):
+                accumulator.release()
 
 
 SCORE = "score"  # accumulator of s_g = (1/K) sum_k grad lp_k (weights 1/K)
@@ -264,6 +270,7 @@ def prompt_traces(
     engine: str = "fast",
     per_pass: int = 0,
     measure_score: bool = False,
+    pool: BufferPool | None = None,
 ) -> PromptStats:
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
@@ -273,6 +280,7 @@ def prompt_traces(
     with one group per pass (large models) a and s come from two plain backward passes.
     ``measure_score``: also accumulate the group-mean score s_g (||E s||^2, tr Cov s_g; costs the s vector of
     groups that no estimator needs, e.g. all rewards 0).
+    ``pool``: the fast engine's running sums take their buffers from it (``PromptStats.release`` hands them back).
     """
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
@@ -281,7 +289,7 @@ def prompt_traces(
     biased = [name for name in names if name in est.BIASED]
     own = est.GRPO_STD in names and value is not None and 0.0 < float(value) < 1.0
     labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score + [OWN] * own
-    stats = {label: (WelfordTrace if engine == "reference" else SumTrace)(params) for label in labels}
+    stats = {label: WelfordTrace(params) if engine == "reference" else SumTrace(params, pool) for label in labels}
 
     def group_weights(group_rewards):
         weights = {name: est.weights(name, group_rewards, value) for name in names}

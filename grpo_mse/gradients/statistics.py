@@ -139,6 +139,22 @@ class WelfordTrace:
         return sum(t.numel() * t.element_size() for t in self.running_mean + self.m2)
 
 
+class BufferPool:
+    """Flat tensors handed back by finished running sums (``SumTrace.release``), handed out again to new ones: a
+    run's prompts reuse the same model-sized buffers instead of allocating (page-faulting) fresh ones each time."""
+
+    def __init__(self):
+        self.free: dict[tuple, list[torch.Tensor]] = {}
+
+    def take(self, numel: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """A flat tensor of ``numel`` elements with undefined values."""
+        free = self.free.get((numel, dtype, torch.device(device)))
+        return free.pop() if free else torch.empty(numel, dtype=dtype, device=device)
+
+    def give(self, flat: torch.Tensor) -> None:
+        self.free.setdefault((flat.numel(), flat.dtype, flat.device), []).append(flat)
+
+
 class SumTrace:
     """Low memory: one fp32 running sum T per parameter and a float64 M2 = sum_m ||x_m - mean||^2.
 
@@ -147,23 +163,51 @@ class SumTrace:
     rule M2 = M2_A + M2_P + n_A n_P / (n_A + n_P) ||T / n_A - S / n_P||^2, so identical vectors give 0.
     """
 
-    def __init__(self, shapes_like: list[torch.Tensor]):
+    def __init__(self, shapes_like: list[torch.Tensor], pool: BufferPool | None = None):
         self.count = 0
         self.m2 = 0.0
         self.shapes_like = shapes_like
         self.sums: list[torch.Tensor] | None = None  # T, allocated by the first nonzero addition (no zero fill)
+        self.pool, self.flat = pool, None  # with a pool, T is views of one flat tensor taken from it
+
+    def _pooled(self) -> list[torch.Tensor] | None:
+        """Views of a flat tensor from the pool shaped like T (None without a pool or for mixed dtypes)."""
+        dtypes = {stats_dtype(p) for p in self.shapes_like}
+        if self.pool is None or len(dtypes) != 1 or not self.shapes_like:
+            return None
+        total = sum(p.numel() for p in self.shapes_like)
+        self.flat = self.pool.take(total, dtypes.pop(), self.shapes_like[0].device)
+        views, offset = [], 0
+        for p in self.shapes_like:
+            views.append(self.flat[offset : offset + p.numel()].view(p.shape))
+            offset += p.numel()
+        return views
+
+    def release(self) -> None:
+        """Hand T's buffer back to the pool; T is gone (the scalars count and m2 stay)."""
+        if self.flat is not None:
+            self.pool.give(self.flat)
+        self.sums, self.flat = None, None
 
     @property
     def total(self) -> list[torch.Tensor]:
         """The running sum T (zeros until something nonzero was added)."""
         if self.sums is None:
-            self.sums = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in self.shapes_like]
+            pooled = self._pooled()
+            if pooled is not None:
+                self.sums = [t.zero_() for t in pooled]
+            else:
+                self.sums = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in self.shapes_like]
         return self.sums
 
     def accumulate(self, vector: list[torch.Tensor], c: float) -> None:
         """T += c vector; the first time T = c vector, written once (model-sized zero fills cost seconds at 0.5B)."""
         if self.sums is None:
-            self.sums = [torch.mul(v.to(stats_dtype(p)), c) for v, p in zip(vector, self.shapes_like)]
+            pooled = self._pooled()
+            if pooled is not None:
+                self.sums = [torch.mul(v.to(t.dtype), c, out=t) for v, t in zip(vector, pooled)]
+            else:
+                self.sums = [torch.mul(v.to(stats_dtype(p)), c) for v, p in zip(vector, self.shapes_like)]
             return
         if vector[0].dtype != self.sums[0].dtype:
             vector = [v.to(t.dtype) for v, t in zip(vector, self.sums)]

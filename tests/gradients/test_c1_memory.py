@@ -166,11 +166,11 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
 
     evaluate, calls = tracecov_job.TracecovRun.evaluate_prompt, []
 
-    def crashing(run, index, k):
+    def crashing(run, index, k, drawn=None):
         if len(calls) == 2:
             raise KeyboardInterrupt("simulated crash")
         calls.append(index)
-        return evaluate(run, index, k)
+        return evaluate(run, index, k, drawn)
 
     monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", crashing)
     with pytest.raises(KeyboardInterrupt):
