@@ -29,6 +29,7 @@ from grpo_mse.tables.outputs import write_json
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 PARTS = ("sampling", "forward", "backward", "statistics")
+INNER = "TRACECOV_PARTS_INNER"  # {"out", "argv"}: the subprocess times one run_tracecov main(argv)
 
 
 @dataclass(kw_only=True)
@@ -82,10 +83,9 @@ def timed_run(argv: list[str], out: str) -> None:
     tracecov.c1_vectors = timer("statistics", tracecov.c1_vectors)
     batch = statistics.BetweenPromptBatch
     batch.add, batch.result = timer("statistics", batch.add), timer("statistics", batch.result)
-    sys.argv = ["run_tracecov.py", *argv]
     start = time.perf_counter()
     script = cli_script(os.environ["PYTHONPATH"])
-    script.main()
+    script.main(argv)
     seconds["wall"] = time.perf_counter() - start
     with open(out, "w") as f:
         json.dump(seconds, f)
@@ -112,8 +112,9 @@ def tracecov_argv(args, save_json: str) -> list[str]:
 def run_tree(tree: str, args, work: str) -> dict:
     out = os.path.join(work, "parts.json")
     save = tempfile.mkdtemp(dir=work)
-    command = [sys.executable, os.path.abspath(__file__), "--inner", out, "--", *tracecov_argv(args, save)]
-    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": tree}
+    command = [sys.executable, os.path.abspath(__file__)]
+    inner = json.dumps({"out": out, "argv": tracecov_argv(args, save)})
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": tree, INNER: inner}
     subprocess.run(command, env=env, check=True, capture_output=True, text=True)
     with open(out) as f:
         seconds = json.load(f)
@@ -126,10 +127,9 @@ def run_tree(tree: str, args, work: str) -> dict:
 
 
 def main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if "--inner" in argv:  # a timed run inside one tree: --inner OUT -- run_tracecov flags
-        split = argv.index("--")
-        timed_run(argv[split + 1 :], argv[argv.index("--inner") + 1])
+    if INNER in os.environ:  # a timed run inside one tree (run_tree's subprocess)
+        inner = json.loads(os.environ.pop(INNER))
+        timed_run(inner["argv"], inner["out"])
         return
     args = TracecovPartsConfig.from_argv(argv, description=__doc__)
     with tempfile.TemporaryDirectory() as work:
