@@ -16,7 +16,7 @@ import torch
 
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.estimators import ENGINES
-from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
+from grpo_mse.gradients.statistics import BufferPool, SumTrace, WelfordTrace, dot64, gram64
 
 
 def affine_coefficients(weights: torch.Tensor, rewards: torch.Tensor) -> tuple[float, float]:
@@ -45,6 +45,12 @@ class PromptStats:
     score_trace: float = float("nan")  # tr Cov(s_g)
     bias2_own: dict[str, float] | None = None  # grpo_std: ||E x - g / sqrt(V (1 - V))||^2 (unbiased)
 
+    def release(self) -> None:
+        """Hand the running sums' buffers back to their pool (the statistics' vectors are gone afterwards)."""
+        for accumulator in self.accumulators.values():
+            if isinstance(accumulator, SumTrace):
+                accumulator.release()
+
 
 SCORE = "score"  # accumulator of s_g = (1/K) sum_k grad lp_k (weights 1/K)
 OWN = "grpo_std-own"  # x_std - x_oracle / sqrt(V (1 - V)): its mean estimates the bias against std-GRPO's own target
@@ -56,7 +62,14 @@ def bias_label(name: str) -> str:
 
 
 def bias_squared(difference, m: int) -> float:
-    """||mean d||^2 - tr Cov(d) / M: unbiased for ||E d||^2 (E||mean d||^2 = ||E d||^2 + tr Cov / M)."""
+    """||mean d||^2 - tr Cov(d) / M: unbiased for ||E d||^2 (E||mean d||^2 = ||E d||^2 + tr Cov / M).
+
+    For a running sum T over model-sized vectors (>= PARTIAL_GRAM_MIN coordinates) ||mean d||^2 is
+    <T, T> / n^2 in float64: no model-sized mean is allocated and only one vector is copied to float64."""
+    if isinstance(difference, SumTrace) and sum(p.numel() for p in difference.shapes_like) >= PARTIAL_GRAM_MIN:
+        if difference.sums is None:
+            return 0.0 - difference.trace() / m
+        return float(gram64([difference.sums])[0, 0]) / difference.count**2 - difference.trace() / m
     mean = difference.mean()
     return dot64(mean, mean) - difference.trace() / m
 
@@ -198,21 +211,27 @@ PARTIAL_GRAM_MIN = 1 << 20
 
 def add_pass(stats: dict[str, SumTrace], labels: list[str], plans, owner: list[list[int]], rows) -> None:
     """Add one pass's groups to every estimator's statistics: group g's vector is sum_j c_j rows[owner[g][j]],
-    scalars from one float64 Gram matrix of the rows and the running sums (once those are nonzero)."""
-    totals = [stats[name].total for name in labels] if stats[labels[0]].count else []
-    vectors = rows + totals
-    partial = len(rows) if vectors and sum(t.numel() for t in vectors[0]) >= PARTIAL_GRAM_MIN else None
-    gram = gram64(vectors, rows=partial).cpu() if vectors else torch.zeros((0, 0), dtype=torch.float64)
+    scalars from one float64 Gram matrix of the rows and the running sums (once those are nonzero).
+
+    At model sizes (>= PARTIAL_GRAM_MIN coordinates) a running sum that is still exactly zero (every coefficient
+    so far 0, e.g. GRPO while all groups had equal rewards) is left out of the Gram matrix (its scalars are 0)
+    instead of being allocated as model-sized zeros and copied to float64."""
+    counted = bool(stats[labels[0]].count)
+    large = sum(p.numel() for p in stats[labels[0]].shapes_like) >= PARTIAL_GRAM_MIN
+    present = [name for name in labels if counted and (not large or stats[name].sums is not None)]
+    vectors = rows + [stats[name].total for name in present]
+    empty = torch.zeros((0, 0), dtype=torch.float64)
+    gram = gram64(vectors, rows=len(rows) if large else None).cpu() if vectors else empty
     n = len(rows)
-    for index, name in enumerate(labels):
+    for name in labels:
         coefficients = torch.zeros((len(owner), n), dtype=torch.float64)
         for g, ((_, group_coefficients), own) in enumerate(zip(plans, owner)):
             coefficients[g, own] = torch.tensor(group_coefficients[name], dtype=torch.float64)
-        if totals:
-            t = n + index
+        if name in present:
+            t = n + present.index(name)
             stats[name].add_pass(coefficients, rows, gram[:n, :n], gram[t, :n], float(gram[t, t]))
-        else:
-            stats[name].add_pass(coefficients, rows, gram, torch.zeros(n, dtype=torch.float64), 0.0)
+        else:  # no earlier vectors, or (model sizes) a running sum that is exactly zero
+            stats[name].add_pass(coefficients, rows, gram[:n, :n], torch.zeros(n, dtype=torch.float64), 0.0)
 
 
 def splits_by_reward(plans, rewards: torch.Tensor) -> bool:
@@ -251,6 +270,7 @@ def prompt_traces(
     engine: str = "fast",
     per_pass: int = 0,
     measure_score: bool = False,
+    pool: BufferPool | None = None,
 ) -> PromptStats:
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
@@ -260,6 +280,7 @@ def prompt_traces(
     with one group per pass (large models) a and s come from two plain backward passes.
     ``measure_score``: also accumulate the group-mean score s_g (||E s||^2, tr Cov s_g; costs the s vector of
     groups that no estimator needs, e.g. all rewards 0).
+    ``pool``: the fast engine's running sums take their buffers from it (``PromptStats.release`` hands them back).
     """
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
@@ -268,7 +289,7 @@ def prompt_traces(
     biased = [name for name in names if name in est.BIASED]
     own = est.GRPO_STD in names and value is not None and 0.0 < float(value) < 1.0
     labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score + [OWN] * own
-    stats = {label: (WelfordTrace if engine == "reference" else SumTrace)(params) for label in labels}
+    stats = {label: WelfordTrace(params) if engine == "reference" else SumTrace(params, pool) for label in labels}
 
     def group_weights(group_rewards):
         weights = {name: est.weights(name, group_rewards, value) for name in names}

@@ -15,7 +15,7 @@ import os
 from grpo_mse.errors import UsageError
 
 GB = 1e9
-CPU_BLOCK_BYTES = 128 << 20  # gram64's float64 block buffer on the CPU (statistics.block_coordinates)
+CPU_BLOCK_BYTES = 4 << 20  # gram64's float64 block buffer on the CPU (statistics.CPU_BLOCK_BYTES)
 CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per block on CUDA
 
 

@@ -2,6 +2,10 @@
 
 Each sequence owns a ``torch.Generator`` seeded from (seed, stream key..., sample index), so a
 continuation does not depend on batch size, batch composition, resumption or sharding.
+
+A batch runs each distinct prompt once (its key/value cache expanded to that prompt's rows), and a row leaves the
+batch when it samples an EOS; tests/policy/test_sampling_golden.py holds token ids recorded before these two
+changes and checks they are reproduced exactly.
 """
 
 from __future__ import annotations
@@ -75,51 +79,68 @@ def nucleus_sample(logits: torch.Tensor, uniforms: torch.Tensor, temperature: fl
     return order.gather(-1, picks).squeeze(-1)
 
 
-def _prefill(model, prompts: list[list[int]], pad_id: int):
-    """Run the prompts; return (last logits [B, V], cache, attention mask, last positions [B, 1]).
+def _distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """(the distinct prompts in order of first appearance, each row's index among them)."""
+    first: dict[tuple[int, ...], int] = {}
+    rows = [first.setdefault(tuple(p), len(first)) for p in prompts]
+    return [list(p) for p in first], rows
 
-    When every row has the same prompt (a group), the prompt runs once and its cache is repeated.
-    """
+
+def _prefill(model, prompts: list[list[int]], pad_id: int):
+    """Run each distinct prompt once; return, per row, (last logits [B, V], cache, attention mask, last
+    positions [B, 1]): the distinct prompts' cache is expanded to the rows (a group's prompt runs once for all
+    its continuations, an oracle batch's prompts once each)."""
     device = next(model.parameters()).device
-    if all(p == prompts[0] for p in prompts):
-        ids = torch.tensor([prompts[0]], device=device)
+    distinct, rows = _distinct(prompts)
+    if len(distinct) == 1:  # a group: no padding
+        ids = torch.tensor(distinct, device=device)
+        mask = torch.ones_like(ids)
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        out.past_key_values.batch_repeat_interleave(len(prompts))
-        mask = torch.ones((len(prompts), ids.shape[1]), dtype=torch.long, device=device)
-        positions = torch.full((len(prompts), 1), ids.shape[1] - 1, device=device)
-        return out.logits[:, -1, :].expand(len(prompts), -1), out.past_key_values, mask, positions
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, ids in enumerate(prompts):  # left padding: every row's next token is at the end
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        mask[row, width - len(ids) :] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    return out.logits[:, -1, :], out.past_key_values, mask, positions[:, -1:]
+        positions = torch.full((1, 1), ids.shape[1] - 1, device=device)
+    else:
+        width = max(len(p) for p in distinct)
+        input_ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(distinct), width), dtype=torch.long)
+        for row, ids in enumerate(distinct):  # left padding: every row's next token is at the end
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            mask[row, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+        out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        positions = positions[:, -1:]
+    index = torch.tensor(rows, device=device)
+    out.past_key_values.batch_select_indices(index)
+    return out.logits[:, -1, :][index], out.past_key_values, mask[index], positions[index]
 
 
 @torch.no_grad()
 def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens, eos_ids, pad_id):
+    """Continuations of ``prompts`` (row i drawing from ``generators[i]``). A row leaves the batch (its cache
+    rows dropped) at the step it samples an EOS, so later steps compute only the rows still running."""
     device = next(model.parameters()).device
     logits, cache, mask, positions = _prefill(model, prompts, pad_id)
     eos = torch.tensor(eos_ids, device=device)
     outputs = [[] for _ in prompts]
-    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    running = list(range(len(prompts)))  # the original rows of the batch's rows, in order
     for step in range(max_new_tokens):
-        uniforms = torch.tensor([torch.rand(1, generator=g).item() for g in generators])
+        uniforms = torch.tensor([torch.rand(1, generator=generators[row]).item() for row in running])
         tokens = nucleus_sample(logits, uniforms, temperature, top_p)
-        for row in torch.nonzero(~finished).flatten().tolist():
-            outputs[row].append(int(tokens[row]))
-        finished |= torch.isin(tokens, eos)
-        if bool(finished.all()) or step == max_new_tokens - 1:
+        for row, token in zip(running, tokens.tolist()):
+            outputs[row].append(token)
+        if step == max_new_tokens - 1:
             break
-        next_ids = torch.where(finished, torch.full_like(tokens, pad_id), tokens).unsqueeze(-1)
+        going = ~torch.isin(tokens, eos)
+        if not bool(going.all()):
+            if not bool(going.any()):
+                break
+            keep = torch.nonzero(going).flatten()
+            running = [running[i] for i in keep.tolist()]
+            cache.batch_select_indices(keep)
+            tokens, mask, positions = tokens[keep], mask[keep], positions[keep]
         positions = positions + 1
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
         out = model(
-            input_ids=next_ids,
+            input_ids=tokens.unsqueeze(-1),
             attention_mask=mask,
             position_ids=positions,
             past_key_values=cache,

@@ -21,7 +21,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
-from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, c1_memory
+from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, BufferPool, c1_memory
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
@@ -77,9 +77,16 @@ class PromptSampler:
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
-        ids = prompt_ids(self.tokenizer, row["prompt"])
-        (continuations,) = self.backend.sample([(ids, count, (self.seed, *stream))])
-        return ids, continuations, decode(self.tokenizer, continuations)
+        (drawn,) = self.draw_all([(row, stream)], count)
+        return drawn
+
+    def draw_all(self, rows_and_streams: list[tuple[dict, tuple[int, ...]]], count: int) -> list[tuple]:
+        """``draw`` for several prompts in one sampler call: their rows share the sampler's batches (fuller decode
+        batches; every sample keeps its own random stream, so the continuations are those of ``draw``)."""
+        ids = [prompt_ids(self.tokenizer, row["prompt"]) for row, _ in rows_and_streams]
+        requests = [(i, count, (self.seed, *stream)) for i, (_, stream) in zip(ids, rows_and_streams)]
+        drawn = self.backend.sample(requests)
+        return [(i, continuations, decode(self.tokenizer, continuations)) for i, continuations in zip(ids, drawn)]
 
     def logprob_fn(self, ids: list[int]):
         """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
@@ -164,14 +171,15 @@ def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
     return layout
 
 
-def c1_memory_line(params, config: TracecovConfig, base: str) -> str:
-    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``)."""
-    copies = config.c1_copies
-    plan, gb = c1_memory(params, config.c1_batch * copies, C1_HOST_BYTES), 1e9
+def c1_memory_line(params, config: TracecovConfig, base: str, batch: int | None = None) -> str:
+    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
+    batches of ``batch`` prompts (the largest batch the run has; default --c1_batch)."""
+    copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
+    plan, gb = c1_memory(params, batch * copies, C1_HOST_BYTES), 1e9
+    size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
     line = (
-        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x --c1_batch "
-        f"{config.c1_batch} mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most "
-        f"{C1_HOST_BYTES / 2**30:g} GiB)"
+        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
+        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {C1_HOST_BYTES / 2**30:g} GiB)"
     )
     if plan["on_disk"]:
         line += (
@@ -307,6 +315,7 @@ class TracecovRun:
     done: dict = field(default_factory=dict)  # {(K, prompt_index): PromptRecord}
     batches: dict = field(default_factory=dict)  # {(K, c1 batch): C1BatchRecord}
     lock: object = None  # the progress log's lock, held until ``close``
+    pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
 
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
@@ -361,7 +370,8 @@ class TracecovRun:
         )
         sampler.backend = make_vllm(config, sampler.settings) or sampler.backend
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
-            print(c1_memory_line([p for p in model.parameters() if p.requires_grad], config, base), file=sys.stderr)
+            largest = max(len(b) for batches in rank_batches(len(rows), config.c1_batch, world) for b in batches)
+            print(c1_memory_line(trainable, config, base, largest), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
 
     def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[C1BatchRecord]]]:
@@ -405,16 +415,21 @@ class TracecovRun:
         # mean gradients beyond C1_HOST_BYTES (shared by the batches) go to files in the run folder
         spills = [f"{self.base}.{label}.rank{self.rank}" if self.base else None for label in C1_FILES[:copies]]
         batches = [BetweenPromptBatch(spill, C1_HOST_BYTES // copies) for spill in spills] if need_c1 else []
+        todo = [index for index in indices if batches or (k, index) not in self.done]
+        # the batch's prompts are sampled together (up to --gen_bs sequences a decode batch, across prompts)
+        drawn = self.sampler.draw_all([(self.rows[i], self.stream(i, k)) for i in todo], config.M * k)
+        drawn = dict(zip(todo, drawn))
         try:
             for index in indices:
-                if batches or (k, index) not in self.done:
-                    record, stats = self.evaluate_prompt(index, k)
+                if index in drawn:
+                    record, stats = self.evaluate_prompt(index, k, drawn.pop(index))
                     if (k, index) not in self.done:
                         self.append(record.to_json())
                         self.done[(k, index)] = record
                     if batches:  # the c1 vectors need the oracle's statistics: only a run with the advisor has them
                         for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
-                            batch.add(mean, trace, config.M, index)
+                            batch.add(mean, trace, config.M, index, owned=True)  # the prompt's stats end here
+                    stats.release()  # its running sums' buffers go to the next prompt
                 if on_prompt:
                     on_prompt()
             if batches:
@@ -427,15 +442,16 @@ class TracecovRun:
             for batch in batches:
                 batch.discard()
 
-    def evaluate_prompt(self, index: int, k: int) -> tuple[PromptRecord, PromptStats]:
-        """Sample M*K continuations of row ``index``, score them; return its record (tr_cov per estimator) and stats.
+    def stream(self, index: int, k: int) -> tuple[int, int]:
+        """Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with ``shared_samples``:
+        then every K uses the first M*K samples of one sequence (nested groups)."""
+        return (0, self.keys[index]) if self.config.shared_samples else (k, self.keys[index])
 
-        Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with
-        ``shared_samples``: then every K uses the first M*K samples of one sequence (nested groups).
-        """
-        config, row, key, m = self.config, self.rows[index], self.keys[index], self.config.M
-        stream = (0, key) if config.shared_samples else (k, key)
-        ids, continuations, texts = self.sampler.draw(row, stream, m * k)
+    def evaluate_prompt(self, index: int, k: int, drawn: tuple | None = None) -> tuple[PromptRecord, PromptStats]:
+        """Sample M*K continuations of row ``index`` (or take ``drawn``, ``PromptSampler.draw``'s result), score
+        them; return its record (tr_cov per estimator) and stats."""
+        config, row, m = self.config, self.rows[index], self.config.M
+        ids, continuations, texts = drawn or self.sampler.draw(row, self.stream(index, k), m * k)
         rewards = torch.tensor([row_reward(row, t, config.answer_rule) for t in texts])
         groups = [continuations[g * k : (g + 1) * k] for g in range(m)]
         params = [p for p in self.sampler.model.parameters() if p.requires_grad]
@@ -453,6 +469,7 @@ class TracecovRun:
             config.engine,
             config.groups_per_pass,
             measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0),
+            pool=self.pool,
         )
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
             stats.bias2 = {**stats.bias2, est.NAIVE: paired.vanilla_bias2(value, stats.mean_score_sq)}

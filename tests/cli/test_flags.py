@@ -33,7 +33,12 @@ TABLES = {
         "grpo_mse.training.logs:CollectConfig",
         "grpo_mse.training.trl_train:TrlTrainConfig",
     ],
-    "docs/engines.md": ["benchmarks/bench_cli.py:BenchCliConfig"],
+    "docs/engines.md": [
+        "benchmarks/bench_cli.py:BenchCliConfig",
+        "benchmarks/bench_oracle_trees.py:BenchOracleTreesConfig",
+        "benchmarks/tracecov_parts.py:TracecovPartsConfig",
+        "benchmarks/bench_floor.py:BenchFloorConfig",
+    ],
     "docs/commands.md": [
         *(f"grpo_mse.figures.k_validation:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
         "grpo_mse.figures.k_validation:AdaptiveConfig",

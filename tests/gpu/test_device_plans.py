@@ -33,8 +33,10 @@ def test_block_plan_covers_every_coordinate_once():
 
 
 def test_block_sizes_by_device_at_qwen_shapes():
-    """Qwen2.5-0.5B's parameter sizes (meta tensors: no memory): >= 2^24 coordinates per block on CUDA,
-    <= 400 blocks per pass on the CPU for the 5 vectors of a one-group pass (a, s and 3 running sums)."""
+    """Qwen2.5-0.5B's parameter sizes (meta tensors: no memory): >= 2^24 coordinates per block on CUDA; on the
+    CPU cache-sized blocks for the 5 vectors of a one-group pass (a, s and 3 running sums): a float64 buffer of
+    at most 4 MiB, >= 2^14 coordinates a block (a few thousand blocks: per-block overhead well under the
+    copies' time), and built-in-policy-sized vectors (<= 2^20 coordinates) in one block as before."""
     transformers = pytest.importorskip("transformers")
     config = qwen2_5_config("0.5B")
     with torch.device("meta"):
@@ -44,9 +46,9 @@ def test_block_sizes_by_device_at_qwen_shapes():
     cuda = statistics.block_plan(sizes, statistics.block_coordinates(5, "cuda"))
     cpu = statistics.block_plan(sizes, statistics.block_coordinates(5, "cpu"))
     assert statistics.block_coordinates(5, "cuda") >= 1 << 24 and len(cuda) <= 30
-    assert len(cpu) <= 400
-    old = sum(-(-n // max(4096, (1 << 19) // 5)) for n in sizes)  # the former plan: ~4,900 blocks
-    assert old > 10 * len(cpu)
+    width = statistics.block_coordinates(5, "cpu", sum(sizes))
+    assert 1 << 14 <= width and 5 * width * 8 <= 4 << 20 and len(cpu) <= 7000
+    assert statistics.block_coordinates(5, "cpu", 1 << 20) >= 1 << 20  # small models: one block
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

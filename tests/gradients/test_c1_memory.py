@@ -166,13 +166,38 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
 
     evaluate, calls = tracecov_job.TracecovRun.evaluate_prompt, []
 
-    def crashing(run, index, k):
+    def crashing(run, index, k, drawn=None):
         if len(calls) == 2:
             raise KeyboardInterrupt("simulated crash")
         calls.append(index)
-        return evaluate(run, index, k)
+        return evaluate(run, index, k, drawn)
 
     monkeypatch.setattr(tracecov_job.TracecovRun, "evaluate_prompt", crashing)
     with pytest.raises(KeyboardInterrupt):
         batch_record("crash")
     assert len(written) == 5 and not glob.glob(str(tmp_path / "*.bin"))  # two files written, both removed
+
+
+def test_c1_memory_line_is_sized_to_the_run_s_largest_batch():
+    vectors = _vectors(1)[0]
+    config = tracecov_job.TracecovConfig(oracle_table="t.jsonl", save_json="out", skip_plot=True)
+    default, two = (tracecov_job.c1_memory_line(vectors, config, "out/x", batch) for batch in (None, 2))
+    for line, batch in ((default, config.c1_batch), (two, 2)):
+        plan = c1_memory(vectors, batch * config.c1_copies)
+        assert f"{plan['host_bytes'] / GB:.3g} GB host ({plan['in_memory']} of" in line
+    assert "2 (the run's largest batch)" in two and f"--c1_batch {config.c1_batch}" in default
+    assert c1_memory(vectors, 2)["host_bytes"] < c1_memory(vectors, 16)["host_bytes"]
+
+
+def test_an_owned_mean_gradient_is_kept_without_a_copy_and_gives_the_same_record():
+    vectors = _vectors(3)
+    copied, owned = BetweenPromptBatch(), BetweenPromptBatch()
+    for i, vector in enumerate(vectors):
+        copied.add(vector, 0.1 * i, 3)
+        fresh = [t.clone() for t in vector]
+        owned.add(fresh, 0.1 * i, 3, owned=True)
+        assert all(m.data_ptr() == t.data_ptr() for m, t in zip(owned.means[-1], fresh))
+    assert all(m.data_ptr() != v.data_ptr() for m, v in zip(copied.means[0], vectors[0]))
+    kept = owned.means[0]
+    assert all(torch.equal(k, v) for k, v in zip(kept, vectors[0]))
+    assert owned.result() == copied.result()

@@ -66,7 +66,9 @@ def test_partial_gram_of_large_models_gives_the_traces_of_the_full_one(random_lm
     requested = []
     original = engine.gram64
     monkeypatch.setattr(
-        engine, "gram64", lambda v, block=None, rows=None: requested.append(rows) or original(v, block, rows)
+        engine,
+        "gram64",  # a pass's matrix (several vectors), not bias_squared's <T, T> of one running sum
+        lambda v, block=None, rows=None: (len(v) > 1 and requested.append(rows)) or original(v, block, rows),
     )
     monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
     partial = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=2).traces
@@ -266,3 +268,33 @@ def test_only_a_missing_vmap_rule_falls_back(random_lm, monkeypatch, error, fall
     with pytest.raises(type(error)) as raised:
         engine.row_vjps(output, params, torch.eye(6)[:3], batched=True)
     assert ("--groups_per_pass" in str(raised.value)) == isinstance(error, torch.OutOfMemoryError)
+
+
+def test_model_sized_passes_skip_zero_running_sums_and_keep_traces_and_biases(random_lm, monkeypatch):
+    """At model sizes (threshold lowered here) a running sum that is still exactly zero (GRPO after groups with
+    equal rewards) is not allocated nor put in the Gram matrix, and bias_squared uses <T, T> / n^2: the traces,
+    squared biases and score statistics equal the small-model path's and the explicit computation's."""
+    import grpo_mse.gradients.engine as engine
+
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=21)
+    rewards[1] = 0.0  # the first two groups have equal rewards: GRPO's coefficients are 0 there
+    rewards[2] = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    names = est.ALL
+    small = prompt_traces(logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True)
+    sizes = []
+    original = engine.gram64
+    monkeypatch.setattr(
+        engine, "gram64", lambda v, block=None, rows=None: sizes.append(len(v)) or original(v, block, rows)
+    )
+    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
+    large = prompt_traces(logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True)
+    labels = len(large.accumulators)
+    assert sizes[1] < 1 + labels  # the second pass (one row s) leaves out the sums that are still zero
+    explicit = _explicit_traces(random_lm, groups, rewards, 0.3, logprob_fn, names)
+    for n in names:
+        assert large.traces[n] == pytest.approx(small.traces[n], rel=1e-9)
+        assert large.traces[n] == pytest.approx(explicit[n], rel=1e-5, abs=1e-12)
+    for n in small.bias2:  # the small path squares the float32-rounded mean T / n: float32 rounding apart
+        assert large.bias2[n] == pytest.approx(small.bias2[n], rel=1e-6, abs=1e-12)
+    assert large.mean_score_sq == pytest.approx(small.mean_score_sq, rel=1e-6)
+    assert large.score_trace == pytest.approx(small.score_trace, rel=1e-9)

@@ -141,3 +141,34 @@ def test_running_sum_is_written_by_its_first_addition_and_equals_a_zero_started_
         for a, b in zip(lazy.total, zero_started.total):
             assert torch.equal(a, b)
     assert lazy.m2 == zero_started.m2 and lazy.nbytes() == zero_started.nbytes() == 11 * 4
+
+
+def test_pooled_running_sums_reuse_released_buffers_and_keep_every_bit():
+    """SumTrace with a BufferPool: T lives in a flat buffer from the pool; after ``release`` the next prompt's sums
+    get the same buffer (stale values and all) and still give the bits of sums that own fresh tensors."""
+    from grpo_mse.gradients.statistics import BufferPool
+
+    like = [torch.zeros((3, 2)), torch.zeros(5)]
+    pool = BufferPool()
+
+    def run(stats, seed):
+        gen = np.random.default_rng(seed)
+        rows = [[torch.tensor(gen.normal(size=tuple(p.shape)), dtype=torch.float32) for p in like] for _ in range(2)]
+        for coefficients in (torch.tensor([[0.0, 0.7], [1.5, -1.3]]), torch.tensor([[2.0, 0.25]])):
+            gram = gram64(rows + [stats.total]) if stats.count else gram64(rows)
+            dots, square = (gram[2, :2], float(gram[2, 2])) if stats.count else (torch.zeros(2).double(), 0.0)
+            stats.add_pass(coefficients.double(), rows, gram[:2, :2], dots, square)
+        return stats
+
+    first = run(SumTrace(like, pool), 1)
+    pointer = first.sums[0].data_ptr()
+    first.release()
+    assert first.sums is None and len(pool.free) == 1
+    for seed in (2, 3):
+        pooled, fresh = run(SumTrace(like, pool), seed), run(SumTrace(like), seed)
+        assert pooled.sums[0].data_ptr() == pointer  # the released buffer, not a new allocation
+        assert pooled.m2 == fresh.m2 and all(torch.equal(a, b) for a, b in zip(pooled.sums, fresh.sums))
+        pooled.release()
+    zeros = SumTrace(like, pool)
+    zeros.count = 1
+    assert all(torch.equal(t, torch.zeros_like(t)) for t in zeros.total)  # a pooled zero sum is zero-filled

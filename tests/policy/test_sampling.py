@@ -45,3 +45,41 @@ def test_group_prefill_equals_padded_batch(random_lm):
     (shared,) = HFSampler(random_lm, settings, batch_size=4).sample([(prompt, 4, (9, 1))])  # one prompt: prefilled once
     padded, _ = HFSampler(random_lm, settings, batch_size=5).sample([(prompt, 4, (9, 1)), (other, 1, (9, 2))])
     assert shared == padded
+
+
+def _rows_per_call(model, run):
+    """(input_ids shapes of every forward call made by ``run()``)."""
+    shapes = []
+    handle = model.register_forward_pre_hook(
+        lambda _, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        result = run()
+    finally:
+        handle.remove()
+    return shapes, result
+
+
+def test_each_distinct_prompt_runs_once_and_finished_rows_leave_the_batch(random_lm):
+    prompts = [[3, 4, 5], [6, 7, 8, 9, 10, 11]]
+    settings = SamplingSettings(eos_ids=(1, 2), pad_id=0, temperature=1.0, top_p=1.0, max_new_tokens=8)
+    requests = [(p, 6, (5, i)) for i, p in enumerate(prompts)]
+    sampler = HFSampler(random_lm, settings, batch_size=12)
+    shapes, (first, second) = _rows_per_call(random_lm, lambda: sampler.sample(requests))
+    assert shapes[0] == (2, 6)  # one prefill: the two distinct prompts, left-padded to the longer
+    decode_rows = [rows for rows, width in shapes[1:]]
+    assert all(width == 1 for _, width in shapes[1:])
+    lengths = [len(c) for c in first + second]
+    assert sum(decode_rows) == sum(n - 1 for n in lengths)  # a row is computed only until it samples its last token
+    assert min(lengths) < 8 and max(lengths) == 8  # some rows stopped early, some ran to max_new_tokens
+    assert decode_rows == sorted(decode_rows, reverse=True) and decode_rows[-1] < 12
+    (group,) = HFSampler(random_lm, settings, batch_size=6).sample([requests[1]])
+    assert group == second  # the same streams whether the prompt shares its batch or not
+
+
+def test_a_group_larger_than_the_batch_runs_its_prompt_once_per_batch(random_lm):
+    settings = SamplingSettings(eos_ids=(1,), pad_id=0, temperature=1.0, top_p=0.9, max_new_tokens=4)
+    sampler = HFSampler(random_lm, settings, batch_size=4)
+    shapes, (rows,) = _rows_per_call(random_lm, lambda: sampler.sample([([3, 4, 5, 6], 10, (1,))]))
+    assert [s for s in shapes if s[1] > 1] == [(1, 4)] * 3  # batches of 4, 4 and 2 rows: one prefill each
+    assert len(rows) == 10
