@@ -86,10 +86,9 @@ def simulated_power(effect: float, sigma: float, n: int, alpha: float, runs: int
 
 def sweep_cells(csv: str, prediction: dict) -> tuple[dict, np.ndarray]:
     """({K: per-seed metric values}, the advisor's relative errors at the sorted K) of one committed sweep."""
-    from grpo_mse.figures.k_validation import run_metric
-    from grpo_mse.training.runs_table import read_training
+    from grpo_mse.training.runs_table import read_training, run_means
 
-    runs = run_metric(read_training(csv, METRIC), METRIC)
+    runs = run_means(read_training(csv, METRIC), METRIC)
     cells = {int(k): group["value"].to_numpy() for k, group in runs.groupby("K")}
     return cells, relative_errors(*[float(prediction[c]) for c in ("c1", "c2", "c3")], sorted(cells))
 

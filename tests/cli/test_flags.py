@@ -35,8 +35,8 @@ TABLES = {
     ],
     "docs/engines.md": ["benchmarks/bench_cli.py:BenchCliConfig"],
     "docs/commands.md": [
-        *(f"grpo_mse.figures.k_validation:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
-        "grpo_mse.figures.k_validation:AdaptiveConfig",
+        *(f"scripts/k_validation.py:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
+        "scripts/k_validation.py:AdaptiveConfig",
         "grpo_mse.figures.training:TrainingFiguresConfig",
         "grpo_mse.training.demo_summary:DemoSummaryConfig",
         "grpo_mse.training.budget:BudgetConfig",

@@ -58,6 +58,8 @@ def test_model_packages_are_data_installed_without_dependencies():
 def test_every_test_helper_module_is_first_party_to_deptry():
     # A helper module the tests import by its bare name (conftest puts its folder on sys.path) reads to deptry as
     # an undeclared third-party package unless it is listed; CI then fails before a single test runs.
-    helpers = {p.stem for p in (ROOT / "tests").rglob("*.py") if not p.name.startswith("test_") and p.stem != "__init__"}
+    helpers = {
+        p.stem for p in (ROOT / "tests").rglob("*.py") if not p.name.startswith("test_") and p.stem != "__init__"
+    }
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["deptry"]["known_first_party"])
     assert helpers - listed == set(), "add these to [tool.deptry] known_first_party in pyproject.toml"
