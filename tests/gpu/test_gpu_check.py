@@ -5,14 +5,13 @@
   seconds and JSON, the vLLM/VERL steps "skipped: not installed", the others "ok" (slow: a few minutes).
 - Memory: each engine's estimate against the peak resident memory measured in a fresh process; the sampler's
   key/value cache formula against the cache it builds; the c1 disk check and the batch chosen to fit.
-- compare_tracecov_runs: agreeing runs agree, a shifted run does not.
+(compare_tracecov_runs: tests/analysis/test_run_agreement.py.)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -277,48 +276,6 @@ def test_tracecov_refuses_c1_that_the_disk_cannot_hold(tmp_path, monkeypatch):
     assert "would write 192 GB" in message and "use --c1_batch 3," in message  # 3 x 12 GB fit in 50 GB x 0.9
     tracecov.check_c1_disk(params, config, 4)  # 48 GB: fits the 50 GB, no error
     assert not (tmp_path / "new").exists()
-
-
-# ---------------------------------------------------------------- compare_tracecov_runs
-
-
-def per_prompt_csv(path, traces):
-    lines = ["prompt_index,id,K,estimator,trace"]
-    lines += [f"{i},{i},{k},{name},{value!r}" for (name, k, i), value in traces.items()]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def test_compare_tracecov_runs(tmp_path):
-    from conftest import load_script
-
-    compare = load_script("scripts/compare_tracecov_runs.py")
-    rng = random.Random(0)
-    truth = {
-        (name, k, i): rng.lognormvariate(3, 1) / k for name in ("naive", "grpo") for k in (2, 4) for i in range(40)
-    }
-
-    def noisy(scale=1.0):  # a run's trace: the prompt's true trace times sampling noise
-        return {key: scale * value * rng.gammavariate(8, 1 / 8) for key, value in truth.items()}
-
-    alarms = sum(not compare.compare(noisy(), noisy())["agree"] for _ in range(50))
-    assert alarms <= 2  # 0.1% per comparison
-    report = compare.compare(noisy(1.5), noisy())
-    assert not report["agree"] and all(cell["z"] > 0 for cell in report["cells"])
-    same = noisy()
-    identical = compare.compare(same, same)
-    assert identical["agree"] and identical["max_abs_z"] == 0.0
-    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
-    per_prompt_csv(a, noisy(1.5))
-    per_prompt_csv(b, noisy())
-    result = subprocess.run(
-        [sys.executable, "scripts/compare_tracecov_runs.py", str(a), str(b), "--out", str(tmp_path / "r.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 1 and "DISAGREE" in result.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["agree"] is False
 
 
 # ---------------------------------------------------------------- optional packages: one line when a feature needs one
