@@ -18,13 +18,8 @@ import re
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.analysis import k_validation as kv
-from grpo_mse.analysis.sweep_stats import best_k_draws, best_k_shares
-from grpo_mse.figures.k_validation import plot_adaptive, plot_setting, plot_settings
 from grpo_mse.flags import Flags, option, parse_command
-from grpo_mse.tables.outputs import read_json, to_json, write_atomic, write_csv
 from grpo_mse.training.data import KINDS, subset
-from grpo_mse.training.runs_table import ADAPTIVE_FIELDS, adaptive_k, pilot_gain, read_training, run_means
 
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
 
@@ -97,6 +92,13 @@ COMMANDS = {
 
 def main(argv=None) -> int:
     command, args = parse_command(COMMANDS, argv, description=__doc__)
+    # numpy, pandas and matplotlib load after the flags are checked (--help stays fast)
+    from grpo_mse.analysis import k_validation as kv
+    from grpo_mse.analysis.sweep_stats import best_k_draws, best_k_shares
+    from grpo_mse.figures.k_validation import plot_adaptive, plot_setting, plot_settings
+    from grpo_mse.tables.outputs import read_json, to_json, write_atomic, write_csv
+    from grpo_mse.training.runs_table import ADAPTIVE_FIELDS, adaptive_k, pilot_gain, read_training, run_means
+
     if command == "subset":
         counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)
         print(f"{args.kinds}: {counts['train']} training, {counts['test']} test rows -> {args.out_dir}")
