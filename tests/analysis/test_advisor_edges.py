@@ -19,14 +19,16 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, load_script, tracecov_argv
+from conftest import ROOT, tracecov_argv
 
 from grpo_mse.analysis import advisor, paired
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.commands import make_figures as make_figures_command
+from grpo_mse.commands import tracecov as tracecov_command
 
-run_tracecov = load_script("Gradient_evaluation/run_tracecov.py")
-make_figures = load_script("plots/make_figures.py")
+run_tracecov = tracecov_command
+make_figures = make_figures_command
 NEVER = 987654321  # an answer the tiny policy never produces in 8 tokens
 
 

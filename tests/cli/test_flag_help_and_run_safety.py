@@ -7,6 +7,8 @@ import pytest
 from conftest import BUILTIN_POLICY
 from refusal_cases import WANDB_ROW
 
+from grpo_mse.commands import tracecov as tracecov_command
+
 # Behaviour behind the refusals (no command line needed).
 
 ENTRY_POINTS = [
@@ -122,9 +124,8 @@ def test_rows_are_a_seeded_shuffle_then_the_first_t():
 
 
 def test_duplicate_k_and_estimators_are_run_once(capsys):
-    from conftest import load_script
 
-    args = load_script("Gradient_evaluation/run_tracecov.py").parse_args(
+    args = tracecov_command.parse_args(
         [
             "--oracle_table",
             "t.jsonl",

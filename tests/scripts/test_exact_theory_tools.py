@@ -12,6 +12,7 @@ from conftest import BUILTIN_POLICY, ROOT, load_script
 from grpo_mse import cli
 from grpo_mse.analysis import estimator_table as table
 from grpo_mse.analysis import one_token, theory
+from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
 from grpo_mse.gradients.estimators import ALL, UNBIASED
 from grpo_mse.tables.inputs import load_rows
@@ -226,7 +227,7 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
     draw_mse_panel(ax, run, theory=overlay)
     assert sum(line.get_linestyle() == "--" for line in ax.get_lines()) == 2
     plt.close(fig)
-    make_figures = load_script("plots/make_figures.py")
+    make_figures = make_figures_command
     make_figures.main(
         ["--tracecov", str(run_path), "--theory", str(theory_path), "--out_dir", str(tmp_path), "--name", "overlay"]
     )

@@ -7,6 +7,8 @@ import json
 import pytest
 from conftest import BUILTIN_POLICY, ROOT, load_script
 
+from grpo_mse.commands import oracle as oracle_command
+
 AUDIT = load_script("scripts/reward_audit.py")
 DATA = f"{ROOT}/data/arithmetic_zero_shot.jsonl"
 
@@ -18,7 +20,7 @@ def sample(id_, j, text, gold, **rules):
 
 @pytest.mark.slow
 def test_the_audit_draws_the_oracles_samples(tmp_path):
-    oracle = load_script("Gradient_evaluation/calculate_oracle_v.py")
+    oracle = oracle_command
     common = ["--model", BUILTIN_POLICY, "--dataset", DATA, "--seed", "3", "--max_new_tokens", "6"]
     oracle.main(
         [*common, "--device", "cpu", "--dtype", "fp32", "--n_oracle", "8", "--limit", "5", "--out_dir"]
