@@ -7,13 +7,12 @@ import math
 
 import numpy as np
 import pytest
-from conftest import load_script
 
-from grpo_mse.analysis import advisor
+from grpo_mse.analysis import advisor, heavy_tails
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.tables.records import C1BatchRecord
 
-coverage_heavy_tails = load_script("scripts/coverage_heavy_tails.py")
+coverage_heavy_tails = heavy_tails
 
 
 def _batches(rng, n_prompts, size):

@@ -12,13 +12,12 @@ large-T approximation; docs/statistics.md.)
 
 import numpy as np
 import pytest
-from conftest import load_script
 
 from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis import paired, theory
+from grpo_mse.analysis import heavy_tails, paired, theory
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
-HEAVY_TAILS = load_script("scripts/coverage_heavy_tails.py")  # the same simulated traces as the heavy-tail study
+HEAVY_TAILS = heavy_tails  # the same simulated traces as the heavy-tail study
 
 TYPES, OUTCOMES, DIM, T, M, K_LIST, BATCH, RUNS, N_BOOT = 30, 3, 4, 256, 8, (2, 4), 16, 200, 200
 assert (HEAVY_TAILS.TYPES, HEAVY_TAILS.OUTCOMES, HEAVY_TAILS.DIM, HEAVY_TAILS.M) == (TYPES, OUTCOMES, DIM, M)
