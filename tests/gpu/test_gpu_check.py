@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from grpo_mse.commands import bench_engines as bench_engines_command
+from grpo_mse.commands import bench_sampling as bench_sampling_command
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 BUDGET = 480
@@ -202,12 +205,11 @@ def test_refusal_when_the_estimate_exceeds_the_machine():
 
 def test_bench_engines_refuses_before_building_the_model(monkeypatch, capsys):
     """A 1.5B-shaped run on a machine with 1 GB: one line, nothing allocated (the estimate is on meta tensors)."""
-    from conftest import load_script
 
     from grpo_mse.errors import UsageError
     from grpo_mse.gradients import memory
 
-    bench = load_script("benchmarks/bench_engines.py")
+    bench = bench_engines_command
     monkeypatch.setattr(memory, "device_available", lambda device: (10**9, "available host memory"))
     monkeypatch.setattr(bench, "load_policy", lambda *a, **k: pytest.fail("loaded a model after a refusal"))
     with pytest.raises(UsageError, match=r"about (\d\d\.?\d*) GB needed, 1 GB available host memory; too little"):
@@ -222,10 +224,9 @@ def test_bench_engines_refuses_before_building_the_model(monkeypatch, capsys):
 
 
 def test_sampler_cache_formula_matches_the_cache_it_builds():
-    from conftest import load_script
     from transformers import Qwen2ForCausalLM
 
-    bench_sampling = load_script("benchmarks/bench_sampling.py")
+    bench_sampling = bench_sampling_command
     config = bench_sampling.qwen2_5_config("toy")
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()

@@ -7,11 +7,12 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT
 
 from grpo_mse import cli
 from grpo_mse.analysis import estimator_table as table
 from grpo_mse.analysis import one_token, theory
+from grpo_mse.commands import exact_theory as exact_theory_command
 from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
 from grpo_mse.gradients.estimators import ALL, UNBIASED
@@ -25,7 +26,7 @@ ORACLE_FIELDS = {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correc
 @pytest.fixture(scope="module")
 def exact_outputs(tmp_path_factory, builtin_policy):
     out = tmp_path_factory.mktemp("theory")
-    load_script("scripts/exact_theory.py").main(
+    exact_theory_command.main(
         [
             "--model",
             BUILTIN_POLICY,
@@ -81,7 +82,7 @@ def test_theory_json_is_consistent(exact_outputs):
 
 
 def test_exact_theory_errors(tmp_path, builtin_policy):
-    script = load_script("scripts/exact_theory.py")
+    script = exact_theory_command
     with pytest.raises(SystemExit) as stop:  # a bound of the flag: argparse's one line, exit 2
         script.main(["--dataset", "x.jsonl", "--T", "0"])
     assert stop.value.code == 2

@@ -5,11 +5,12 @@ hand count on constructed labels."""
 import json
 
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT
 
 from grpo_mse.commands import oracle as oracle_command
+from grpo_mse.commands import reward_audit as reward_audit_command
 
-AUDIT = load_script("scripts/reward_audit.py")
+AUDIT = reward_audit_command
 DATA = f"{ROOT}/data/arithmetic_zero_shot.jsonl"
 
 
