@@ -127,7 +127,7 @@ def run_row(advice: dict, true: dict) -> list:
     for nan). z = (T - truth) / se on the scale of its studentized interval (q = c1/c3 for K*; log or natural) and
     t_lo, t_hi the interval's t quantiles: any widening's coverage follows from them (``misses``). below / above:
     the saved interval lies above / below the truth, used only where it is not studentized (z = None)."""
-    from grpo_mse.analysis import advisor
+    from grpo_mse.analysis import error_model
 
     found = advice["simulated_coverage"]
     row = [found["largest_prompt_share"], found["tail_index"]]
@@ -136,12 +136,12 @@ def run_row(advice: dict, true: dict) -> list:
         target = true["c1"] / true["c3"] if name == "K_star_exact" else true[name]
         z = t_low = t_high = None
         if pieces:
-            value, error = advisor.number(pieces["value"]), advisor.number(pieces["error"])
+            value, error = error_model.number(pieces["value"]), error_model.number(pieces["error"])
             z = (value - (math.log(target) if pieces["scale"] == "log" else target)) / error
-            t_low, t_high = (advisor.number(t) for t in pieces["t"])
-        ci = advisor.interval_of(advice["ci95"][name])
+            t_low, t_high = (error_model.number(t) for t in pieces["t"])
+        ci = error_model.interval_of(advice["ci95"][name])
         row += [z, t_low, t_high, int(ci is None or true[name] < ci[0]), int(ci is None or true[name] > ci[1])]
-    return advisor.json_value(row)
+    return error_model.json_value(row)
 
 
 def columns(rows: list[list]) -> np.ndarray:
@@ -301,11 +301,11 @@ def check(cell: dict, table: str) -> dict:
     cell), the actual share covered (with its MC error) and whether it lies within 3 points of the mean printed
     range; the actual share among the runs whose printed lowest coverage is >= 93%; and the share of runs printed
     "unknown"."""
-    from grpo_mse.analysis import advisor
+    from grpo_mse.analysis import coverage_calibration
 
     rows = columns(cell["per_run"])
-    widening = advisor.interval_widening(table)
-    found = [advisor.simulated_coverage(index, cell["T"], table) for index in rows[:, 1]]
+    widening = coverage_calibration.interval_widening(table)
+    found = [coverage_calibration.simulated_coverage(index, cell["T"], table) for index in rows[:, 1]]
     known = np.array([f["status"] == "calibrated" for f in found], dtype=bool)
     out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": float(1 - known.mean())}
     for name in CALIBRATED:

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.analysis import advisor
+from grpo_mse.analysis import error_model
 from grpo_mse.analysis.sweep_stats import predicted_error, spearman, welch_interval
 from grpo_mse.errors import require
 from grpo_mse.gradients import estimators as est
@@ -31,12 +31,12 @@ from grpo_mse.tables.outputs import ACCURACY, mean_t_interval
 
 def predict(run: dict, name: str, written_at: str | None = None) -> dict:
     """The advisor's prediction from a run_tracecov JSON, stamped with the time it is written. K* and the best
-    allowed K are stated only where the advisor identifies them (``advisor.advice_status``): null otherwise,
+    allowed K are stated only where the advisor identifies them (``error_model.advice_status``): null otherwise,
     with ``message`` saying why (c1 or c3 undefined, infinite, <= 0, or an interval reaching 0)."""
     adv = run.get("group_size_advisor")
     require(isinstance(adv, dict) and "pooled" in adv, "the run has no group_size_advisor (was --no_advisor set?)")
     pooled, ci = adv["pooled"], adv.get("ci95") or {}
-    now = advisor.advice_status(adv)
+    now = error_model.advice_status(adv)
     return {
         "name": name,
         "identified": now["identified"],
@@ -69,9 +69,9 @@ def measured_prediction(adv: dict) -> dict:
 
 
 def prediction_status(prediction: dict) -> dict:
-    """``advisor.status`` of a saved prediction (recomputed from its constants: older files stated a best K
+    """``error_model.status`` of a saved prediction (recomputed from its constants: older files stated a best K
     from unidentified constants)."""
-    return advisor.status(
+    return error_model.status(
         prediction, prediction.get("c_ci95") or {}, prediction.get("allowed_K"), prediction.get("budget")
     )
 
@@ -81,10 +81,11 @@ def describe_prediction(prediction: dict) -> str:
     now = prediction_status(prediction)
     if not now["identified"]:
         return f"K* not identified ({now['message']})"
-    low, high = advisor.interval_of(prediction.get("ci95")) or (math.nan, math.nan)
+    low, high = error_model.interval_of(prediction.get("ci95")) or (math.nan, math.nan)
     best = now["K_best"] if now["K_best"] is not None else "a tie"
     return (
-        f"K*_exact = {advisor.rounded(now['K_star_exact'])} [{advisor.rounded(low)}, {advisor.rounded(high)}], "
+        f"K*_exact = {error_model.rounded(now['K_star_exact'])} "
+        f"[{error_model.rounded(low)}, {error_model.rounded(high)}], "
         f"best allowed K = {best}"
     )
 

@@ -19,8 +19,10 @@ import sys
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis.advisor import advise, column, json_value, prompt_columns, rounded
+from grpo_mse.analysis.advisor import advise
+from grpo_mse.analysis.error_model import json_value, rounded
 from grpo_mse.analysis.measured_curve import measured_curve
+from grpo_mse.analysis.prompt_constants import column, prompt_columns
 from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, NAIVE, ORACLE
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord

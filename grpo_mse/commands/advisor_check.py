@@ -29,27 +29,30 @@ NAMES = ("c1", "c2", "c3")
 def constants_at(records: list, batches: list, position: dict, weights: np.ndarray) -> np.ndarray:
     """[3, R] c1, c2, c3 of one K in every bootstrap row (c2, c3: weighted means of the per-prompt values);
     ``records``: PromptRecords, ``batches``: C1BatchRecords (grpo_mse.tables.records)."""
-    from grpo_mse.analysis import advisor as adv
     from grpo_mse.analysis import bootstrap as bs
+    from grpo_mse.analysis import prompt_constants
 
     c2, c3 = (
-        bs.weighted_mean(weights, adv.column(records, position, lambda r, j=j: adv.per_prompt_constants(r)[j]))
+        bs.weighted_mean(
+            weights,
+            prompt_constants.column(records, position, lambda r, j=j: prompt_constants.per_prompt_constants(r)[j]),
+        )
         for j in (0, 1)
     )
-    return np.stack([adv.batch_c1(weights, batches, position), c2, c3])
+    return np.stack([prompt_constants.batch_c1(weights, batches, position), c2, c3])
 
 
 def budgeted_error(c1, c2, c3, k: int, budget: int):
-    """(c1 K + c2 + c3/(K - 1)) / N: the exact error of one GRPO step at budget N (advisor.exact_error)."""
+    """(c1 K + c2 + c3/(K - 1)) / N: the exact error of one GRPO step at budget N (error_model.exact_error)."""
     return (c1 * k + c2 + c3 / (k - 1)) / budget
 
 
 def extrapolation(records_by_k, batches_by_k, fit, check, budget: int, n_boot: int, seed: int) -> dict:
     """Predicted and measured budgeted error at each K of ``check`` from the constants fitted on ``fit``."""
-    from grpo_mse.analysis import advisor as adv
     from grpo_mse.analysis import bootstrap as bs
+    from grpo_mse.analysis import prompt_constants
 
-    prompts, position = adv.prompt_columns(records_by_k)
+    prompts, position = prompt_constants.prompt_columns(records_by_k)
     weights = bs.prompt_weights(len(prompts), n_boot, seed)
     per_k = {k: constants_at(records_by_k[k], batches_by_k.get(k, []), position, weights) for k in (*fit, *check)}
     with np.errstate(invalid="ignore"):
@@ -120,7 +123,7 @@ def main(argv=None) -> None:
 
 
 def adv_text(summary: dict) -> str:
-    from grpo_mse.analysis.advisor import rounded
+    from grpo_mse.analysis.error_model import rounded
 
     low, high = summary["ci95"] or (None, None)
     return f"{rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]"

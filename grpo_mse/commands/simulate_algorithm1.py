@@ -167,7 +167,7 @@ def draw_final_panel(ax, summary: dict, K_list, ylabel: str) -> None:
             linestyle="--",
             label=f"advisor K* = 1+sqrt(c3/c1) = {advisor['K_star']:.3g}",
         )
-        from grpo_mse.analysis.advisor import interval_of  # numpy loads only when a figure is drawn
+        from grpo_mse.analysis.error_model import interval_of  # numpy loads only when a figure is drawn
 
         low, high = interval_of(advisor.get("K_star_ci95")) or (math.nan, math.nan)
         if math.isfinite(low):

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.analysis import advisor
+from grpo_mse.analysis import error_model
 
 
 def plot_setting(summary: dict, path: str, runs=None) -> None:
@@ -37,7 +37,7 @@ def plot_setting(summary: dict, path: str, runs=None) -> None:
         zorder=3,
     )
     right = max(ks) * 1.5
-    k_star, ci = adv.get("K_star_exact"), advisor.interval_of(adv.get("ci95"))
+    k_star, ci = adv.get("K_star_exact"), error_model.interval_of(adv.get("ci95"))
     if k_star is not None and ci is not None and math.isfinite(ci[0]):  # identified K* only
         ax.axvspan(
             max(ci[0], min(ks) / 1.5),
@@ -93,7 +93,7 @@ def plot_settings(summaries: list, path: str) -> None:
             color=color,
             label=f"{summary['name']}: best K = {sweep['best_K']}",
         )
-        k_star, ci = adv.get("K_star_exact"), advisor.interval_of(adv.get("ci95"))
+        k_star, ci = adv.get("K_star_exact"), error_model.interval_of(adv.get("ci95"))
         if k_star is None or ci is None or not math.isfinite(k_star):  # not identified: no K* drawn
             ax.plot([], [], " ", label=f"{summary['name']}: advisor K* not identified")
             continue
@@ -103,7 +103,7 @@ def plot_settings(summaries: list, path: str) -> None:
             k_star,
             color=color,
             ls="--",
-            label=f"advisor K* = {k_star:.2f} [{advisor.rounded(ci[0])}, {advisor.rounded(ci[1])}]",
+            label=f"advisor K* = {k_star:.2f} [{error_model.rounded(ci[0])}, {error_model.rounded(ci[1])}]",
         )
     ax.axhline(0, color="0.7", lw=0.8)
     ax.set_xscale("log", base=2)

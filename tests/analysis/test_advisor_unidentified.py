@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import advisor, simulation, sweep_stats
+from grpo_mse.analysis import advisor, advisor_report, error_model, simulation, sweep_stats
 from grpo_mse.analysis import k_validation as kv
 from grpo_mse.figures import k_validation as kv_figures
 from grpo_mse.tables.outputs import to_json
@@ -78,9 +78,9 @@ def frame(ks=(2, 4, 8, 16), seeds=3) -> pd.DataFrame:
 
 def test_identified_constants_still_give_a_k():
     """The control: c1, c3 > 0 with intervals off 0 name K* = 1 + sqrt(c3/c1) and the best allowed K."""
-    now = advisor.advice_status(IDENTIFIED)
+    now = error_model.advice_status(IDENTIFIED)
     assert now["identified"] and now["K_star_exact"] == pytest.approx(1 + math.sqrt(380 / 15)) and now["K_best"] == 8
-    assert "best K in [2, 4, 8, 16] = 8" in advisor.describe(IDENTIFIED)
+    assert "best K in [2, 4, 8, 16] = 8" in advisor_report.describe(IDENTIFIED)
     pred = kv.predict({"group_size_advisor": IDENTIFIED}, "s", written_at="t")
     assert pred["best_allowed_K"] == 8 and pred["K_star_exact"] == pytest.approx(now["K_star_exact"])
     assert adaptive_k.chosen_k(IDENTIFIED, current=2) == 8
@@ -89,9 +89,9 @@ def test_identified_constants_still_give_a_k():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(unidentified())
 def test_no_consumer_states_a_k_from_unidentified_constants(advice):
-    now = advisor.advice_status(advice)
+    now = error_model.advice_status(advice)
     assert not now["identified"] and now["K_star_exact"] is None and now["K_best"] is None
-    text = advisor.describe(advice)
+    text = advisor_report.describe(advice)
     assert "not identified" in text and "best K in [2, 4, 8, 16] =" not in text and "K* = 1+sqrt(c3/c1) =" not in text
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
     assert pred["K_star_exact"] is None and pred["best_allowed_K"] is None and pred["ci95"] is None
@@ -219,5 +219,5 @@ def test_a_higher_level_widens_the_studentized_intervals():
     usual = advisor.advise(records, batches, n_boot=400, budget=64)
     assert wide["interval_level"] == 0.99 and "interval_level" not in usual
     for name in ("c1", "c2", "c3", "K_star_exact"):
-        (lo99, hi99), (lo95, hi95) = (advisor.interval_of(a["ci95"][name]) for a in (wide, usual))
+        (lo99, hi99), (lo95, hi95) = (error_model.interval_of(a["ci95"][name]) for a in (wide, usual))
         assert lo99 < lo95 and hi95 < hi99 and wide["pooled"][name] == usual["pooled"][name], name

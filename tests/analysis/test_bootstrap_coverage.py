@@ -121,7 +121,7 @@ def test_interval_always_contains_its_estimate():
 
 
 def test_advisor_flags_k_star_below_two():
-    from grpo_mse.analysis import advisor
+    from grpo_mse.analysis import advisor_report
 
     def advice(k_star):  # identified constants (intervals clear of 0) whose K* = 1 + sqrt(c3/c1) is k_star
         c3 = (k_star - 1) ** 2
@@ -134,5 +134,5 @@ def test_advisor_flags_k_star_below_two():
             "budget": 64,
         }
 
-    assert "use the smallest allowed K" in advisor.describe(advice(1.5))
-    assert "use the smallest allowed K" not in advisor.describe(advice(3.0))
+    assert "use the smallest allowed K" in advisor_report.describe(advice(1.5))
+    assert "use the smallest allowed K" not in advisor_report.describe(advice(3.0))
