@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis.coverage_calibration import CALIBRATED, interval_widening, simulated_coverage
+from grpo_mse.analysis.coverage_calibration import CALIBRATED, Calibration, interval_widening, simulated_coverage
 from grpo_mse.analysis.error_model import (
     allowed_group_sizes,
     best_allowed_k,
@@ -81,6 +81,8 @@ def advise(
     weights: np.ndarray | None = None,
     level: float = 0.95,
     widen: dict | None = None,
+    *,
+    calibration: Calibration,
 ) -> dict:
     """c1, c2, c3 per K and pooled (plain means over K), K* (paper and exact), best allowed K, all with joint
     prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others;
@@ -88,7 +90,8 @@ def advise(
     recorded as ``interval_level``; the keys keep their names). The studentized intervals of c1, c2, c3 and K* have
     each end moved out by ``widen`` standard errors ({name: (d_lo, d_hi)}; None: the calibrated
     ``interval_widening``, {}: none), recorded as ``interval_widening``; their unwidened ``studentized`` pieces are
-    kept."""
+    kept. ``calibration``: the coverage calibration table the caller read (``coverage_calibration.read_calibration``),
+    for the widening and the simulated coverage; advise reads no file."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
@@ -124,7 +127,9 @@ def advise(
     summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
     errors = {name: np.sqrt(bs.influence_covariance(weights, derivative[name])) for name in derivative}
     stretch = (
-        interval_widening() if widen is None else {name: tuple(widen.get(name, (0.0, 0.0))) for name in CALIBRATED}
+        interval_widening(calibration)
+        if widen is None
+        else {name: tuple(widen.get(name, (0.0, 0.0))) for name in CALIBRATED}
     )
     summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level, widen=stretch["c1"])
     for name in ("c2", "c3"):
@@ -183,7 +188,7 @@ def advise(
             "interval_widening": {name: list(w) for name, w in stretch.items()},
             "studentized": {name: summaries[name].get("pieces") for name in CALIBRATED},
             "simulated_coverage": simulated_coverage(
-                tail_index(columns["c2"]), len(prompts), share=tail_share(columns["c2"])
+                tail_index(columns["c2"]), len(prompts), calibration, share=tail_share(columns["c2"])
             ),
             "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
             "budget": budget,

@@ -194,14 +194,18 @@ def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict:
 def simulated_rows(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95):
     """(truth, [run_row] per run) for one cell; the advisor's intervals unwidened (widen = {})."""
     from grpo_mse.analysis import advisor
+    from grpo_mse.analysis.coverage_calibration import read_calibration
 
+    calibration = read_calibration()  # the committed table: only its simulated coverage is recorded, not used
     rng = np.random.default_rng(seed)
     types = population(rng)
     true, rows = truth(types, scale), []
     for _ in range(runs):
         records, batches = simulated_records(rng, types, n_prompts, scale)
         seed_r = int(rng.integers(1 << 30))
-        advice = advisor.advise(records, batches, n_boot=n_boot, seed=seed_r, budget=64, level=level, widen={})
+        advice = advisor.advise(
+            records, batches, n_boot=n_boot, seed=seed_r, budget=64, level=level, widen={}, calibration=calibration
+        )
         rows.append(run_row(advice, true))
     return true, rows
 

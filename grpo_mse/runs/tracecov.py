@@ -15,6 +15,7 @@ from grpo_mse import cli
 from grpo_mse import distributed as dist
 from grpo_mse.analysis import advisor_report, measured_curve, paired
 from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
@@ -500,6 +501,7 @@ class TracecovRun:
                 budget=config.budget,
                 allowed=config.allowed_K,
                 advisor_estimator=config.advisor_estimator,
+                calibration=read_calibration() if config.with_advisor else None,  # the committed table
             )
         )
         write_json(f"{base}.json", result)

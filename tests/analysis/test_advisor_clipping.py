@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from grpo_mse.analysis import advisor, advisor_report, error_model
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.gradients.estimators import GRPO, ORACLE
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
@@ -41,9 +42,9 @@ def small_runs(draw):
 def advice_of(records, batches, clip: bool = True) -> dict:
     """``advisor.advise`` with 60 replicates; ``clip=False``: with the clipping switched off (the raw intervals)."""
     if clip:
-        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64)
+        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
     with mock.patch.object(bs, "at_least_zero", lambda summary: summary):
-        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64)
+        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
 
 
 def numbers(interval):
@@ -93,7 +94,7 @@ def test_advice_saved_before_the_clipping_is_printed_clipped():
         2: [PromptRecord.simulated(2, i, {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}) for i in range(6)],
     }
     batches = {2: [C1BatchRecord.simulated(2, list(range(6)), np.eye(6).tolist(), [0.5] * 6)]}
-    advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64)
+    advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64, calibration=read_calibration())
     old = {
         **{key: value for key, value in advice.items() if key != "ci95_below_zero"},
         "pooled": {**advice["pooled"], "c1": -0.5},

@@ -21,6 +21,7 @@ from conftest import one_token_sampler
 
 from grpo_mse.analysis import one_token, theory
 from grpo_mse.analysis.advisor import advise
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.analysis.prompt_constants import per_prompt_constants
 from grpo_mse.builtin.arithmetic import make_rows
 
@@ -103,7 +104,7 @@ def case(tmp_path_factory):
         "c1_target": c1_target,
         "records": records,
         "batches": batches,
-        "advice": advise(records, batches, seed=0),
+        "advice": advise(records, batches, seed=0, calibration=read_calibration()),
     }
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from grpo_mse.analysis import advisor, advisor_report, coverage_calibration, heavy_tails, prompt_constants
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord
 
 coverage_heavy_tails = heavy_tails
@@ -243,8 +244,8 @@ def test_widening_moves_each_end_out_and_the_coverage_script_counts_it_as_the_ad
     types = coverage_heavy_tails.population(rng)
     records, batches = coverage_heavy_tails.simulated_records(rng, types, 48, coverage_heavy_tails.Tail("lognormal", 1))
     widen = {"c1": (0.3, 2.0), "c2": (0.1, 1.7), "c3": (0.2, 2.5), "K_star_exact": (1.6, 0.4)}
-    plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={})
-    wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen)
+    plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={}, calibration=read_calibration())
+    wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen, calibration=read_calibration())
     assert wide["interval_widening"] == {name: list(w) for name, w in widen.items()}
     assert wide["studentized"] == plain["studentized"] and wide["pooled"] == plain["pooled"]
     for name in ("c1", "c2", "c3"):

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from grpo_mse.analysis import advisor, advisor_report, error_model, simulation, sweep_stats
 from grpo_mse.analysis import k_validation as kv
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.figures import k_validation as kv_figures
 from grpo_mse.tables.outputs import to_json
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
@@ -190,10 +191,12 @@ def test_advise_checks_allowed_k_against_the_budget():
 
     records = {2: [PromptRecord.simulated(2, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}) for i in range(4)]}
     with pytest.raises(InputError, match=re.escape("allowed K [3, 256] do not fit the budget 128")):
-        advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256])
+        advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256], calibration=read_calibration())
     with pytest.raises(InputError, match="budget must be a whole number"):
-        advisor.advise(records, {}, n_boot=50, budget=100.5)
-    assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0])["allowed_K"] == [2, 4]
+        advisor.advise(records, {}, n_boot=50, budget=100.5, calibration=read_calibration())
+    assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0], calibration=read_calibration())[
+        "allowed_K"
+    ] == [2, 4]
 
 
 def test_a_higher_level_widens_the_studentized_intervals():
@@ -215,8 +218,8 @@ def test_a_higher_level_widens_the_studentized_intervals():
         ]
         for k in (2, 4)
     }
-    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99)
-    usual = advisor.advise(records, batches, n_boot=400, budget=64)
+    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99, calibration=read_calibration())
+    usual = advisor.advise(records, batches, n_boot=400, budget=64, calibration=read_calibration())
     assert wide["interval_level"] == 0.99 and "interval_level" not in usual
     for name in ("c1", "c2", "c3", "K_star_exact"):
         (lo99, hi99), (lo95, hi95) = (error_model.interval_of(a["ci95"][name]) for a in (wide, usual))

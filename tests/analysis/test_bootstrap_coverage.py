@@ -15,6 +15,7 @@ import pytest
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis import heavy_tails, paired, theory
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 HEAVY_TAILS = heavy_tails  # the same simulated traces as the heavy-tail study
@@ -62,6 +63,7 @@ def _simulated_run(rng, types):
         seed=int(rng.integers(1 << 30)),
         n_boot=N_BOOT,
         budget=64,
+        calibration=read_calibration(),
     )
 
 
