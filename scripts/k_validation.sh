@@ -168,7 +168,7 @@ make_data() {
   [[ -d "${WORK}/data_all" ]] \
     || "${PY}" Policy_Optimization/prepare_data.py --source arithmetic --n_train 8192 --n_test 2000 --out_dir "${WORK}/data_all"
   for kinds in $(for s in "$@"; do kinds_of "${s}"; done | sort -u); do
-    [[ -d "${WORK}/data_${kinds}" ]] || "${PY}" -m grpo_mse.figures.k_validation subset "${WORK}/data_all" \
+    [[ -d "${WORK}/data_${kinds}" ]] || "${PY}" scripts/k_validation.py subset "${WORK}/data_all" \
       "${WORK}/data_${kinds}" --kinds "${kinds}" --n_test "${N_TEST}"
   done
 }
@@ -191,7 +191,7 @@ if has_stage advisor; then
       | tee "${out}/run_tracecov.log"
     mkdir -p "${RESULTS}/advisor_${setting}"
     cp "${out}"/tracecov_*.json "${out}"/tracecov_*.csv "${out}/run_tracecov.log" "${RESULTS}/advisor_${setting}/"
-    "${PY}" -m grpo_mse.figures.k_validation predict "${out}"/tracecov_*[0-9].json --name "${setting}" \
+    "${PY}" scripts/k_validation.py predict "${out}"/tracecov_*[0-9].json --name "${setting}" \
       --out "${RESULTS}/prediction_${setting}.json"
   done
 fi
@@ -213,14 +213,14 @@ if has_stage adaptive; then  # issue 19 item 7: adaptive K against the committed
     runs "${ADAPTIVE_TAG}" "${ADAPTIVE_START_K}" "${SEEDS}" "${ADAPTIVE_SETTING}"
   sweep_csv="${RESULTS}/sweep_runs_${ADAPTIVE_SETTING}.csv"
   [[ -f "${sweep_csv}" ]] || sweep_csv="${COMMITTED}/sweep_runs_${ADAPTIVE_SETTING}.csv"  # read only
-  "${PY}" -m grpo_mse.figures.k_validation adaptive "${RESULTS}/adaptive/${ADAPTIVE_TAG}_runs_${ADAPTIVE_SETTING}.csv" \
+  "${PY}" scripts/k_validation.py adaptive "${RESULTS}/adaptive/${ADAPTIVE_TAG}_runs_${ADAPTIVE_SETTING}.csv" \
     "${sweep_csv}" --name "${ADAPTIVE_NAME}" --out_dir "${RESULTS}/adaptive" \
     --started_at "$(cat "${RESULTS}/adaptive/started_at_${ADAPTIVE_NAME}.txt")"
 fi
 [[ " ${STAGES} " =~ \ (pilot|sweep|summary)\  ]] || { echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"; exit 0; }
 swept=""
 for setting in ${SETTINGS}; do
-  if "${PY}" -m grpo_mse.figures.k_validation pilot "${RESULTS}/pilot_runs_${setting}.csv"; then
+  if "${PY}" scripts/k_validation.py pilot "${RESULTS}/pilot_runs_${setting}.csv"; then
     swept="${swept} ${setting}"
   else
     echo "${setting}: the pilot does not learn in this regime; not swept"
@@ -242,6 +242,6 @@ if has_stage summary; then
     args+=(--setting "${setting}" "${RESULTS}/sweep_runs_${setting}.csv" "${RESULTS}/prediction_${setting}.json"
            "$(cat "${RESULTS}/sweep_started_at_${setting}.txt")")
   done
-  "${PY}" -m grpo_mse.figures.k_validation summarize "${args[@]}" --out_dir "${RESULTS}"
+  "${PY}" scripts/k_validation.py summarize "${args[@]}" --out_dir "${RESULTS}"
 fi
 echo "== done in $(( $(date +%s) - START )) s: ${RESULTS}/"

@@ -11,12 +11,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, load_script, tracecov_argv
+from conftest import ROOT, tracecov_argv
 
 from grpo_mse import cli
+from grpo_mse.commands import make_figures as make_figures_command
 
 GOOD_PROMPT = "Solve the arithmetic problem.\n2 + 3 ="
-FIGURES = load_script("plots/make_figures.py")
+FIGURES = make_figures_command
 
 
 def boundary(main, argv) -> tuple[int, str]:

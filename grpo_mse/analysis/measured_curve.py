@@ -7,7 +7,7 @@ the std-normalised estimate of one group. Against std-GRPO's own target T = E_X 
     E||g_hat - T||^2 = (K/N) (E_X tr Cov(X | x) + Var_X m(X)) + ||E_X d(X)||^2,   m = E[X | x], d = m - t,
 
 the variance of a mean of B independent prompts' estimates plus the squared bias, which no budget averages away.
-Per K: E_X tr Cov from the records; Var_X m = c1 of std-GRPO's per-prompt mean gradients (``advisor.batch_c1``
+Per K: E_X tr Cov from the records; Var_X m = c1 of std-GRPO's per-prompt mean gradients (``prompt_constants.batch_c1``
 on their Gram matrix, as c1 from the oracle's); ||E_X d||^2 the mean over within-batch pairs i != j of
 <d_hat_i, d_hat_j> (unbiased: different prompts' estimates are independent). The best K is the argmin over the
 measured K that divide N, with joint-bootstrap intervals for each K's error relative to the best one's.
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from grpo_mse.analysis import advisor
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import error_model, prompt_constants
 from grpo_mse.gradients.estimators import GRPO_STD
 from grpo_mse.tables.records import C1BatchRecord
 
@@ -27,7 +27,7 @@ BIAS_GRAM = "grpo_std-bias"  # estimator_grams key of d_hat = x_std - x_oracle /
 
 def grams_of(batches: list[C1BatchRecord], name: str) -> list[C1BatchRecord]:
     """The c1 batches with the Gram matrix of estimator ``name``'s per-prompt means (``estimator_grams``) in
-    place of the oracle's, in the shape ``advisor.batch_c1`` reads; [] unless every batch holds it."""
+    place of the oracle's, in the shape ``prompt_constants.batch_c1`` reads; [] unless every batch holds it."""
     if not batches or any(name not in (b.estimator_grams or {}) for b in batches):
         return []
     return [b.with_estimator(name) for b in batches]
@@ -35,9 +35,9 @@ def grams_of(batches: list[C1BatchRecord], name: str) -> list[C1BatchRecord]:
 
 def pair_mean(weights: np.ndarray, batches: list[C1BatchRecord], position: dict) -> np.ndarray:
     """[R] the weighted mean over within-batch pairs i != j of the Gram entries <v_i, v_j> (the diagonal
-    unused): ``advisor.batch_c1`` is (diagonal less within_each) minus this mean, so with within_each set to
+    unused): ``prompt_constants.batch_c1`` is (diagonal less within_each) minus this mean, so with within_each set to
     the diagonal it is exactly minus this mean."""
-    return -advisor.batch_c1(weights, [b.zeroed() for b in batches], position)
+    return -prompt_constants.batch_c1(weights, [b.zeroed() for b in batches], position)
 
 
 def error_at(records, batches, k: int, budget: int, position: dict, weights: np.ndarray) -> dict | None:
@@ -45,8 +45,8 @@ def error_at(records, batches, k: int, budget: int, position: dict, weights: np.
     std, own = grams_of(batches, GRPO_STD), grams_of(batches, BIAS_GRAM)
     if not std or not own:
         return None
-    trace = bs.weighted_mean(weights, advisor.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
-    variance = k / budget * (advisor.batch_c1(weights, std, position) + trace)
+    trace = bs.weighted_mean(weights, prompt_constants.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
+    variance = k / budget * (prompt_constants.batch_c1(weights, std, position) + trace)
     bias2 = pair_mean(weights, own, position)
     return {"variance": variance, "bias2": bias2, "error": variance + bias2}
 
@@ -54,7 +54,7 @@ def error_at(records, batches, k: int, budget: int, position: dict, weights: np.
 def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed, weights: np.ndarray) -> dict:
     """Std-GRPO's budgeted error at each measured K with 95% BCa intervals, the best K over those that divide N
     (``allowed`` when given), its bootstrap frequency, and whether its intervals identify it."""
-    prompts, position = advisor.prompt_columns(records_by_k)
+    prompts, position = prompt_constants.prompt_columns(records_by_k)
     measured = {}
     for k in sorted(records_by_k):
         curve = error_at(records_by_k[k], batches_by_k.get(k, []), k, budget, position, weights)
@@ -114,7 +114,9 @@ def describe(curve: dict) -> str:
     for k in curve["K"]:
         e = curve["per_K"][str(k)]["error"]
         low, high = e["ci95"] or (None, None)
-        parts.append(f"K={k}: {advisor.rounded(e['estimate'])} [{advisor.rounded(low)}, {advisor.rounded(high)}]")
+        parts.append(
+            f"K={k}: {error_model.rounded(e['estimate'])} [{error_model.rounded(low)}, {error_model.rounded(high)}]"
+        )
     return (
         "  std-normalised GRPO, the run's estimator (budgeted error against its own target, measured at each K; "
         "no decomposition):\n    " + ", ".join(parts) + f"\n    {curve['message']}"

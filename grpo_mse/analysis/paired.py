@@ -19,8 +19,11 @@ import sys
 import numpy as np
 
 from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis.advisor import advise, column, json_value, prompt_columns, rounded
+from grpo_mse.analysis.advisor import advise
+from grpo_mse.analysis.coverage_calibration import Calibration
+from grpo_mse.analysis.error_model import json_value, rounded
 from grpo_mse.analysis.measured_curve import measured_curve
+from grpo_mse.analysis.prompt_constants import column, prompt_columns
 from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, NAIVE, ORACLE
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
@@ -182,16 +185,24 @@ def run_statistics(
     budget: int = 1024,
     allowed=None,
     advisor_estimator: str = GRPO,
+    calibration: Calibration | None = None,
 ) -> dict:
     """{"paired": paired_summary, "group_size_advisor": advise} from ONE set of bootstrap replicates; with
-    ``advisor_estimator`` grpo_std the advice also holds std-GRPO's ``measured_curve``."""
+    ``advisor_estimator`` grpo_std the advice also holds std-GRPO's ``measured_curve``. ``calibration``: the
+    advisor's coverage calibration table as the caller read it (needed with ``with_advisor``)."""
     prompts, _ = prompt_columns({k: records_by_k[k] for k in k_list})
     weights = bs.prompt_weights(len(prompts), n_boot, seed)
     out = {"paired": paired_summary(records_by_k, k_list, names, weights)}
     if with_advisor and len(prompts) < 2:  # c1 and every interval need two prompts or more
         print("note: the group-size advisor needs 2 or more prompts (--T 2+); skipped", file=sys.stderr)
     elif with_advisor:
-        out["group_size_advisor"] = advise(records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights)
+        if calibration is None:
+            raise TypeError(
+                "run_statistics with the advisor needs calibration= (coverage_calibration.read_calibration)"
+            )
+        out["group_size_advisor"] = advise(
+            records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights, calibration=calibration
+        )
         out["group_size_advisor"]["estimator"] = advisor_estimator
         if advisor_estimator == GRPO_STD:
             out["group_size_advisor"]["measured_curve"] = json_value(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grpo_mse.analysis.advisor import advice_status
+from grpo_mse.analysis.error_model import advice_status
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.records import SimulationRecord
 

@@ -1,6 +1,6 @@
 """Statistics of a training sweep over K (numpy on per-run metrics): Welch intervals of a difference of means,
 Spearman's rank correlation, the advisor's predicted budgeted error c1 K + c2 + c3/(K - 1), and the bootstrap of
-the best K (seeds resampled within each K). The k-validation summaries (grpo_mse.figures.k_validation) use them.
+the best K (seeds resampled within each K). The k-validation summaries (grpo_mse.analysis.k_validation) use them.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.analysis import advisor
+from grpo_mse.analysis import error_model
 from grpo_mse.tables.outputs import t975
 
 
@@ -56,13 +56,13 @@ def predicted_error(prediction: dict, k: int) -> float:
     """c1 K + c2 + c3/(K - 1): N times the exact budgeted error of the GRPO step; nan when a constant is
     undefined, infinite or saved as text."""
     try:
-        c1, c2, c3 = (advisor.number(prediction.get(c)) for c in ("c1", "c2", "c3"))
+        c1, c2, c3 = (error_model.number(prediction.get(c)) for c in ("c1", "c2", "c3"))
     except (TypeError, ValueError):
         return math.nan
     if not all(map(math.isfinite, (c1, c2, c3))):
         return math.nan
     with np.errstate(divide="ignore", invalid="ignore"):  # K = 1: no GRPO error (nan)
-        value = float(advisor.exact_error(c1, c2, c3, k, budget=1.0))
+        value = float(error_model.exact_error(c1, c2, c3, k, budget=1.0))
     return value if math.isfinite(value) else math.nan
 
 

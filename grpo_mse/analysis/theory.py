@@ -143,8 +143,8 @@ def gradient_gram(vectors) -> np.ndarray:
 
 def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, float]:
     """c1 = E_X||g(X) - E_X g||^2, c2 = E_X sigma_O^2, c3 = 2 E_X tr Var zeta_2; K* exact (1 + sqrt(c3/c1))
-    and the paper's sqrt(c3/c1) (``advisor.k_star`` / ``advisor.paper_k_star``)."""
-    from grpo_mse.analysis.advisor import k_star, paper_k_star
+    and the paper's sqrt(c3/c1) (``error_model.k_star`` / ``error_model.paper_k_star``)."""
+    from grpo_mse.analysis.error_model import k_star, paper_k_star
 
     gram = np.asarray(g_gram, dtype=np.float64)
     count = gram.shape[0]

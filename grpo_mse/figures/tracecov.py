@@ -162,19 +162,19 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     overrides N (the allowed K are then the powers of two dividing it) and the title says so."""
     import numpy as np
 
-    from grpo_mse.analysis import advisor as adv
+    from grpo_mse.analysis import error_model
 
     advice = result["group_size_advisor"]
     pooled, ci = advice["pooled"], advice["ci95"]
-    c1, c2, c3 = (adv.number(pooled[name]) for name in ("c1", "c2", "c3"))
+    c1, c2, c3 = (error_model.number(pooled[name]) for name in ("c1", "c2", "c3"))
     saved = advice.get("budget", 1024)
     overridden = budget is not None and budget != saved
     budget = float(budget if budget is not None else saved)
     allowed = advice.get("allowed_K") if not overridden else None
-    allowed = allowed or adv.allowed_group_sizes(int(budget))
+    allowed = allowed or error_model.allowed_group_sizes(int(budget))
     ks = np.logspace(np.log2(1.5), np.log2(max(budget, 4)), 300, base=2)
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    curve = adv.exact_error(adv.clipped(c1), c2, adv.clipped(c3), ks, budget)
+    curve = error_model.exact_error(error_model.clipped(c1), c2, error_model.clipped(c3), ks, budget)
     ax.plot(
         ks,
         curve,
@@ -183,19 +183,19 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     )
     ax.plot(
         ks,
-        adv.paper_bound(adv.clipped(c1), c2, adv.clipped(c3), ks, budget),
+        error_model.paper_bound(error_model.clipped(c1), c2, error_model.clipped(c3), ks, budget),
         color="tab:blue",
         linestyle=":",
         label="paper: ... + c3/(N K)",
     )
     if overridden:
-        now = adv.status(pooled, ci, allowed, budget)
+        now = error_model.status(pooled, ci, allowed, budget)
     else:
-        now = adv.advice_status({**advice, "allowed_K": allowed, "budget": budget})
+        now = error_model.advice_status({**advice, "allowed_K": allowed, "budget": budget})
     if now["identified"]:  # K* and the best K only where the advisor identifies them
         star = now["K_star_exact"]
         ax.axvline(star, color="tab:red", linestyle="--", label=f"exact K* = 1 + sqrt(c3/c1) = {star:.3g}")
-        low, high = adv.interval_of(ci.get("K_star_exact")) or (np.nan, np.nan)
+        low, high = error_model.interval_of(ci.get("K_star_exact")) or (np.nan, np.nan)
         if np.isfinite(low):
             ax.axvspan(
                 low,
@@ -209,7 +209,7 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     if best is not None:
         ax.plot(
             [best],
-            [float(adv.exact_error(c1, c2, c3, best, budget))],
+            [float(error_model.exact_error(c1, c2, c3, best, budget))],
             marker="*",
             markersize=12,
             color="tab:red",

@@ -13,8 +13,9 @@ import torch
 
 from grpo_mse import cli
 from grpo_mse import distributed as dist
-from grpo_mse.analysis import advisor, measured_curve, paired
+from grpo_mse.analysis import advisor_report, measured_curve, paired
 from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
@@ -517,6 +518,7 @@ class TracecovRun:
                 budget=config.budget,
                 allowed=config.allowed_K,
                 advisor_estimator=config.advisor_estimator,
+                calibration=read_calibration() if config.with_advisor else None,  # the committed table
             )
         )
         write_json(f"{base}.json", result)
@@ -555,5 +557,5 @@ def summary_lines(result: dict) -> list[str]:
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
     if "group_size_advisor" in result:
-        lines.append(advisor.describe(result["group_size_advisor"]))
+        lines.append(advisor_report.describe(result["group_size_advisor"]))
     return lines

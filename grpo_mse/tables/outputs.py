@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -174,6 +175,9 @@ def mean_ci(values: list[float]) -> dict:
 def t975(df: int) -> float:
     """97.5% quantile of Student's t with ``df`` degrees of freedom (table to 30, then z + (z^3 + z) / (4 df))."""
     return T975[df - 1] if df <= len(T975) else Z95 + (Z95**3 + Z95) / (4 * df)
+
+
+ACCURACY = re.compile(r"/acc(uracy)?/")  # a metric whose values are shares in [0, 1] (intervals clipped to them)
 
 
 def mean_t_interval(values) -> tuple[float, float]:

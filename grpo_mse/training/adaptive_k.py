@@ -135,7 +135,7 @@ def chosen_k(advice: dict, current: int) -> int:
     when c1 and c3 are finite and > 0; ``current`` otherwise (undefined, infinite, <= 0 or tied: no K from
     constants that name none). Advice on std-normalised GRPO: its measured curve's point argmin
     (``K_best_point``, a K it measured) when that error is > 0, else ``current``."""
-    from grpo_mse.analysis.advisor import number
+    from grpo_mse.analysis.error_model import number
 
     curve = advice.get("measured_curve")
     if advice.get("estimator") == est.GRPO_STD:
@@ -157,7 +157,7 @@ def chosen_k(advice: dict, current: int) -> int:
 def advice_metrics(advice: dict, k: int) -> dict:
     """What a re-estimate logs: the K chosen, the constants, whether the advisor identifies K (its
     ``advice_status``), and K* only where it does ("inf", null and text are left out: not numbers)."""
-    from grpo_mse.analysis.advisor import advice_status
+    from grpo_mse.analysis.error_model import advice_status
 
     pooled, now = advice.get("pooled") or {}, advice_status(advice)
     metrics = {"adaptive_k/K": float(k), "adaptive_k/identified": float(now["identified"])}

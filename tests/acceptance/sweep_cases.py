@@ -545,7 +545,7 @@ def cases() -> list[Case]:
     add(
         "train",
         "ok",
-        "$PY -m grpo_mse.figures.k_validation pilot c_merge.csv; echo exit=$?",
+        "$PY $W/scripts/k_validation.py pilot c_merge.csv; echo exit=$?",
         check_pilot("sweep[13]/logs/*.log"),
     )
     # one K and seed at another learning rate: collected as another run, then refused by Table 2 (one lr per table)
@@ -722,10 +722,10 @@ def cases() -> list[Case]:
     add(
         "table",
         "ok",
-        "$PY -m grpo_mse.figures.k_validation pilot inputs/t_short.csv --metric " + METRIC,
+        "$PY $W/scripts/k_validation.py pilot inputs/t_short.csv --metric " + METRIC,
         check_output(r"mean gain \+0\.333"),
     )
-    add("table", "err", "$PY -m grpo_mse.figures.k_validation pilot inputs/t_conflict.csv --metric " + METRIC)
+    add("table", "err", "$PY $W/scripts/k_validation.py pilot inputs/t_conflict.csv --metric " + METRIC)
     # collector bad inputs
     add("collect", "help", f"{collect} --help")
     add("collect", "err", f"{collect} nosuch --out x.csv")
@@ -780,8 +780,8 @@ def cases() -> list[Case]:
     add(
         "chain",
         "ok",
-        "$PY -m grpo_mse.figures.k_validation predict tc/tracecov_*[0-9].json --name s --out pred.json && "
-        "$PY -m grpo_mse.figures.k_validation summarize --setting s c_wandb.csv pred.json 2026-01-01T00:00:00Z "
+        "$PY $W/scripts/k_validation.py predict tc/tracecov_*[0-9].json --name s --out pred.json && "
+        "$PY $W/scripts/k_validation.py summarize --setting s c_wandb.csv pred.json 2026-01-01T00:00:00Z "
         "--out_dir kv",
         check_kval("kv/summary.json", "sweep1/logs/*.log"),
     )

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.analysis import advisor, theory
+from grpo_mse.analysis import error_model, prompt_constants, theory
 from grpo_mse.errors import InputError
 from grpo_mse.gradients.statistics import BetweenPromptBatch
 from grpo_mse.tables.records import C1BatchRecord
@@ -73,8 +73,8 @@ def test_exact_error_formula_matches_enumeration(constants):
     """c1 K/N + c2/N + c3/(N (K-1)) equals the enumerated error at every K; the paper's c3/(N K) lies below it."""
     c, errors = constants
     for k, error in errors.items():
-        assert advisor.exact_error(c["c1"], c["c2"], c["c3"], k, BUDGET) == pytest.approx(error, rel=1e-9)
-        assert advisor.paper_bound(c["c1"], c["c2"], c["c3"], k, BUDGET) < error
+        assert error_model.exact_error(c["c1"], c["c2"], c["c3"], k, BUDGET) == pytest.approx(error, rel=1e-9)
+        assert error_model.paper_bound(c["c1"], c["c2"], c["c3"], k, BUDGET) < error
 
 
 def test_recommended_k_minimises_the_enumerated_error(constants):
@@ -84,10 +84,10 @@ def test_recommended_k_minimises_the_enumerated_error(constants):
     best_integer = min(errors, key=errors.get)
     assert math.floor(c["K_star_exact"]) <= best_integer <= math.ceil(c["K_star_exact"])
     assert c["K_star_exact"] == pytest.approx(1 + c["K_star_paper"])
-    allowed = advisor.allowed_group_sizes(BUDGET, [2, 4, 8, 16])
+    allowed = error_model.allowed_group_sizes(BUDGET, [2, 4, 8, 16])
     best_allowed = min(allowed, key=errors.get)
-    assert float(advisor.best_allowed_k(c["c1"], c["c3"], allowed)[0]) == best_allowed == 4
-    paper_choice = min(allowed, key=lambda k: float(advisor.paper_bound(c["c1"], c["c2"], c["c3"], k, BUDGET)))
+    assert float(error_model.best_allowed_k(c["c1"], c["c3"], allowed)[0]) == best_allowed == 4
+    paper_choice = min(allowed, key=lambda k: float(error_model.paper_bound(c["c1"], c["c2"], c["c3"], k, BUDGET)))
     paper_integer = round(c["K_star_paper"])
     assert paper_choice == 2 and errors[paper_choice] > 1.05 * errors[best_allowed]
     assert paper_integer != best_integer and errors[paper_integer] > errors[best_integer]
@@ -95,17 +95,19 @@ def test_recommended_k_minimises_the_enumerated_error(constants):
 
 def test_k_star_edge_cases_and_allowed_sizes():
     """Degenerate constants give documented limits; allowed sizes are the powers of two dividing N."""
-    assert advisor.k_star(1.0, 9.0) == pytest.approx(4.0) and np.isnan(advisor.paper_k_star(-1.0, 9.0))
-    assert advisor.k_star(-1.0, 9.0) == np.inf and advisor.k_star(1.0, -9.0) == 1.0
-    assert np.isnan(advisor.k_star(-1.0, -9.0))
-    assert advisor.allowed_group_sizes(96) == [2, 4, 8, 16, 32] and advisor.allowed_group_sizes(64, [8, 2.0]) == [2, 8]
+    assert error_model.k_star(1.0, 9.0) == pytest.approx(4.0) and np.isnan(error_model.paper_k_star(-1.0, 9.0))
+    assert error_model.k_star(-1.0, 9.0) == np.inf and error_model.k_star(1.0, -9.0) == 1.0
+    assert np.isnan(error_model.k_star(-1.0, -9.0))
+    assert error_model.allowed_group_sizes(96) == [2, 4, 8, 16, 32] and error_model.allowed_group_sizes(
+        64, [8, 2.0]
+    ) == [2, 8]
     for bad in ([8, 1], [3, 8], [256], [2.5], ["4"], [True]):  # K < 2, not dividing N, beyond N, not whole
         with pytest.raises(InputError, match="do not fit the budget 64"):
-            advisor.allowed_group_sizes(64, bad)
+            error_model.allowed_group_sizes(64, bad)
     for budget in (1, 64.5, "64", None):
         with pytest.raises(InputError, match="budget must be a whole number"):
-            advisor.allowed_group_sizes(budget)
-    assert list(advisor.best_allowed_k([1.0, -1.0, 1.0], [9.0, 9.0, -9.0], [2, 4, 8])) == [4.0, 8.0, 2.0]
+            error_model.allowed_group_sizes(budget)
+    assert list(error_model.best_allowed_k([1.0, -1.0, 1.0], [9.0, 9.0, -9.0], [2, 4, 8])) == [4.0, 8.0, 2.0]
 
 
 def test_between_prompt_batch_gram_and_weighted_c1():
@@ -124,7 +126,7 @@ def test_between_prompt_batch_gram_and_weighted_c1():
     assert batches[0].c1 == pytest.approx(spread - np.mean([0.0, 0.1, 0.2, 0.3]), rel=1e-12)
     position = {i: i for i in range(8)}
     weights = np.vstack([np.ones(8), [2, 0, 1, 1, 0, 0, 3, 1]])
-    c1 = advisor.batch_c1(weights, batches, position)
+    c1 = prompt_constants.batch_c1(weights, batches, position)
     assert c1[0] == pytest.approx(np.mean([b.c1 for b in batches]), rel=1e-12)
     w, within = weights[1], np.tile([0.0, 0.1, 0.2, 0.3], 2)
     diag = (w * ((vectors**2).sum(1) - within)).sum() / w.sum()

@@ -10,8 +10,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import advisor
+from grpo_mse.analysis import advisor, advisor_report, error_model
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.gradients.estimators import GRPO, ORACLE
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
@@ -41,20 +42,20 @@ def small_runs(draw):
 def advice_of(records, batches, clip: bool = True) -> dict:
     """``advisor.advise`` with 60 replicates; ``clip=False``: with the clipping switched off (the raw intervals)."""
     if clip:
-        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64)
+        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
     with mock.patch.object(bs, "at_least_zero", lambda summary: summary):
-        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64)
+        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
 
 
 def numbers(interval):
-    return None if interval is None else [advisor.number(v) for v in interval]
+    return None if interval is None else [error_model.number(v) for v in interval]
 
 
 def expected(estimate, raw) -> tuple[list | None, str | None]:
     """(interval, flag) that clipping a raw interval of a quantity >= 0 must give."""
     if raw is None:
         return None, "unreliable" if estimate is not None and estimate < 0 else None
-    low, high = (advisor.number(v) for v in raw)  # "inf" -> inf
+    low, high = (error_model.number(v) for v in raw)  # "inf" -> inf
     flag = "unreliable" if (estimate is not None and estimate < 0) or high < 0 else "clipped" if low < 0 else None
     return [max(low, 0.0), max(high, 0.0)], flag
 
@@ -78,7 +79,7 @@ def test_constants_intervals_are_clipped_to_their_range_and_flagged(runs):
     assert clipped["recommendation"] == raw["recommendation"]
     assert clipped["ci95"]["K_star_exact"] == raw["ci95"]["K_star_exact"]
     assert "ci95_below_zero" not in raw or raw["ci95_below_zero"] == {}
-    line = advisor.describe(clipped).splitlines()[1]
+    line = advisor_report.describe(clipped).splitlines()[1]
     for name in CONSTANTS:
         low = re.search(rf"{name}=\S+ \[(\S+), ", line).group(1)
         assert low == "-" or float(low) >= 0, line
@@ -93,12 +94,12 @@ def test_advice_saved_before_the_clipping_is_printed_clipped():
         2: [PromptRecord.simulated(2, i, {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}) for i in range(6)],
     }
     batches = {2: [C1BatchRecord.simulated(2, list(range(6)), np.eye(6).tolist(), [0.5] * 6)]}
-    advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64)
+    advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64, calibration=read_calibration())
     old = {
         **{key: value for key, value in advice.items() if key != "ci95_below_zero"},
         "pooled": {**advice["pooled"], "c1": -0.5},
         "ci95": {**advice["ci95"], "c1": [-0.9, -0.1], "c2": [-0.2, 3.0]},
     }
-    line = advisor.describe(old).splitlines()[1]
+    line = advisor_report.describe(old).splitlines()[1]
     assert "c1=-0.5 [0, 0] (unreliable: below 0)" in line, line
     assert re.search(r"c2=\S+ \[0, 3\] \(clipped at 0\)", line), line

@@ -19,14 +19,16 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, load_script, tracecov_argv
+from conftest import ROOT, tracecov_argv
 
-from grpo_mse.analysis import advisor, paired
+from grpo_mse.analysis import advisor_report, error_model, paired
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.commands import make_figures as make_figures_command
+from grpo_mse.commands import tracecov as tracecov_command
 
-run_tracecov = load_script("Gradient_evaluation/run_tracecov.py")
-make_figures = load_script("plots/make_figures.py")
+run_tracecov = tracecov_command
+make_figures = make_figures_command
 NEVER = 987654321  # an answer the tiny policy never produces in 8 tokens
 
 
@@ -73,7 +75,7 @@ def test_all_v_zero_is_a_tie_not_a_best_k(runs):
     assert advice["pooled"]["K_best"] is None and advice["K_best_frequency"] == {"undefined": 1.0}
     assert all(v["estimate"] is None for v in advice["relative_error_at_allowed_K"].values())  # no 0/0
     assert advice["pooled"]["K_star_exact"] is None  # undefined (null), not infinite
-    assert "not identified" in advisor.describe(advice) and "best K in" not in advisor.describe(advice)
+    assert "not identified" in advisor_report.describe(advice) and "best K in" not in advisor_report.describe(advice)
 
 
 def test_v_one_with_wrong_baseline_recommends_nothing(runs):
@@ -173,30 +175,30 @@ def test_allowed_k_must_divide_budget_before_any_work(tmp_path):
 
 
 def test_best_allowed_k_and_relative_errors_at_the_edges():
-    assert np.isnan(advisor.best_allowed_k(0.0, 0.0, [2, 4, 8])[0])  # tie: no argmin of equal values
-    assert advisor.best_allowed_k(-1.0, 3.0, [2, 4, 8])[0] == 8  # c1 clipped at 0: the error falls with K
-    assert advisor.best_allowed_k(1.0, -3.0, [2, 4, 8])[0] == 2
-    assert np.isnan(advisor.best_allowed_k(1.0, 2.0, [2, 3])[0])  # 1*2 + 2/1 == 1*3 + 2/2: a tie
+    assert np.isnan(error_model.best_allowed_k(0.0, 0.0, [2, 4, 8])[0])  # tie: no argmin of equal values
+    assert error_model.best_allowed_k(-1.0, 3.0, [2, 4, 8])[0] == 8  # c1 clipped at 0: the error falls with K
+    assert error_model.best_allowed_k(1.0, -3.0, [2, 4, 8])[0] == 2
+    assert np.isnan(error_model.best_allowed_k(1.0, 2.0, [2, 3])[0])  # 1*2 + 2/1 == 1*3 + 2/2: a tie
     # negative constants are clipped before any ratio: relative errors are >= 1, never a division by <= 0
-    rel = advisor.relative_errors(np.array([-0.871]), np.array([5.0]), np.array([-1.0]), [2, 4], 64)
+    rel = error_model.relative_errors(np.array([-0.871]), np.array([5.0]), np.array([-1.0]), [2, 4], 64)
     assert np.allclose(rel, 1.0)
-    assert np.isnan(advisor.relative_errors(np.array([0.0]), np.array([0.0]), np.array([0.0]), [2, 4], 64)).all()
+    assert np.isnan(error_model.relative_errors(np.array([0.0]), np.array([0.0]), np.array([0.0]), [2, 4], 64)).all()
 
 
 def test_recommendation_only_where_both_intervals_clear_zero():
-    demo = advisor.recommendation(172, 639, 954, [94, 365], [624, 1783], [2, 4, 8, 16, 32, 64], 1024)
+    demo = error_model.recommendation(172, 639, 954, [94, 365], [624, 1783], [2, 4, 8, 16, 32, 64], 1024)
     assert demo["identified"] and demo["K_best"] == 4 and demo["near_best_K"] == [4]
-    reaching = advisor.recommendation(172, 639, 954, [-3, 365], [624, 1783], [2, 4, 8, 16], 1024)
+    reaching = error_model.recommendation(172, 639, 954, [-3, 365], [624, 1783], [2, 4, 8, 16], 1024)
     assert reaching["K_best"] is None and "c1 may be 0" in reaching["lean"]
-    flat = advisor.recommendation(1.0, 1000.0, 4.0, [0.5, 2], [2, 8], [2, 4, 8], 64)
+    flat = error_model.recommendation(1.0, 1000.0, 4.0, [0.5, 2], [2, 8], [2, 4, 8], 64)
     assert flat["K_best"] == 4  # argmin of K + 4/(K - 1): 6, 5.33, 8.57
     assert flat["near_best_K"] == [2, 4, 8]  # c2 dominates: all within 10%
 
 
 def test_json_keeps_infinity_apart_from_undefined():
-    assert advisor.json_value({"a": [math.inf, math.nan, -math.inf, 2.0]}) == {"a": ["inf", None, "-inf", 2.0]}
-    assert advisor.number("inf") == math.inf and math.isnan(advisor.number(None))
-    assert advisor.rounded("inf") == "inf" and advisor.rounded(None) == "-"
+    assert error_model.json_value({"a": [math.inf, math.nan, -math.inf, 2.0]}) == {"a": ["inf", None, "-inf", 2.0]}
+    assert error_model.number("inf") == math.inf and math.isnan(error_model.number(None))
+    assert error_model.rounded("inf") == "inf" and error_model.rounded(None) == "-"
 
 
 def test_ratio_by_v_band_is_the_ratio_of_means_within_the_band():

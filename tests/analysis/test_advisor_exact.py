@@ -20,7 +20,9 @@ import torch
 from conftest import one_token_sampler
 
 from grpo_mse.analysis import one_token, theory
-from grpo_mse.analysis.advisor import advise, per_prompt_constants
+from grpo_mse.analysis.advisor import advise
+from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.analysis.prompt_constants import per_prompt_constants
 from grpo_mse.builtin.arithmetic import make_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -102,7 +104,7 @@ def case(tmp_path_factory):
         "c1_target": c1_target,
         "records": records,
         "batches": batches,
-        "advice": advise(records, batches, seed=0),
+        "advice": advise(records, batches, seed=0, calibration=read_calibration()),
     }
 
 
@@ -143,7 +145,8 @@ def test_batch_target_is_the_unbiased_spread(case):
 
 
 def _constant_stats(case) -> dict[str, tuple[float, float]]:
-    """(mean, s.e.): c1 over the c1 batches, c2 and c3 over the per-row values (advisor.per_prompt_constants)."""
+    """(mean, s.e.): c1 over the c1 batches, c2 and c3 over the per-row values
+    (prompt_constants.per_prompt_constants)."""
     return {
         "c1": _batches(case["batches"], lambda b: b.c1),
         "c2": _stratified(case["records"], _c2),

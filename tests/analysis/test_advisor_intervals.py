@@ -7,13 +7,13 @@ import math
 
 import numpy as np
 import pytest
-from conftest import load_script
 
-from grpo_mse.analysis import advisor
+from grpo_mse.analysis import advisor, advisor_report, coverage_calibration, heavy_tails, prompt_constants
 from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord
 
-coverage_heavy_tails = load_script("scripts/coverage_heavy_tails.py")
+coverage_heavy_tails = heavy_tails
 
 
 def _batches(rng, n_prompts, size):
@@ -34,14 +34,16 @@ def test_c1_weight_derivative_matches_finite_differences():
     n = 10
     batches, position = _batches(rng, n, 4), {i: i for i in range(n)}  # batches of 4, 4 and 2
     weights = bs.prompt_weights(n, 3, seed=1)[:4]
-    value, derivative = advisor.batch_c1(weights, batches, position, gradient=True)
-    assert np.allclose(value, advisor.batch_c1(weights, batches, position))
+    value, derivative = prompt_constants.batch_c1(weights, batches, position, gradient=True)
+    assert np.allclose(value, prompt_constants.batch_c1(weights, batches, position))
     step = 1e-6
     for i in range(n):
         up, down = weights.copy(), weights.copy()
         up[:, i] += step
         down[:, i] -= step
-        numeric = (advisor.batch_c1(up, batches, position) - advisor.batch_c1(down, batches, position)) / (2 * step)
+        numeric = (
+            prompt_constants.batch_c1(up, batches, position) - prompt_constants.batch_c1(down, batches, position)
+        ) / (2 * step)
         assert derivative[:, i] == pytest.approx(numeric, rel=1e-5, abs=1e-7)
     assert np.einsum("ri,ri->r", weights, derivative) == pytest.approx(np.zeros(4), abs=1e-10)
 
@@ -137,12 +139,12 @@ def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
     """k / sum_{i <= k} log(x_(i) / x_(k+1)) on each prompt's mean c2 over K, k = max(5, T/10): by hand on a
     constructed sample, near a for Pareto(a) samples, large for a light tail; nan with too few values."""
     values = np.array([np.e**5, np.e**4, np.e**3, np.e**2, np.e, 1.0] + [0.5] * 44)  # T = 50: k = 5
-    assert advisor.tail_index([values]) == pytest.approx(5 / 15)
-    assert advisor.tail_index([values * 2, values * 4]) == pytest.approx(5 / 15)  # the mean over K: scale-free
+    assert prompt_constants.tail_index([values]) == pytest.approx(5 / 15)
+    assert prompt_constants.tail_index([values * 2, values * 4]) == pytest.approx(5 / 15)  # the mean over K: scale-free
     pareto = (1 - np.random.default_rng(0).random(20000)) ** (-1 / 1.5)
-    assert advisor.tail_index([pareto]) == pytest.approx(1.5, rel=0.1)
-    assert advisor.tail_index([np.random.default_rng(1).uniform(1, 2, 500)]) > 5
-    assert np.isnan(advisor.tail_index([np.array([1.0, 2.0, np.nan, -1.0, 3.0])]))
+    assert prompt_constants.tail_index([pareto]) == pytest.approx(1.5, rel=0.1)
+    assert prompt_constants.tail_index([np.random.default_rng(1).uniform(1, 2, 500)]) > 5
+    assert np.isnan(prompt_constants.tail_index([np.array([1.0, 2.0, np.nan, -1.0, 3.0])]))
 
 
 def _row(index, c1=True, c2=True, c3=True, k_star=True):
@@ -188,25 +190,25 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     )
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"cells": table}))
-    found = advisor.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
+    found = coverage_calibration.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
     assert found["status"] == "calibrated" and found["coverage"]["c1"]["low"] == 0.95
     assert found["cells"] == [{"T": 192, "tail": "light", "runs": 20}] and found["T_match"] == "near"
-    assert advisor.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
+    assert coverage_calibration.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
         "low": 0.6,
         "high": 0.6,
         "mc_se": pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40)),
     }
-    between = advisor.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
+    between = coverage_calibration.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
     assert between["T_match"] == "between" and between["coverage"]["c1"]["low"] == 0.6
     assert between["coverage"]["c1"]["high"] == 0.6 and len(between["cells"]) == 2
     for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 30), (1.0, 250), (float("nan"), 192), (None, 192)):
-        assert advisor.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
-    assert advisor.simulated_coverage(1.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
+        assert coverage_calibration.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
+    assert coverage_calibration.simulated_coverage(1.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
     both = [{**c, "index_range": [0.5, 5.0]} for c in table]  # two tails fit: their lowest and highest coverage
     path.write_text(json.dumps({"cells": both}))
-    found = advisor.simulated_coverage(1.0, 192, str(path), share=0.3)
+    found = coverage_calibration.simulated_coverage(1.0, 192, str(path), share=0.3)
     assert found["coverage"]["c1"]["low"] == 0.6 and found["coverage"]["c1"]["high"] == 0.95
-    assert advisor.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
+    assert prompt_constants.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
         "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
@@ -216,15 +218,19 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
         "interval_widening": {"c1": [0.0, 2.0], "c2": [0.0, 0.0], "c3": [0.5, 1.5], "K_star_exact": [0.0, 0.0]},
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
-    text = advisor.describe(advice)
+    text = advisor_report.describe(advice)
     assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-7.8%) c2=2 [-, -] (simulated coverage 100%" in text
     assert "c3=4 [2, 8] (simulated coverage 100%" in text
     assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail shapes that fit (heavy, light;" in text
     assert "tail index of c2 1 (largest prompt's share 0.3)" in text
     assert "bootstrap; c1, c3 widened for heavy tails," in text
-    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(1.0, 96, str(path))})
+    text = advisor_report.describe(
+        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(1.0, 96, str(path))}
+    )
     assert "coverage simulated at T=48 and 192 (this T lies between)" in text
-    text = advisor.describe({**advice, "simulated_coverage": advisor.simulated_coverage(3.0, 30, str(path))})
+    text = advisor_report.describe(
+        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(3.0, 30, str(path))}
+    )
     assert "(coverage unknown)" in text and "no calibration cell at T = 30" in text and "simulated coverage" not in text
 
 
@@ -238,8 +244,8 @@ def test_widening_moves_each_end_out_and_the_coverage_script_counts_it_as_the_ad
     types = coverage_heavy_tails.population(rng)
     records, batches = coverage_heavy_tails.simulated_records(rng, types, 48, coverage_heavy_tails.Tail("lognormal", 1))
     widen = {"c1": (0.3, 2.0), "c2": (0.1, 1.7), "c3": (0.2, 2.5), "K_star_exact": (1.6, 0.4)}
-    plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={})
-    wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen)
+    plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={}, calibration=read_calibration())
+    wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen, calibration=read_calibration())
     assert wide["interval_widening"] == {name: list(w) for name, w in widen.items()}
     assert wide["studentized"] == plain["studentized"] and wide["pooled"] == plain["pooled"]
     for name in ("c1", "c2", "c3"):
@@ -317,7 +323,7 @@ def test_printed_coverage_holds_on_a_generator_the_calibration_was_not_built_fro
     runs: with the committed table's widening, among the runs it calibrates, the actual coverage of c1, c2, c3 and
     K* lies within 3 points of the mean printed range, and is >= 93% wherever >= 93% is printed."""
     cell = coverage_heavy_tails.coverage(48, 300, coverage_heavy_tails.Tail("student", 3.0), n_boot=1000, seed=777)
-    found = coverage_heavy_tails.check(cell, advisor.CALIBRATION)
+    found = coverage_heavy_tails.check(cell, coverage_calibration.CALIBRATION)
     assert found["unknown"] < 0.5
     for name in coverage_heavy_tails.CALIBRATED:
         assert found[name]["within_3_points"], (name, found[name])

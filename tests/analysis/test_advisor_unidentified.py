@@ -5,7 +5,10 @@ states no K*; identified constants (the control) still give one."""
 
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -13,10 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import advisor, simulation, sweep_stats
-from grpo_mse.figures import k_validation as kv
+from grpo_mse.analysis import advisor, advisor_report, error_model, simulation, sweep_stats
+from grpo_mse.analysis import k_validation as kv
+from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.figures import k_validation as kv_figures
+from grpo_mse.tables.outputs import to_json
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from grpo_mse.training import adaptive_k
+from grpo_mse.training.runs_table import run_means
 
 ALLOWED, BUDGET = [2, 4, 8, 16], 128
 SPECIAL = [0.0, -0.0, -1.5, math.inf, -math.inf, math.nan, None, "inf", "-inf", "nan", "abc"]
@@ -72,9 +79,9 @@ def frame(ks=(2, 4, 8, 16), seeds=3) -> pd.DataFrame:
 
 def test_identified_constants_still_give_a_k():
     """The control: c1, c3 > 0 with intervals off 0 name K* = 1 + sqrt(c3/c1) and the best allowed K."""
-    now = advisor.advice_status(IDENTIFIED)
+    now = error_model.advice_status(IDENTIFIED)
     assert now["identified"] and now["K_star_exact"] == pytest.approx(1 + math.sqrt(380 / 15)) and now["K_best"] == 8
-    assert "best K in [2, 4, 8, 16] = 8" in advisor.describe(IDENTIFIED)
+    assert "best K in [2, 4, 8, 16] = 8" in advisor_report.describe(IDENTIFIED)
     pred = kv.predict({"group_size_advisor": IDENTIFIED}, "s", written_at="t")
     assert pred["best_allowed_K"] == 8 and pred["K_star_exact"] == pytest.approx(now["K_star_exact"])
     assert adaptive_k.chosen_k(IDENTIFIED, current=2) == 8
@@ -83,17 +90,19 @@ def test_identified_constants_still_give_a_k():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(unidentified())
 def test_no_consumer_states_a_k_from_unidentified_constants(advice):
-    now = advisor.advice_status(advice)
+    now = error_model.advice_status(advice)
     assert not now["identified"] and now["K_star_exact"] is None and now["K_best"] is None
-    text = advisor.describe(advice)
+    text = advisor_report.describe(advice)
     assert "not identified" in text and "best K in [2, 4, 8, 16] =" not in text and "K* = 1+sqrt(c3/c1) =" not in text
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
     assert pred["K_star_exact"] is None and pred["best_allowed_K"] is None and pred["ci95"] is None
     assert not pred["identified"] and "not identified" in kv.describe_prediction(pred)
-    json.loads(kv.to_json(pred))  # strict JSON
-    summary = kv.setting_summary("a", frame(), pred, "t", METRIC)
+    json.loads(to_json(pred))  # strict JSON
+    summary = kv.setting_summary("a", run_means(frame(), METRIC), pred, "t", METRIC)
     assert summary["advisor"]["K_star_exact"] is None and summary["advisor"]["best_allowed_K"] is None
-    other = kv.setting_summary("b", frame(), kv.predict({"group_size_advisor": IDENTIFIED}, "b", "t"), "t", METRIC)
+    other = kv.setting_summary(
+        "b", run_means(frame(), METRIC), kv.predict({"group_size_advisor": IDENTIFIED}, "b", "t"), "t", METRIC
+    )
     draws = np.full(50, 8)
     for pair in ((summary, other), (other, summary)):
         assert kv.compare(*pair, draws, draws)["advisor_direction"] == 0  # no direction from an unidentified K*
@@ -114,9 +123,9 @@ def test_figures_draw_unidentified_constants_without_a_k(advice, tmp_path):
     """k_validation's per-setting and all-settings figures, the --advisor figure (constants it can draw), and the
     Algorithm 1 summary's advisor entry."""
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
-    summary = kv.setting_summary("s", frame(), pred, "t", METRIC)
-    kv.plot_setting(summary, str(tmp_path / "one.png"), kv.run_metric(frame(), METRIC))
-    kv.plot_settings([summary, summary], str(tmp_path / "all.png"))
+    summary = kv.setting_summary("s", run_means(frame(), METRIC), pred, "t", METRIC)
+    kv_figures.plot_setting(summary, str(tmp_path / "one.png"), run_means(frame(), METRIC))
+    kv_figures.plot_settings([summary, summary], str(tmp_path / "all.png"))
     result = {"group_size_advisor": advice}
     from grpo_mse.figures.tracecov import plot_advisor
 
@@ -130,21 +139,29 @@ def test_figures_draw_unidentified_constants_without_a_k(advice, tmp_path):
     assert simulation.agreement(4, [4], read["K_star"], ALLOWED)[0] == "no K*"
 
 
+def run_script(args):
+    """scripts/k_validation.py with ``args`` (exit 0 asserted)."""
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "k_validation.py")
+    done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 @pytest.mark.parametrize("c1", [0.0, -2.0, math.inf, math.nan, None, "inf"])
-def test_predict_and_summarize_cli_state_no_k(tmp_path, capsys, c1):
+def test_predict_and_summarize_cli_state_no_k(tmp_path, c1):
     """The two CLI stages end to end: exit 0, "K* not identified" printed, null K in the files."""
     advice = saved({"c1": c1, "c2": 160.0, "c3": 380.0}, {"c1": [-1, 3], "c3": [160, 800]}, "inf", 16.0)
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"group_size_advisor": advice}))
     out = tmp_path / "prediction.json"
-    kv.main(["predict", str(run), "--name", "s", "--out", str(out)])
-    assert "K* not identified" in capsys.readouterr().out
+    done = run_script(["predict", str(run), "--name", "s", "--out", str(out)])
+    assert "K* not identified" in done.stdout
     pred = json.loads(out.read_text())
     assert pred["K_star_exact"] is None and pred["best_allowed_K"] is None
     csv = tmp_path / "runs.csv"
     frame().to_csv(csv, index=False)
-    kv.main(["summarize", "--setting", "s", str(csv), str(out), "t", "--out_dir", str(tmp_path / "sum")])
-    assert "advisor K* not identified" in capsys.readouterr().out
+    done = run_script(["summarize", "--setting", "s", str(csv), str(out), "t", "--out_dir", str(tmp_path / "sum")])
+    assert "advisor K* not identified" in done.stdout
     summary = json.loads((tmp_path / "sum" / "summary.json").read_text())
     assert summary["settings"][0]["advisor"]["best_allowed_K"] is None
 
@@ -174,10 +191,12 @@ def test_advise_checks_allowed_k_against_the_budget():
 
     records = {2: [PromptRecord.simulated(2, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}) for i in range(4)]}
     with pytest.raises(InputError, match=re.escape("allowed K [3, 256] do not fit the budget 128")):
-        advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256])
+        advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256], calibration=read_calibration())
     with pytest.raises(InputError, match="budget must be a whole number"):
-        advisor.advise(records, {}, n_boot=50, budget=100.5)
-    assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0])["allowed_K"] == [2, 4]
+        advisor.advise(records, {}, n_boot=50, budget=100.5, calibration=read_calibration())
+    assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0], calibration=read_calibration())[
+        "allowed_K"
+    ] == [2, 4]
 
 
 def test_a_higher_level_widens_the_studentized_intervals():
@@ -199,9 +218,9 @@ def test_a_higher_level_widens_the_studentized_intervals():
         ]
         for k in (2, 4)
     }
-    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99)
-    usual = advisor.advise(records, batches, n_boot=400, budget=64)
+    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99, calibration=read_calibration())
+    usual = advisor.advise(records, batches, n_boot=400, budget=64, calibration=read_calibration())
     assert wide["interval_level"] == 0.99 and "interval_level" not in usual
     for name in ("c1", "c2", "c3", "K_star_exact"):
-        (lo99, hi99), (lo95, hi95) = (advisor.interval_of(a["ci95"][name]) for a in (wide, usual))
+        (lo99, hi99), (lo95, hi95) = (error_model.interval_of(a["ci95"][name]) for a in (wide, usual))
         assert lo99 < lo95 and hi95 < hi99 and wide["pooled"][name] == usual["pooled"][name], name

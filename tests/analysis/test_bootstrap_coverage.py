@@ -12,13 +12,13 @@ large-T approximation; docs/statistics.md.)
 
 import numpy as np
 import pytest
-from conftest import load_script
 
 from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis import paired, theory
+from grpo_mse.analysis import heavy_tails, paired, theory
+from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
-HEAVY_TAILS = load_script("scripts/coverage_heavy_tails.py")  # the same simulated traces as the heavy-tail study
+HEAVY_TAILS = heavy_tails  # the same simulated traces as the heavy-tail study
 
 TYPES, OUTCOMES, DIM, T, M, K_LIST, BATCH, RUNS, N_BOOT = 30, 3, 4, 256, 8, (2, 4), 16, 200, 200
 assert (HEAVY_TAILS.TYPES, HEAVY_TAILS.OUTCOMES, HEAVY_TAILS.DIM, HEAVY_TAILS.M) == (TYPES, OUTCOMES, DIM, M)
@@ -63,6 +63,7 @@ def _simulated_run(rng, types):
         seed=int(rng.integers(1 << 30)),
         n_boot=N_BOOT,
         budget=64,
+        calibration=read_calibration(),
     )
 
 
@@ -122,7 +123,7 @@ def test_interval_always_contains_its_estimate():
 
 
 def test_advisor_flags_k_star_below_two():
-    from grpo_mse.analysis import advisor
+    from grpo_mse.analysis import advisor_report
 
     def advice(k_star):  # identified constants (intervals clear of 0) whose K* = 1 + sqrt(c3/c1) is k_star
         c3 = (k_star - 1) ** 2
@@ -135,5 +136,5 @@ def test_advisor_flags_k_star_below_two():
             "budget": 64,
         }
 
-    assert "use the smallest allowed K" in advisor.describe(advice(1.5))
-    assert "use the smallest allowed K" not in advisor.describe(advice(3.0))
+    assert "use the smallest allowed K" in advisor_report.describe(advice(1.5))
+    assert "use the smallest allowed K" not in advisor_report.describe(advice(3.0))

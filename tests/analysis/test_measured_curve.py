@@ -11,6 +11,7 @@ import pytest
 
 from grpo_mse.analysis import bootstrap as bs
 from grpo_mse.analysis import measured_curve as mc
+from grpo_mse.analysis import prompt_constants
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients.estimators import GRPO_STD
@@ -52,7 +53,7 @@ def test_measured_error_is_unbiased_for_the_known_budgeted_error():
     estimates = []
     for _ in range(400):
         records, batches = dataset(rng, k, spread, noise, centre)
-        _, position = mc.advisor.prompt_columns({k: records})
+        _, position = prompt_constants.prompt_columns({k: records})
         weights = bs.prompt_weights(len(records), 1, 0)[:1]  # the data row only
         estimates.append(float(mc.error_at(records, batches, k, BUDGET, position, weights)["error"][0]))
     mean, se = np.mean(estimates), np.std(estimates, ddof=1) / np.sqrt(len(estimates))
@@ -103,7 +104,7 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
     estimator and carries the measured curve, which the printout shows."""
     from conftest import tracecov_argv
 
-    from grpo_mse.analysis.advisor import describe
+    from grpo_mse.analysis.advisor_report import describe
     from grpo_mse.runs.tracecov import TracecovRun
 
     table = demo_oracle_table()

@@ -14,6 +14,7 @@ from conftest import BUILTIN_POLICY, ROOT
 from grpo_mse.builtin import paper_policy as pp
 from grpo_mse.builtin import tiny_policy as tp
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.commands import build_paper_policy as build_paper_policy_command
 from grpo_mse.rewards.rules import last_integer_reward
 
 PAPER_POLICY = os.path.join(ROOT, "assets", "paper_policy")
@@ -103,11 +104,10 @@ def test_a_word_that_splits_is_refused(tokenizer, monkeypatch):
 )
 def test_builder_refuses_bad_settings_before_loading(tmp_path, capsys, argv, message):
     """scripts/build_paper_policy.py: one line and exit 2, no folder created."""
-    from conftest import load_script
 
     from grpo_mse import cli
 
-    script = load_script("scripts/build_paper_policy.py")
+    script = build_paper_policy_command
     out = tmp_path / "policy"
     with pytest.raises(SystemExit) as stop:
         cli.run(lambda: script.main(["--out_dir", str(out), *argv]))

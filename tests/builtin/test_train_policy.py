@@ -11,6 +11,7 @@ from conftest import BUILTIN_POLICY, ROOT
 from grpo_mse.builtin import tiny_policy as tp
 from grpo_mse.builtin import train_policy as trp
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.commands import build_train_policy as build_train_policy_command
 from grpo_mse.rewards.rules import last_integer_reward
 
 TRAIN_POLICY = os.path.join(ROOT, "assets", "train_policy")
@@ -106,11 +107,10 @@ def test_shipped_train_policy_stops_after_the_answer_less_often_than_half():
 )
 def test_builder_refuses_bad_settings_before_loading(tmp_path, capsys, argv, message):
     """scripts/build_train_policy.py: one line and exit 2, no folder created (TrainPolicyConfig's checks)."""
-    from conftest import load_script
 
     from grpo_mse import cli
 
-    script = load_script("scripts/build_train_policy.py")
+    script = build_train_policy_command
     out = tmp_path / "policy"
     with pytest.raises(SystemExit) as stop:
         cli.run(lambda: script.main(["--out_dir", str(out), *argv]))

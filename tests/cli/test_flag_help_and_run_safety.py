@@ -7,6 +7,9 @@ import pytest
 from conftest import BUILTIN_POLICY
 from refusal_cases import WANDB_ROW
 
+from grpo_mse.commands import sweep_group_size as sweep_group_size_command
+from grpo_mse.commands import tracecov as tracecov_command
+
 # Behaviour behind the refusals (no command line needed).
 
 ENTRY_POINTS = [
@@ -122,9 +125,8 @@ def test_rows_are_a_seeded_shuffle_then_the_first_t():
 
 
 def test_duplicate_k_and_estimators_are_run_once(capsys):
-    from conftest import load_script
 
-    args = load_script("Gradient_evaluation/run_tracecov.py").parse_args(
+    args = tracecov_command.parse_args(
         [
             "--oracle_table",
             "t.jsonl",
@@ -150,9 +152,8 @@ def test_duplicate_k_and_estimators_are_run_once(capsys):
 
 
 def test_sweep_deduplicates_and_reads_dry_run(monkeypatch):
-    from conftest import load_script
 
-    sweep = load_script("Policy_Optimization/sweep_group_size.py")
+    sweep = sweep_group_size_command
     monkeypatch.setenv("DRY_RUN", "false")
     args = sweep.parse_args(["--K_list", "4", "4", "--seeds", "0", "0"])
     assert (args.K_list, args.seeds, args.dry_run) == ([4], [0], False)

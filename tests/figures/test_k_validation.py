@@ -1,4 +1,5 @@
-"""grpo_mse.figures.k_validation: the summaries of the advisor-vs-training check, its data subsets and its CLI."""
+"""The advisor-vs-training check: its summaries (grpo_mse.analysis.k_validation), the runs that count
+(grpo_mse.training.runs_table), its data subsets (grpo_mse.training.data) and its CLI (scripts/k_validation.py)."""
 
 import json
 import math
@@ -14,9 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from grpo_mse.figures import k_validation as kv
+from grpo_mse.analysis import k_validation as kv
+from grpo_mse.errors import DataError
+from grpo_mse.training.data import subset
+from grpo_mse.training.runs_table import pilot_gain, run_means, select_runs
 
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "k_validation.py"
 
 
 @given(
@@ -54,7 +59,7 @@ def test_sweep_summary_metric_intervals_and_separation():
     acc = {(2, s): 0.10 + 0.001 * s for s in range(4)}
     acc.update({(8, s): 0.20 + 0.001 * s for s in range(4)})
     acc.update({(4, s): 0.10 + 0.1 * (s % 2) for s in range(4)})  # wide: separated from nothing
-    out = kv.sweep_summary(frame_of(acc), METRIC, "2026-01-01T00:00:00Z")
+    out = kv.sweep_summary(run_means(frame_of(acc), METRIC), METRIC, "2026-01-01T00:00:00Z")
     k2 = out["per_K"]["2"]
     expected = np.mean([0.10 + 0.001 * s + 0.0045 for s in range(4)])  # mean of steps 3 and 6 only, step 0 left out
     assert k2["mean"] == pytest.approx(expected) and k2["n_seeds"] == 4
@@ -69,14 +74,37 @@ def test_unfinished_runs_are_left_out(capsys):
     acc = {(2, 0): 0.1, (2, 1): 0.2, (4, 0): 0.3}
     frame = frame_of(acc, steps=(0, 3, 6))
     frame = frame[~((frame["K"] == 2) & (frame["seed"] == 1) & (frame["step"] == 6))]  # seed 1 stopped after step 3
-    runs = kv.run_metric(frame, METRIC)
+    runs = run_means(frame, METRIC)
     assert sorted(map(tuple, runs[["K", "seed"]].values.tolist())) == [(2, 0), (4, 0)]
     assert runs["value"].tolist() == pytest.approx([0.1045, 0.3045])
-    assert "note: left out 1 run(s): K=2 seed=1 (steps [3])" in capsys.readouterr().err
+    assert "note: left out 1 run(s): K=2 seed=1: did not log step 6 (last step 3)" in capsys.readouterr().err
     interrupted = frame.assign(status=["interrupted" if k == 4 else "complete" for k in frame["K"]])
-    runs = kv.run_metric(interrupted, METRIC)  # a recorded interruption is left out even at full length
+    runs = run_means(interrupted, METRIC)  # a recorded interruption is left out even at full length
     assert sorted(map(tuple, runs[["K", "seed"]].values.tolist())) == [(2, 0)]
-    assert "K=4 seed=0 (interrupted)" in capsys.readouterr().err
+    assert "K=4 seed=0: interrupted" in capsys.readouterr().err
+
+
+def test_one_rule_decides_which_runs_count(capsys):
+    """The sweep mean, the adaptive summary and the pilot ask training.runs_table.select_runs (Table 2's rule)
+    which runs count, each for the steps it reads: the sweep mean reads every validation step after 0, so a run
+    that stopped early is left out (never averaged over fewer steps); the pilot reads the common step, so it is
+    compared there; an interrupted run is left out of both; a table mixing budgets is refused by both."""
+    complete = frame_of({(2, 0): 0.1, (4, 0): 0.3}, steps=(0, 3, 6))
+    short = frame_of({(8, 0): 0.5}, steps=(0, 3))  # stopped after step 3, completeness not recorded
+    broken = frame_of({(16, 0): 0.0}, steps=(0, 3, 6)).assign(status="interrupted")
+    frame = pd.concat([complete, short, broken], ignore_index=True)
+    runs = run_means(frame, METRIC)
+    chosen = select_runs(frame[frame["step"] > 0], METRIC, steps=[3, 6])
+    assert set(map(tuple, runs[["K", "seed"]].values.tolist())) == {(2, 0), (4, 0)}
+    assert set(zip(chosen.frame["K"], chosen.frame["seed"])) == {(2, 0), (4, 0)}
+    err = capsys.readouterr().err
+    assert "K=8 seed=0: did not log step 6 (last step 3)" in err and "K=16 seed=0: interrupted" in err
+    assert pilot_gain(frame, METRIC) == pytest.approx(np.mean([0.103, 0.303, 0.503]) - 0.05)
+    assert "K=16 seed=0: interrupted" in capsys.readouterr().err
+    mixed = complete.assign(budget=[128 if k == 2 else 256 for k in complete["K"]])
+    for read in (run_means, pilot_gain):
+        with pytest.raises(DataError, match="runs at 2 settings"):
+            read(mixed, METRIC)
 
 
 def advisor_run(c1=15.0, c2=160.0, c3=380.0):
@@ -101,7 +129,7 @@ def test_setting_summary_schema_and_rank_correlation():
     pred = kv.predict(advisor_run(), "s", written_at="2026-01-01T00:00:00Z")
     assert pred["best_allowed_K"] == 8 and pred["ci95"] == [5.4, 8.0]
     acc = {(k, s): {2: 0.10, 4: 0.14, 8: 0.16, 16: 0.15}[k] + 0.002 * s for k in (2, 4, 8, 16) for s in range(3)}
-    out = kv.setting_summary("s", frame_of(acc), pred, "t", METRIC)
+    out = kv.setting_summary("s", run_means(frame_of(acc), METRIC), pred, "t", METRIC)
     assert set(out["advisor"]) == {"identified", "message", "K_star_exact", "ci95", "best_allowed_K", "written_at"}
     assert set(out["sweep"]) == {"metric", "per_K", "best_K", "started_at", "separated_pairs"}
     # predicted error at K = 2, 4, 8, 16: 570, 346.7, 334.3, 425.3 -> ranks 4, 2, 1, 3; accuracy ranks 1, 2, 4, 3
@@ -121,19 +149,17 @@ def test_subset_keeps_the_asked_kinds(tmp_path):
     problems = ["24 / 8 =", "12 + 3 - 4 =", "50 - (18 + 7) =", "96 / 8 =", "12 * 7 =", "9 / 3 ="]
     for split in ("train", "test"):
         pd.DataFrame([row(i, p) for i, p in enumerate(problems)]).to_parquet(tmp_path / f"{split}.parquet")
-    counts = kv.subset(str(tmp_path), str(tmp_path / "div"), "division", n_test=2)
+    counts = subset(str(tmp_path), str(tmp_path / "div"), "division", n_test=2)
     assert counts == {"train": 3, "test": 2}
     test = pd.read_parquet(tmp_path / "div" / "test.parquet")
     assert [p[-1]["content"].split("\n")[-1] for p in test["prompt"]] == ["24 / 8 =", "96 / 8 ="]
-    assert kv.subset(str(tmp_path), str(tmp_path / "nodiv"), "nodivision", n_test=3) == {"train": 3, "test": 3}
+    assert subset(str(tmp_path), str(tmp_path / "nodiv"), "nodivision", n_test=3) == {"train": 3, "test": 3}
     with pytest.raises(Exception, match="fewer than --n_test"):
-        kv.subset(str(tmp_path), str(tmp_path / "x"), "division", n_test=4)
+        subset(str(tmp_path), str(tmp_path / "x"), "division", n_test=4)
 
 
 def run_cli(*args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", "grpo_mse.figures.k_validation", *args], cwd=cwd, capture_output=True, text=True
-    )
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_cli_predict_and_summarize(tmp_path):
@@ -159,7 +185,7 @@ def test_cli_predict_and_summarize(tmp_path):
 def test_pilot_gain_and_cli(tmp_path):
     acc = {(2, 100): 0.15, (16, 100): 0.25}
     frame = frame_of(acc, steps=(0, 3, 6))  # step 0 at 0.05, last step acc + 0.006
-    assert kv.pilot_gain(frame, METRIC) == pytest.approx(np.mean([0.156, 0.256]) - 0.05)
+    assert pilot_gain(frame, METRIC) == pytest.approx(np.mean([0.156, 0.256]) - 0.05)
     frame.to_csv(tmp_path / "p.csv", index=False)
     assert run_cli("pilot", "p.csv", cwd=tmp_path).returncode == 0
     assert run_cli("pilot", "p.csv", "--min_gain", "0.2", cwd=tmp_path).returncode == 1
@@ -173,7 +199,7 @@ def test_pilot_gain_at_the_common_step(tmp_path):
     short = frame_of({(16, 100): 0.25}, steps=(0, 3))  # 0.05, 0.253
     broken = frame_of({(4, 100): 0.0}, steps=(0, 3, 6)).assign(status="interrupted")  # would pull the mean down
     frame = pd.concat([frame, short, broken], ignore_index=True)
-    gain = kv.pilot_gain(frame, METRIC)
+    gain = pilot_gain(frame, METRIC)
     assert gain == pytest.approx(np.mean([0.903 - 0.05, 0.253 - 0.05]))
     frame.to_csv(tmp_path / "p.csv", index=False)
     done = run_cli("pilot", "p.csv", cwd=tmp_path)
@@ -254,7 +280,7 @@ def test_script_refuses_bad_settings_before_writing(tmp_path, settings, message)
     assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()
 
 
-def test_settings_are_resampled_independently(tmp_path, capsys):
+def test_settings_are_resampled_independently(tmp_path):
     """Two settings with the same runs: with shared resampling indices the best K would never move (100% "no
     move"); resampled independently it moves in a share of the replicates (issue 27: 27%/34% -> 30%/37%)."""
     acc = {
@@ -266,23 +292,23 @@ def test_settings_are_resampled_independently(tmp_path, capsys):
     frame_of(acc).to_csv(csv, index=False)
     pred = tmp_path / "p.json"
     pred.write_text(json.dumps(kv.predict(advisor_run(), "s", written_at="t")))
-    kv.main(
-        [
-            "summarize",
-            "--setting",
-            "a",
-            str(csv),
-            str(pred),
-            "t",
-            "--setting",
-            "b",
-            str(csv),
-            str(pred),
-            "t",
-            "--out_dir",
-            str(tmp_path / "out"),
-        ]
+    done = run_cli(
+        "summarize",
+        "--setting",
+        "a",
+        str(csv),
+        str(pred),
+        "t",
+        "--setting",
+        "b",
+        str(csv),
+        str(pred),
+        "t",
+        "--out_dir",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
     )
+    assert done.returncode == 0, done.stderr
     shares = json.loads((tmp_path / "out" / "summary.json").read_text())["comparisons"][0]["bootstrap_best_K_shares"]
     assert 0.05 < shares["no_move"] < 0.95
 

@@ -5,14 +5,13 @@
   seconds and JSON, the vLLM/VERL steps "skipped: not installed", the others "ok" (slow: a few minutes).
 - Memory: each engine's estimate against the peak resident memory measured in a fresh process; the sampler's
   key/value cache formula against the cache it builds; the c1 disk check and the batch chosen to fit.
-- compare_tracecov_runs: agreeing runs agree, a shifted run does not.
+(compare_tracecov_runs: tests/analysis/test_run_agreement.py.)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -20,6 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from grpo_mse.commands import bench_engines as bench_engines_command
+from grpo_mse.commands import bench_sampling as bench_sampling_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -203,12 +205,11 @@ def test_refusal_when_the_estimate_exceeds_the_machine():
 
 def test_bench_engines_refuses_before_building_the_model(monkeypatch, capsys):
     """A 1.5B-shaped run on a machine with 1 GB: one line, nothing allocated (the estimate is on meta tensors)."""
-    from conftest import load_script
 
     from grpo_mse.errors import UsageError
     from grpo_mse.gradients import memory
 
-    bench = load_script("benchmarks/bench_engines.py")
+    bench = bench_engines_command
     monkeypatch.setattr(memory, "device_available", lambda device: (10**9, "available host memory"))
     monkeypatch.setattr(bench, "load_policy", lambda *a, **k: pytest.fail("loaded a model after a refusal"))
     with pytest.raises(UsageError, match=r"about (\d\d\.?\d*) GB needed, 1 GB available host memory; too little"):
@@ -223,10 +224,9 @@ def test_bench_engines_refuses_before_building_the_model(monkeypatch, capsys):
 
 
 def test_sampler_cache_formula_matches_the_cache_it_builds():
-    from conftest import load_script
     from transformers import Qwen2ForCausalLM
 
-    bench_sampling = load_script("benchmarks/bench_sampling.py")
+    bench_sampling = bench_sampling_command
     config = bench_sampling.qwen2_5_config("toy")
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()
@@ -277,48 +277,6 @@ def test_tracecov_refuses_c1_that_the_disk_cannot_hold(tmp_path, monkeypatch):
     assert "would write 192 GB" in message and "use --c1_batch 3," in message  # 3 x 12 GB fit in 50 GB x 0.9
     tracecov.check_c1_disk(params, config, 4)  # 48 GB: fits the 50 GB, no error
     assert not (tmp_path / "new").exists()
-
-
-# ---------------------------------------------------------------- compare_tracecov_runs
-
-
-def per_prompt_csv(path, traces):
-    lines = ["prompt_index,id,K,estimator,trace"]
-    lines += [f"{i},{i},{k},{name},{value!r}" for (name, k, i), value in traces.items()]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def test_compare_tracecov_runs(tmp_path):
-    from conftest import load_script
-
-    compare = load_script("scripts/compare_tracecov_runs.py")
-    rng = random.Random(0)
-    truth = {
-        (name, k, i): rng.lognormvariate(3, 1) / k for name in ("naive", "grpo") for k in (2, 4) for i in range(40)
-    }
-
-    def noisy(scale=1.0):  # a run's trace: the prompt's true trace times sampling noise
-        return {key: scale * value * rng.gammavariate(8, 1 / 8) for key, value in truth.items()}
-
-    alarms = sum(not compare.compare(noisy(), noisy())["agree"] for _ in range(50))
-    assert alarms <= 2  # 0.1% per comparison
-    report = compare.compare(noisy(1.5), noisy())
-    assert not report["agree"] and all(cell["z"] > 0 for cell in report["cells"])
-    same = noisy()
-    identical = compare.compare(same, same)
-    assert identical["agree"] and identical["max_abs_z"] == 0.0
-    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
-    per_prompt_csv(a, noisy(1.5))
-    per_prompt_csv(b, noisy())
-    result = subprocess.run(
-        [sys.executable, "scripts/compare_tracecov_runs.py", str(a), str(b), "--out", str(tmp_path / "r.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 1 and "DISAGREE" in result.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["agree"] is False
 
 
 # ---------------------------------------------------------------- optional packages: one line when a feature needs one

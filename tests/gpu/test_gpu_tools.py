@@ -10,6 +10,9 @@ import pytest
 import torch
 from gpu_paths import ROOT
 
+from grpo_mse.commands import bench_engines as bench_engines_command
+from grpo_mse.commands import compare_oracle_tables as compare_oracle_tables_command
+
 # ---------------------------------------------------------------- HF vs vLLM: do two oracle tables agree?
 
 
@@ -32,9 +35,8 @@ def synthetic_table(values, n, seed):
 
 
 def test_compare_oracle_tables(tmp_path):
-    from conftest import load_script
 
-    compare = load_script("scripts/compare_oracle_tables.py")
+    compare = compare_oracle_tables_command
     values = [0.05, 0.3, 0.5, 0.8, 0.97, 0.0, 1.0, 0.6]
     agreeing = [
         compare.compare(synthetic_table(values, 512, seed), synthetic_table(values, 512, seed + 100))
@@ -76,9 +78,8 @@ def test_compare_oracle_tables(tmp_path):
 
 
 def test_bench_engines_writes_after_every_case(builtin_policy, tmp_path, monkeypatch):
-    from conftest import load_script
 
-    bench = load_script("benchmarks/bench_engines.py")
+    bench = bench_engines_command
     real_case, calls = bench.run_case, []
 
     def stop_at_second(*args, **kwargs):

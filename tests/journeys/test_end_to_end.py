@@ -8,16 +8,19 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script, tracecov_argv
+from conftest import BUILTIN_POLICY, ROOT, tracecov_argv
 
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.commands import make_figures as make_figures_command
+from grpo_mse.commands import oracle as oracle_command
+from grpo_mse.commands import tracecov as tracecov_command
 from grpo_mse.runs import tracecov as tracecov_job
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
-calculate_oracle_v = load_script("Gradient_evaluation/calculate_oracle_v.py")
-make_figures = load_script("plots/make_figures.py")
-run_tracecov = load_script("Gradient_evaluation/run_tracecov.py")
+calculate_oracle_v = oracle_command
+make_figures = make_figures_command
+run_tracecov = tracecov_command
 
 
 @pytest.fixture(scope="module")

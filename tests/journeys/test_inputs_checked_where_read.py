@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from grpo_mse import cli
+from grpo_mse.commands import make_figures as make_figures_command
+from grpo_mse.commands import oracle as oracle_command
 from grpo_mse.tables.records import PromptRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,11 +90,11 @@ def test_resume_with_another_limit_never_duplicates_or_drops_rows_and_counts_the
     """`--resume --limit 10` on a 40-row output printed "0 new, 10 total" while the file kept 40 rows."""
     import json
 
-    from conftest import BUILTIN_POLICY, load_script
+    from conftest import BUILTIN_POLICY
 
     from grpo_mse.builtin.arithmetic import make_rows
 
-    oracle = load_script("Gradient_evaluation/calculate_oracle_v.py")
+    oracle = oracle_command
     rows = make_rows(6, seed=3)
     if repeat_ids:  # a table whose ids repeat: rows are keyed by position
         rows = [{**row, "id": 7} for row in rows]
@@ -166,11 +168,9 @@ def test_figure4_refuses_a_negative_half_width_and_clips_the_ratio_band(tmp_path
     -10,000 to 55,000 set the axis."""
     import json
 
-    from conftest import load_script
-
     from grpo_mse.figures.tracecov import ratio_band
 
-    figures = load_script("plots/make_figures.py")
+    figures = make_figures_command
     run = {"K_list": [2, 4], "conditional_on_x": {"grpo": [1.0, 0.5], "oracleV": [0.9, 0.5]}, "config": {}}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**run, "ci95": {"grpo": [-0.1, 0.1], "oracleV": [0.1, 0.1]}}))

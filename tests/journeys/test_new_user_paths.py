@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT
 
 from grpo_mse.cli import UsageError
+from grpo_mse.commands import make_figures as make_figures_command
 
 ACC = "val-core/arithmetic_zero_shot/acc/mean@1"
 
@@ -47,9 +48,8 @@ def test_a_running_wandb_run_does_not_repeat_its_last_validation(tmp_path):
 
 
 def test_figure_name_is_a_stem_and_a_folder_is_not_a_json(tmp_path):
-    from conftest import load_script
 
-    figures = load_script("plots/make_figures.py")
+    figures = make_figures_command
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"K_list": [2], "conditional_on_x": {"grpo": [1.0]}}))
     for name in ("../x", "", "a/b", ".."):

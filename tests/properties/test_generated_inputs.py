@@ -16,7 +16,7 @@ import os
 import tempfile
 from unittest import mock
 
-from conftest import BUILTIN_POLICY, bounded, load_script
+from conftest import BUILTIN_POLICY, bounded
 from hypothesis import given
 from hypothesis import strategies as st
 from one_line_checks import (  # noqa: F401 (autouse fixture)
@@ -29,8 +29,11 @@ from one_line_checks import (  # noqa: F401 (autouse fixture)
     write_table,
 )
 
-TRACECOV = load_script("Gradient_evaluation/run_tracecov.py")
-ORACLE = load_script("Gradient_evaluation/calculate_oracle_v.py")
+from grpo_mse.commands import oracle as oracle_command
+from grpo_mse.commands import tracecov as tracecov_command
+
+TRACECOV = tracecov_command
+ORACLE = oracle_command
 COUNTS: dict[str, int] = {}  # generated cases per property (docs/safety.md quotes them)
 
 

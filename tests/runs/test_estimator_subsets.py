@@ -8,14 +8,15 @@ import os
 import tempfile
 
 import pytest
-from conftest import bounded, load_script
+from conftest import bounded
 from hypothesis import given
 from hypothesis import strategies as st
 from one_line_checks import boundary, no_tracked_change, tiny_tracecov_argv, write_table  # noqa: F401 (autouse)
 
+from grpo_mse.commands import tracecov as tracecov_command
 from grpo_mse.gradients.estimators import ALL
 
-TRACECOV = load_script("Gradient_evaluation/run_tracecov.py")
+TRACECOV = tracecov_command
 ROWS = [
     {"id": 0, "prompt": "Solve the arithmetic problem.\n2 + 3 =", "ground_truth": 5, "V_oracle": 0.5},
     {"id": 1, "prompt": "Solve the arithmetic problem.\n9 - 4 =", "ground_truth": 5, "V_oracle": 0.25},

@@ -10,11 +10,12 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import BUILTIN_POLICY, load_script, one_token_sampler, tracecov_argv
+from conftest import BUILTIN_POLICY, one_token_sampler, tracecov_argv
 
 from grpo_mse.analysis import theory
 from grpo_mse.analysis.one_token import token_texts
 from grpo_mse.builtin.arithmetic import make_rows
+from grpo_mse.commands import tracecov as tracecov_command
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.rewards.rules import last_integer, last_integer_reward
@@ -98,7 +99,7 @@ def test_enumeration_is_consistent(case):
 
 
 def _run_tracecov(table, out_dir):
-    script = load_script("Gradient_evaluation/run_tracecov.py")
+    script = tracecov_command
     options = dict(seed=0, T=COPIES, M=GROUPS, K_list=K_LIST, temperature="1.0", top_p="1.0", max_new_tokens=1)
     script.main(tracecov_argv(table, out_dir, "--no_advisor", **options, gen_bs=64, estimators=est.ALL))
 

@@ -5,7 +5,9 @@ writes each of the 6 rows once, with the samples a fresh --limit 6 run draws."""
 import json
 
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT
+
+from grpo_mse.commands import oracle as oracle_command
 
 DATA = f"{ROOT}/data/arithmetic_zero_shot.jsonl"
 
@@ -21,7 +23,7 @@ def test_limit_then_resume_on_repeated_ids_writes_each_row_once(tmp_path):
         row["id"] = table[repeated]["id"]
     data = tmp_path / "table.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in table), encoding="utf-8")
-    oracle = load_script("Gradient_evaluation/calculate_oracle_v.py")
+    oracle = oracle_command
     common = ["--model", BUILTIN_POLICY, "--dataset", str(data), "--device", "cpu", "--dtype", "fp32"]
     common += ["--n_oracle", "8", "--max_new_tokens", "4", "--batch_size", "8"]
     oracle.main([*common, "--limit", "2", "--out_dir", str(tmp_path / "resumed")])
@@ -41,7 +43,7 @@ def test_a_file_keyed_by_id_is_not_resumed_by_position(tmp_path):
     table[2]["id"] = table[0]["id"]
     data = tmp_path / "table.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in table), encoding="utf-8")
-    oracle = load_script("Gradient_evaluation/calculate_oracle_v.py")
+    oracle = oracle_command
     common = ["--model", BUILTIN_POLICY, "--dataset", str(data), "--device", "cpu", "--dtype", "fp32"]
     common += ["--n_oracle", "4", "--max_new_tokens", "4", "--out_dir", str(tmp_path / "out")]
     oracle.main([*common, "--limit", "2"])

@@ -5,8 +5,9 @@ import json
 import random
 
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT
 
+from grpo_mse.commands import oracle as oracle_command
 from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.errors import UsageError
 
@@ -31,7 +32,7 @@ def test_bad_sample_flags_are_refused(flags, message):
 
 @pytest.mark.slow
 def test_sample_takes_seeded_random_rows_and_resumes_them(tmp_path):
-    oracle = load_script("Gradient_evaluation/calculate_oracle_v.py")
+    oracle = oracle_command
     common = ["--model", BUILTIN_POLICY, "--dataset", DATA, "--device", "cpu", "--dtype", "fp32", "--n_oracle", "2"]
     common += ["--max_new_tokens", "4", "--batch_size", "8", "--sample", "4"]
     oracle.main([*common, "--seed", "5", "--out_dir", str(tmp_path / "a")])

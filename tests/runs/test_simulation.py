@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import load_script
 
 from grpo_mse.analysis import simulation as sim
 from grpo_mse.analysis import theory
+from grpo_mse.commands import simulate_algorithm1 as simulate_algorithm1_command
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
 from grpo_mse.runs import simulation as run_sim
 
@@ -188,7 +188,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.mark.slow
 def test_script_end_to_end(tiny_model_dir, tmp_path):
     """Tiny sweep: CSV with the documented columns, summary JSON with CIs, best K and K*, PNG and PDF figure."""
-    simulate_algorithm1 = load_script("scripts/simulate_algorithm1.py")
+    simulate_algorithm1 = simulate_algorithm1_command
 
     advisor = tmp_path / "tracecov_test.json"
     pooled = {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0}

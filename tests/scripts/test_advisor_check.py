@@ -3,11 +3,11 @@ exactly (measured = predicted in every bootstrap row) and on records that do not
 
 import numpy as np
 import pytest
-from conftest import load_script
 
+from grpo_mse.commands import advisor_check as advisor_check_command
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
-check = load_script("scripts/advisor_check.py")
+check = advisor_check_command
 FIT, CHECK, BUDGET, T = (2, 4, 8), (16, 32), 512, 12
 
 

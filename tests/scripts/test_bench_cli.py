@@ -3,13 +3,14 @@
 import json
 
 import pytest
-from conftest import load_script
+
+from grpo_mse.commands import bench_cli as bench_cli_command
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
 
 def test_bench_cli_smoke(builtin_policy, tmp_path):
-    bench_cli = load_script("benchmarks/bench_cli.py")
+    bench_cli = bench_cli_command
     out = tmp_path / "cli.json"
     bench_cli.main(
         [
@@ -41,7 +42,7 @@ def test_bench_cli_smoke(builtin_policy, tmp_path):
 
 
 def test_relative_difference_has_an_absolute_floor():
-    bench_cli = load_script("benchmarks/bench_cli.py")
+    bench_cli = bench_cli_command
     # 0.0 against 6.8e-13 in a run whose traces are ~1e-2 is rounding: not a relative difference of 1
     assert bench_cli.max_relative_difference({"grpo": [0.0, 0.02]}, {"grpo": [6.8e-13, 0.02]}) == 0.0
     # a real difference still counts, relative to the larger value

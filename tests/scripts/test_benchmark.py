@@ -3,13 +3,14 @@
 import json
 
 import pytest
-from conftest import load_script
+
+from grpo_mse.commands import bench_engines as bench_engines_command
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
 
 def test_benchmark_smoke(builtin_policy, tmp_path):
-    bench_engines = load_script("benchmarks/bench_engines.py")
+    bench_engines = bench_engines_command
 
     out = tmp_path / "bench.json"
     bench_engines.main(

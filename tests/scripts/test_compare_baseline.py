@@ -1,8 +1,8 @@
 """scripts/compare_baseline.py: the Assumption-2 table from explain_baseline summaries."""
 
-from conftest import load_script
+from grpo_mse.commands import compare_baseline as compare_baseline_command
 
-script = load_script("scripts/compare_baseline.py")
+script = compare_baseline_command
 
 
 def _prompt(total, correct):

@@ -4,11 +4,10 @@ missing 1/K) moves a mean trace by far more than the Monte Carlo error allowed h
 
 import numpy as np
 import pytest
-from conftest import load_script
 
-from grpo_mse.analysis import theory
+from grpo_mse.analysis import heavy_tails, theory
 
-HEAVY_TAILS = load_script("scripts/coverage_heavy_tails.py")
+HEAVY_TAILS = heavy_tails
 
 
 @pytest.mark.parametrize("k", [2, 4])

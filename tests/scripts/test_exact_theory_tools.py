@@ -7,11 +7,13 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT
 
 from grpo_mse import cli
 from grpo_mse.analysis import estimator_table as table
 from grpo_mse.analysis import one_token, theory
+from grpo_mse.commands import exact_theory as exact_theory_command
+from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
 from grpo_mse.gradients.estimators import ALL, UNBIASED
 from grpo_mse.tables.inputs import load_rows
@@ -24,7 +26,7 @@ ORACLE_FIELDS = {"id", "prompt", "ground_truth", "V_oracle", "n_oracle", "correc
 @pytest.fixture(scope="module")
 def exact_outputs(tmp_path_factory, builtin_policy):
     out = tmp_path_factory.mktemp("theory")
-    load_script("scripts/exact_theory.py").main(
+    exact_theory_command.main(
         [
             "--model",
             BUILTIN_POLICY,
@@ -80,7 +82,7 @@ def test_theory_json_is_consistent(exact_outputs):
 
 
 def test_exact_theory_errors(tmp_path, builtin_policy):
-    script = load_script("scripts/exact_theory.py")
+    script = exact_theory_command
     with pytest.raises(SystemExit) as stop:  # a bound of the flag: argparse's one line, exit 2
         script.main(["--dataset", "x.jsonl", "--T", "0"])
     assert stop.value.code == 2
@@ -226,7 +228,7 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
     draw_mse_panel(ax, run, theory=overlay)
     assert sum(line.get_linestyle() == "--" for line in ax.get_lines()) == 2
     plt.close(fig)
-    make_figures = load_script("plots/make_figures.py")
+    make_figures = make_figures_command
     make_figures.main(
         ["--tracecov", str(run_path), "--theory", str(theory_path), "--out_dir", str(tmp_path), "--name", "overlay"]
     )

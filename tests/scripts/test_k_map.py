@@ -1,8 +1,8 @@
 """scripts/k_map.py: one row per setting from the runs' advisor, and the widest pair with separated intervals."""
 
-from conftest import load_script
+from grpo_mse.commands import k_map as k_map_command
 
-script = load_script("scripts/k_map.py")
+script = k_map_command
 
 
 def _row(name, k, low, high):

@@ -1,15 +1,19 @@
-"""scripts/power_analysis.py: the power formula against simulated experiments, the normal approximation at large
-n, the relative errors, the calibration and the contrast on known inputs, and its refusals."""
+"""grpo_mse.analysis.validation_power (scripts/power_analysis.py): the power formula against simulated experiments,
+the normal approximation at large n, the relative errors, the calibration and the contrast on known inputs, and
+its refusals."""
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from conftest import load_script
+from conftest import ROOT
 from scipy import stats
 
-power = load_script("scripts/power_analysis.py")
+from grpo_mse.analysis import validation_power as power
 
 
 @pytest.mark.parametrize("effect, sigma, alpha", [(0.012, 0.016, 0.025), (0.02, 0.014, 0.05)])
@@ -77,14 +81,17 @@ def test_best_contrast_and_separated_pairs_on_known_settings():
     assert power.separated_pairs([flat, overlapping]) == []
 
 
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "power.json"
-    with pytest.raises(SystemExit) as stop:
-        power.cli.run(lambda: power.main(["--k_map", str(tmp_path / "missing.json"), "--out", str(out)]))
-    assert stop.value.code == 2 and not out.exists()
+
+    def power_analysis(*args):
+        script = os.path.join(ROOT, "scripts", "power_analysis.py")
+        return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True)
+
+    stop = power_analysis("--k_map", str(tmp_path / "missing.json"), "--out", str(out))
+    assert stop.returncode == 2 and not out.exists()
     k_map = tmp_path / "k_map.json"
     k_map.write_text(json.dumps({"settings": [{"setting": "a", "c1": 1.0, "c2": -1.0, "c3": 2.0}] * 2}))
-    with pytest.raises(SystemExit) as stop:
-        power.cli.run(lambda: power.main(["--k_map", str(k_map), "--out", str(out)]))
-    assert stop.value.code == 2 and not out.exists()
-    assert "c1, c2, c3 must be positive" in capsys.readouterr().err
+    stop = power_analysis("--k_map", str(k_map), "--out", str(out))
+    assert stop.returncode == 2 and not out.exists()
+    assert "c1, c2, c3 must be positive" in stop.stderr

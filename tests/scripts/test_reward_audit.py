@@ -5,9 +5,12 @@ hand count on constructed labels."""
 import json
 
 import pytest
-from conftest import BUILTIN_POLICY, ROOT, load_script
+from conftest import BUILTIN_POLICY, ROOT
 
-AUDIT = load_script("scripts/reward_audit.py")
+from grpo_mse.commands import oracle as oracle_command
+from grpo_mse.commands import reward_audit as reward_audit_command
+
+AUDIT = reward_audit_command
 DATA = f"{ROOT}/data/arithmetic_zero_shot.jsonl"
 
 
@@ -18,7 +21,7 @@ def sample(id_, j, text, gold, **rules):
 
 @pytest.mark.slow
 def test_the_audit_draws_the_oracles_samples(tmp_path):
-    oracle = load_script("Gradient_evaluation/calculate_oracle_v.py")
+    oracle = oracle_command
     common = ["--model", BUILTIN_POLICY, "--dataset", DATA, "--seed", "3", "--max_new_tokens", "6"]
     oracle.main(
         [*common, "--device", "cpu", "--dtype", "fp32", "--n_oracle", "8", "--limit", "5", "--out_dir"]

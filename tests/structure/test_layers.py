@@ -32,6 +32,7 @@ LEVELS = {
     "runs": 5,
     "training": 6,
     "figures": 7,
+    "commands": 8,
 }
 MATHS = ("gradients", "analysis", "policy", "tables", "rewards")
 COMMAND_LINE = ("cli", "flags", "config")  # what the maths rooms must not import

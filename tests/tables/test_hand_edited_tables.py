@@ -11,12 +11,14 @@ import tempfile
 from unittest import mock
 
 import one_line_checks as checks
-from conftest import bounded, load_script
+from conftest import bounded
 from gold_strategies import MALFORMED, WHOLE, golds
 from hypothesis import given
 from hypothesis import strategies as st
 
-TRACECOV = load_script("Gradient_evaluation/run_tracecov.py")
+from grpo_mse.commands import tracecov as tracecov_command
+
+TRACECOV = tracecov_command
 no_tracked_change = checks.no_tracked_change  # the autouse fixture: this module changes no tracked file
 
 

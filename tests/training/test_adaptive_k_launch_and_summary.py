@@ -85,14 +85,17 @@ def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
     import numpy as np
     from scipy import stats
 
-    from grpo_mse.figures import k_validation as kv
+    from grpo_mse.analysis import k_validation as kv
+    from grpo_mse.training.runs_table import adaptive_k, run_means
 
     rng = np.random.default_rng(0)
     fixed = {(k, s): [0.05, *(0.1 + 0.01 * (k == 8) + rng.normal(0, 0.01, 2))] for k in (2, 4, 8) for s in range(5)}
     ours = {(4, s): [0.05, *(0.12 + rng.normal(0, 0.01, 2))] for s in range(5)}
     choices = {(s, 0): (2 if s == 0 else 8, 6.5 if s else None) for s in range(5)}
     choices.update({(s, 3): (8, 7.0) for s in range(5)})
-    summary = kv.adaptive_summary(collected(ours, choices), collected(fixed), METRIC, "x")
+    adaptive = collected(ours, choices)
+    runs, sweep = run_means(adaptive, METRIC), run_means(collected(fixed), METRIC)
+    summary = kv.adaptive_summary(runs, sweep, adaptive_k(adaptive), METRIC, "x")
     per_run = {s: np.mean(v[1:]) for (_, s), v in ours.items()}
     a = np.array([per_run[s] for s in range(5)])
     assert summary["adaptive"]["mean"] == pytest.approx(a.mean())
@@ -119,7 +122,7 @@ def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
 
     collected(ours, choices).to_csv(tmp_path / "adaptive.csv", index=False)
     collected(fixed).to_csv(tmp_path / "sweep.csv", index=False)
-    cli = [sys.executable, "-m", "grpo_mse.figures.k_validation", "adaptive"]
+    cli = [sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / "k_validation.py"), "adaptive"]
     done = subprocess.run(
         [*cli, "adaptive.csv", "sweep.csv", "--name", "x", "--out_dir", "out"],
         cwd=tmp_path,

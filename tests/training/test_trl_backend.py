@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BUILTIN_POLICY, load_script
+from conftest import BUILTIN_POLICY
 
+from grpo_mse.commands import collect_runs as collect_runs_command
 from grpo_mse.training.data import arithmetic_splits, write_splits
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
@@ -73,7 +74,7 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     assert len(wandb_runs) == 1 and list(wandb_runs[0].glob("*.wandb"))
 
     csv = tmp_path / "runs.csv"
-    load_script("Policy_Optimization/collect_runs.py").main([str(wandb_runs[0]), "--out", str(csv)])
+    collect_runs_command.main([str(wandb_runs[0]), "--out", str(csv)])
     import pandas as pd
 
     frame = pd.read_csv(csv)
@@ -85,7 +86,7 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     ]
     both = tmp_path / "both.csv"  # the console log and the wandb record of one run are one run (was "2 runs")
     with pytest.warns(UserWarning, match="K 8 in the name, 4 recorded; seed 5 in the name, 1 recorded"):
-        load_script("Policy_Optimization/collect_runs.py").main([str(tmp_path / "base"), "--out", str(both)])
+        collect_runs_command.main([str(tmp_path / "base"), "--out", str(both)])
     assert pd.read_csv(both).equals(frame)
 
     from grpo_mse.figures.training import main_training, parse_args

@@ -18,7 +18,7 @@ done
 for s in "${settings[@]}"; do
   [[ $s =~ $PATTERN ]]
   model=assets/${BASH_REMATCH[1]}_policy; kinds=${BASH_REMATCH[2]}; t=${BASH_REMATCH[4]:-1.0}; out=$W/advisor_$s
-  [[ -d $W/data_$kinds ]] || $PY -m grpo_mse.figures.k_validation subset $W/data_all $W/data_$kinds --kinds $kinds --n_test 200
+  [[ -d $W/data_$kinds ]] || $PY scripts/k_validation.py subset $W/data_all $W/data_$kinds --kinds $kinds --n_test 200
   mkdir -p $out
   start=$(date +%s)
   ls $out/oracle_v_n*.jsonl >/dev/null 2>&1 || $PY Gradient_evaluation/calculate_oracle_v.py --model $model --dataset $W/data_$kinds/test.parquet \

@@ -1,0 +1,263 @@
+"""The group-size advisor's budgeted error model (Theorem 7). At a budget of N = B K sequences per step (B
+prompts, one group of K each) the GRPO gradient's error is exactly
+
+    E||g_hat - grad J||^2 = (K/N) (c1 + E_X MSE_GRPO(X, K)) = c1 K/N + c2/N + c3/(N (K - 1)),
+
+- c1 = E_X ||g(X) - E g||^2,  c2 = E_X sigma_O^2(X) = E_X K tr Cov_oracle,
+- c3 = 2 E_X tr Var zeta_2(X) = E_X K (K - 1) (tr Cov_GRPO - tr Cov_oracle),
+
+minimised over real K at K* = 1 + sqrt(c3/c1) (``k_star``). The paper's formula sqrt(c3/c1) (``paper_k_star``)
+minimises c1 K/N + c3/(N K), which lies below the exact error; it is reported under that name only. In
+practice K is restricted (powers of two dividing N, or a user list): ``best_allowed_k`` is the argmin there.
+Also here: the recommendation text, whether saved advice identifies a K (``status``), and the JSON codec of
+saved numbers ("inf", null).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from grpo_mse.errors import InputError
+from grpo_mse.tables.validate import whole
+
+
+def exact_error(c1: float, c2: float, c3: float, k, budget: float):
+    """c1 K/N + c2/N + c3/(N (K - 1)) (vectorised in K; K > 1)."""
+    k = np.asarray(k, dtype=np.float64)
+    return (c1 * k + c2 + c3 / (k - 1)) / budget
+
+
+def paper_bound(c1: float, c2: float, c3: float, k, budget: float):
+    """The paper's c1 K/N + c2/N + c3/(N K): below ``exact_error`` by c3/(N K (K - 1))."""
+    k = np.asarray(k, dtype=np.float64)
+    return (c1 * k + c2 + c3 / k) / budget
+
+
+def paper_k_star(c1, c3):
+    """The paper's K* = sqrt(c3/c1) (nan unless both are positive; vectorised)."""
+    c1, c3 = np.asarray(c1, dtype=np.float64), np.asarray(c3, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((c1 > 0) & (c3 > 0), np.sqrt(np.abs(c3 / c1)), np.nan)
+
+
+def k_star(c1, c3):
+    """The exact minimiser 1 + sqrt(c3/c1) of c1 K + c3/(K - 1) over K > 1: inf when c1 <= 0 < c3 (error falls
+    with K), 1 when c3 <= 0 < c1 (rises with K), nan when both are <= 0 (vectorised)."""
+    c1, c3 = np.asarray(c1, dtype=np.float64), np.asarray(c3, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.where((c1 > 0) & (c3 > 0), 1 + np.sqrt(np.abs(c3 / c1)), np.nan)
+    value = np.where((c1 <= 0) & (c3 > 0), np.inf, value)
+    return np.where((c3 <= 0) & (c1 > 0), 1.0, value)
+
+
+def allowed_group_sizes(budget: int, allowed=None) -> list[int]:
+    """``allowed`` (sorted), or the powers of two 2, 4, ... that divide ``budget``. InputError (one line) unless
+    ``budget`` is a whole number >= 2 and every allowed K is a whole number >= 2 that divides it (B = N/K prompts)."""
+    if whole(budget) is None or budget < 2:
+        raise InputError(f"the advisor's budget must be a whole number of sequences >= 2 (got {budget!r})")
+    if allowed is None or (hasattr(allowed, "__len__") and len(allowed) == 0):
+        return [2**j for j in range(1, int(math.log2(budget)) + 1) if budget % 2**j == 0]
+    ks = [whole(k) for k in allowed]
+    bad = [k for k, w in zip(allowed, ks) if w is None or w < 2 or budget % w]
+    if bad:
+        raise InputError(
+            f"allowed K {bad} do not fit the budget {budget}: each K must be a whole number >= 2 that divides it"
+        )
+    return sorted(set(ks))
+
+
+def clipped(c) -> np.ndarray:
+    """max(c, 0): c1 (a variance) and c3 (2 E tr Var zeta_2) are >= 0, so a negative estimate means "about 0"."""
+    return np.maximum(np.asarray(c, dtype=np.float64), 0.0)
+
+
+TIE = 1e-12  # relative gap below which two allowed K are a tie
+
+
+def best_allowed_k(c1, c3, allowed) -> np.ndarray:
+    """argmin over K in ``allowed`` of c1 K + c3/(K - 1) with c1, c3 clipped at 0 (the exact error up to c2 and
+    1/N; vectorised); nan where c1 or c3 is nan or where the smallest value is shared by several K (a tie, e.g.
+    c1 = c3 = 0 when every V is 0 or 1: no argmin of equal values)."""
+    ks = np.asarray(allowed, dtype=np.float64)
+    c1, c3 = clipped(np.atleast_1d(c1)), clipped(np.atleast_1d(c3))
+    with np.errstate(invalid="ignore"):
+        scores = c1[:, None] * ks[None, :] + c3[:, None] / (ks[None, :] - 1)
+    scores = np.where(np.isnan(scores), np.inf, scores)
+    low = scores.min(1, keepdims=True)
+    ties = (scores <= low + TIE * np.abs(low)).sum(1)
+    best = ks[np.argmin(scores, axis=1)]
+    return np.where(np.isnan(c1) | np.isnan(c3) | (ties > 1), np.nan, best)
+
+
+def relative_errors(c1, c2, c3, allowed, budget: float) -> np.ndarray:
+    """[R, n_allowed] exact error at each allowed K (c1, c3 clipped at 0) over its smallest value; nan where
+    that smallest value is not positive (no relative error against 0 or a negative number)."""
+    errors = np.stack(
+        [exact_error(clipped(c1), np.asarray(c2, dtype=np.float64), clipped(c3), k, budget) for k in allowed], axis=-1
+    )
+    low = errors.min(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(low > 0, errors / np.where(low > 0, low, 1.0), np.nan)
+
+
+def _span(ks: list[int], allowed: list[int]) -> str:
+    """ "any K >= 4", "any K <= 8", "K in [4, 8, 16]" or "every allowed K" for the set ``ks`` of allowed K."""
+    if ks == allowed:
+        return "every allowed K"
+    if len(ks) == 1:
+        return f"only K = {ks[0]}"
+    start, stop = allowed.index(ks[0]), allowed.index(ks[-1])
+    if allowed[start : stop + 1] == ks and stop == len(allowed) - 1:
+        return f"any K >= {ks[0]}"
+    if allowed[start : stop + 1] == ks and start == 0:
+        return f"any K <= {ks[-1]}"
+    return f"K in {ks}"
+
+
+def recommendation(
+    c1: float, c2: float, c3: float, ci_c1, ci_c3, allowed: list[int], budget: float, tolerance: float = 0.10
+) -> dict:
+    """What the data support about K, never more.
+
+    ``identified`` only when c1 > 0 and c3 > 0 and neither 95% interval reaches 0 (then K_best is the unique
+    argmin, or ``ties`` lists the allowed K sharing the minimum). Otherwise ``lean`` says which way the point
+    estimates point (larger K when c1 is about 0, smaller when c3 is), K_best is None, and ``near_best_K`` lists
+    the allowed K whose exact error (c1, c3 clipped at 0) is within ``tolerance`` of the smallest, e.g. "any K
+    >= 4 within 10%"; the relative errors need a positive smallest error (c2 or the clipped c1, c3 > 0)."""
+    values = [c1, c2, c3]
+    if any(v is None or not np.isfinite(v) for v in values):
+        return {
+            "identified": False,
+            "K_best": None,
+            "ties": [],
+            "near_best_K": [],
+            "lean": "undefined",
+            "message": "best K not identified: c1, c2 or c3 is undefined or infinite",
+        }
+    relative = relative_errors(c1, c2, c3, allowed, budget)
+    near = [k for k, r in zip(allowed, relative) if np.isfinite(r) and r <= 1 + tolerance]
+    scores = clipped(c1) * np.asarray(allowed, dtype=np.float64) + clipped(c3) / (np.asarray(allowed) - 1.0)
+    tied = [k for k, v in zip(allowed, scores) if v <= scores.min() + TIE * abs(scores.min())]
+    reaches_zero = {  # unless the lower end is a number > 0 (not null, nan or a string)
+        name: not (c > 0 and interval_of(ci) is not None and interval_of(ci)[0] > 0)
+        for name, c, ci in (("c1", c1, ci_c1), ("c3", c3, ci_c3))
+    }
+    if c1 <= 0 and c3 <= 0:
+        lean = "none (c1 and c3 both <= 0: K does not change the error detectably)"
+    elif c1 <= 0:
+        lean = "larger K (c1 <= 0: the error falls with K)"
+    elif c3 <= 0:
+        lean = "smaller K (c3 <= 0: the error rises with K)"
+    elif reaches_zero["c1"] and reaches_zero["c3"]:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}, but both c1 and c3 may be 0"
+    elif reaches_zero["c1"]:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}, but c1 may be 0 (then larger K is better)"
+    elif reaches_zero["c3"]:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}, but c3 may be 0 (then smaller K is better)"
+    else:
+        lean = f"K near {1 + math.sqrt(c3 / c1):.3g}"
+    identified = not (reaches_zero["c1"] or reaches_zero["c3"])
+    best = tied[0] if identified and len(tied) == 1 else None
+    within = (
+        f"{_span(near, allowed)} within {tolerance:.0%} of the smallest error"
+        if near
+        else "no relative error (the smallest error is not positive)"
+    )
+    if best is not None:
+        message = f"best K = {best}; {within}"
+    elif identified:
+        message = f"tie: K in {tied} give the same error; {within}"
+    else:
+        message = f"best K not identified (an interval of c1 or c3 reaches 0); data lean to {lean}; {within}"
+    return {
+        "identified": identified,
+        "K_best": best,
+        "ties": tied if len(tied) > 1 else [],
+        "near_best_K": near,
+        "tolerance": tolerance,
+        "lean": lean,
+        "message": message,
+    }
+
+
+def json_value(value):
+    """+inf -> "inf", -inf -> "-inf" (a bound that is infinite), nan -> None ("undefined"), recursively."""
+    if isinstance(value, dict):
+        return {key: json_value(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return float(value)
+    return value
+
+
+def number(value) -> float:
+    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf; None, other text, bools and other types
+    -> nan (undefined)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, np.integer, np.floating)):
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
+
+
+def interval_of(ci) -> list[float] | None:
+    """A saved 95% interval as two floats ("inf" -> inf); None when absent or malformed (not two numbers, an end
+    undefined, low > high, or an infinite end on the wrong side)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    low, high = (number(v) for v in ci)
+    return [low, high] if low <= high and low < math.inf and high > -math.inf else None
+
+
+def rounded(value, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures ('-' for None / nan, 'inf' for +infinity or "inf")."""
+    value = number(value)
+    if math.isnan(value):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def status(constants: dict, ci: dict, allowed, budget) -> dict:
+    """What a consumer of saved advice may state, recomputed from the pooled constants and their intervals
+    (``recommendation``; saved "inf", null, strings and missing values become undefined): {"identified",
+    "K_star_exact" (1 + sqrt(c3/c1), None unless identified), "K_best" (None unless identified and unique),
+    "message"}. Never a K from constants that are undefined, infinite or <= 0."""
+    values = []
+    for name in ("c1", "c2", "c3"):
+        try:
+            values.append(number(constants.get(name)))
+        except (TypeError, ValueError):
+            values.append(math.nan)
+    try:
+        ks = allowed_group_sizes(int(number(budget)), allowed)
+    except (InputError, TypeError, ValueError, OverflowError):
+        ks = []
+    if not ks:
+        return {
+            "identified": False,
+            "K_star_exact": None,
+            "K_best": None,
+            "message": "best K not identified: the advice names no allowed K that fits its budget",
+        }
+    advice = recommendation(*values, interval_of(ci.get("c1")), interval_of(ci.get("c3")), ks, number(budget))
+    c1, _, c3 = values
+    star = 1 + math.sqrt(c3 / c1) if advice["identified"] else None
+    return {
+        "identified": advice["identified"],
+        "K_star_exact": star,
+        "K_best": advice["K_best"],
+        "message": advice["message"],
+    }
+
+
+def advice_status(advice: dict) -> dict:
+    """``status`` of a saved ``group_size_advisor`` entry."""
+    return status(advice.get("pooled") or {}, advice.get("ci95") or {}, advice.get("allowed_K"), advice.get("budget"))
