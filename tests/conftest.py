@@ -87,3 +87,14 @@ def builtin_policy():
     from grpo_mse.policy.loading import load_policy
 
     return load_policy(BUILTIN_POLICY, "cpu", "fp32")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The full user sweep (tests/acceptance) runs only when asked for with `-m acceptance`: its training cases
+    take most of its time. (Here, not in a conftest of its own: the tests import this module as `conftest`.)"""
+    if "acceptance" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="part of the full user sweep: run it with -m acceptance")
+    for item in items:
+        if "sweep_full" in item.keywords:
+            item.add_marker(skip)
