@@ -1,4 +1,4 @@
-"""The heavy-tail study's simulated traces (scripts/coverage_heavy_tails.py, weights from the estimator registry)
+"""The heavy-tail study's simulated traces (grpo_mse.analysis.heavy_tails, weights from the estimator registry)
 against the exact MSEs of analysis.theory: a plausible slip in the weights (GRPO's K-1, the oracle's V, a
 missing 1/K) moves a mean trace by far more than the Monte Carlo error allowed here."""
 
