@@ -139,6 +139,15 @@ class WelfordTrace:
         return sum(t.numel() * t.element_size() for t in self.running_mean + self.m2)
 
 
+def _ends(tensors: list[torch.Tensor]) -> list[int]:
+    """Each tensor's end offset in a flat concatenation of ``tensors``."""
+    ends, offset = [], 0
+    for t in tensors:
+        offset += t.numel()
+        ends.append(offset)
+    return ends
+
+
 class BufferPool:
     """Flat tensors handed back by finished running sums (``SumTrace.release``), handed out again to new ones: a
     run's prompts reuse the same model-sized buffers instead of allocating (page-faulting) fresh ones each time."""
@@ -250,6 +259,12 @@ class SumTrace:
         return self.m2 / (self.count - 1)
 
     def mean(self) -> list[torch.Tensor]:
+        """T / n as new tensors; with a pool, views of one flat tensor taken from it (the same values)."""
+        if self.flat is not None:
+            flat = torch.div(
+                self.flat, self.count, out=self.pool.take(self.flat.numel(), self.flat.dtype, self.flat.device)
+            )
+            return [flat[offset - t.numel() : offset].view(t.shape) for t, offset in zip(self.sums, _ends(self.sums))]
         return [t / self.count for t in self.total]
 
     def nbytes(self) -> int:
@@ -311,9 +326,10 @@ class BetweenPromptBatch:
     ``host_bytes`` in host memory go to files ``{spill}.{j}.bin`` instead (exact copies, memory-mapped back and
     removed by ``result``), so the Gram matrix, computed in float64 by ``gram64``, is bit-identical."""
 
-    def __init__(self, spill: str | None = None, host_bytes: int = C1_HOST_BYTES):
+    def __init__(self, spill: str | None = None, host_bytes: int = C1_HOST_BYTES, pool: BufferPool | None = None):
         self.means, self.within, self.prompt_indices = [], [], []
         self.spill, self.host_bytes, self.kept_bytes, self.files = spill, host_bytes, 0, []
+        self.pool, self.pooled = pool, []  # owned means that are views of a flat pool tensor: given back by discard
 
     def add(
         self,
@@ -332,6 +348,9 @@ class BetweenPromptBatch:
         else:
             self.kept_bytes += size
             self.means.append([t.detach().to("cpu", copy=not owned) for t in mean_gradient])
+            base = mean_gradient[0]._base if owned and mean_gradient else None
+            if self.pool is not None and base is not None and base.numel() == sum(t.numel() for t in mean_gradient):
+                self.pooled.append(base)  # a SumTrace.mean() from the pool
         self.within.append(trace_of_group_estimate / m)
         self.prompt_indices.append(len(self.means) - 1 if prompt_index is None else prompt_index)
 
@@ -355,8 +374,11 @@ class BetweenPromptBatch:
         }
 
     def discard(self) -> None:
-        """Drop the mean gradients and remove their files."""
+        """Drop the mean gradients (pooled ones go back to the pool) and remove their files."""
         self.means, self.kept_bytes = [], 0
+        for flat in self.pooled:
+            self.pool.give(flat)
+        self.pooled = []
         for path in self.files:
             if os.path.exists(path):
                 os.remove(path)

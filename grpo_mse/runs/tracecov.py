@@ -414,7 +414,7 @@ class TracecovRun:
         copies = config.c1_copies
         # mean gradients beyond C1_HOST_BYTES (shared by the batches) go to files in the run folder
         spills = [f"{self.base}.{label}.rank{self.rank}" if self.base else None for label in C1_FILES[:copies]]
-        batches = [BetweenPromptBatch(spill, C1_HOST_BYTES // copies) for spill in spills] if need_c1 else []
+        batches = [BetweenPromptBatch(spill, C1_HOST_BYTES // copies, self.pool) for spill in spills] if need_c1 else []
         todo = [index for index in indices if batches or (k, index) not in self.done]
         # the batch's prompts are sampled together (up to --gen_bs sequences a decode batch, across prompts)
         drawn = self.sampler.draw_all([(self.rows[i], self.stream(i, k)) for i in todo], config.M * k)

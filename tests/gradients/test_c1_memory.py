@@ -201,3 +201,20 @@ def test_an_owned_mean_gradient_is_kept_without_a_copy_and_gives_the_same_record
     kept = owned.means[0]
     assert all(torch.equal(k, v) for k, v in zip(kept, vectors[0]))
     assert owned.result() == copied.result()
+
+
+def test_pooled_means_go_back_to_the_pool_when_the_batch_ends():
+    from grpo_mse.gradients.statistics import BufferPool, SumTrace
+
+    pool, vectors = BufferPool(), _vectors(3)
+    pooled, plain = BetweenPromptBatch(pool=pool), BetweenPromptBatch()
+    for i, vector in enumerate(vectors):
+        stats = SumTrace(vector, pool)
+        stats.update(vector)
+        stats.update([2 * t for t in vector])
+        pooled.add(stats.mean(), 0.1 * i, 3, owned=True)
+        plain.add(stats.mean(), 0.1 * i, 3)
+        stats.release()
+    assert len(pooled.pooled) == 3
+    assert pooled.result() == plain.result()  # result() discards: the three means' buffers return to the pool
+    assert sum(map(len, pool.free.values())) == 4 and not pooled.pooled  # 3 means + 1 reused running-sum buffer
