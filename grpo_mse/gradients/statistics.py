@@ -192,6 +192,12 @@ class SumTrace:
             offset += p.numel()
         return views
 
+    def hand_over(self) -> list[torch.Tensor]:
+        """T itself, for a new owner (a c1 batch, which gives its flat buffer back to the pool); T is gone here."""
+        sums = self.sums
+        self.sums, self.flat = None, None
+        return sums
+
     def release(self) -> None:
         """Hand T's buffer back to the pool; T is gone (the scalars count and m2 stay)."""
         if self.flat is not None:
@@ -330,6 +336,7 @@ class BetweenPromptBatch:
         self.means, self.within, self.prompt_indices = [], [], []
         self.spill, self.host_bytes, self.kept_bytes, self.files = spill, host_bytes, 0, []
         self.pool, self.pooled = pool, []  # owned means that are views of a flat pool tensor: given back by discard
+        self.scales = []  # mean gradient i is scales[i] x means[i]
 
     def add(
         self,
@@ -338,9 +345,12 @@ class BetweenPromptBatch:
         m: int,
         prompt_index: int | None = None,
         owned: bool = False,
+        scale: float = 1.0,
     ) -> None:
-        """Hold one prompt's mean gradient: a copy, or with ``owned`` (a tensor list nothing else writes to, such
-        as a fresh ``SumTrace.mean()``) the CPU tensors themselves (no second model-sized copy)."""
+        """Hold one prompt's mean gradient, ``scale`` times ``mean_gradient`` (``result`` scales its Gram entries):
+        a copy, or with ``owned`` (a tensor list nothing else writes to, such as a fresh ``SumTrace.mean()``) the
+        CPU tensors themselves (no second model-sized copy)."""
+        self.scales.append(float(scale))
         size = sum(t.numel() * t.element_size() for t in mean_gradient)
         if self.spill is not None and self.kept_bytes + size > self.host_bytes:
             self.files.append(f"{self.spill}.{len(self.means)}.bin")
@@ -359,6 +369,9 @@ class BetweenPromptBatch:
 
         between = sum_i ||g_i - mean g||^2 / (n - 1); c1 = between - mean(tr_oracle / M)."""
         gram = gram64(self.means).cpu().numpy()
+        if any(scale != 1.0 for scale in self.scales):
+            scales = np.array(self.scales)
+            gram = gram * np.outer(scales, scales)
         self.discard()
         n = len(gram)
         between = float(np.trace(gram) - gram.sum() / n) / (n - 1)
@@ -375,7 +388,7 @@ class BetweenPromptBatch:
 
     def discard(self) -> None:
         """Drop the mean gradients (pooled ones go back to the pool) and remove their files."""
-        self.means, self.kept_bytes = [], 0
+        self.means, self.kept_bytes, self.scales = [], 0, []
         for flat in self.pooled:
             self.pool.give(flat)
         self.pooled = []
