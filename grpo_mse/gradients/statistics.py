@@ -139,6 +139,15 @@ class WelfordTrace:
         return sum(t.numel() * t.element_size() for t in self.running_mean + self.m2)
 
 
+def _ends(tensors: list[torch.Tensor]) -> list[int]:
+    """Each tensor's end offset in a flat concatenation of ``tensors``."""
+    ends, offset = [], 0
+    for t in tensors:
+        offset += t.numel()
+        ends.append(offset)
+    return ends
+
+
 class BufferPool:
     """Flat tensors handed back by finished running sums (``SumTrace.release``), handed out again to new ones: a
     run's prompts reuse the same model-sized buffers instead of allocating (page-faulting) fresh ones each time."""
@@ -182,6 +191,12 @@ class SumTrace:
             views.append(self.flat[offset : offset + p.numel()].view(p.shape))
             offset += p.numel()
         return views
+
+    def hand_over(self) -> list[torch.Tensor]:
+        """T itself, for a new owner (a c1 batch, which gives its flat buffer back to the pool); T is gone here."""
+        sums = self.sums
+        self.sums, self.flat = None, None
+        return sums
 
     def release(self) -> None:
         """Hand T's buffer back to the pool; T is gone (the scalars count and m2 stay)."""
@@ -250,6 +265,12 @@ class SumTrace:
         return self.m2 / (self.count - 1)
 
     def mean(self) -> list[torch.Tensor]:
+        """T / n as new tensors; with a pool, views of one flat tensor taken from it (the same values)."""
+        if self.flat is not None:
+            flat = torch.div(
+                self.flat, self.count, out=self.pool.take(self.flat.numel(), self.flat.dtype, self.flat.device)
+            )
+            return [flat[offset - t.numel() : offset].view(t.shape) for t, offset in zip(self.sums, _ends(self.sums))]
         return [t / self.count for t in self.total]
 
     def nbytes(self) -> int:
@@ -311,9 +332,11 @@ class BetweenPromptBatch:
     ``host_bytes`` in host memory go to files ``{spill}.{j}.bin`` instead (exact copies, memory-mapped back and
     removed by ``result``), so the Gram matrix, computed in float64 by ``gram64``, is bit-identical."""
 
-    def __init__(self, spill: str | None = None, host_bytes: int = C1_HOST_BYTES):
+    def __init__(self, spill: str | None = None, host_bytes: int = C1_HOST_BYTES, pool: BufferPool | None = None):
         self.means, self.within, self.prompt_indices = [], [], []
         self.spill, self.host_bytes, self.kept_bytes, self.files = spill, host_bytes, 0, []
+        self.pool, self.pooled = pool, []  # owned means that are views of a flat pool tensor: given back by discard
+        self.scales = []  # mean gradient i is scales[i] x means[i]
 
     def add(
         self,
@@ -322,9 +345,12 @@ class BetweenPromptBatch:
         m: int,
         prompt_index: int | None = None,
         owned: bool = False,
+        scale: float = 1.0,
     ) -> None:
-        """Hold one prompt's mean gradient: a copy, or with ``owned`` (a tensor list nothing else writes to, such
-        as a fresh ``SumTrace.mean()``) the CPU tensors themselves (no second model-sized copy)."""
+        """Hold one prompt's mean gradient, ``scale`` times ``mean_gradient`` (``result`` scales its Gram entries):
+        a copy, or with ``owned`` (a tensor list nothing else writes to, such as a fresh ``SumTrace.mean()``) the
+        CPU tensors themselves (no second model-sized copy)."""
+        self.scales.append(float(scale))
         size = sum(t.numel() * t.element_size() for t in mean_gradient)
         if self.spill is not None and self.kept_bytes + size > self.host_bytes:
             self.files.append(f"{self.spill}.{len(self.means)}.bin")
@@ -332,6 +358,9 @@ class BetweenPromptBatch:
         else:
             self.kept_bytes += size
             self.means.append([t.detach().to("cpu", copy=not owned) for t in mean_gradient])
+            base = mean_gradient[0]._base if owned and mean_gradient else None
+            if self.pool is not None and base is not None and base.numel() == sum(t.numel() for t in mean_gradient):
+                self.pooled.append(base)  # a SumTrace.mean() from the pool
         self.within.append(trace_of_group_estimate / m)
         self.prompt_indices.append(len(self.means) - 1 if prompt_index is None else prompt_index)
 
@@ -340,6 +369,9 @@ class BetweenPromptBatch:
 
         between = sum_i ||g_i - mean g||^2 / (n - 1); c1 = between - mean(tr_oracle / M)."""
         gram = gram64(self.means).cpu().numpy()
+        if any(scale != 1.0 for scale in self.scales):
+            scales = np.array(self.scales)
+            gram = gram * np.outer(scales, scales)
         self.discard()
         n = len(gram)
         between = float(np.trace(gram) - gram.sum() / n) / (n - 1)
@@ -355,8 +387,11 @@ class BetweenPromptBatch:
         }
 
     def discard(self) -> None:
-        """Drop the mean gradients and remove their files."""
-        self.means, self.kept_bytes = [], 0
+        """Drop the mean gradients (pooled ones go back to the pool) and remove their files."""
+        self.means, self.kept_bytes, self.scales = [], 0, []
+        for flat in self.pooled:
+            self.pool.give(flat)
+        self.pooled = []
         for path in self.files:
             if os.path.exists(path):
                 os.remove(path)

@@ -18,11 +18,12 @@ from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
+from grpo_mse.gradients import engine
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
-from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, BufferPool, c1_memory
+from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, BufferPool, SumTrace, c1_memory
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
@@ -129,14 +130,27 @@ C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, st
 C1_GRAMS = (est.GRPO_STD, measured_curve.BIAS_GRAM)  # estimator_grams keys of the second and third copies
 
 
-def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, float]]:
-    """(mean gradient over the M groups, trace of one group's estimate) for c1 and the measured curve: the
-    oracle's; std-GRPO's (when traced); and x_std - x_oracle / sqrt(V (1 - V)), whose mean estimates std-GRPO's
-    bias against its own target g / sqrt(V (1 - V)) (for a prompt with V_hat 0 or 1 the target is 0: x_std)."""
-    out = [(stats.accumulators[ORACLE].mean(), record.tr_cov[ORACLE])]
+def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, float, float]]:
+    """(vector, trace of one group's estimate, scale) for c1 and the measured curve, the vector times the scale
+    being the mean gradient over the M groups: the oracle's; std-GRPO's (when traced); and x_std - x_oracle /
+    sqrt(V (1 - V)), whose mean estimates std-GRPO's bias against its own target g / sqrt(V (1 - V)) (for a
+    prompt with V_hat 0 or 1 the target is 0: x_std).
+
+    A pooled model-sized running sum (>= PARTIAL_GRAM_MIN coordinates) used once here is handed over as it is,
+    T with scale 1 / n (its Gram entries are scaled instead of computing T / n: one model-sized pass less per
+    vector); otherwise the vector is the mean and the scale 1 (the built-in policies' results keep their bits)."""
+    pairs = [(stats.accumulators[ORACLE], record.tr_cov[ORACLE])]
     if est.GRPO_STD in stats.accumulators:
         own = stats.accumulators.get(OWN, stats.accumulators[est.GRPO_STD])
-        out += [(stats.accumulators[est.GRPO_STD].mean(), record.tr_cov[est.GRPO_STD]), (own.mean(), own.trace())]
+        pairs += [(stats.accumulators[est.GRPO_STD], record.tr_cov[est.GRPO_STD]), (own, own.trace())]
+    out = []
+    for accumulator, trace in pairs:
+        once = sum(other is accumulator for other, _ in pairs) == 1
+        if once and isinstance(accumulator, SumTrace) and accumulator.flat is not None and accumulator.count:
+            if sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN:
+                out.append((accumulator.hand_over(), trace, 1.0 / accumulator.count))
+                continue
+        out.append((accumulator.mean(), trace, 1.0))
     return out
 
 
@@ -415,7 +429,7 @@ class TracecovRun:
         copies = config.c1_copies
         # mean gradients beyond C1_HOST_BYTES (shared by the batches) go to files in the run folder
         spills = [f"{self.base}.{label}.rank{self.rank}" if self.base else None for label in C1_FILES[:copies]]
-        batches = [BetweenPromptBatch(spill, C1_HOST_BYTES // copies) for spill in spills] if need_c1 else []
+        batches = [BetweenPromptBatch(spill, C1_HOST_BYTES // copies, self.pool) for spill in spills] if need_c1 else []
         todo = [index for index in indices if batches or (k, index) not in self.done]
         # the batch's prompts are sampled together (up to --gen_bs sequences a decode batch, across prompts)
         drawn = self.sampler.draw_all([(self.rows[i], self.stream(i, k)) for i in todo], config.M * k)
@@ -428,8 +442,8 @@ class TracecovRun:
                         self.append(record.to_json())
                         self.done[(k, index)] = record
                     if batches:  # the c1 vectors need the oracle's statistics: only a run with the advisor has them
-                        for batch, (mean, trace) in zip(batches, c1_vectors(stats, record)):
-                            batch.add(mean, trace, config.M, index, owned=True)  # the prompt's stats end here
+                        for batch, (vector, trace, scale) in zip(batches, c1_vectors(stats, record)):
+                            batch.add(vector, trace, config.M, index, owned=True, scale=scale)  # stats end here
                     stats.release()  # its running sums' buffers go to the next prompt
                 if on_prompt:
                     on_prompt()

@@ -201,3 +201,52 @@ def test_an_owned_mean_gradient_is_kept_without_a_copy_and_gives_the_same_record
     kept = owned.means[0]
     assert all(torch.equal(k, v) for k, v in zip(kept, vectors[0]))
     assert owned.result() == copied.result()
+
+
+def test_pooled_means_go_back_to_the_pool_when_the_batch_ends():
+    from grpo_mse.gradients.statistics import BufferPool, SumTrace
+
+    pool, vectors = BufferPool(), _vectors(3)
+    pooled, plain = BetweenPromptBatch(pool=pool), BetweenPromptBatch()
+    for i, vector in enumerate(vectors):
+        stats = SumTrace(vector, pool)
+        stats.update(vector)
+        stats.update([2 * t for t in vector])
+        pooled.add(stats.mean(), 0.1 * i, 3, owned=True)
+        plain.add(stats.mean(), 0.1 * i, 3)
+        stats.release()
+    assert len(pooled.pooled) == 3
+    assert pooled.result() == plain.result()  # result() discards: the three means' buffers return to the pool
+    assert sum(map(len, pool.free.values())) == 4 and not pooled.pooled  # 3 means + 1 reused running-sum buffer
+
+
+def test_a_handed_over_running_sum_with_its_scale_gives_the_mean_gradients_record(monkeypatch):
+    """c1_vectors hands a pooled model-sized running sum T over with scale 1 / n (threshold lowered here) instead
+    of computing T / n: the c1 record equals the one from the means up to float32 rounding of T / n; an
+    accumulator used twice (std-GRPO standing in for its own-target difference) is not handed over."""
+    import grpo_mse.gradients.engine as engine
+    from grpo_mse.gradients.engine import PromptStats
+    from grpo_mse.gradients.statistics import BufferPool, SumTrace
+
+    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
+    pool, vectors = BufferPool(), _vectors(6)
+    handed, means = BetweenPromptBatch(pool=pool), BetweenPromptBatch()
+    for i in range(3):
+        oracle, std = SumTrace(vectors[0], pool), SumTrace(vectors[0], pool)
+        for stats in (oracle, std):
+            for vector in vectors[2 * i : 2 * i + 2]:
+                stats.update([3.0 * t for t in vector] if stats is std else vector)
+        prompt = PromptStats({}, {tracecov_job.ORACLE: oracle, tracecov_job.est.GRPO_STD: std}, {})
+        record = type("Record", (), {"tr_cov": {tracecov_job.ORACLE: 0.5, tracecov_job.est.GRPO_STD: 0.25}})()
+        expected = [t / 2 for t in oracle.sums]
+        out = tracecov_job.c1_vectors(prompt, record)
+        assert [scale for _, _, scale in out] == [0.5, 1.0, 1.0]  # std-GRPO is used twice: its mean, twice
+        assert oracle.sums is None and std.sums is not None  # the oracle's sum was handed over
+        handed.add(out[0][0], out[0][1], 2, i, owned=True, scale=out[0][2])
+        means.add(expected, 0.5, 2, i)
+        prompt.release()
+    assert len(handed.pooled) == 3
+    got, want = handed.result(), means.result()
+    np.testing.assert_allclose(got["gram"], want["gram"], rtol=1e-6)
+    assert got["c1"] == pytest.approx(want["c1"], rel=1e-5) and got["within"] == want["within"]
+    assert sum(map(len, pool.free.values())) == 4  # the 3 handed-over sums and the last std-GRPO sum

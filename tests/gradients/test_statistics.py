@@ -161,14 +161,19 @@ def test_pooled_running_sums_reuse_released_buffers_and_keep_every_bit():
         return stats
 
     first = run(SumTrace(like, pool), 1)
-    pointer = first.sums[0].data_ptr()
+    pointers = {first.sums[0].data_ptr()}
     first.release()
-    assert first.sums is None and len(pool.free) == 1
+    assert first.sums is None and sum(map(len, pool.free.values())) == 1
     for seed in (2, 3):
         pooled, fresh = run(SumTrace(like, pool), seed), run(SumTrace(like), seed)
-        assert pooled.sums[0].data_ptr() == pointer  # the released buffer, not a new allocation
+        assert pooled.sums[0].data_ptr() in pointers  # a released buffer, not a new allocation
         assert pooled.m2 == fresh.m2 and all(torch.equal(a, b) for a, b in zip(pooled.sums, fresh.sums))
+        mean = pooled.mean()  # a second flat buffer from the pool, the same values as T / n
+        assert all(torch.equal(a, b) for a, b in zip(mean, fresh.mean())) and mean[0]._base is not None
+        assert mean[0].data_ptr() != pooled.sums[0].data_ptr()
         pooled.release()
+        pool.give(mean[0]._base)
+        pointers.add(mean[0].data_ptr())
     zeros = SumTrace(like, pool)
     zeros.count = 1
     assert all(torch.equal(t, torch.zeros_like(t)) for t in zeros.total)  # a pooled zero sum is zero-filled
