@@ -12,8 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from grpo_mse import cli
-from grpo_mse import distributed as dist
+from grpo_mse import cli, distributed
 from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
@@ -78,7 +77,7 @@ class OracleRun:
 
     @classmethod
     def start(cls, config: OracleConfig) -> OracleRun:
-        rank, world, device = dist.init_from_env(config.device)
+        rank, world, device = distributed.init_from_env(config.device)
         table = load_rows(config.dataset, config.split)
         # Keys are decided on the whole table, not on the rows selected, so that a --limit 2 run and its
         # --limit 6 --resume key the same rows the same way (a table whose ids repeat only past row 2 would
@@ -103,7 +102,7 @@ class OracleRun:
         check_prompt_lengths([len(i) for i in ids], config.max_new_tokens, model_positions(model), config.dataset)
         if rank == 0 and stem is None:
             stem = folder.claim(f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model)}", current)
-        path = dist.broadcast_text(stem + ".jsonl" if rank == 0 else "")
+        path = distributed.broadcast_text(stem + ".jsonl" if rank == 0 else "")
         shard_path = path if world == 1 else f"{path}.rank{rank}"
         run_lock = lock(shard_path)  # one writer per file, held until the run ends
         done = [rec for p in {path, shard_path} for rec in read_complete_jsonl(p)]
@@ -113,7 +112,7 @@ class OracleRun:
             f"unique); run without --resume for a new file",
         )
         done_keys = {rec[key_field] for rec in done}
-        todo = [i for i in dist.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
+        todo = [i for i in distributed.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
         if done_keys:
             print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
         os.makedirs(config.out_dir, exist_ok=True)
@@ -150,11 +149,11 @@ class OracleRun:
         append_jsonl(self.shard_path, values.merged_into({**self.rows[i], **extra}))
 
     def close(self) -> None:
-        dist.barrier()
+        distributed.barrier()
         if self.rank == 0 and self.world > 1:
             merge_shards(self.path, self.world, self.keys, self.key_field)
         self.lock.close()
-        dist.finish()
+        distributed.finish()
 
 
 def merge_shards(path: str, world: int, keys: list[int], key_field: str) -> None:
