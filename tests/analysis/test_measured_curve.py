@@ -9,9 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import bootstrap, prompt_constants
 from grpo_mse.analysis import measured_curve as mc
-from grpo_mse.analysis import prompt_constants
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients.estimators import GRPO_STD
@@ -54,7 +53,7 @@ def test_measured_error_is_unbiased_for_the_known_budgeted_error():
     for _ in range(400):
         records, batches = dataset(rng, k, spread, noise, centre)
         _, position = prompt_constants.prompt_columns({k: records})
-        weights = bs.prompt_weights(len(records), 1, 0)[:1]  # the data row only
+        weights = bootstrap.prompt_weights(len(records), 1, 0)[:1]  # the data row only
         estimates.append(float(mc.error_at(records, batches, k, BUDGET, position, weights)["error"][0]))
     mean, se = np.mean(estimates), np.std(estimates, ddof=1) / np.sqrt(len(estimates))
     assert abs(mean - truth) < 4 * se, (mean, truth, se)
@@ -67,7 +66,7 @@ def test_best_k_is_identified_only_when_separated():
     far = {k: dataset(rng, k, 0.8, 1.5 if k != 8 else 6.0, centre, n_prompts=60) for k in (2, 4, 8)}
     records = {k: r for k, (r, _) in far.items()}
     batches = {k: b for k, (_, b) in far.items()}
-    weights = bs.prompt_weights(60, 400, 0)
+    weights = bootstrap.prompt_weights(60, 400, 0)
     curve = mc.measured_curve(records, batches, BUDGET, None, weights)
     assert curve["K"] == [2, 4, 8] and curve["K_best_point"] == 2
     assert curve["error_over_best"]["8"]["ci95"][0] > 1  # K = 8's noise is 16 times larger
@@ -171,7 +170,7 @@ def test_a_negative_smallest_error_identifies_no_k():
 
     records = {k: [PromptRecord.simulated(k, i, {GRPO_STD: 0.0}) for i in (0, 1)] for k in (2, 4)}
     batches = {2: [batch(2, -1.0)], 4: [batch(4, 0.5)]}
-    curve = mc.measured_curve(records, batches, BUDGET, None, bs.prompt_weights(2, 50, 0))
+    curve = mc.measured_curve(records, batches, BUDGET, None, bootstrap.prompt_weights(2, 50, 0))
     assert curve["per_K"]["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>
     assert curve["per_K"]["4"]["error"]["estimate"] == pytest.approx(0.5)
     assert curve["K_best_point"] == 2 and curve["K_best"] is None and not curve["identified"]
