@@ -57,6 +57,7 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
     measured = {}
     for k in sorted(records_by_k):
         curve = error_at(records_by_k[k], batches_by_k.get(k, []), k, budget, position, weights)
+        # B = N/K prompts of one group each: a K that does not divide the budget leaves a partial group.
         if curve is not None and budget % k == 0 and (not allowed or k in allowed):
             measured[k] = curve
     if not measured:
@@ -78,6 +79,7 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
         relative[str(k)] = bootstrap.summarise(ratio, weights)
         low = (relative[str(k)]["ci95"] or [np.nan])[0]
         identified = identified and (k == best or bool(low > 1))
+    # Rows 1..n_boot of the weights are the bootstrap draws (row 0 is the data, the jackknife rows follow).
     frequency = {str(k): float(np.mean(picks[1 : 1 + n_boot] == k)) for k in ks}
     if best is None:
         message = "best K not identified: an error is undefined"
@@ -101,6 +103,7 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
         "error_over_best": relative,
         "identified": identified,
         "message": message,
+        # Saved in the JSON: editing the module docstring's second paragraph changes the output files.
         "note": __doc__.split("\n\n")[1].replace("\n", " "),
     }
 

@@ -90,6 +90,7 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
     columns = {n: [column(records_by_k[k], position, lambda r, n=n: r.mse_of(n)) for k in k_list] for n in names}
     means = {n: [bootstrap.weighted_mean(weights, c) for c in columns[n]] for n in names}
     biased = [n for n in names if any(n in (r.bias2 or {}) for k in k_list for r in records_by_k[k])]
+    # The oracle's tr Cov too, biased or not: a biased estimator's trace_ratio divides by it.
     traces = {
         n: [
             bootstrap.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r.tr_cov[n]))
@@ -143,6 +144,7 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
                     out["oracle_noise_relative"] = _series(
                         [bootstrap.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights
                     )
+    # Means and ratios of MSEs are >= 0 but their unbiased estimates need not be; differences may be negative.
     for table in (out["mean"], out["ratio"], out.get("trace_mean", {}), out.get("trace_ratio", {})):
         for name, series in table.items():
             table[name] = [bootstrap.at_least_zero(summary) for summary in series]
