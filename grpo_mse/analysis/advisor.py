@@ -55,6 +55,7 @@ def k_star_summary(
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(c3 > 0, c1 / c3, np.nan)
         se = np.sqrt(bootstrap.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
+    # K* falls as q rises: K*'s lower end is q's upper end, so its widening is passed swapped.
     summary = bootstrap.studentized_summary(q, se, weights, log=True, level=level, widen=(widen[1], widen[0]))
     if summary["interval"] == "bca":
         return {**bootstrap.summarise(k, weights), "interval": "bca"}
@@ -131,6 +132,7 @@ def advise(
         if widen is None
         else {name: tuple(widen.get(name, (0.0, 0.0))) for name in CALIBRATED}
     )
+    # c1 on the natural scale: its estimate can be <= 0 (then larger K are better), which no log scale can hold.
     summaries["c1"] = bootstrap.studentized_summary(
         pooled["c1"], errors["c1"], weights, level=level, widen=stretch["c1"]
     )

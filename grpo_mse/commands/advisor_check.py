@@ -107,7 +107,7 @@ def main(argv=None) -> None:
             "budget": config.budget,
             "tracecov_run": outcome["base"] + ".json",
             "command": "python scripts/advisor_check.py " + shlex.join(argv),
-            "note": __doc__.split("\n\n")[1],
+            "note": __doc__.split("\n\n")[1],  # saved: the module docstring's 2nd paragraph is part of the output
         }
     )
     write_json(args.out, result)
