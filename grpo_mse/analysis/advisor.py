@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.coverage_calibration import CALIBRATED, Calibration, interval_widening, simulated_coverage
 from grpo_mse.analysis.error_model import (
     allowed_group_sizes,
@@ -51,17 +51,18 @@ def k_star_summary(
     c3 is not positive."""
     k = k_star(c1, c3)
     if not (c1[0] > 0 and c3[0] > 0):
-        return {**bs.summarise(k, weights), "interval": "bca"}
+        return {**bootstrap.summarise(k, weights), "interval": "bca"}
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(c3 > 0, c1 / c3, np.nan)
-        se = np.sqrt(bs.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
-    summary = bs.studentized_summary(q, se, weights, log=True, level=level, widen=(widen[1], widen[0]))
+        se = np.sqrt(bootstrap.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
+    # K* falls as q rises: K*'s lower end is q's upper end, so its widening is passed swapped.
+    summary = bootstrap.studentized_summary(q, se, weights, log=True, level=level, widen=(widen[1], widen[0]))
     if summary["interval"] == "bca":
-        return {**bs.summarise(k, weights), "interval": "bca"}
+        return {**bootstrap.summarise(k, weights), "interval": "bca"}
     low, high = summary["ci95"]
     with np.errstate(divide="ignore"):
         bounds = [1 + 1 / np.sqrt(high) if high > 0 else np.inf, 1 + 1 / np.sqrt(low) if low > 0 else np.inf]
-    n_boot = bs.n_boot_of(weights)
+    n_boot = bootstrap.n_boot_of(weights)
     return {
         "estimate": float(k[0]),
         "ci95": [float(v) for v in bounds],
@@ -95,12 +96,12 @@ def advise(
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})
     if weights is None:
-        weights = bs.prompt_weights(len(prompts), n_boot, seed)
+        weights = bootstrap.prompt_weights(len(prompts), n_boot, seed)
     columns = {
         name: [column(records_by_k[k], position, lambda r, j=j: per_prompt_constants(r)[j]) for k in ks]
         for j, name in ((0, "c2"), (1, "c3"))
     }
-    c2, c3 = (np.stack([bs.weighted_mean(weights, c) for c in columns[name]], axis=1) for name in ("c2", "c3"))
+    c2, c3 = (np.stack([bootstrap.weighted_mean(weights, c) for c in columns[name]], axis=1) for name in ("c2", "c3"))
     c1_parts = [batch_c1(weights, batches_by_k.get(k, []), position, gradient=True) for k in ks]
     c1 = np.stack([value for value, _ in c1_parts], axis=1)
     finite = np.isfinite(c1).sum(1)
@@ -113,31 +114,34 @@ def advise(
         derivative = {"c1": sum(np.nan_to_num(d) for _, d in c1_parts) / finite[:, None]}  # [R, n] in the weights
         for name, values in (("c2", c2), ("c3", c3)):
             derivative[name] = sum(
-                bs.mean_gradient(weights, c, values[:, i]) for i, c in enumerate(columns[name])
+                bootstrap.mean_gradient(weights, c, values[:, i]) for i, c in enumerate(columns[name])
             ) / len(ks)
     allowed_k = allowed_group_sizes(budget, allowed)
     pooled["K_star_paper"] = paper_k_star(pooled["c1"], pooled["c3"])
     pooled["K_star_exact"] = k_star(pooled["c1"], pooled["c3"])
     pooled["K_best"] = best_allowed_k(pooled["c1"], pooled["c3"], allowed_k)
-    n_boot = bs.n_boot_of(weights)
+    n_boot = bootstrap.n_boot_of(weights)
     best = pooled["K_best"][1 : 1 + n_boot]
     frequency = {str(k): float(np.mean(best == k)) for k in allowed_k if np.any(best == k)}
     if np.any(np.isnan(best)):
         frequency["undefined"] = float(np.mean(np.isnan(best)))  # ties (e.g. c1 = c3 = 0) or undefined constants
-    summaries = {name: bs.summarise(values, weights) for name, values in pooled.items()}
-    errors = {name: np.sqrt(bs.influence_covariance(weights, derivative[name])) for name in derivative}
+    summaries = {name: bootstrap.summarise(values, weights) for name, values in pooled.items()}
+    errors = {name: np.sqrt(bootstrap.influence_covariance(weights, derivative[name])) for name in derivative}
     stretch = (
         interval_widening(calibration)
         if widen is None
         else {name: tuple(widen.get(name, (0.0, 0.0))) for name in CALIBRATED}
     )
-    summaries["c1"] = bs.studentized_summary(pooled["c1"], errors["c1"], weights, level=level, widen=stretch["c1"])
+    # c1 on the natural scale: its estimate can be <= 0 (then larger K are better), which no log scale can hold.
+    summaries["c1"] = bootstrap.studentized_summary(
+        pooled["c1"], errors["c1"], weights, level=level, widen=stretch["c1"]
+    )
     for name in ("c2", "c3"):
-        summaries[name] = bs.studentized_summary(
+        summaries[name] = bootstrap.studentized_summary(
             pooled[name], errors[name], weights, log=True, level=level, widen=stretch[name]
         )
     for name in ("c1", "c2", "c3"):  # >= 0 (a variance, a mean variance, 2 E tr Var zeta_2): clipped, flagged
-        summaries[name] = bs.at_least_zero(summaries[name])
+        summaries[name] = bootstrap.at_least_zero(summaries[name])
     summaries["K_star_exact"] = k_star_summary(
         pooled["c1"],
         pooled["c3"],
@@ -168,9 +172,9 @@ def advise(
         {
             "per_K": {
                 str(k): {
-                    "c1": bs.at_least_zero(bs.summarise(c1[:, i], weights)),
-                    "c2": bs.at_least_zero(bs.summarise(c2[:, i], weights)),
-                    "c3": bs.at_least_zero(bs.summarise(c3[:, i], weights)),
+                    "c1": bootstrap.at_least_zero(bootstrap.summarise(c1[:, i], weights)),
+                    "c2": bootstrap.at_least_zero(bootstrap.summarise(c2[:, i], weights)),
+                    "c3": bootstrap.at_least_zero(bootstrap.summarise(c3[:, i], weights)),
                     "n_prompts": len(records_by_k[k]),
                     "n_c1_batches": len(batches_by_k.get(k, [])),
                 }
@@ -190,12 +194,12 @@ def advise(
             "simulated_coverage": simulated_coverage(
                 tail_index(columns["c2"]), len(prompts), calibration, share=tail_share(columns["c2"])
             ),
-            "c3_slope_per_K": bs.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
+            "c3_slope_per_K": bootstrap.summarise(slope(ks, c3), weights) if len(ks) > 1 else None,
             "budget": budget,
             "allowed_K": allowed_k,
             "K_best_frequency": frequency,
             "relative_error_at_allowed_K": {
-                str(k): bs.summarise(relative[:, i], weights) for i, k in enumerate(allowed_k)
+                str(k): bootstrap.summarise(relative[:, i], weights) for i, k in enumerate(allowed_k)
             },
             "recommendation": advice,
             "degenerate_replicates": {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.coverage_calibration import CALIBRATED
 from grpo_mse.analysis.error_model import advice_status, interval_of, number, rounded
 
@@ -66,11 +66,11 @@ def describe(advice: dict) -> str:
         flag = ""
         if name in ("c1", "c2", "c3"):  # >= 0: clipped and flagged, also in advice saved before the clipping
             saved = (advice.get("ci95_below_zero") or {}).get(name)
-            summary = bs.at_least_zero(
+            summary = bootstrap.at_least_zero(
                 {"estimate": number(pooled.get(name)), "ci95": None if low is None else [low, high]}
             )
             low, high = summary["ci95"] or (low, high)
-            flag = bs.below_zero_flag({**summary, **({saved: True} if saved else {})})
+            flag = bootstrap.below_zero_flag({**summary, **({saved: True} if saved else {})})
         return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]{flag}" + coverage_text(calibration, name)
 
     slope_line = ""

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis import error_model, prompt_constants
+from grpo_mse.analysis import bootstrap, error_model, prompt_constants
 from grpo_mse.gradients.estimators import GRPO_STD
 from grpo_mse.tables.records import C1BatchRecord
 
@@ -45,7 +44,7 @@ def error_at(records, batches, k: int, budget: int, position: dict, weights: np.
     std, own = grams_of(batches, GRPO_STD), grams_of(batches, BIAS_GRAM)
     if not std or not own:
         return None
-    trace = bs.weighted_mean(weights, prompt_constants.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
+    trace = bootstrap.weighted_mean(weights, prompt_constants.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
     variance = k / budget * (prompt_constants.batch_c1(weights, std, position) + trace)
     bias2 = pair_mean(weights, own, position)
     return {"variance": variance, "bias2": bias2, "error": variance + bias2}
@@ -58,13 +57,14 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
     measured = {}
     for k in sorted(records_by_k):
         curve = error_at(records_by_k[k], batches_by_k.get(k, []), k, budget, position, weights)
+        # B = N/K prompts of one group each: a K that does not divide the budget leaves a partial group.
         if curve is not None and budget % k == 0 and (not allowed or k in allowed):
             measured[k] = curve
     if not measured:
         return {"estimator": GRPO_STD, "K": [], "message": "no measured K divides the budget (or no std grams)"}
     ks = sorted(measured)
     errors = np.stack([measured[k]["error"] for k in ks], axis=1)  # [R, n_K]
-    n_boot = bs.n_boot_of(weights)
+    n_boot = bootstrap.n_boot_of(weights)
     argmin = np.argmin(np.where(np.isnan(errors), np.inf, errors), axis=1)  # a replicate with a nan error: none
     picks = np.where(np.isnan(errors).any(1), np.nan, np.asarray(ks, dtype=np.float64)[argmin])
     best = int(picks[0]) if np.isfinite(picks[0]) else None
@@ -76,9 +76,10 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
         low = errors[:, ks.index(best)]
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(low > 0, errors[:, i] / np.where(low > 0, low, 1.0), np.nan)
-        relative[str(k)] = bs.summarise(ratio, weights)
+        relative[str(k)] = bootstrap.summarise(ratio, weights)
         low = (relative[str(k)]["ci95"] or [np.nan])[0]
         identified = identified and (k == best or bool(low > 1))
+    # Rows 1..n_boot of the weights are the bootstrap draws (row 0 is the data, the jackknife rows follow).
     frequency = {str(k): float(np.mean(picks[1 : 1 + n_boot] == k)) for k in ks}
     if best is None:
         message = "best K not identified: an error is undefined"
@@ -93,7 +94,7 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
         "estimator": GRPO_STD,
         "K": ks,
         "per_K": {
-            str(k): {part: bs.summarise(measured[k][part], weights) for part in ("error", "variance", "bias2")}
+            str(k): {part: bootstrap.summarise(measured[k][part], weights) for part in ("error", "variance", "bias2")}
             for k in ks
         },
         "K_best": best if identified else None,
@@ -102,6 +103,7 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
         "error_over_best": relative,
         "identified": identified,
         "message": message,
+        # Saved in the JSON: editing the module docstring's second paragraph changes the output files.
         "note": __doc__.split("\n\n")[1].replace("\n", " "),
     }
 

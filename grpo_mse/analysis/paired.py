@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.advisor import advise
 from grpo_mse.analysis.coverage_calibration import Calibration
 from grpo_mse.analysis.error_model import json_value, rounded
@@ -58,13 +58,13 @@ def vanilla_bias2(value: float, mean_score_sq: float) -> float:
 
 def band_ratio(weights: np.ndarray, numerator: np.ndarray, denominator: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """[R] ratio of weighted means over the prompts in ``mask`` (nan where none is drawn or the mean is 0)."""
-    top, bottom = (bs.weighted_mean(weights, np.where(mask, x, np.nan)) for x in (numerator, denominator))
+    top, bottom = (bootstrap.weighted_mean(weights, np.where(mask, x, np.nan)) for x in (numerator, denominator))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(bottom != 0, top / bottom, np.nan)
 
 
 def _series(values: list[np.ndarray], weights: np.ndarray) -> list[dict]:
-    return [bs.summarise(v, weights) for v in values]
+    return [bootstrap.summarise(v, weights) for v in values]
 
 
 def largest_share(values: np.ndarray) -> float:
@@ -80,7 +80,7 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
     _, position = prompt_columns({k: records_by_k[k] for k in k_list})
     out = {
         "K_list": list(k_list),
-        "n_boot": bs.n_boot_of(weights),
+        "n_boot": bootstrap.n_boot_of(weights),
         "mean": {},
         "ratio": {},
         "difference": {},
@@ -88,10 +88,14 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
         "largest_prompt_share": {},
     }
     columns = {n: [column(records_by_k[k], position, lambda r, n=n: r.mse_of(n)) for k in k_list] for n in names}
-    means = {n: [bs.weighted_mean(weights, c) for c in columns[n]] for n in names}
+    means = {n: [bootstrap.weighted_mean(weights, c) for c in columns[n]] for n in names}
     biased = [n for n in names if any(n in (r.bias2 or {}) for k in k_list for r in records_by_k[k])]
+    # The oracle's tr Cov too, biased or not: a biased estimator's trace_ratio divides by it.
     traces = {
-        n: [bs.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r.tr_cov[n])) for k in k_list]
+        n: [
+            bootstrap.weighted_mean(weights, column(records_by_k[k], position, lambda r, n=n: r.tr_cov[n]))
+            for k in k_list
+        ]
         for n in set(biased) | {ORACLE} & set(names)
     }
     for n in names:
@@ -108,21 +112,21 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
                 continue
             with np.errstate(invalid="ignore", divide="ignore"):
                 out["ratio"][f"{n}/{ORACLE}"] = [
-                    bs.ratio_summary(weights, a, b)[0] for a, b in zip(columns[n], columns[ORACLE])
+                    bootstrap.ratio_summary(weights, a, b)[0] for a, b in zip(columns[n], columns[ORACLE])
                 ]
                 if n in biased:
                     out.setdefault("trace_ratio", {})[f"{n}/{ORACLE}"] = _series(
                         [a / b for a, b in zip(traces[n], traces[ORACLE])], weights
                     )
                 out["ratio_by_V_band"]["ratio"][f"{n}/{ORACLE}"] = [
-                    [bs.summarise(band_ratio(weights, a, b, mask), weights) for mask in per_k]
+                    [bootstrap.summarise(band_ratio(weights, a, b, mask), weights) for mask in per_k]
                     for a, b, per_k in zip(columns[n], columns[ORACLE], bands)
                 ]
             out["difference"][f"{n}-{ORACLE}"] = _series([a - b for a, b in zip(means[n], means[ORACLE])], weights)
     if {NAIVE, GRPO} <= set(names):  # the paper's ordering vanilla > GRPO, paired like the rest
         with np.errstate(invalid="ignore", divide="ignore"):
             out["ratio"][f"{NAIVE}/{GRPO}"] = [
-                bs.ratio_summary(weights, a, b)[0] for a, b in zip(columns[NAIVE], columns[GRPO])
+                bootstrap.ratio_summary(weights, a, b)[0] for a, b in zip(columns[NAIVE], columns[GRPO])
             ]
     optional = {
         "mean_score_sq": lambda r: np.nan if r.mean_score_sq is None else r.mean_score_sq,
@@ -131,22 +135,23 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
     for key, value_fn in optional.items():
         cols = [column(records_by_k[k], position, value_fn) for k in k_list]
         if any(np.isfinite(c).any() for c in cols):
-            per_k = [bs.weighted_mean(weights, c) for c in cols]
+            per_k = [bootstrap.weighted_mean(weights, c) for c in cols]
             out[key] = _series(per_k, weights)
             with np.errstate(invalid="ignore"):
-                out[f"{key}_mean_over_K"] = bs.summarise(np.mean(per_k, axis=0), weights)
+                out[f"{key}_mean_over_K"] = bootstrap.summarise(np.mean(per_k, axis=0), weights)
             if key == "oracle_noise" and ORACLE in names:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     out["oracle_noise_relative"] = _series(
-                        [bs.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights
+                        [bootstrap.weighted_mean(weights, c) / m for c, m in zip(cols, means[ORACLE])], weights
                     )
+    # Means and ratios of MSEs are >= 0 but their unbiased estimates need not be; differences may be negative.
     for table in (out["mean"], out["ratio"], out.get("trace_mean", {}), out.get("trace_ratio", {})):
         for name, series in table.items():
-            table[name] = [bs.at_least_zero(summary) for summary in series]
+            table[name] = [bootstrap.at_least_zero(summary) for summary in series]
     for key in ("mean_score_sq", "oracle_noise"):
         if key in out:
-            out[key] = [bs.at_least_zero(summary) for summary in out[key]]
-            out[f"{key}_mean_over_K"] = bs.at_least_zero(out[f"{key}_mean_over_K"])
+            out[key] = [bootstrap.at_least_zero(summary) for summary in out[key]]
+            out[f"{key}_mean_over_K"] = bootstrap.at_least_zero(out[f"{key}_mean_over_K"])
     own = {
         key: [
             column(records_by_k[k], position, lambda r, part=part: (part(r) or {}).get(GRPO_STD, np.nan))
@@ -156,8 +161,8 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
     }
     if GRPO_STD in names and any(np.isfinite(c).any() for c in own["mse_own"]):
         out["grpo_std_own_target"] = {
-            "mse": _series([bs.weighted_mean(weights, c) for c in own["mse_own"]], weights),
-            "bias2": _series([bs.weighted_mean(weights, c) for c in own["bias2_own"]], weights),
+            "mse": _series([bootstrap.weighted_mean(weights, c) for c in own["mse_own"]], weights),
+            "bias2": _series([bootstrap.weighted_mean(weights, c) for c in own["bias2_own"]], weights),
             "n_prompts": [int(np.isfinite(c).sum()) for c in own["mse_own"]],
             "note": "MSE against g(x)/sqrt(V(1-V)), the gradient of E[2 arcsin sqrt(V)]; prompts with V in (0, 1) only",
         }
@@ -191,7 +196,7 @@ def run_statistics(
     ``advisor_estimator`` grpo_std the advice also holds std-GRPO's ``measured_curve``. ``calibration``: the
     advisor's coverage calibration table as the caller read it (needed with ``with_advisor``)."""
     prompts, _ = prompt_columns({k: records_by_k[k] for k in k_list})
-    weights = bs.prompt_weights(len(prompts), n_boot, seed)
+    weights = bootstrap.prompt_weights(len(prompts), n_boot, seed)
     out = {"paired": paired_summary(records_by_k, k_list, names, weights)}
     if with_advisor and len(prompts) < 2:  # c1 and every interval need two prompts or more
         print("note: the group-size advisor needs 2 or more prompts (--T 2+); skipped", file=sys.stderr)
@@ -215,7 +220,9 @@ def _cell(label: str, summary: dict) -> str:
     if not summary["ci95"]:  # one prompt, or too many undefined replicates: no interval
         return f"{label}={rounded(summary['estimate'])} [n/a]"
     low, high = summary["ci95"]
-    return f"{label}={rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]{bs.below_zero_flag(summary)}"
+    return (
+        f"{label}={rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]{bootstrap.below_zero_flag(summary)}"
+    )
 
 
 def describe(paired: dict) -> str:

@@ -29,11 +29,10 @@ NAMES = ("c1", "c2", "c3")
 def constants_at(records: list, batches: list, position: dict, weights: np.ndarray) -> np.ndarray:
     """[3, R] c1, c2, c3 of one K in every bootstrap row (c2, c3: weighted means of the per-prompt values);
     ``records``: PromptRecords, ``batches``: C1BatchRecords (grpo_mse.tables.records)."""
-    from grpo_mse.analysis import bootstrap as bs
-    from grpo_mse.analysis import prompt_constants
+    from grpo_mse.analysis import bootstrap, prompt_constants
 
     c2, c3 = (
-        bs.weighted_mean(
+        bootstrap.weighted_mean(
             weights,
             prompt_constants.column(records, position, lambda r, j=j: prompt_constants.per_prompt_constants(r)[j]),
         )
@@ -49,17 +48,16 @@ def budgeted_error(c1, c2, c3, k: int, budget: int):
 
 def extrapolation(records_by_k, batches_by_k, fit, check, budget: int, n_boot: int, seed: int) -> dict:
     """Predicted and measured budgeted error at each K of ``check`` from the constants fitted on ``fit``."""
-    from grpo_mse.analysis import bootstrap as bs
-    from grpo_mse.analysis import prompt_constants
+    from grpo_mse.analysis import bootstrap, prompt_constants
 
     prompts, position = prompt_constants.prompt_columns(records_by_k)
-    weights = bs.prompt_weights(len(prompts), n_boot, seed)
+    weights = bootstrap.prompt_weights(len(prompts), n_boot, seed)
     per_k = {k: constants_at(records_by_k[k], batches_by_k.get(k, []), position, weights) for k in (*fit, *check)}
     with np.errstate(invalid="ignore"):
         pooled = np.nanmean(np.stack([per_k[k] for k in fit]), axis=0)  # [3, R]
     out = {
         "fit_K": list(fit),
-        "fitted": {name: bs.summarise(pooled[i], weights) for i, name in enumerate(NAMES)},
+        "fitted": {name: bootstrap.summarise(pooled[i], weights) for i, name in enumerate(NAMES)},
         "check": {},
     }
     for k in check:
@@ -68,10 +66,10 @@ def extrapolation(records_by_k, batches_by_k, fit, check, budget: int, n_boot: i
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = measured / predicted
         out["check"][str(k)] = {
-            "predicted": bs.summarise(predicted, weights),
-            "measured": bs.summarise(measured, weights),
-            "measured_over_predicted": bs.summarise(ratio, weights),
-            "measured_constants": {name: bs.summarise(per_k[k][i], weights) for i, name in enumerate(NAMES)},
+            "predicted": bootstrap.summarise(predicted, weights),
+            "measured": bootstrap.summarise(measured, weights),
+            "measured_over_predicted": bootstrap.summarise(ratio, weights),
+            "measured_constants": {name: bootstrap.summarise(per_k[k][i], weights) for i, name in enumerate(NAMES)},
         }
     return out
 
@@ -109,7 +107,7 @@ def main(argv=None) -> None:
             "budget": config.budget,
             "tracecov_run": outcome["base"] + ".json",
             "command": "python scripts/advisor_check.py " + shlex.join(argv),
-            "note": __doc__.split("\n\n")[1],
+            "note": __doc__.split("\n\n")[1],  # saved: the module docstring's 2nd paragraph is part of the output
         }
     )
     write_json(args.out, result)

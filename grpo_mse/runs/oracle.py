@@ -12,8 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from grpo_mse import cli
-from grpo_mse import distributed as dist
+from grpo_mse import cli, distributed
 from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
@@ -78,7 +77,7 @@ class OracleRun:
 
     @classmethod
     def start(cls, config: OracleConfig) -> OracleRun:
-        rank, world, device = dist.init_from_env(config.device)
+        rank, world, device = distributed.init_from_env(config.device)
         table = load_rows(config.dataset, config.split)
         # Keys are decided on the whole table, not on the rows selected, so that a --limit 2 run and its
         # --limit 6 --resume key the same rows the same way (a table whose ids repeat only past row 2 would
@@ -103,9 +102,12 @@ class OracleRun:
         check_prompt_lengths([len(i) for i in ids], config.max_new_tokens, model_positions(model), config.dataset)
         if rank == 0 and stem is None:
             stem = folder.claim(f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model)}", current)
-        path = dist.broadcast_text(stem + ".jsonl" if rank == 0 else "")
+        # Only rank 0 claims a name (its timestamp could differ on another rank); the others take rank 0's.
+        path = distributed.broadcast_text(stem + ".jsonl" if rank == 0 else "")
         shard_path = path if world == 1 else f"{path}.rank{rank}"
         run_lock = lock(shard_path)  # one writer per file, held until the run ends
+        # A resumed torchrun run finds rows both in the merged table (earlier runs) and in its shard (a run
+        # stopped before the merge): either counts as done.
         done = [rec for p in {path, shard_path} for rec in read_complete_jsonl(p)]
         cli.require(
             all(key_field in rec for rec in done),
@@ -113,7 +115,7 @@ class OracleRun:
             f"unique); run without --resume for a new file",
         )
         done_keys = {rec[key_field] for rec in done}
-        todo = [i for i in dist.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
+        todo = [i for i in distributed.shard(list(range(len(rows))), rank, world) if keys[i] not in done_keys]
         if done_keys:
             print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
         os.makedirs(config.out_dir, exist_ok=True)
@@ -129,6 +131,7 @@ class OracleRun:
         """Score n_oracle samples of every row to do; append a row's line as soon as its last sample is scored."""
         config = self.config
         correct = dict.fromkeys(self.todo, 0)
+        # A prompt's samples can span several sampler batches: its line is written when its count reaches 0.
         remaining = dict.fromkeys(self.todo, config.n_oracle)
         requests = [(self.ids[i], config.n_oracle, (config.seed, self.keys[i])) for i in self.todo]
         bar = cli.progress(total=len(self.todo), desc="prompts", disable=self.rank > 0)
@@ -150,11 +153,11 @@ class OracleRun:
         append_jsonl(self.shard_path, values.merged_into({**self.rows[i], **extra}))
 
     def close(self) -> None:
-        dist.barrier()
+        distributed.barrier()  # rank 0 merges only once every rank's shard file is complete
         if self.rank == 0 and self.world > 1:
             merge_shards(self.path, self.world, self.keys, self.key_field)
         self.lock.close()
-        dist.finish()
+        distributed.finish()
 
 
 def merge_shards(path: str, world: int, keys: list[int], key_field: str) -> None:
@@ -163,6 +166,7 @@ def merge_shards(path: str, world: int, keys: list[int], key_field: str) -> None
     for rank in range(world):
         records += read_complete_jsonl(f"{path}.rank{rank}")
     position = {key: i for i, key in enumerate(keys)}
+    # Rows outside this run's selection (a resumed file written with a larger --limit) keep their order, last.
     records.sort(key=lambda r: position.get(r.get(key_field), len(keys)))
     write_atomic(path, "".join(to_json(r) + "\n" for r in records))
     for rank in range(world):

@@ -10,8 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import advisor, advisor_report, error_model
-from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import advisor, advisor_report, bootstrap, error_model
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.gradients.estimators import GRPO, ORACLE
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
@@ -43,7 +42,7 @@ def advice_of(records, batches, clip: bool = True) -> dict:
     """``advisor.advise`` with 60 replicates; ``clip=False``: with the clipping switched off (the raw intervals)."""
     if clip:
         return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
-    with mock.patch.object(bs, "at_least_zero", lambda summary: summary):
+    with mock.patch.object(bootstrap, "at_least_zero", lambda summary: summary):
         return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
 
 

@@ -21,8 +21,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, tracecov_argv
 
-from grpo_mse.analysis import advisor_report, error_model, paired
-from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import advisor_report, bootstrap, error_model, paired
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.commands import tracecov as tracecov_command
@@ -204,7 +203,7 @@ def test_json_keeps_infinity_apart_from_undefined():
 def test_ratio_by_v_band_is_the_ratio_of_means_within_the_band():
     values = np.array([0.1, 0.2, 0.6, 0.9, 1.0])
     top, bottom = np.array([1.0, 3.0, 5.0, 7.0, 9.0]), np.array([2.0, 2.0, 4.0, 2.0, 6.0])
-    weights = bs.prompt_weights(5, 50, seed=0)
+    weights = bootstrap.prompt_weights(5, 50, seed=0)
     first = paired.band_ratio(weights, top, bottom, (values >= 0) & (values < 0.25))
     assert first[0] == pytest.approx((1 + 3) / (2 + 2))
     last = paired.band_ratio(weights, top, bottom, values >= 0.75)
@@ -224,11 +223,11 @@ def test_studentized_ratio_interval_covers_a_heavy_tailed_ratio():
     for run in range(runs):
         scale = np.exp(rng.normal(size=96)) ** 2
         a, b = scale * rng.gamma(2.0, 1.0, 96), scale * rng.gamma(2.0, 0.5, 96)
-        weights = bs.prompt_weights(96, 300, seed=run)
-        summary, draws = bs.ratio_summary(weights, a, b)
+        weights = bootstrap.prompt_weights(96, 300, seed=run)
+        summary, draws = bootstrap.ratio_summary(weights, a, b)
         low, high = summary["ci95"]
         hits += low <= 2.0 <= high
-        low, high = bs.interval(draws, weights)
+        low, high = bootstrap.interval(draws, weights)
         hits_bca += low <= 2.0 <= high
     assert summary["estimate"] == pytest.approx(a.sum() / b.sum())
     assert hits / runs >= 0.88 and hits > hits_bca

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import advisor, advisor_report, coverage_calibration, heavy_tails, prompt_constants
-from grpo_mse.analysis import bootstrap as bs
+from grpo_mse.analysis import advisor, advisor_report, bootstrap, coverage_calibration, heavy_tails, prompt_constants
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord
 
@@ -33,7 +32,7 @@ def test_c1_weight_derivative_matches_finite_differences():
     rng = np.random.default_rng(3)
     n = 10
     batches, position = _batches(rng, n, 4), {i: i for i in range(n)}  # batches of 4, 4 and 2
-    weights = bs.prompt_weights(n, 3, seed=1)[:4]
+    weights = bootstrap.prompt_weights(n, 3, seed=1)[:4]
     value, derivative = prompt_constants.batch_c1(weights, batches, position, gradient=True)
     assert np.allclose(value, prompt_constants.batch_c1(weights, batches, position))
     step = 1e-6
@@ -53,30 +52,30 @@ def test_influence_variance_of_a_mean_and_of_a_ratio():
     equals the delta-method standard error that ratio_of_means gives, in every replicate."""
     rng = np.random.default_rng(0)
     x, y = rng.gamma(2.0, 1.0, 30), rng.gamma(3.0, 1.0, 30)
-    weights = bs.prompt_weights(30, 20, seed=2)
-    mean = bs.weighted_mean(weights, x)
-    variance = bs.influence_covariance(weights, bs.mean_gradient(weights, x, mean))
+    weights = bootstrap.prompt_weights(30, 20, seed=2)
+    mean = bootstrap.weighted_mean(weights, x)
+    variance = bootstrap.influence_covariance(weights, bootstrap.mean_gradient(weights, x, mean))
     assert variance[0] == pytest.approx(x.var(ddof=1) / 30, rel=1e-12)
-    ratio, se = bs.ratio_of_means(weights, x, y)
+    ratio, se = bootstrap.ratio_of_means(weights, x, y)
     d_ratio = (
-        bs.mean_gradient(weights, x, bs.weighted_mean(weights, x))
-        - ratio[:, None] * bs.mean_gradient(weights, y, bs.weighted_mean(weights, y))
-    ) / bs.weighted_mean(weights, y)[:, None]
-    assert np.sqrt(bs.influence_covariance(weights, d_ratio)) == pytest.approx(se, rel=1e-10)
+        bootstrap.mean_gradient(weights, x, bootstrap.weighted_mean(weights, x))
+        - ratio[:, None] * bootstrap.mean_gradient(weights, y, bootstrap.weighted_mean(weights, y))
+    ) / bootstrap.weighted_mean(weights, y)[:, None]
+    assert np.sqrt(bootstrap.influence_covariance(weights, d_ratio)) == pytest.approx(se, rel=1e-10)
 
 
 def test_log_scale_interval_divides_the_standard_error_by_the_estimate():
     """On the log scale t_r = (log T_r - log T) / (se_r / T_r): the interval equals that computed by hand."""
     rng = np.random.default_rng(5)
     x = rng.gamma(2.0, 4.0, 40)
-    weights = bs.prompt_weights(40, 400, seed=0)
-    mean = bs.weighted_mean(weights, x)
-    se = np.sqrt(bs.influence_covariance(weights, bs.mean_gradient(weights, x, mean)))
-    n_boot = bs.n_boot_of(weights)
+    weights = bootstrap.prompt_weights(40, 400, seed=0)
+    mean = bootstrap.weighted_mean(weights, x)
+    se = np.sqrt(bootstrap.influence_covariance(weights, bootstrap.mean_gradient(weights, x, mean)))
+    n_boot = bootstrap.n_boot_of(weights)
     t = (np.log(mean[1 : 1 + n_boot]) - np.log(mean[0])) / (se[1 : 1 + n_boot] / mean[1 : 1 + n_boot])
     low, high = np.quantile(t, [0.025, 0.975])
     expect = np.exp([np.log(mean[0]) - high * se[0] / mean[0], np.log(mean[0]) - low * se[0] / mean[0]])
-    summary = bs.studentized_summary(mean, se, weights, log=True)
+    summary = bootstrap.studentized_summary(mean, se, weights, log=True)
     assert summary["ci95"] == pytest.approx(list(expect), rel=1e-12)
     assert summary["interval"] == "studentized-log" and summary["estimate"] == pytest.approx(x.mean())
 
@@ -85,19 +84,19 @@ def _constants(c1_mean, seed=0):
     """c1 and c3 as weighted means of per-prompt values (c1's with mean ``c1_mean``, sd 1), their derivatives."""
     rng = np.random.default_rng(seed)
     x, y = c1_mean + rng.normal(size=40), rng.gamma(4.0, 1.0, 40) + 0.3 * rng.normal(size=40)
-    weights = bs.prompt_weights(40, 400, seed=seed)
-    c1, c3 = bs.weighted_mean(weights, x), bs.weighted_mean(weights, y)
-    return c1, c3, bs.mean_gradient(weights, x, c1), bs.mean_gradient(weights, y, c3), weights
+    weights = bootstrap.prompt_weights(40, 400, seed=seed)
+    c1, c3 = bootstrap.weighted_mean(weights, x), bootstrap.weighted_mean(weights, y)
+    return c1, c3, bootstrap.mean_gradient(weights, x, c1), bootstrap.mean_gradient(weights, y, c3), weights
 
 
 def test_k_star_interval_is_the_studentized_log_k_star_minus_one():
     """With c1 clearly positive the K* interval is the bootstrap-t interval of L = log(K* - 1) = (log c3 - log c1)/2
     with se(L)^2 = (var c3 / c3^2 + var c1 / c1^2 - 2 cov / (c1 c3)) / 4, computed here by hand."""
     c1, c3, d1, d3, weights = _constants(2.0)
-    n_boot = bs.n_boot_of(weights)
+    n_boot = bootstrap.n_boot_of(weights)
     assert np.all(c1[: 1 + n_boot] > 0)
     cov = {
-        (a, b): bs.influence_covariance(weights, da, db)
+        (a, b): bootstrap.influence_covariance(weights, da, db)
         for a, da in (("1", d1), ("3", d3))
         for b, db in (("1", d1), ("3", d3))
     }
@@ -118,7 +117,9 @@ def test_k_star_interval_ends_at_inf_when_c1_may_be_zero():
     c1, c3, d1, d3, weights = _constants(0.25)
     assert c1[0] > 0 and np.any(c1 <= 0)
     summary = advisor.k_star_summary(c1, c3, d1, d3, weights)
-    c1_interval = bs.studentized_summary(c1, np.sqrt(bs.influence_covariance(weights, d1)), weights)["ci95"]
+    c1_interval = bootstrap.studentized_summary(c1, np.sqrt(bootstrap.influence_covariance(weights, d1)), weights)[
+        "ci95"
+    ]
     assert c1_interval[0] < 0 and summary["ci95"][1] == np.inf and summary["interval"] == "studentized"
     assert 1 < summary["ci95"][0] < summary["estimate"]
     assert np.isfinite(advisor.k_star_summary(*_constants(2.0))["ci95"][1])

@@ -13,8 +13,7 @@ large-T approximation; docs/statistics.md.)
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis import heavy_tails, paired, theory
+from grpo_mse.analysis import bootstrap, heavy_tails, paired, theory
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
@@ -69,7 +68,7 @@ def _simulated_run(rng, types):
 
 def _unwidened(pieces: dict, name: str) -> list[float]:
     """The plain bootstrap-t interval from the advisor's ``studentized`` pieces (K*: 1 + 1/sqrt(q), ends swapped)."""
-    low, high = bs.pieces_interval(pieces)
+    low, high = bootstrap.pieces_interval(pieces)
     if name != "K_star_exact":
         return [low, high]
     return [1 + high**-0.5 if high > 0 else np.inf, 1 + low**-0.5 if low > 0 else np.inf]
@@ -111,13 +110,13 @@ def test_joint_bootstrap_intervals_cover_at_95_percent():
 def test_interval_always_contains_its_estimate():
     """A statistic whose replicates all fall on one side of the estimate (here: replicate = estimate + 1 + noise)
     still gets an interval that contains the estimate; the plain BCa quantiles alone would exclude it."""
-    from grpo_mse.analysis import bootstrap as bs
+    from grpo_mse.analysis import bootstrap
 
-    weights = bs.prompt_weights(20, 400, seed=1)
-    n_boot = bs.n_boot_of(weights)
+    weights = bootstrap.prompt_weights(20, 400, seed=1)
+    n_boot = bootstrap.n_boot_of(weights)
     rng = np.random.default_rng(0)
     draws = np.concatenate([[5.0], 6.0 + rng.random(n_boot), 5.0 + rng.random(20) * 1e-3])
-    low, high = bs.interval(draws, weights)
+    low, high = bootstrap.interval(draws, weights)
     assert low <= 5.0 <= high
     assert high > 6.5  # the upper end still comes from the replicates
 

@@ -9,9 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import bootstrap as bs
-from grpo_mse.analysis import measured_curve as mc
-from grpo_mse.analysis import prompt_constants
+from grpo_mse.analysis import bootstrap, measured_curve, prompt_constants
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients.estimators import GRPO_STD
@@ -40,7 +38,10 @@ def dataset(rng, k, spread, noise, bias_centre, n_prompts=24, batch=6):
     batches = []
     for start in range(0, n_prompts, batch):
         members = list(range(start, start + batch))
-        grams = {GRPO_STD: gram_entry(x_mean, x_trace, members), mc.BIAS_GRAM: gram_entry(d_mean, d_trace, members)}
+        grams = {
+            GRPO_STD: gram_entry(x_mean, x_trace, members),
+            measured_curve.BIAS_GRAM: gram_entry(d_mean, d_trace, members),
+        }
         oracle = gram_entry(x_mean, x_trace, members)  # the oracle's place; unused here
         batches.append(C1BatchRecord.simulated(k, members, oracle["gram"], oracle["within_each"], grams))
     return records, batches
@@ -54,8 +55,8 @@ def test_measured_error_is_unbiased_for_the_known_budgeted_error():
     for _ in range(400):
         records, batches = dataset(rng, k, spread, noise, centre)
         _, position = prompt_constants.prompt_columns({k: records})
-        weights = bs.prompt_weights(len(records), 1, 0)[:1]  # the data row only
-        estimates.append(float(mc.error_at(records, batches, k, BUDGET, position, weights)["error"][0]))
+        weights = bootstrap.prompt_weights(len(records), 1, 0)[:1]  # the data row only
+        estimates.append(float(measured_curve.error_at(records, batches, k, BUDGET, position, weights)["error"][0]))
     mean, se = np.mean(estimates), np.std(estimates, ddof=1) / np.sqrt(len(estimates))
     assert abs(mean - truth) < 4 * se, (mean, truth, se)
     assert se < 0.05 * truth  # the check has power: a missing K/N or a dropped bias term would fail it
@@ -67,17 +68,17 @@ def test_best_k_is_identified_only_when_separated():
     far = {k: dataset(rng, k, 0.8, 1.5 if k != 8 else 6.0, centre, n_prompts=60) for k in (2, 4, 8)}
     records = {k: r for k, (r, _) in far.items()}
     batches = {k: b for k, (_, b) in far.items()}
-    weights = bs.prompt_weights(60, 400, 0)
-    curve = mc.measured_curve(records, batches, BUDGET, None, weights)
+    weights = bootstrap.prompt_weights(60, 400, 0)
+    curve = measured_curve.measured_curve(records, batches, BUDGET, None, weights)
     assert curve["K"] == [2, 4, 8] and curve["K_best_point"] == 2
     assert curve["error_over_best"]["8"]["ci95"][0] > 1  # K = 8's noise is 16 times larger
     assert curve["identified"] is False and curve["K_best"] is None  # 2 and 4 are not separated at 60 prompts
     assert "not separated from K in [4]" in curve["message"]
-    only = mc.measured_curve(records, batches, BUDGET, [2, 8], weights)
+    only = measured_curve.measured_curve(records, batches, BUDGET, [2, 8], weights)
     assert only["K"] == [2, 8] and only["identified"] and only["K_best"] == 2
     missing = {k: [dataclasses.replace(b, estimator_grams=None) for b in bs_] for k, bs_ in batches.items()}
-    assert mc.measured_curve(records, missing, BUDGET, None, weights)["K"] == []
-    assert "no decomposition" in mc.describe(curve) and "K=8" in mc.describe(curve)
+    assert measured_curve.measured_curve(records, missing, BUDGET, None, weights)["K"] == []
+    assert "no decomposition" in measured_curve.describe(curve) and "K=8" in measured_curve.describe(curve)
 
 
 def test_advisor_estimator_grpo_std_needs_its_traces():
@@ -120,10 +121,10 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
         assert len(batches) == 2
         for batch in batches:
             grams = batch.estimator_grams
-            assert set(grams) == {GRPO_STD, mc.BIAS_GRAM}
+            assert set(grams) == {GRPO_STD, measured_curve.BIAS_GRAM}
             expected = [traces[i] / M_RUN for i in batch.prompt_indices]
             assert np.allclose(grams[GRPO_STD]["within_each"], expected)
-            assert np.asarray(grams[mc.BIAS_GRAM]["gram"]).shape == (3, 3)
+            assert np.asarray(grams[measured_curve.BIAS_GRAM]["gram"]).shape == (3, 3)
     advice = result["group_size_advisor"]
     assert advice["estimator"] == GRPO_STD and advice["measured_curve"]["K"] == [2, 4]
     assert "std-normalised GRPO, the run's estimator" in describe(advice)
@@ -151,7 +152,7 @@ def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
     second = TracecovRun.start(TracecovConfig.from_argv(resumed_argv))
     records_after, batches_after = second.sweep()
     second.close()
-    assert set(batches_after[2][0].estimator_grams) == {GRPO_STD, mc.BIAS_GRAM}
+    assert set(batches_after[2][0].estimator_grams) == {GRPO_STD, measured_curve.BIAS_GRAM}
     assert batches_after[2][0].gram == batches_before[2][0].gram  # the same samples, the same oracle Gram
 
     def by_prompt(records):
@@ -166,12 +167,12 @@ def test_a_negative_smallest_error_identifies_no_k():
     def batch(k, off_diagonal):
         gram = [[1.0, off_diagonal], [off_diagonal, 1.0]]
         zero = {"gram": [[0.0, 0.0], [0.0, 0.0]], "within_each": [0.0, 0.0]}
-        grams = {GRPO_STD: zero, mc.BIAS_GRAM: {"gram": gram, "within_each": [0.0, 0.0]}}
+        grams = {GRPO_STD: zero, measured_curve.BIAS_GRAM: {"gram": gram, "within_each": [0.0, 0.0]}}
         return C1BatchRecord.simulated(k, [0, 1], zero["gram"], zero["within_each"], grams)
 
     records = {k: [PromptRecord.simulated(k, i, {GRPO_STD: 0.0}) for i in (0, 1)] for k in (2, 4)}
     batches = {2: [batch(2, -1.0)], 4: [batch(4, 0.5)]}
-    curve = mc.measured_curve(records, batches, BUDGET, None, bs.prompt_weights(2, 50, 0))
+    curve = measured_curve.measured_curve(records, batches, BUDGET, None, bootstrap.prompt_weights(2, 50, 0))
     assert curve["per_K"]["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>
     assert curve["per_K"]["4"]["error"]["estimate"] == pytest.approx(0.5)
     assert curve["K_best_point"] == 2 and curve["K_best"] is None and not curve["identified"]

@@ -73,13 +73,13 @@ def test_error_boundary_gives_one_line_for_library_failures(make, needle):
 def test_one_prompt_gives_no_interval():
     import numpy as np
 
-    from grpo_mse.analysis import bootstrap as bs
+    from grpo_mse.analysis import bootstrap
 
-    one = bs.prompt_weights(1, 50, seed=0)
-    assert bs.interval(np.full(len(one), 0.3), one) is None  # [x, x] would claim certainty: n/a
-    two = bs.prompt_weights(2, 50, seed=0)
+    one = bootstrap.prompt_weights(1, 50, seed=0)
+    assert bootstrap.interval(np.full(len(one), 0.3), one) is None  # [x, x] would claim certainty: n/a
+    two = bootstrap.prompt_weights(2, 50, seed=0)
     draws = two @ np.array([0.2, 0.4]) / two.sum(axis=1)
-    low, high = bs.interval(draws, two)
+    low, high = bootstrap.interval(draws, two)
     assert low < 0.3 < high
 
 

@@ -115,7 +115,7 @@ def test_rank_batches_balance_prompts_and_keep_batches_on_one_rank(count, size, 
     assert max(per_rank) - min(per_rank) <= 1 and sum(per_rank) == count
     flat = [i for batches in layout for batch in batches for i in batch]
     assert flat == list(range(count))  # every prompt once, in order; each batch lies in one rank's range
-    assert all(1 <= len(b) <= size and b == list(range(b[0], b[0] + len(b))) for bs in layout for b in bs)
+    assert all(1 <= len(b) <= size and b == list(range(b[0], b[0] + len(b))) for batches in layout for b in batches)
     if world == 1:
         assert layout[0] == [list(range(s, min(s + size, count))) for s in range(0, count, size)]
 

@@ -135,18 +135,17 @@ def test_resume_takes_one_model_folder_named_two_ways_as_one(tmp_path, monkeypat
 def test_intervals_of_quantities_at_least_zero_are_clipped_and_flagged_at_small_T():
     """`--T 6 --M 2` printed a ratio interval with a negative lower bound and an ||E s||^2 interval entirely below 0
     (unbiased estimates of quantities >= 0 can be negative with few prompts)."""
-    from grpo_mse.analysis import bootstrap as bs
-    from grpo_mse.analysis import paired
+    from grpo_mse.analysis import bootstrap, paired
 
-    assert bs.at_least_zero({"estimate": 1.2, "ci95": [-0.4, 3.0]}) == {
+    assert bootstrap.at_least_zero({"estimate": 1.2, "ci95": [-0.4, 3.0]}) == {
         "estimate": 1.2,
         "ci95": [0.0, 3.0],
         "clipped": True,
     }
-    below = bs.at_least_zero({"estimate": -0.5, "ci95": [-0.9, -0.1]})
-    assert below["ci95"] == [0.0, 0.0] and below["clipped"] and below["unreliable"] == bs.UNRELIABLE
-    assert bs.at_least_zero({"estimate": 0.5, "ci95": [0.1, 0.9]}) == {"estimate": 0.5, "ci95": [0.1, 0.9]}
-    assert bs.at_least_zero({"estimate": None, "ci95": None}) == {"estimate": None, "ci95": None}
+    below = bootstrap.at_least_zero({"estimate": -0.5, "ci95": [-0.9, -0.1]})
+    assert below["ci95"] == [0.0, 0.0] and below["clipped"] and below["unreliable"] == bootstrap.UNRELIABLE
+    assert bootstrap.at_least_zero({"estimate": 0.5, "ci95": [0.1, 0.9]}) == {"estimate": 0.5, "ci95": [0.1, 0.9]}
+    assert bootstrap.at_least_zero({"estimate": None, "ci95": None}) == {"estimate": None, "ci95": None}
     # through the run's statistics: six prompts whose per-prompt ||E s||^2 estimates are mostly negative
     values = [-0.5, -0.2, -0.4, 0.1, -0.3, -0.6]
     records = {

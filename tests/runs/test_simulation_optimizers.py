@@ -120,7 +120,7 @@ def test_paired_differences_pair_runs_at_the_same_seed():
         (2, 0, "naive", 0.04),
         (2, 1, "grpo", 0.20),
         (2, 1, "naive", 0.10),
-        (2, 2, "grpo", 0.90),  # no naive run at seed 2
+        (2, 2, "grpo", 0.90),  # no vanilla ("naive") run at seed 2: unpaired, left out
         (4, 0, "oracleV", 0.30),
         (4, 0, "grpo", 0.25),
     ]

@@ -169,7 +169,7 @@ def test_estimator_table_rows_and_markdown():
     result, mc = _synthetic()
     rows = table.comparison_rows(result, mc, ALL)
     assert len(rows) == 2 * len(ALL) and set(table.COLUMNS) == set(rows[0])
-    first = rows[0]  # K = 2, naive: exact mean (50 + 150) / 2; MC differs by +1 and -1, so the paired mean is 0
+    first = rows[0]  # K = 2, vanilla: exact mean (50 + 150) / 2; MC differs by +1 and -1, so the paired mean is 0
     assert first["exact_trace_cov"] == pytest.approx(100.0) and first["mc_trace_cov"] == pytest.approx(100.0)
     assert first["z_trace_cov"] == pytest.approx(0.0) and np.isnan(first["z_bias2"])
     drgrpo = next(r for r in rows if r["K"] == 4 and r["estimator"] == "drgrpo")
