@@ -15,7 +15,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
-NAMES = (est.NAIVE, est.GRPO, est.ORACLE)
+NAMES = (est.VANILLA, est.GRPO, est.ORACLE)
 CALIBRATED = ("c1", "c2", "c3", "K_star_exact")
 FIELDS = ("z", "t_lo", "t_hi", "below", "above")  # per statistic in a run's row, after the share and tail index
 TARGET_MISS = 0.025  # each end of a widened interval misses the truth at most this often in every calibration cell

@@ -25,7 +25,7 @@ from grpo_mse.analysis.error_model import json_value, rounded
 from grpo_mse.analysis.measured_curve import measured_curve
 from grpo_mse.analysis.prompt_constants import column, prompt_columns
 from grpo_mse.errors import DataError
-from grpo_mse.gradients.estimators import GRPO, GRPO_STD, NAIVE, ORACLE
+from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, VANILLA
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from grpo_mse.tables.validate import whole
 
@@ -123,10 +123,10 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
                     for a, b, per_k in zip(columns[n], columns[ORACLE], bands)
                 ]
             out["difference"][f"{n}-{ORACLE}"] = _series([a - b for a, b in zip(means[n], means[ORACLE])], weights)
-    if {NAIVE, GRPO} <= set(names):  # the paper's ordering vanilla > GRPO, paired like the rest
+    if {VANILLA, GRPO} <= set(names):  # the paper's ordering vanilla > GRPO, paired like the rest
         with np.errstate(invalid="ignore", divide="ignore"):
-            out["ratio"][f"{NAIVE}/{GRPO}"] = [
-                bootstrap.ratio_summary(weights, a, b)[0] for a, b in zip(columns[NAIVE], columns[GRPO])
+            out["ratio"][f"{VANILLA}/{GRPO}"] = [
+                bootstrap.ratio_summary(weights, a, b)[0] for a, b in zip(columns[VANILLA], columns[GRPO])
             ]
     optional = {
         "mean_score_sq": lambda r: np.nan if r.mean_score_sq is None else r.mean_score_sq,

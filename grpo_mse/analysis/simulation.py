@@ -13,7 +13,7 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.records import SimulationRecord
 
 # (a, b) pairs compared by paired differences a - b at the same (K, seed): the better estimator first
-PAIRS = ((est.ORACLE, est.GRPO), (est.GRPO, est.NAIVE), (est.ORACLE, est.NAIVE))
+PAIRS = ((est.ORACLE, est.GRPO), (est.GRPO, est.VANILLA), (est.ORACLE, est.VANILLA))
 
 
 def final_records(records: list[SimulationRecord]) -> list[SimulationRecord]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
-from grpo_mse.gradients.estimators import GRPO, NAIVE, ORACLE, UNBIASED
+from grpo_mse.gradients.estimators import GRPO, ORACLE, UNBIASED, VANILLA
 
 OPTIMIZERS = ("sgd", "adamw")
 ADAMW = {"weight_decay": 0.01, "max_grad_norm": 1.0}  # defaults of the AdamW-only settings (the TRL backend's)
@@ -21,7 +21,7 @@ class SimulationConfig(Flags):
     budget: int = option(64, minimum=1, help="N = B*K sequences per step")
     K_list: tuple[int, ...] = option((2, 4, 8, 16, 32), minimum=2, help="group sizes (each divides --budget)")
     seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, help="run seeds")
-    estimators: tuple[str, ...] = option((NAIVE, GRPO, ORACLE), choices=UNBIASED, help="gradient estimators compared")
+    estimators: tuple[str, ...] = option((VANILLA, GRPO, ORACLE), choices=UNBIASED, help="gradient estimators compared")
     steps: int = option(30, minimum=1, help="update steps per run")
     lr: float = option(1e-3, above=0, help="learning rate")
     optimizer: str = option(

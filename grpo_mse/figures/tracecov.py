@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from grpo_mse.gradients import estimators as est  # noqa: E402
 from grpo_mse.tables.outputs import write_atomic  # noqa: E402
 
-PAPER_NAMES = {"vanilla": est.NAIVE, "grpo": est.GRPO, "oracle": est.ORACLE}
+PAPER_NAMES = {"vanilla": est.VANILLA, "grpo": est.GRPO, "oracle": est.ORACLE}
 
 
 def style(name: str) -> dict:

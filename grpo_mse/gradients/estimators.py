@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-# The registry's keys (the names in result JSON/CSV files and on --estimators); other modules use these constants.
-NAIVE, GRPO, ORACLE, GRPO_STD, DRGRPO = "naive", "grpo", "oracleV", "grpo_std", "drgrpo"
+# The registry's keys (the names in result JSON/CSV files and on --estimators, kept as the original has them:
+# the vanilla estimator is "naive" there); other modules use these constants, named after the estimator.
+VANILLA, GRPO, ORACLE, GRPO_STD, DRGRPO = "naive", "grpo", "oracleV", "grpo_std", "drgrpo"
 
 STD_EPS = 1e-6  # the epsilon VERL adds to the group standard deviation
 
@@ -100,7 +101,7 @@ REGISTRY: dict[str, Estimator] = {
     e.name: e
     for e in (
         Estimator(
-            NAIVE,
+            VANILLA,
             "vanilla",
             "tab:blue",
             vanilla_weights,

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grpo_mse import cli
-from grpo_mse import distributed as dist
+from grpo_mse import cli, distributed
 from grpo_mse.analysis import advisor_report, measured_curve, paired
 from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
 from grpo_mse.analysis.coverage_calibration import read_calibration
@@ -335,7 +334,7 @@ class TracecovRun:
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
         """Rows, policy and checks (before any file is written), then a new run folder entry or the resumed one."""
-        rank, world, device = dist.init_from_env(config.device)
+        rank, world, device = distributed.init_from_env(config.device)
         rows, keys = select_rows(config)
         model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
         lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
@@ -365,7 +364,7 @@ class TracecovRun:
             if config.resume:
                 print(f"note: no unfinished run in {config.save_json}; starting a new one", file=sys.stderr)
             base = folder.claim(f"tracecov_{model_tag(config.model)}", saved_config)
-        base = dist.broadcast_text(base)
+        base = distributed.broadcast_text(base)
         progress = f"{base}.progress.rank{rank}.jsonl"
         run_lock = lock(progress)  # one writer per progress log, held until the run ends
         done, batches = load_progress(base)
@@ -403,7 +402,7 @@ class TracecovRun:
             for b in mine:
                 self.run_batch(b, all_batches[b], k, on_prompt=lambda k=k, bar=bar: self.show_running_means(k, bar))
             bar.close()
-            dist.barrier()
+            distributed.barrier()
             latest_done, latest_batches = load_progress(self.base)
             self.done.update(latest_done)
             self.batches.update(latest_batches)
@@ -471,7 +470,7 @@ class TracecovRun:
         groups = [continuations[g * k : (g + 1) * k] for g in range(m)]
         params = [p for p in self.sampler.model.parameters() if p.requires_grad]
         value = oracle_value(row)
-        vanilla_biased = est.NAIVE in config.estimators and paired.score_law_mismatch(
+        vanilla_biased = est.VANILLA in config.estimators and paired.score_law_mismatch(
             self.sampler.score_distribution, self.sampler.settings.top_p, self.sampler.include_eos
         )
         stats = prompt_traces(
@@ -487,7 +486,7 @@ class TracecovRun:
             pool=self.pool,
         )
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
-            stats.bias2 = {**stats.bias2, est.NAIVE: paired.vanilla_bias2(value, stats.mean_score_sq)}
+            stats.bias2 = {**stats.bias2, est.VANILLA: paired.vanilla_bias2(value, stats.mean_score_sq)}
         biased = bool(stats.bias2)  # biased estimators: MSE = trace of covariance + squared bias
         record = PromptRecord(
             k,
@@ -543,14 +542,14 @@ class TracecovRun:
     def close(self) -> None:
         """After every rank is done: rank 0 removes the progress logs (and any c1 file a crash left); release the
         lock and the process group."""
-        dist.barrier()
+        distributed.barrier()
         if self.rank == 0:
             spilled = [path for label in C1_FILES for path in glob.glob(f"{glob.escape(self.base)}.{label}.rank*.bin")]
             for path in progress_paths(self.base) + spilled:
                 os.remove(path)
         if self.lock is not None:
             self.lock.close()
-        dist.finish()
+        distributed.finish()
 
 
 def summary_lines(result: dict) -> list[str]:

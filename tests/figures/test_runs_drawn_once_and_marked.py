@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from one_line_checks import FIGURES, boundary
 
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, style
-from grpo_mse.gradients.estimators import NAIVE, UNBIASED
+from grpo_mse.gradients.estimators import UNBIASED, VANILLA
 
 MSE_VALUES = st.one_of(
     st.floats(1e-3, 1e6),
@@ -26,7 +26,7 @@ MSE_VALUES = st.one_of(
 @st.composite
 def runs_with_some_estimates_below_zero(draw):
     ks = sorted(draw(st.sets(st.sampled_from([2, 4, 8, 16, 32]), min_size=1, max_size=4)))
-    names = draw(st.lists(st.sampled_from([NAIVE, *UNBIASED]), min_size=1, max_size=3, unique=True))
+    names = draw(st.lists(st.sampled_from([VANILLA, *UNBIASED]), min_size=1, max_size=3, unique=True))
     means = {n: [draw(MSE_VALUES) for _ in ks] for n in names}
     return {"K_list": ks, "conditional_on_x": means, "ci95": {n: [1.0] * len(ks) for n in names}}
 

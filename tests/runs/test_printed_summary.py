@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from grpo_mse.gradients import estimators as est
 from grpo_mse.runs.tracecov import summary_lines
 
-NAMES = [est.NAIVE, est.GRPO, est.ORACLE]
+NAMES = [est.VANILLA, est.GRPO, est.ORACLE]
 
 
 @bounded(40)
