@@ -39,7 +39,10 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 class BenchCliConfig(Flags):
     """The policy, the cases and their sizes, the repeats, and where the report goes."""
 
-    model: str = option(os.path.join(ROOT, "assets", "tiny_policy"), help="policy folder")
+    model: str = option(
+        os.path.join(ROOT, "assets", "tiny_policy"),
+        help="local model: an HF folder, a GGUF file or a LoRA adapter folder",
+    )
     zero_shot_table: str | None = option(
         None, help="oracle table of the zero_shot case (default: results/demo/oracle_v_n256_tiny_policy_*.jsonl)"
     )
@@ -68,10 +71,9 @@ class BenchCliConfig(Flags):
 def parse_args(argv=None) -> BenchCliConfig:
     args = BenchCliConfig.from_argv(argv, description=__doc__)
     cli.protect_tracked(args.out, args.overwrite, "--out")
-    cli.require(
-        os.path.isfile(os.path.join(args.model, "config.json")),
-        f"--model {args.model}: no config.json (python scripts/build_tiny_policy.py)",
-    )
+    # the benchmark runs the command lines on a local model (a folder, a GGUF file or an adapter folder, as they
+    # take it), never a hub download inside a timed run
+    cli.require(cli.check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
     if "zero_shot" in args.cases:
         args.zero_shot_table = args.zero_shot_table or latest(
             os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_*.jsonl")

@@ -48,3 +48,16 @@ def test_relative_difference_has_an_absolute_floor():
     # a real difference still counts, relative to the larger value
     assert abs(bench_cli.max_relative_difference({"grpo": [0.01, 0.02]}, {"grpo": [0.01, 0.03]}) - 1 / 3) < 1e-12
     assert bench_cli.max_relative_difference({"grpo": [0.0]}, {"grpo": [0.0]}) == 0.0
+
+
+def test_model_is_any_local_model_the_command_lines_take(tmp_path):
+    from conftest import BUILTIN_POLICY
+    from gguf_files import write_gguf
+
+    from grpo_mse.cli import UsageError
+
+    gguf = write_gguf(BUILTIN_POLICY, str(tmp_path / "Tiny.F32.gguf"), bos=None, eos=2, pad=0)
+    common = ["--cases", "few_shot", "--out", str(tmp_path / "cli.json")]
+    assert bench_cli_command.parse_args(["--model", gguf, *common]).model == gguf  # was: "no config.json"
+    with pytest.raises(UsageError, match="give a local model"):
+        bench_cli_command.parse_args(["--model", "Qwen/Qwen2.5-0.5B-Instruct", *common])
