@@ -39,7 +39,10 @@ def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = 
         return 2 * labels * count * stats + count * model + 4 * largest * stats
     vectors = rows + labels
     blocks = CPU_BLOCK_BYTES if str(device) == "cpu" else vectors * CUDA_BLOCK_COORDINATES * 8
-    return labels * count * stats + rows * count * model + min(blocks, vectors * count * 8)
+    # the gradient rows twice: a batched backward's intermediate per-parameter gradients are as large as the
+    # rows it returns, and both are alive at its end (measured: tests/gpu/test_gpu_check.py); before the float64
+    # Gram blocks became cache-sized, a 128 MiB block term happened to cover them
+    return labels * count * stats + 2 * rows * count * model + min(blocks, vectors * count * 8)
 
 
 def model_bytes(params) -> int:
