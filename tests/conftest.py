@@ -59,12 +59,11 @@ def one_token_sampler(model, tokenizer):
     return PromptSampler(model, tokenizer, settings, gen_bs=256, seed=0)
 
 
-@pytest.fixture(scope="session")
-def random_lm():
-    """A 2-layer Qwen2 with vocab 23, fp32, deterministic weights."""
+def random_qwen2(seed: int):
+    """A 2-layer Qwen2 with vocab 23, fp32, its weights drawn after ``torch.manual_seed(seed)``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=23,
         hidden_size=16,
@@ -75,8 +74,13 @@ def random_lm():
         max_position_embeddings=64,
         tie_word_embeddings=False,
     )
-    model = Qwen2ForCausalLM(config).eval()
-    return model
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def random_lm():
+    """A 2-layer Qwen2 with vocab 23, fp32, deterministic weights."""
+    return random_qwen2(0)
 
 
 @pytest.fixture(scope="session")

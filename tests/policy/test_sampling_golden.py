@@ -1,17 +1,18 @@
 """Golden continuations: the seeded HF sampler's token ids recorded before the sampler was sped up (one prefill
 per distinct prompt, finished rows leaving the batch), asserted to be reproduced exactly.
 
-Regenerate (only for a deliberate, documented change of streams): ``python tests/policy/test_sampling_golden.py``.
+Regenerate (only for a deliberate, documented change of streams):
+``GRPO_MSE_WRITE_GOLDEN=1 python -m pytest tests/policy/test_sampling_golden.py``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 import torch
+from conftest import random_qwen2
 
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
 
@@ -61,22 +62,9 @@ def tiny_samples(model, tokenizer) -> dict:
 
 def ragged_model():
     """A 2-layer random Qwen2 (vocab 23), built the same way every time (not the session fixture, so the
-    golden file does not depend on which tests ran before)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
+    golden file does not depend on which tests ran before); the global generator is left as it was."""
     generator_state = torch.random.get_rng_state()
-    torch.manual_seed(123)
-    config = Qwen2Config(
-        vocab_size=23,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    model = Qwen2ForCausalLM(config).eval()
+    model = random_qwen2(123)
     torch.random.set_rng_state(generator_state)
     return model
 
@@ -99,6 +87,10 @@ def all_samples() -> dict:
 
 @pytest.fixture(scope="module")
 def golden() -> dict:
+    if os.environ.get("GRPO_MSE_WRITE_GOLDEN") == "1":  # a deliberate change of streams: record the new ids
+        with open(GOLDEN, "w") as f:
+            json.dump(all_samples(), f, separators=(",", ":"))
+            f.write("\n")
     with open(GOLDEN) as f:
         return json.load(f)
 
@@ -120,11 +112,3 @@ def test_the_tiny_policy_reproduces_its_golden_continuations(builtin_policy, gol
 def test_the_random_model_reproduces_its_golden_ragged_continuations(golden):
     for name, per_request in ragged_samples(ragged_model()).items():
         assert per_request == golden[name], name
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, ROOT)
-    with open(GOLDEN, "w") as f:
-        json.dump(all_samples(), f, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {GOLDEN}")
