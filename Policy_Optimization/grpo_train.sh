@@ -438,18 +438,21 @@ before=$(wc -l < "${LOG_FILE}")
 status=${PIPESTATUS[0]}
 set -e
 trap - INT TERM
+# This run's part of the log, read once: grep -q on a pipe from tail would end tail early with SIGPIPE, which
+# pipefail turns into "no match" at random (CI saw "before ray.init" for a log that said Ray had started).
+(( status == 0 )) || run_output=$(tail -n "+$(( before + 1 ))" "${LOG_FILE}")
 case "${status}" in
   0) end_line 0 completed ;;
   130|143) end_line "${status}" interrupted ;;
   *) end_line "${status}" failed ;;
 esac
 if (( status != 0 )) && [[ "${TRAINER}" == "trl" ]]; then  # the trainer's own one-line refusal, also on stderr
-  reason=$(tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -a -m 1 "^error: " || true)
+  reason=$(grep -a -m 1 "^error: " <<< "${run_output}" || true)
   [[ -z "${reason}" ]] || echo "grpo_train.sh: ${reason}" >&2
 fi
 if (( status != 0 )) && [[ "${TRAINER}" == "verl" ]]; then
-  missing=$(tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -o "No module named '[^']*'" | head -n 1 | cut -d"'" -f2)
-  tail -n "+$(( before + 1 ))" "${LOG_FILE}" | grep -q "Started a local Ray instance\|Connected to Ray cluster" \
+  missing=$(grep -a -o -m 1 "No module named '[^']*'" <<< "${run_output}" | cut -d"'" -f2 | head -n 1 || true)
+  grep -a -q "Started a local Ray instance\|Connected to Ray cluster" <<< "${run_output}" \
     && stage="after ray.init" || stage="before ray.init"
   if [[ -n "${missing}" ]]; then  # e.g. transfer_queue, which verl 0.9.1's trainer imports right after ray.init
     echo "grpo_train.sh: error: VERL stopped ${stage}: the module '${missing}' is not installed; pip install -r requirements-gpu.txt" >&2

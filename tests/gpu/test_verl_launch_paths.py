@@ -136,3 +136,26 @@ def test_real_verl_launch_from_long_base_passes_ray_init(long_base):
         "grpo_train.sh: error: VERL stopped after ray.init on a machine without an NVIDIA GPU (no nvidia-smi); "
         "its rollout and actor workers need CUDA",
     ), last
+
+
+def test_stage_of_a_failed_launch_is_read_from_the_whole_log(long_base, tmp_path):
+    """The stage line reads the run's whole log: a long log after Ray's start line used to end the reading
+    pipe early (SIGPIPE under pipefail) and say "before ray.init" for a run that had started Ray (CI, session 13)."""
+    fake_python = tmp_path / "python"
+    fake_python.write_text(
+        "#!/bin/bash\n"
+        'if [[ " $* " == *" verl.trainer.main_ppo "* ]]; then\n'
+        "  echo 'Started a local Ray instance.'\n"
+        "  seq 1 200000\n"
+        "  echo \"ModuleNotFoundError: No module named 'transfer_queue'\"\n"
+        "  exit 1\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake_python.chmod(0o755)
+    result = launch(long_base, DRY_RUN="0", PYTHON_BIN=fake_python, LOG_FILE=tmp_path / "run.log")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "grpo_train.sh: error: VERL stopped after ray.init: the module 'transfer_queue' is not installed; "
+        "pip install -r requirements-gpu.txt"
+    )
