@@ -38,6 +38,7 @@ TABLES = {
         "benchmarks/bench_oracle_trees.py:BenchOracleTreesConfig",
         "benchmarks/tracecov_parts.py:TracecovPartsConfig",
         "benchmarks/bench_floor.py:BenchFloorConfig",
+        "grpo_mse.commands.bench_dtype:BenchDtypeConfig",
     ],
     "docs/commands.md": [
         *(f"scripts/k_validation.py:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
