@@ -267,6 +267,9 @@ def test_the_launcher_records_an_interrupted_run(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a shell's background job (e.g. `bash .ci/run &`) ignores SIGINT, and bash cannot trap a signal ignored at
+        # its start: give the launcher Ctrl-C's default disposition, as in a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     logs = tmp_path / "base" / "logs"
     deadline = time.monotonic() + 60
