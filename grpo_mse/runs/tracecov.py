@@ -26,7 +26,6 @@ from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, Buf
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
-from grpo_mse.policy.vllm_sampler import make_vllm
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
 from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
@@ -382,7 +381,10 @@ class TracecovRun:
             shared_prompt=config.engine == "fast",
             score_distribution=config.score_distribution,
         )
-        sampler.backend = make_vllm(config, sampler.settings) or sampler.backend
+        if config.backend == "vllm":  # the vLLM sampler's module only when asked
+            from grpo_mse.policy.vllm_sampler import make_vllm
+
+            sampler.backend = make_vllm(config, sampler.settings)
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             largest = max(len(b) for batches in rank_batches(len(rows), config.c1_batch, world) for b in batches)
             print(c1_memory_line(trainable, config, base, largest), file=sys.stderr)
