@@ -18,11 +18,21 @@ from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
 from grpo_mse.runs.folder import RunFolder, lock
-from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys, selection
+from grpo_mse.tables.inputs import (
+    check_answers,
+    check_prompt_lengths,
+    check_prompts,
+    has_unique_ids,
+    load_rows,
+    model_positions,
+    oracle_settings,
+    prompt_ids,
+    row_keys,
+    selection,
+)
 from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, to_json, wilson_interval, write_atomic
 from grpo_mse.tables.records import OracleValues
 from grpo_mse.tables.resume import fingerprint
-from grpo_mse.tables.validate import check_answers, check_prompt_lengths, check_prompts, model_positions
 
 
 def settings(config: OracleConfig) -> dict:

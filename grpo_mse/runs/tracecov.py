@@ -28,7 +28,20 @@ from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
 from grpo_mse.runs.folder import RunFolder, lock
-from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
+from grpo_mse.tables.inputs import (
+    check_answers,
+    check_oracle_agreement,
+    check_oracle_counts,
+    check_oracle_values,
+    check_prompt_lengths,
+    check_prompts,
+    load_rows,
+    model_positions,
+    prompt_ids,
+    row_keys,
+    selection,
+    settings_mismatch,
+)
 from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, write_csv, write_json
 from grpo_mse.tables.records import (
     TIDY_COLUMNS,
@@ -39,15 +52,6 @@ from grpo_mse.tables.records import (
     oracle_value,
 )
 from grpo_mse.tables.resume import fingerprint
-from grpo_mse.tables.validate import (
-    check_answers,
-    check_oracle_agreement,
-    check_oracle_counts,
-    check_oracle_values,
-    check_prompt_lengths,
-    check_prompts,
-    model_positions,
-)
 
 NOTE = (
     "tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
