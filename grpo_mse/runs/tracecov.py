@@ -24,8 +24,8 @@ from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
 from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, BufferPool, SumTrace, c1_memory
 from grpo_mse.policy.loading import load_policy, model_tag
-from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
-from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
+from grpo_mse.policy.logprobs import PromptSampler
+from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
 from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import (
@@ -58,58 +58,6 @@ NOTE = (
     "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
     "ci95 = 1.96 sd / sqrt(T) across prompts."
 )
-
-
-@dataclass
-class PromptSampler:
-    """Draw and score the continuations of one prompt: sampling through ``backend`` (an HFSampler of
-    ``model``, or a VLLMSampler) with ``settings``, log-probabilities with gradients through the HF ``model``."""
-
-    model: object
-    tokenizer: object
-    settings: SamplingSettings  # temperature, top_p, max_new_tokens, EOS and pad ids: of the draws and the scores
-    gen_bs: int
-    seed: int
-    include_eos: bool = True
-    shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
-    backend: object = None  # a policy sampler (HFSampler or VLLMSampler); None: an HFSampler of ``model``
-    score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
-
-    def __post_init__(self) -> None:
-        if self.backend is None:
-            self.backend = HFSampler(self.model, self.settings, self.gen_bs)
-
-    def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
-        """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
-        (drawn,) = self.draw_all([(row, stream)], count)
-        return drawn
-
-    def draw_all(self, rows_and_streams: list[tuple[dict, tuple[int, ...]]], count: int) -> list[tuple]:
-        """``draw`` for several prompts in one sampler call: their rows share the sampler's batches (fuller decode
-        batches; every sample keeps its own random stream, so the continuations are those of ``draw``)."""
-        ids = [prompt_ids(self.tokenizer, row["prompt"]) for row, _ in rows_and_streams]
-        requests = [(i, count, (self.seed, *stream)) for i, (_, stream) in zip(ids, rows_and_streams)]
-        drawn = self.backend.sample(requests)
-        return [(i, continuations, decode(self.tokenizer, continuations)) for i, continuations in zip(ids, drawn)]
-
-    def logprob_fn(self, ids: list[int]):
-        """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
-        function = shared_prompt_logprobs if self.shared_prompt else sequence_logprobs
-        s = self.settings
-
-        def logprobs(continuations):
-            return function(
-                self.model,
-                ids,
-                continuations,
-                eos_ids=s.eos_ids,
-                pad_id=s.pad_id,
-                include_eos=self.include_eos,
-                temperature=s.temperature,
-                top_p=s.top_p if self.score_distribution == "sampling" else 1.0,
-            )
-
-        return logprobs
 
 
 def score_fields(stats: PromptStats, row: dict) -> dict:
