@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from grpo_mse.distributed import rank_batches
 from grpo_mse.gradients import statistics
 from grpo_mse.gradients.statistics import BetweenPromptBatch, c1_memory
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.runs import tracecov as tracecov_job
-from grpo_mse.runs.tracecov import rank_batches
 
 GB = 1e9
 
