@@ -17,7 +17,6 @@ from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
-from grpo_mse.runs.folder import RunFolder, lock
 from grpo_mse.tables.inputs import (
     check_answers,
     check_prompt_lengths,
@@ -32,7 +31,7 @@ from grpo_mse.tables.inputs import (
 )
 from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, to_json, wilson_interval, write_atomic
 from grpo_mse.tables.records import OracleValues
-from grpo_mse.tables.resume import fingerprint
+from grpo_mse.tables.resume import RunFolder, fingerprint, lock
 
 
 def settings(config: OracleConfig) -> dict:

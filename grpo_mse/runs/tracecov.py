@@ -1,7 +1,7 @@
 """The run of run_tracecov.py as one object (``TracecovRun``), read top to bottom as the algorithm: the T rows
 and the policy (``start``) -> per K and prompt, M groups of K continuations sampled (``run_batch``) -> each
 estimator's gradients and their trace statistics (``evaluate_prompt``) -> the paired and advisor statistics and
-the files (``write_outputs``). Resume sits behind ``runs.folder`` (``open_progress``, ``load_progress``), torchrun
+the files (``write_outputs``). Resume sits behind ``tables.resume`` (``open_progress``, ``load_progress``), torchrun
 sharding behind ``distributed.Shards``; the helpers of each step follow the run."""
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
-from grpo_mse.runs.folder import RunFolder, load_progress, open_progress, progress_paths
 from grpo_mse.tables.inputs import (
     check_answers,
     check_oracle_agreement,
@@ -58,7 +57,7 @@ from grpo_mse.tables.records import (
     summary,
     tidy_rows,
 )
-from grpo_mse.tables.resume import fingerprint
+from grpo_mse.tables.resume import RunFolder, fingerprint, load_progress, open_progress, progress_paths
 
 
 def run_tracecov(config: TracecovConfig) -> dict | None:
@@ -80,7 +79,7 @@ class TracecovRun:
     Progress: each finished prompt's record (and each c1 batch's record) is appended to this rank's log
     ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` and ``batches`` hold what is finished, so a resumed
     run skips it. torchrun gives each rank a contiguous range of prompts, equal in length up to one, cut into
-    its own c1 batches (``distributed.Shards``). Resume: ``folder.open_progress`` and ``folder.load_progress``.
+    its own c1 batches (``distributed.Shards``). Resume: ``resume.open_progress`` and ``resume.load_progress``.
     """
 
     config: TracecovConfig
@@ -126,7 +125,9 @@ class TracecovRun:
             settings_in_marker=True,
         )
         name = f"tracecov_{model_tag(config.model)}"
-        base, progress, run_lock = open_progress(folder, name, saved_config, config.resume, rank)
+        base, progress, run_lock = open_progress(
+            folder, name, saved_config, config.resume, rank, distributed.broadcast_text
+        )
         done, batches = load_progress(base)
         if done:
             print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
