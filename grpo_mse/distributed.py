@@ -1,9 +1,11 @@
-"""torchrun support: rank/world from the environment, prompt sharding, barriers (gloo on CPU, nccl on GPU)."""
+"""torchrun support: rank/world from the environment, prompt sharding (``Shards``: a run's c1 batches over its
+ranks), barriers (gloo on CPU, nccl on GPU)."""
 
 from __future__ import annotations
 
 import datetime
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -65,3 +67,40 @@ def finish() -> None:
 def shard(indices: list[int], rank: int, world: int) -> list[int]:
     """Every world-th index starting at rank: balanced, deterministic."""
     return indices[rank::world]
+
+
+def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
+    """Per rank, its c1 batches: rank r takes the r-th of ``world`` contiguous ranges of prompts whose lengths
+    differ by at most one (shards balanced by prompt), cut into batches of ``size`` consecutive prompts (a
+    range's last batch may be shorter). A batch never crosses ranks, so its Gram matrix is computed where its
+    prompts are; with one process: consecutive prompts in batches of ``size``."""
+    per, extra = divmod(count, world)
+    layout, start = [], 0
+    for rank in range(world):
+        stop = start + per + (rank < extra)
+        layout.append([list(range(first, min(first + size, stop))) for first in range(start, stop, size)])
+        start = stop
+    return layout
+
+
+@dataclass(frozen=True)
+class Shards:
+    """A run's ``count`` prompts over its ranks: every rank's batches (``rank_batches``) numbered in rank order,
+    ``batches[b]`` the prompts of batch b, and ``mine`` the ids of this rank's batches."""
+
+    batches: list[list[int]]
+    mine: list[int]
+
+    @classmethod
+    def of(cls, count: int, size: int, rank: int, world: int) -> Shards:
+        layout = rank_batches(count, size, world)
+        first = sum(len(batches) for batches in layout[:rank])
+        return cls([batch for batches in layout for batch in batches], list(range(first, first + len(layout[rank]))))
+
+    def largest(self) -> int:
+        """The most prompts in one batch (of any rank)."""
+        return max(len(batch) for batch in self.batches)
+
+    def my_prompts(self) -> int:
+        """How many prompts this rank evaluates."""
+        return sum(len(self.batches[b]) for b in self.mine)

@@ -14,10 +14,9 @@ from grpo_mse import cli
 from grpo_mse.analysis import bootstrap
 from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.rules import row_reward
-from grpo_mse.tables.inputs import load_rows
+from grpo_mse.tables.inputs import check_answers, check_oracle_values, check_prompts, load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.records import V_ORACLE, oracle_value
-from grpo_mse.tables.validate import check_answers, check_oracle_values, check_prompts
 
 
 @dataclass(kw_only=True)
@@ -38,7 +37,7 @@ class ExplainBaselineConfig(Flags):
 
 def score_norms(sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(rewards, ||grad log pi(y|x)||^2) of n sampled continuations, one backward pass each (``sampler``: a
-    runs.tracecov.PromptSampler)."""
+    policy.logprobs.PromptSampler)."""
     import torch
 
     from grpo_mse.gradients.statistics import dot64
@@ -62,8 +61,8 @@ def main(argv=None) -> None:
     rows = [r for r in table if 0.05 < oracle_value(r) < 0.95][: args.prompts]
     cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
     from grpo_mse.policy.loading import eos_token_ids, load_policy
+    from grpo_mse.policy.logprobs import PromptSampler  # torch loads after the inputs are checked
     from grpo_mse.policy.sampling import SamplingSettings
-    from grpo_mse.runs.tracecov import PromptSampler  # torch loads after the inputs are checked
 
     model, tokenizer = load_policy(args.model, "cpu", "fp32")
     settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, 1.0, 0.95, 32)

@@ -50,8 +50,8 @@ def tracecov_argv(table, out, *extra, model=BUILTIN_POLICY, skip_plot=True, **op
 def one_token_sampler(model, tokenizer):
     """A PromptSampler that draws single tokens from the model's own law (temperature 1, top_p 1, seed 0)."""
     from grpo_mse.policy.loading import eos_token_ids
+    from grpo_mse.policy.logprobs import PromptSampler
     from grpo_mse.policy.sampling import SamplingSettings
-    from grpo_mse.runs.tracecov import PromptSampler
 
     settings = SamplingSettings(
         tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, temperature=1.0, top_p=1.0, max_new_tokens=1

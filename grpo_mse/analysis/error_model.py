@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from grpo_mse.errors import InputError
-from grpo_mse.tables.validate import whole
+from grpo_mse.tables.inputs import whole
 
 
 def exact_error(c1: float, c2: float, c3: float, k, budget: float):

@@ -26,8 +26,8 @@ from grpo_mse.analysis.measured_curve import measured_curve
 from grpo_mse.analysis.prompt_constants import column, prompt_columns
 from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, VANILLA
+from grpo_mse.tables.inputs import whole
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
-from grpo_mse.tables.validate import whole
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
 

@@ -33,9 +33,9 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.statistics import blocks_per_gram
 from grpo_mse.policy.loading import eos_token_ids, load_policy
+from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import row_reward
-from grpo_mse.runs.tracecov import PromptSampler
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.records import V_ORACLE, oracle_value

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
-from grpo_mse.tables.inputs import load_rows, oracle_settings, prompt_ids
+from grpo_mse.tables.inputs import check_answers, check_prompts, load_rows, oracle_settings, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
 from grpo_mse.tables.resume import claim
-from grpo_mse.tables.validate import check_answers, check_prompts
 
 BUILTIN = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets", "tiny_policy"

@@ -7,8 +7,6 @@ import os
 import torch
 
 from grpo_mse.errors import InputError, ModelError  # noqa: F401 - re-exported here (their old home)
-from grpo_mse.policy.adapters import merged_folder
-from grpo_mse.policy.gguf_convert import converted_folder
 from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder, model_stem
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -27,11 +25,16 @@ def resolve_device(device: str) -> torch.device:
 
 def model_folder(name: str) -> str:
     """The HF folder (or hub id) to load for ``name``: ``name`` itself, a GGUF file's converted folder, or a LoRA
-    adapter folder's merge into its base (itself resolved the same way); both cached after the first use."""
+    adapter folder's merge into its base (itself resolved the same way); both cached after the first use. The
+    converter and the merger are imported only for such a model."""
     gguf = gguf_file_of(name)
     if gguf is not None:
+        from grpo_mse.policy.gguf_convert import converted_folder
+
         return converted_folder(gguf)
     if is_adapter_folder(name):
+        from grpo_mse.policy.adapters import merged_folder
+
         return merged_folder(name, model_folder(adapter_base(name)))
     return name
 

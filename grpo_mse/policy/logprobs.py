@@ -2,13 +2,19 @@
 
 ``top_p`` < 1 gives the log-probability of the distribution actually sampled (``--score_distribution sampling``):
 log q(y_t) = log pi_T(y_t) - log (mass of pi_T on the nucleus at step t), the nucleus chosen as the sampler does.
+
+``PromptSampler`` puts the two halves of one prompt's work together: its continuations drawn by a sampler and the
+function that scores them here with gradients, both with the run's one ``SamplingSettings``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from grpo_mse.policy.sampling import nucleus_mask
+from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode, nucleus_mask
+from grpo_mse.tables.inputs import prompt_ids
 
 FAR = -1e30  # log q of a token outside the nucleus (never sampled; finite so that masked positions give 0)
 
@@ -262,3 +268,55 @@ def prompts_logprobs(
     token_lp = token_log_probs(logits[:, :-1, :], temperature).gather(-1, ids[:, left:].unsqueeze(-1)).squeeze(-1)
     real = continuation_mask([y for _, y in rows], eos_ids, include_eos=True).to(device)
     return (token_lp * real).sum(-1).view(len(prompts), -1)
+
+
+@dataclass
+class PromptSampler:
+    """Draw and score the continuations of one prompt: sampling through ``backend`` (an HFSampler of
+    ``model``, or a VLLMSampler) with ``settings``, log-probabilities with gradients through the HF ``model``."""
+
+    model: object
+    tokenizer: object
+    settings: SamplingSettings  # temperature, top_p, max_new_tokens, EOS and pad ids: of the draws and the scores
+    gen_bs: int
+    seed: int
+    include_eos: bool = True
+    shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
+    backend: object = None  # a policy sampler (HFSampler or VLLMSampler); None: an HFSampler of ``model``
+    score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
+
+    def __post_init__(self) -> None:
+        if self.backend is None:
+            self.backend = HFSampler(self.model, self.settings, self.gen_bs)
+
+    def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
+        """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
+        (drawn,) = self.draw_all([(row, stream)], count)
+        return drawn
+
+    def draw_all(self, rows_and_streams: list[tuple[dict, tuple[int, ...]]], count: int) -> list[tuple]:
+        """``draw`` for several prompts in one sampler call: their rows share the sampler's batches (fuller decode
+        batches; every sample keeps its own random stream, so the continuations are those of ``draw``)."""
+        ids = [prompt_ids(self.tokenizer, row["prompt"]) for row, _ in rows_and_streams]
+        requests = [(i, count, (self.seed, *stream)) for i, (_, stream) in zip(ids, rows_and_streams)]
+        drawn = self.backend.sample(requests)
+        return [(i, continuations, decode(self.tokenizer, continuations)) for i, continuations in zip(ids, drawn)]
+
+    def logprob_fn(self, ids: list[int]):
+        """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
+        function = shared_prompt_logprobs if self.shared_prompt else sequence_logprobs
+        s = self.settings
+
+        def logprobs(continuations):
+            return function(
+                self.model,
+                ids,
+                continuations,
+                eos_ids=s.eos_ids,
+                pad_id=s.pad_id,
+                include_eos=self.include_eos,
+                temperature=s.temperature,
+                top_p=s.top_p if self.score_distribution == "sampling" else 1.0,
+            )
+
+        return logprobs

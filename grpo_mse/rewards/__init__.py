@@ -1,5 +1,2 @@
-"""Verifiable 0/1 rewards, one rule per data source, shared by gradient evaluation and training."""
-
-from grpo_mse.rewards.rules import DEFAULT_SOURCE, last_integer, last_integer_reward, parse_gold, row_reward, score
-
-__all__ = ["DEFAULT_SOURCE", "last_integer", "last_integer_reward", "parse_gold", "row_reward", "score"]
+"""Verifiable 0/1 rewards, one rule per data source, shared by gradient evaluation and training (``rules``);
+MATH answers compared by math-verify in killable worker processes (``worker_pool``)."""

@@ -16,7 +16,6 @@ import re
 from fractions import Fraction
 
 from grpo_mse.errors import DataError
-from grpo_mse.rewards.worker_pool import shared_pool
 
 # Number conventions of the arithmetic and GSM8K rules (docs/training.md, "Answer conventions"), those of GSM8K's
 # reference answers and of math-verify: a Unicode minus or dash before a digit is a minus sign, a comma between
@@ -208,6 +207,8 @@ def math_equal(predicted: str, gold: str, timeout: float | None = None) -> bool:
     """math-verify equivalence in a worker process; False after ``timeout`` seconds. Any thread, never raises."""
     if normalise_latex(predicted) == normalise_latex(gold):
         return True
+    from grpo_mse.rewards.worker_pool import shared_pool  # the worker processes only for a MATH answer
+
     limit = reward_timeout() if timeout is None else timeout
     return bool(shared_pool(("math_verify", __name__)).call(math_verify_equal, (predicted, gold), limit, default=False))
 

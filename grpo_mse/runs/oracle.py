@@ -16,14 +16,22 @@ from grpo_mse import cli, distributed
 from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
-from grpo_mse.policy.vllm_sampler import make_vllm
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
-from grpo_mse.runs.folder import RunFolder, lock
-from grpo_mse.tables.inputs import has_unique_ids, load_rows, oracle_settings, prompt_ids, row_keys, selection
+from grpo_mse.tables.inputs import (
+    check_answers,
+    check_prompt_lengths,
+    check_prompts,
+    has_unique_ids,
+    load_rows,
+    model_positions,
+    oracle_settings,
+    prompt_ids,
+    row_keys,
+    selection,
+)
 from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, to_json, wilson_interval, write_atomic
 from grpo_mse.tables.records import OracleValues
-from grpo_mse.tables.resume import fingerprint
-from grpo_mse.tables.validate import check_answers, check_prompt_lengths, check_prompts, model_positions
+from grpo_mse.tables.resume import RunFolder, fingerprint, lock
 
 
 def settings(config: OracleConfig) -> dict:
@@ -120,9 +128,11 @@ class OracleRun:
             print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
         os.makedirs(config.out_dir, exist_ok=True)
         sampling = SamplingSettings.of_run(config, model, tokenizer)
-        sampler = make_vllm(config, sampling, requests_per_call=config.batch_size) or HFSampler(
-            model, sampling, config.batch_size
-        )
+        sampler = HFSampler(model, sampling, config.batch_size)
+        if config.backend == "vllm":  # the vLLM sampler's module only when asked
+            from grpo_mse.policy.vllm_sampler import make_vllm
+
+            sampler = make_vllm(config, sampling, requests_per_call=config.batch_size)
         return cls(
             config, rows, keys, ids, sampler, tokenizer, path, shard_path, key_field, todo, rank, world, run_lock
         )

@@ -1,5 +1,8 @@
-"""The run of run_tracecov.py as one object (``TracecovRun``): per-prompt evaluation, resumable progress logs,
-torchrun shards, merged outputs."""
+"""The run of run_tracecov.py as one object (``TracecovRun``), read top to bottom as the algorithm: the T rows
+and the policy (``start``) -> per K and prompt, M groups of K continuations sampled (``run_batch``) -> each
+estimator's gradients and their trace statistics (``evaluate_prompt``) -> the paired and advisor statistics and
+the files (``write_outputs``). Resume sits behind ``tables.resume`` (``open_progress``, ``load_progress``), torchrun
+sharding behind ``distributed.Shards``; the helpers of each step follow the run."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from grpo_mse.analysis import advisor_report, measured_curve, paired
 from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig
+from grpo_mse.distributed import Shards
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import engine
 from grpo_mse.gradients import estimators as est
@@ -24,275 +28,36 @@ from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
 from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, BufferPool, SumTrace, c1_memory
 from grpo_mse.policy.loading import load_policy, model_tag
-from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
-from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
-from grpo_mse.policy.vllm_sampler import make_vllm
+from grpo_mse.policy.logprobs import PromptSampler
+from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import check_answer_rule, row_reward
-from grpo_mse.runs.folder import RunFolder, lock
-from grpo_mse.tables.inputs import load_rows, prompt_ids, row_keys, selection, settings_mismatch
-from grpo_mse.tables.outputs import append_jsonl, mean_ci, read_complete_jsonl, write_csv, write_json
-from grpo_mse.tables.records import (
-    TIDY_COLUMNS,
-    V_ORACLE,
-    C1BatchRecord,
-    PromptRecord,
-    oracle_count,
-    oracle_value,
-)
-from grpo_mse.tables.resume import fingerprint
-from grpo_mse.tables.validate import (
+from grpo_mse.tables.inputs import (
     check_answers,
     check_oracle_agreement,
     check_oracle_counts,
     check_oracle_values,
     check_prompt_lengths,
     check_prompts,
+    load_rows,
     model_positions,
+    prompt_ids,
+    row_keys,
+    selection,
+    settings_mismatch,
 )
-
-NOTE = (
-    "tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
-    "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
-    "ci95 = 1.96 sd / sqrt(T) across prompts."
+from grpo_mse.tables.outputs import append_jsonl, write_csv, write_json
+from grpo_mse.tables.records import (
+    TIDY_COLUMNS,
+    V_ORACLE,
+    C1BatchRecord,
+    PromptRecord,
+    detailed,
+    oracle_count,
+    oracle_value,
+    summary,
+    tidy_rows,
 )
-
-
-@dataclass
-class PromptSampler:
-    """Draw and score the continuations of one prompt: sampling through ``backend`` (an HFSampler of
-    ``model``, or a VLLMSampler) with ``settings``, log-probabilities with gradients through the HF ``model``."""
-
-    model: object
-    tokenizer: object
-    settings: SamplingSettings  # temperature, top_p, max_new_tokens, EOS and pad ids: of the draws and the scores
-    gen_bs: int
-    seed: int
-    include_eos: bool = True
-    shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
-    backend: object = None  # a policy sampler (HFSampler or VLLMSampler); None: an HFSampler of ``model``
-    score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
-
-    def __post_init__(self) -> None:
-        if self.backend is None:
-            self.backend = HFSampler(self.model, self.settings, self.gen_bs)
-
-    def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
-        """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
-        (drawn,) = self.draw_all([(row, stream)], count)
-        return drawn
-
-    def draw_all(self, rows_and_streams: list[tuple[dict, tuple[int, ...]]], count: int) -> list[tuple]:
-        """``draw`` for several prompts in one sampler call: their rows share the sampler's batches (fuller decode
-        batches; every sample keeps its own random stream, so the continuations are those of ``draw``)."""
-        ids = [prompt_ids(self.tokenizer, row["prompt"]) for row, _ in rows_and_streams]
-        requests = [(i, count, (self.seed, *stream)) for i, (_, stream) in zip(ids, rows_and_streams)]
-        drawn = self.backend.sample(requests)
-        return [(i, continuations, decode(self.tokenizer, continuations)) for i, continuations in zip(ids, drawn)]
-
-    def logprob_fn(self, ids: list[int]):
-        """continuations -> [K] sequence log-probabilities (with grad) given prompt ``ids``."""
-        function = shared_prompt_logprobs if self.shared_prompt else sequence_logprobs
-        s = self.settings
-
-        def logprobs(continuations):
-            return function(
-                self.model,
-                ids,
-                continuations,
-                eos_ids=s.eos_ids,
-                pad_id=s.pad_id,
-                include_eos=self.include_eos,
-                temperature=s.temperature,
-                top_p=s.top_p if self.score_distribution == "sampling" else 1.0,
-            )
-
-        return logprobs
-
-
-def score_fields(stats: PromptStats, row: dict) -> dict:
-    """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
-    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
-    its own target g / sqrt(V (1 - V))."""
-    value = oracle_value(row)
-    noise = paired.oracle_value_variance(value, oracle_count(row))
-    fields = {
-        "mean_score_sq": stats.mean_score_sq if 0.0 < value < 1.0 else float("nan"),
-        "oracle_noise": noise * stats.score_trace if noise else 0.0,
-    }
-    if stats.bias2_own:
-        fields["bias2_own"] = stats.bias2_own
-        fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
-    return fields
-
-
-C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, std-GRPO's and its bias' mean gradients
-C1_GRAMS = (est.GRPO_STD, measured_curve.BIAS_GRAM)  # estimator_grams keys of the second and third copies
-
-
-def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, float, float]]:
-    """(vector, trace of one group's estimate, scale) for c1 and the measured curve, the vector times the scale
-    being the mean gradient over the M groups: the oracle's; std-GRPO's (when traced); and x_std - x_oracle /
-    sqrt(V (1 - V)), whose mean estimates std-GRPO's bias against its own target g / sqrt(V (1 - V)) (for a
-    prompt with V_hat 0 or 1 the target is 0: x_std).
-
-    A pooled model-sized running sum (>= PARTIAL_GRAM_MIN coordinates) used once here is handed over as it is,
-    T with scale 1 / n (its Gram entries are scaled instead of computing T / n: one model-sized pass less per
-    vector); otherwise the vector is the mean and the scale 1 (the built-in policies' results keep their bits)."""
-    pairs = [(stats.accumulators[ORACLE], record.tr_cov[ORACLE])]
-    if est.GRPO_STD in stats.accumulators:
-        own = stats.accumulators.get(OWN, stats.accumulators[est.GRPO_STD])
-        pairs += [(stats.accumulators[est.GRPO_STD], record.tr_cov[est.GRPO_STD]), (own, own.trace())]
-    out = []
-    for accumulator, trace in pairs:
-        once = sum(other is accumulator for other, _ in pairs) == 1
-        if once and isinstance(accumulator, SumTrace) and accumulator.flat is not None and accumulator.count:
-            if sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN:
-                out.append((accumulator.hand_over(), trace, 1.0 / accumulator.count))
-                continue
-        out.append((accumulator.mean(), trace, 1.0))
-    return out
-
-
-def progress_paths(base: str) -> list[str]:
-    return sorted(glob.glob(glob.escape(base) + ".progress*.jsonl"))
-
-
-def load_progress(base: str) -> tuple[dict[tuple[int, int], PromptRecord], dict[tuple[int, tuple], C1BatchRecord]]:
-    """Finished prompts {(K, prompt_index): record} and c1 batches {(K, prompt indices): record} of run ``base``."""
-    done, batches = {}, {}
-    for path in progress_paths(base):
-        for number, record in enumerate(read_complete_jsonl(path), 1):
-            if PromptRecord.holds(record):
-                prompt = PromptRecord.from_json(record, f"{path}: line {number}")
-                done[(prompt.K, prompt.prompt_index)] = prompt
-            elif C1BatchRecord.holds(record):  # keyed by its prompts: the batch layout depends on the number of ranks
-                batch = C1BatchRecord.from_json(record, f"{path}: line {number}")
-                batches[(batch.K, tuple(batch.prompt_indices))] = batch
-    return done, batches
-
-
-def rank_batches(count: int, size: int, world: int) -> list[list[list[int]]]:
-    """Per rank, its c1 batches: rank r takes the r-th of ``world`` contiguous ranges of prompts whose lengths
-    differ by at most one (shards balanced by prompt), cut into batches of ``size`` consecutive prompts (a
-    range's last batch may be shorter). A batch never crosses ranks, so its Gram matrix is computed where its
-    prompts are; with one process: consecutive prompts in batches of ``size``."""
-    per, extra = divmod(count, world)
-    layout, start = [], 0
-    for rank in range(world):
-        stop = start + per + (rank < extra)
-        layout.append([list(range(first, min(first + size, stop))) for first in range(start, stop, size)])
-        start = stop
-    return layout
-
-
-def c1_memory_line(params, config: TracecovConfig, base: str, batch: int | None = None) -> str:
-    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
-    batches of ``batch`` prompts (the largest batch the run has; default --c1_batch)."""
-    copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
-    plan, gb = c1_memory(params, batch * copies, C1_HOST_BYTES), 1e9
-    size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
-    line = (
-        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
-        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {C1_HOST_BYTES / 2**30:g} GiB)"
-    )
-    if plan["on_disk"]:
-        line += (
-            f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
-            f"{os.path.dirname(base) or '.'}, removed after each batch)"
-        )
-    return line
-
-
-def check_memory(params, config: TracecovConfig, device: str) -> None:
-    """UsageError (one line, before any file is written) when the engine's statistics and gradient rows
-    (grpo_mse.gradients.memory, an upper bound: every estimator, its bias helper and the score) exceed what
-    ``device`` has left beside the loaded model."""
-    from grpo_mse.gradients.engine import groups_per_pass
-
-    biased = [name for name in config.estimators if name in est.BIASED]
-    labels = len(config.estimators) + len(biased) + 2  # + the score and the std-GRPO helper sums
-    count = sum(p.numel() for p in params)
-    rows = 2 * min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
-    needed = engine_bytes(params, config.engine, labels, rows, device)
-    require_fits(needed, device, f"memory estimate of the {config.engine} engine beside the model")
-
-
-def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
-    """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
-    the free disk under --save_json; it names the largest --c1_batch that fits."""
-    copies = config.c1_copies  # mean gradients per prompt (--advisor_estimator grpo_std keeps three)
-    plan = c1_memory(params, batch * copies, C1_HOST_BYTES)
-    if not plan["disk_bytes"]:
-        return
-    where = existing_parent(config.save_json)
-    free = shutil.disk_usage(where).free
-    if plan["disk_bytes"] <= free:
-        return
-    fitting = (c1_batch_that_fits(params, batch * copies, free, host_available()) or 0) // copies
-    fitting = fitting if fitting >= 2 else None
-    advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
-    raise UsageError(
-        f"--c1_batch {config.c1_batch}: c1 would write {plan['disk_bytes'] / 1e9:.3g} GB of mean gradients under "
-        f"{where}, which has {free / 1e9:.3g} GB free; {advice}, or --no_advisor"
-    )
-
-
-def detailed(records: list[PromptRecord], k: int, names) -> dict:
-    """The per-K file: every prompt's record and the average trace per estimator."""
-    ordered = sorted(records, key=lambda r: r.prompt_index)
-    return {
-        "K": k,
-        "prompt_results": [r.to_json() for r in ordered],
-        "avg_traces": {n: mean_ci([r.tr_cov[n] for r in ordered])["mean"] for n in names},
-    }
-
-
-def summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names, config: dict) -> dict:
-    """The main file: per estimator, the mean over prompts per K, with sd and 95% half-widths."""
-    stats = {n: [mean_ci([r.tr_cov[n] for r in records_by_k[k]]) for k in k_list] for n in names}
-    return {
-        "K_list": k_list,
-        "conditional_on_x": {n: [s["mean"] for s in stats[n]] for n in names},
-        "ci95": {n: [s["ci95"] for s in stats[n]] for n in names},
-        "sd": {n: [s["sd"] for s in stats[n]] for n in names},
-        "n_prompts": [len(records_by_k[k]) for k in k_list],
-        "mean_V_oracle": mean_ci([r.V_oracle for r in records_by_k[k_list[0]]])["mean"],
-        **biased_summary(records_by_k, k_list, names),
-        "config": config,
-        "note": NOTE,
-    }
-
-
-def biased_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names) -> dict:
-    """For runs with biased estimators: mean squared bias and MSE = trace + bias^2, with 95% half-widths."""
-    if not any(r.bias2 is not None for k in k_list for r in records_by_k[k]):
-        return {}
-    out = {"bias2": {}, "mse": {}, "mse_ci95": {}}
-    for n in names:
-        mse = [mean_ci([r.mse[n] for r in records_by_k[k]]) for k in k_list]
-        out["mse"][n], out["mse_ci95"][n] = [s["mean"] for s in mse], [s["ci95"] for s in mse]
-        if any(n in r.bias2 for k in k_list for r in records_by_k[k] if r.bias2 is not None):
-            out["bias2"][n] = [mean_ci([r.bias2[n] for r in records_by_k[k]])["mean"] for k in k_list]
-    return out
-
-
-def tidy_rows(records: list[PromptRecord], names) -> list[dict]:
-    """Long table (``TIDY_COLUMNS``): one row per (prompt, K, estimator); mse = trace (+ bias2 for biased ones)."""
-    return [row for r in sorted(records, key=lambda r: (r.K, r.prompt_index)) for row in r.tidy_rows(names)]
-
-
-def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
-    """The T rows used (after the optional seeded subsample) and their random-stream keys."""
-    rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", V_ORACLE))
-    keys = row_keys(rows)
-    order = selection(len(rows), config.T, config.seed, config.subsample_prompts)
-    if config.T > len(order):
-        print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
-    chosen = [rows[i] for i in order]
-    for check in (check_prompts, check_answers, check_oracle_values, check_oracle_counts, check_oracle_agreement):
-        check(chosen, config.oracle_table)
-    check_answer_rule(chosen, config.answer_rule, config.oracle_table)
-    return chosen, [keys[i] for i in order]
+from grpo_mse.tables.resume import RunFolder, fingerprint, load_progress, open_progress, progress_paths
 
 
 def run_tracecov(config: TracecovConfig) -> dict | None:
@@ -314,7 +79,7 @@ class TracecovRun:
     Progress: each finished prompt's record (and each c1 batch's record) is appended to this rank's log
     ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` and ``batches`` hold what is finished, so a resumed
     run skips it. torchrun gives each rank a contiguous range of prompts, equal in length up to one, cut into
-    its own c1 batches (``rank_batches``).
+    its own c1 batches (``distributed.Shards``). Resume: ``resume.open_progress`` and ``resume.load_progress``.
     """
 
     config: TracecovConfig
@@ -359,17 +124,11 @@ class TracecovRun:
             TracecovConfig.RESULT_FIELDS,
             settings_in_marker=True,
         )
-        base = folder.resumable(saved_config) if config.resume and rank == 0 else None
-        if rank == 0 and base is None:
-            if config.resume:
-                print(f"note: no unfinished run in {config.save_json}; starting a new one", file=sys.stderr)
-            base = folder.claim(f"tracecov_{model_tag(config.model)}", saved_config)
-        base = distributed.broadcast_text(base)
-        progress = f"{base}.progress.rank{rank}.jsonl"
-        run_lock = lock(progress)  # one writer per progress log, held until the run ends
+        name = f"tracecov_{model_tag(config.model)}"
+        base, progress, run_lock = open_progress(
+            folder, name, saved_config, config.resume, rank, distributed.broadcast_text
+        )
         done, batches = load_progress(base)
-        if os.path.getsize(progress) == 0:
-            append_jsonl(progress, {"config": saved_config})
         if done:
             print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
         sampler = PromptSampler(
@@ -382,24 +141,23 @@ class TracecovRun:
             shared_prompt=config.engine == "fast",
             score_distribution=config.score_distribution,
         )
-        sampler.backend = make_vllm(config, sampler.settings) or sampler.backend
+        if config.backend == "vllm":  # the vLLM sampler's module only when asked
+            from grpo_mse.policy.vllm_sampler import make_vllm
+
+            sampler.backend = make_vllm(config, sampler.settings)
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
-            largest = max(len(b) for batches in rank_batches(len(rows), config.c1_batch, world) for b in batches)
+            largest = Shards.of(len(rows), config.c1_batch, rank, world).largest()
             print(c1_memory_line(trainable, config, base, largest), file=sys.stderr)
         return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
 
     def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[C1BatchRecord]]]:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
-        layout = rank_batches(len(self.rows), self.config.c1_batch, self.world)
-        all_batches = [batch for batches in layout for batch in batches]  # batch id = position here
-        first = sum(len(batches) for batches in layout[: self.rank])
-        mine = list(range(first, first + len(layout[self.rank])))
+        shards = Shards.of(len(self.rows), self.config.c1_batch, self.rank, self.world)
+        all_batches = shards.batches  # batch id = position here
         records_by_k, batches_by_k = {}, {}
         for k in cli.progress(self.config.K_list, desc="K", disable=self.rank > 0):
-            bar = cli.progress(
-                total=sum(len(all_batches[b]) for b in mine), desc=f"K={k} prompts", leave=False, disable=self.rank > 0
-            )
-            for b in mine:
+            bar = cli.progress(total=shards.my_prompts(), desc=f"K={k} prompts", leave=False, disable=self.rank > 0)
+            for b in shards.mine:
                 self.run_batch(b, all_batches[b], k, on_prompt=lambda k=k, bar=bar: self.show_running_means(k, bar))
             bar.close()
             distributed.barrier()
@@ -550,6 +308,119 @@ class TracecovRun:
         if self.lock is not None:
             self.lock.close()
         distributed.finish()
+
+
+# The steps' helpers
+
+
+def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
+    """The T rows used (after the optional seeded subsample) and their random-stream keys."""
+    rows = load_rows(config.oracle_table, required=("prompt", "ground_truth", V_ORACLE))
+    keys = row_keys(rows)
+    order = selection(len(rows), config.T, config.seed, config.subsample_prompts)
+    if config.T > len(order):
+        print(f"note: --T {config.T} > {len(order)} rows available; using all {len(order)}", file=sys.stderr)
+    chosen = [rows[i] for i in order]
+    for check in (check_prompts, check_answers, check_oracle_values, check_oracle_counts, check_oracle_agreement):
+        check(chosen, config.oracle_table)
+    check_answer_rule(chosen, config.answer_rule, config.oracle_table)
+    return chosen, [keys[i] for i in order]
+
+
+def c1_memory_line(params, config: TracecovConfig, base: str, batch: int | None = None) -> str:
+    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
+    batches of ``batch`` prompts (the largest batch the run has; default --c1_batch)."""
+    copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
+    plan, gb = c1_memory(params, batch * copies, C1_HOST_BYTES), 1e9
+    size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
+    line = (
+        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
+        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {C1_HOST_BYTES / 2**30:g} GiB)"
+    )
+    if plan["on_disk"]:
+        line += (
+            f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
+            f"{os.path.dirname(base) or '.'}, removed after each batch)"
+        )
+    return line
+
+
+def check_memory(params, config: TracecovConfig, device: str) -> None:
+    """UsageError (one line, before any file is written) when the engine's statistics and gradient rows
+    (grpo_mse.gradients.memory, an upper bound: every estimator, its bias helper and the score) exceed what
+    ``device`` has left beside the loaded model."""
+    from grpo_mse.gradients.engine import groups_per_pass
+
+    biased = [name for name in config.estimators if name in est.BIASED]
+    labels = len(config.estimators) + len(biased) + 2  # + the score and the std-GRPO helper sums
+    count = sum(p.numel() for p in params)
+    rows = 2 * min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
+    needed = engine_bytes(params, config.engine, labels, rows, device)
+    require_fits(needed, device, f"memory estimate of the {config.engine} engine beside the model")
+
+
+def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
+    """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
+    the free disk under --save_json; it names the largest --c1_batch that fits."""
+    copies = config.c1_copies  # mean gradients per prompt (--advisor_estimator grpo_std keeps three)
+    plan = c1_memory(params, batch * copies, C1_HOST_BYTES)
+    if not plan["disk_bytes"]:
+        return
+    where = existing_parent(config.save_json)
+    free = shutil.disk_usage(where).free
+    if plan["disk_bytes"] <= free:
+        return
+    fitting = (c1_batch_that_fits(params, batch * copies, free, host_available()) or 0) // copies
+    fitting = fitting if fitting >= 2 else None
+    advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
+    raise UsageError(
+        f"--c1_batch {config.c1_batch}: c1 would write {plan['disk_bytes'] / 1e9:.3g} GB of mean gradients under "
+        f"{where}, which has {free / 1e9:.3g} GB free; {advice}, or --no_advisor"
+    )
+
+
+def score_fields(stats: PromptStats, row: dict) -> dict:
+    """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
+    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
+    its own target g / sqrt(V (1 - V))."""
+    value = oracle_value(row)
+    noise = paired.oracle_value_variance(value, oracle_count(row))
+    fields = {
+        "mean_score_sq": stats.mean_score_sq if 0.0 < value < 1.0 else float("nan"),
+        "oracle_noise": noise * stats.score_trace if noise else 0.0,
+    }
+    if stats.bias2_own:
+        fields["bias2_own"] = stats.bias2_own
+        fields["mse_own"] = {n: stats.traces[n] + b for n, b in stats.bias2_own.items()}
+    return fields
+
+
+C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, std-GRPO's and its bias' mean gradients
+C1_GRAMS = (est.GRPO_STD, measured_curve.BIAS_GRAM)  # estimator_grams keys of the second and third copies
+
+
+def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, float, float]]:
+    """(vector, trace of one group's estimate, scale) for c1 and the measured curve, the vector times the scale
+    being the mean gradient over the M groups: the oracle's; std-GRPO's (when traced); and x_std - x_oracle /
+    sqrt(V (1 - V)), whose mean estimates std-GRPO's bias against its own target g / sqrt(V (1 - V)) (for a
+    prompt with V_hat 0 or 1 the target is 0: x_std).
+
+    A pooled model-sized running sum (>= PARTIAL_GRAM_MIN coordinates) used once here is handed over as it is,
+    T with scale 1 / n (its Gram entries are scaled instead of computing T / n: one model-sized pass less per
+    vector); otherwise the vector is the mean and the scale 1 (the built-in policies' results keep their bits)."""
+    pairs = [(stats.accumulators[ORACLE], record.tr_cov[ORACLE])]
+    if est.GRPO_STD in stats.accumulators:
+        own = stats.accumulators.get(OWN, stats.accumulators[est.GRPO_STD])
+        pairs += [(stats.accumulators[est.GRPO_STD], record.tr_cov[est.GRPO_STD]), (own, own.trace())]
+    out = []
+    for accumulator, trace in pairs:
+        once = sum(other is accumulator for other, _ in pairs) == 1
+        if once and isinstance(accumulator, SumTrace) and accumulator.flat is not None and accumulator.count:
+            if sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN:
+                out.append((accumulator.hand_over(), trace, 1.0 / accumulator.count))
+                continue
+        out.append((accumulator.mean(), trace, 1.0))
+    return out
 
 
 def summary_lines(result: dict) -> list[str]:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from grpo_mse.errors import UsageError, require
+from grpo_mse.errors import DataError, UsageError, require
 
 Z95 = 1.959963984540054
 # Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..30 (normal beyond).
@@ -138,8 +138,6 @@ def append_jsonl(path: str, record: dict) -> None:
 def read_complete_jsonl(path: str) -> list[dict]:
     """Records of an append-only log. A torn last line (no newline: a crash mid-write) is cut from the
     file with a note; any other unreadable line is a DataError naming it (nothing is changed)."""
-    from grpo_mse.tables.inputs import DataError
-
     if not os.path.exists(path):
         return []
     records, good_bytes = [], 0

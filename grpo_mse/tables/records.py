@@ -6,6 +6,9 @@
 - ``OracleValues``: what the oracle adds to a dataset row (V_oracle, its count of samples and 95% interval);
 - ``C1BatchRecord``: one c1 batch of prompts at one K (run_tracecov's progress logs): the Gram matrix of their
   mean gradients, within-prompt variances and c1 = between - within.
+
+And run_tracecov's files made of its records: the per-K file (``detailed``), the main file's traces
+(``summary``), the long per-prompt table (``tidy_rows``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import math
 from dataclasses import MISSING, dataclass, fields, replace
 
 from grpo_mse.errors import DataError
+from grpo_mse.tables.outputs import mean_ci
 
 V_ORACLE = "V_oracle"  # the table column of V(x), read from dataset rows (not a record of ours)
 N_ORACLE = "n_oracle"  # the table column of the samples behind V_oracle (null: an exact V)
@@ -211,3 +215,56 @@ class C1BatchRecord(SavedRecord):
     def zeroed(self) -> C1BatchRecord:
         """The same batch with within_each set to the Gram diagonal (so diagonal less within_each is 0)."""
         return replace(self, within_each=[float(row[i]) for i, row in enumerate(self.gram)])
+
+
+# run_tracecov's files
+
+NOTE = (
+    "tr_cov = trace of the unbiased (M-1) sample covariance over M groups of the gradient estimate, "
+    "over all parameters, per prompt, averaged over prompts (= MSE for unbiased estimators); "
+    "ci95 = 1.96 sd / sqrt(T) across prompts."
+)
+
+
+def detailed(records: list[PromptRecord], k: int, names) -> dict:
+    """The per-K file: every prompt's record and the average trace per estimator."""
+    ordered = sorted(records, key=lambda r: r.prompt_index)
+    return {
+        "K": k,
+        "prompt_results": [r.to_json() for r in ordered],
+        "avg_traces": {n: mean_ci([r.tr_cov[n] for r in ordered])["mean"] for n in names},
+    }
+
+
+def summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names, config: dict) -> dict:
+    """The main file: per estimator, the mean over prompts per K, with sd and 95% half-widths."""
+    stats = {n: [mean_ci([r.tr_cov[n] for r in records_by_k[k]]) for k in k_list] for n in names}
+    return {
+        "K_list": k_list,
+        "conditional_on_x": {n: [s["mean"] for s in stats[n]] for n in names},
+        "ci95": {n: [s["ci95"] for s in stats[n]] for n in names},
+        "sd": {n: [s["sd"] for s in stats[n]] for n in names},
+        "n_prompts": [len(records_by_k[k]) for k in k_list],
+        "mean_V_oracle": mean_ci([r.V_oracle for r in records_by_k[k_list[0]]])["mean"],
+        **biased_summary(records_by_k, k_list, names),
+        "config": config,
+        "note": NOTE,
+    }
+
+
+def biased_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names) -> dict:
+    """For runs with biased estimators: mean squared bias and MSE = trace + bias^2, with 95% half-widths."""
+    if not any(r.bias2 is not None for k in k_list for r in records_by_k[k]):
+        return {}
+    out = {"bias2": {}, "mse": {}, "mse_ci95": {}}
+    for n in names:
+        mse = [mean_ci([r.mse[n] for r in records_by_k[k]]) for k in k_list]
+        out["mse"][n], out["mse_ci95"][n] = [s["mean"] for s in mse], [s["ci95"] for s in mse]
+        if any(n in r.bias2 for k in k_list for r in records_by_k[k] if r.bias2 is not None):
+            out["bias2"][n] = [mean_ci([r.bias2[n] for r in records_by_k[k]])["mean"] for k in k_list]
+    return out
+
+
+def tidy_rows(records: list[PromptRecord], names) -> list[dict]:
+    """Long table (``TIDY_COLUMNS``): one row per (prompt, K, estimator); mse = trace (+ bias2 for biased ones)."""
+    return [row for r in sorted(records, key=lambda r: (r.K, r.prompt_index)) for row in r.tidy_rows(names)]

@@ -2,9 +2,9 @@
 
 Sources: VERL console lines ``step:5 - val-core/<source>/acc/mean@1:0.42 - ...`` (any prefix such
 as Ray's ``(TaskRunner pid=1)`` or a progress bar's ``\r...29.09it/s]`` is ignored), wandb
-``files/wandb-history.jsonl`` when present,
-otherwise the run's ``run-<id>.wandb`` file. A run's identity (K, seed, budget, lr, trainer) and completeness
-come from what it recorded (grpo_mse.training.run_identity: the run config, TRL's own line, the launcher's
+``files/wandb-history.jsonl`` when present, otherwise the run's ``run-<id>.wandb`` file (a wandb folder is read by
+grpo_mse.training.wandb_records). A run's identity (K, seed, budget, lr, trainer) and completeness come from what
+it recorded (grpo_mse.training.run_identity: the run config, TRL's own line, the launcher's
 settings and end lines); its name is a label only. Records of one identity are one run (a console log and a wandb
 folder of the same run, or the same run in two merged sweep folders); two records that share K and the seed but
 differ in another setting, in a logged value or in their planned steps are refused. Output columns: K, seed, step,
@@ -21,8 +21,6 @@ unterminated last line of a console log (a run killed mid-write) and unreadable 
 
 from __future__ import annotations
 
-import glob
-import json
 import math
 import os
 import re
@@ -32,14 +30,13 @@ from dataclasses import dataclass
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.training.run_identity import (
-    UNRECORDED,
     RunIdentity,
+    RunRecord,
     best_status,
     console_status,
-    from_config,
     from_console,
-    status_of_exit,
 )
+from grpo_mse.training.wandb_records import read_wandb_run
 
 COLUMNS = ["K", "seed", "step", "metric", "value"]
 RUN_COLUMNS = ["budget", "lr", "trainer", "status"]  # one value per run, repeated on its rows
@@ -53,8 +50,6 @@ NAME_K = re.compile(r"(?:^|[^A-Za-z0-9])K(\d+)(?![0-9])")
 NAME_SEED = re.compile(r"seed[_-]?(\d+)", re.IGNORECASE)
 LOG_EXTENSIONS = (".log", ".txt", ".out")
 HEAD_LINES = 400  # the launcher's and TRL's settings lines come before the first step, among library warnings
-EXIT_SUMMARY = "run/exit_code"  # trl_train's summary of how the run ended (0: completed)
-RUN_METADATA = "run/"  # summary keys about the run itself, never metrics
 SKIP_DIRS = {"hf_cache", "checkpoints", "wandb_cache", "wandb_data", "wandb_config"}
 
 
@@ -148,18 +143,6 @@ def parse_console(text: str, wanted: re.Pattern | str | None = None, source: str
     return records
 
 
-@dataclass
-class RunRecord:
-    """One record of a run (a console log or a wandb folder): its identity, planned steps, status and metrics."""
-
-    path: str
-    name: str
-    identity: RunIdentity | None
-    planned_steps: int | None
-    status: str
-    records: list  # (step, metric, value)
-
-
 def name_mismatch(name: str, identity: RunIdentity) -> str | None:
     """A note when the run's name suggests another K or seed than it recorded (the name is a label only)."""
     k, seed = NAME_K.search(name or ""), NAME_SEED.search(name or "")
@@ -179,122 +162,6 @@ def read_console_run(path: str, wanted: re.Pattern | str | None = None) -> RunRe
     identity, planned = from_console(lines[:HEAD_LINES])
     records = parse_console(text, wanted, source=path)
     return RunRecord(path, os.path.basename(path), identity, planned, console_status(lines), records)
-
-
-def _whole_step(raw, source: str) -> int:
-    """A wandb ``_step`` as int (a DataError naming ``source`` otherwise)."""
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw != int(raw):
-        raise _data_error(f"{source}: _step {raw!r} is not a whole number; the file is damaged")
-    return int(raw)
-
-
-def _history_jsonl(path: str) -> list:
-    """Records of a wandb history file; an unreadable (e.g. torn) line is skipped with a warning."""
-    records = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            try:
-                row = json.loads(line) if line.strip() else {}
-            except ValueError:
-                row = None
-            if not isinstance(row, dict):
-                warnings.warn(f"{path}: skipping unreadable line {number}", stacklevel=2)
-                continue
-            if "_step" not in row:
-                continue
-            step = _whole_step(row["_step"], f"{path} line {number}")
-            for key, raw in row.items():
-                value = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
-                if value is not None and not key.startswith("_"):
-                    records.append((step, key, float(value)))
-    return records
-
-
-def _run_file(run_dir: str, name: str) -> str | None:
-    """``run_dir/files/name`` or (older wandb) ``run_dir/name`` if either exists."""
-    for path in (os.path.join(run_dir, "files", name), os.path.join(run_dir, name)):
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def read_wandb_run(run_dir: str) -> RunRecord:
-    """The RunRecord of one wandb run folder (``run-*`` or ``offline-run-*``)."""
-    name, config, records, summary = os.path.basename(run_dir), {}, [], {}
-    exit_code, truncated = None, False
-    binaries = sorted(glob.glob(os.path.join(run_dir, "*.wandb")))
-    if binaries:
-        try:
-            from grpo_mse.training.wandb_records import read_wandb_file
-
-            run = read_wandb_file(binaries[0])
-            name, config, records, summary = run["name"] or name, run["config"], run["history"], run["summary"]
-            exit_code, truncated = run["exit_code"], run["truncated"]
-        except ImportError as exc:  # no wandb here: the folder's text files only, completeness unrecorded
-            warnings.warn(f"cannot read {binaries[0]}: {exc}", stacklevel=2)
-        except (ValueError, OSError) as exc:
-            warnings.warn(f"cannot read {binaries[0]}: {exc}", stacklevel=2)
-            truncated = True
-    history, summary_path, config_path = (
-        _run_file(run_dir, f) for f in ("wandb-history.jsonl", "wandb-summary.json", "config.yaml")
-    )
-    if history:
-        records = _history_jsonl(history)
-    if summary_path:
-        try:
-            with open(summary_path, encoding="utf-8") as f:
-                summary = json.load(f)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise _data_error(
-                f"{summary_path}: not readable JSON ({str(error).splitlines()[0]}); the run's "
-                "summary is torn: remove the file to collect its history only"
-            ) from None
-        if not isinstance(summary, dict):
-            raise _data_error(
-                f"{summary_path}: a JSON {type(summary).__name__}, not an object of metrics; "
-                "remove the file to collect its history only"
-            )
-    if not config and config_path:
-        import yaml
-
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                config = yaml.safe_load(f) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as error:
-            raise _data_error(
-                f"{config_path}: not readable YAML ({str(error).splitlines()[0]}); fix or remove "
-                "it (the run's K and seed are read from it)"
-            ) from None
-        if not isinstance(config, dict):
-            raise _data_error(f"{config_path}: a YAML {type(config).__name__}, not a mapping; fix or remove it")
-    if summary.get("_step") is not None:
-        step = _whole_step(summary["_step"], summary_path or run_dir)
-        seen = {(s, m) for s, m, _ in records}
-        latest = {m: v for _, m, v in sorted(records, key=lambda r: r[0])}  # each metric's last logged value
-        for key, raw in summary.items():
-            # wandb's summary holds each metric's LAST value at the run's current _step: a value equal to the
-            # history's last one is that old value (e.g. a validation of an earlier step), not one of this step
-            if (
-                isinstance(raw, (int, float))
-                and not isinstance(raw, bool)
-                and not key.startswith("_")
-                and (step, key) not in seen
-                and latest.get(key) != float(raw)
-            ):
-                records.append((step, key, float(raw)))
-    identity, planned = from_config(config)
-    recorded_exit = summary.get(EXIT_SUMMARY)
-    code = (
-        exit_code
-        if exit_code is not None
-        else (int(recorded_exit) if isinstance(recorded_exit, (int, float)) else None)
-    )
-    if code is not None:
-        status = status_of_exit(code)
-    else:
-        status = "truncated" if truncated else ("interrupted" if binaries else UNRECORDED)
-    records = [r for r in records if not r[1].startswith(RUN_METADATA)]
-    return RunRecord(run_dir, name, identity, planned, status, records)
 
 
 def _is_wandb_run(dirpath: str, filenames: list[str]) -> bool:

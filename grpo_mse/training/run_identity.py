@@ -154,3 +154,15 @@ def best_status(first: str, second: str) -> str:
     """The completeness of one run recorded twice: complete if either record is, else the more informative one."""
     order = [COMPLETE, *INCOMPLETE, UNRECORDED]
     return min(first, second, key=order.index)
+
+
+@dataclass
+class RunRecord:
+    """One record of a run (a console log or a wandb folder): its identity, planned steps, status and metrics."""
+
+    path: str
+    name: str
+    identity: RunIdentity | None
+    planned_steps: int | None
+    status: str
+    records: list  # (step, metric, value)

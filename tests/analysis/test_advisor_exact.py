@@ -61,7 +61,8 @@ def _choose_rows(model, tokenizer, texts):
 def _run_advisor(model, tokenizer, rows, progress):
     """run_tracecov's advisor path: run_batch over c1 batches of PROMPTS consecutive rows per K, then advise."""
     from grpo_mse.config.gradient_evaluation import TracecovConfig
-    from grpo_mse.runs.tracecov import TracecovRun, rank_batches
+    from grpo_mse.distributed import rank_batches
+    from grpo_mse.runs.tracecov import TracecovRun
 
     sampler = one_token_sampler(model, tokenizer)
     config = TracecovConfig(

@@ -171,7 +171,7 @@ def test_n_oracle_is_a_whole_number_or_null_where_it_is_read():
     V; NaN is pandas' null) gives 0, and '256', 256.5, 0, True are refused in one line (not a silent 0)."""
     from grpo_mse.analysis.paired import oracle_value_variance
     from grpo_mse.errors import DataError
-    from grpo_mse.tables.validate import check_oracle_counts
+    from grpo_mse.tables.inputs import check_oracle_counts
 
     for n in (256, 256.0, np.int64(256)):
         assert oracle_value_variance(0.25, n) == pytest.approx(0.25 * 0.75 / 255)

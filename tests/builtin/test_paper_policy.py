@@ -274,9 +274,9 @@ def test_fast_engine_equals_reference_on_the_paper_policy(paper_policy):
     from grpo_mse.gradients import estimators as est
     from grpo_mse.gradients.engine import prompt_traces
     from grpo_mse.policy.loading import eos_token_ids
+    from grpo_mse.policy.logprobs import PromptSampler
     from grpo_mse.policy.sampling import SamplingSettings
     from grpo_mse.rewards.rules import row_reward
-    from grpo_mse.runs.tracecov import PromptSampler
 
     model, tokenizer = paper_policy
     settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, 1.0, 0.95, 24)

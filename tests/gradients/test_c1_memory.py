@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from grpo_mse.distributed import rank_batches
 from grpo_mse.gradients import statistics
 from grpo_mse.gradients.statistics import BetweenPromptBatch, c1_memory
+from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.runs import tracecov as tracecov_job
-from grpo_mse.runs.tracecov import rank_batches
 
 GB = 1e9
 
@@ -149,7 +150,7 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
 
     def batch_record(name):
         settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, 1.0, 0.95, 4)
-        sampler = tracecov_job.PromptSampler(model, tokenizer, settings, 64, 0)
+        sampler = PromptSampler(model, tokenizer, settings, 64, 0)
         run = tracecov_job.TracecovRun(config, sampler, rows, [r["id"] for r in rows], base=str(tmp_path / name))
         run.run_batch(0, [0, 1, 2], 2)
         return run.batches[(2, (0, 1, 2))]

@@ -108,7 +108,7 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
         }
     }
     (out / "tracecov_m_20260101_000000.progress.rank0.jsonl").write_text(json.dumps(header) + "\n")
-    from grpo_mse.runs.folder import RunFolder
+    from grpo_mse.tables.resume import RunFolder
 
     def find_resumable(save_dir: str, current: dict) -> str | None:
         folder = RunFolder(

@@ -8,9 +8,10 @@ import torch
 
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.config.gradient_evaluation import TracecovConfig
+from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import DEFAULT_SOURCE, last_integer_reward, row_reward
-from grpo_mse.runs.tracecov import PromptSampler, TracecovRun
+from grpo_mse.runs.tracecov import TracecovRun
 from grpo_mse.tables.inputs import load_rows, row_keys
 from grpo_mse.training.data import arithmetic_splits, write_splits
 

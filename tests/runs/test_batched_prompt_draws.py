@@ -4,8 +4,8 @@ every prompt gets the continuations it gets when drawn alone."""
 import json
 import os
 
+from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
-from grpo_mse.runs.tracecov import PromptSampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
