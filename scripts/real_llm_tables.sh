@@ -3,10 +3,11 @@
 # zero-shot and few-shot datasets (the same problems), 64 samples each, the paper's sampling (temperature 1,
 # top_p 0.95, 32 new tokens), fp32 on the CPU. Resumable: rerun the same command to continue after a stop (each
 # prompt's line is written when its 64 samples are scored; --resume checks the settings and the model's sha256).
-# Settings (environment): OUT (default results/real_llm/off_the_shelf), N_ORACLE (64), LIMIT (96), STYLES.
+# Settings (environment): MODEL (default the installed GGUF file; the post-trained model: assets/smollm2_arith_lora),
+# OUT (default results/real_llm/off_the_shelf), N_ORACLE (64), LIMIT (96), STYLES (zero_shot few_shot).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL="$(python scripts/real_llm.py)"
+MODEL="${MODEL:-$(python scripts/real_llm.py)}"
 OUT="${OUT:-results/real_llm/off_the_shelf}"
 for style in ${STYLES:-zero_shot few_shot}; do
   start=$(date +%s)
