@@ -7,12 +7,14 @@ columns and the c1 estimator ``prompt_constants``', the intervals' widening and 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.coverage_calibration import CALIBRATED, Calibration, interval_widening, simulated_coverage
 from grpo_mse.analysis.error_model import (
+    Recommendation,
     allowed_group_sizes,
     best_allowed_k,
     json_value,
@@ -21,6 +23,7 @@ from grpo_mse.analysis.error_model import (
     recommendation,
     relative_errors,
 )
+from grpo_mse.analysis.measured_curve import MeasuredCurve
 from grpo_mse.analysis.prompt_constants import (
     batch_c1,
     column,
@@ -30,7 +33,54 @@ from grpo_mse.analysis.prompt_constants import (
     tail_index,
     tail_share,
 )
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSizeAdvice(SavedRecord):
+    """The group-size advisor's result (``advise``), saved as ``group_size_advisor`` in run_tracecov's JSON. Numbers
+    as saved (``error_model.json_value``: "inf" for +infinity, null for undefined); a summary is {"estimate", "ci95"
+    (95% interval or null), "n_undefined" (replicates that gave nan), and where they apply "interval" (its method),
+    "pieces" (a studentized interval's parts), "clipped"/"unreliable" (below 0, for a quantity >= 0)}.
+
+    ``from_json`` reads every shape saved so far: the first advice (no ci95_method, widening, studentized pieces,
+    coverage or recommendation), then with the recommendation, the simulated coverage, the clipping flags, the
+    estimator, the widening and std-GRPO's measured curve; what an older file lacks is None (and left out again by
+    ``to_json``)."""
+
+    per_K: dict[str, dict]  # {K: {"c1", "c2", "c3": summaries, "n_prompts", "n_c1_batches"}}, K as text
+    pooled: dict[str, object]  # point estimates of c1, c2, c3, K_star_paper, K_star_exact, K_best (pooled over K)
+    ci95: dict[str, object]  # the 95% interval of each pooled value ([low, high] or null)
+    ci95_method: dict[str, str] | None = None  # per pooled value: "bca", "studentized" or "studentized-log"
+    ci95_below_zero: dict[str, str] | None = None  # c1, c2, c3 whose interval was "clipped" at 0 or "unreliable"
+    interval_level: float | None = None  # the level of the studentized intervals when not 0.95 (coverage studies)
+    interval_widening: dict[str, list[float]] | None = None  # per calibrated value: [d_lo, d_hi] standard errors
+    studentized: dict[str, dict | None] | None = None  # per calibrated value: its unwidened studentized pieces
+    simulated_coverage: dict | None = None  # coverage_calibration.simulated_coverage at this run's T and tail
+    c3_slope_per_K: dict | None  # summary of the slope of c3 in K (null with one K)
+    budget: int  # N, sequences per step
+    allowed_K: list[int]  # the K considered (dividing the budget)
+    K_best_frequency: dict[str, float]  # share of replicates in which each K (or "undefined") is best
+    relative_error_at_allowed_K: dict[str, dict]  # {K: summary of its exact error over the smallest}
+    recommendation: Recommendation | None = None  # what the data support about K
+    degenerate_replicates: dict[str, int]  # n_boot and the replicates with c1 <= 0, c3 <= 0 or undefined
+    note: str  # how the numbers were computed, in words
+    estimator: str | None = None  # the estimator the advice is for (run_statistics' advisor_estimator)
+    measured_curve: MeasuredCurve | None = None  # std-GRPO's error measured at each K (advice on grpo_std)
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> GroupSizeAdvice:
+        """The advice of a saved ``group_size_advisor`` object (any of the shapes above)."""
+        advice = super().from_json(data, where)
+        return replace(
+            advice,
+            recommendation=None if advice.recommendation is None else Recommendation.from_json(advice.recommendation),
+            measured_curve=None if advice.measured_curve is None else MeasuredCurve.from_json(advice.measured_curve),
+        )
+
+    def to_json(self) -> dict:
+        """The saved ``group_size_advisor`` object (keys in the saved order)."""
+        return json_value(super().to_json())
 
 
 def k_star_summary(
@@ -84,7 +134,7 @@ def advise(
     widen: dict | None = None,
     *,
     calibration: Calibration,
-) -> dict:
+) -> GroupSizeAdvice:
     """c1, c2, c3 per K and pooled (plain means over K), K* (paper and exact), best allowed K, all with joint
     prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others;
     ``level``: another level for the studentized intervals of the pooled constants and K*, for coverage studies,
@@ -168,7 +218,7 @@ def advise(
         allowed_k,
         budget,
     )
-    return json_value(
+    saved = json_value(
         {
             "per_K": {
                 str(k): {
@@ -229,3 +279,4 @@ def advise(
             ),
         }
     )
+    return GroupSizeAdvice.from_json(saved)

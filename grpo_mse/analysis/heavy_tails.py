@@ -7,12 +7,15 @@ calibration table against other cells.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+
+if TYPE_CHECKING:
+    from grpo_mse.analysis.advisor import GroupSizeAdvice
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = (est.VANILLA, est.GRPO, est.ORACLE)
@@ -122,24 +125,24 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
     return records, batches
 
 
-def run_row(advice: dict, true: dict) -> list:
+def run_row(advice: GroupSizeAdvice, true: dict) -> list:
     """One run: [largest share, tail index of c2, then per calibrated statistic z, t_lo, t_hi, below, above] (None
     for nan). z = (T - truth) / se on the scale of its studentized interval (q = c1/c3 for K*; log or natural) and
     t_lo, t_hi the interval's t quantiles: any widening's coverage follows from them (``misses``). below / above:
     the saved interval lies above / below the truth, used only where it is not studentized (z = None)."""
     from grpo_mse.analysis import error_model
 
-    found = advice["simulated_coverage"]
+    found = advice.simulated_coverage
     row = [found["largest_prompt_share"], found["tail_index"]]
     for name in CALIBRATED:
-        pieces = advice["studentized"][name]
+        pieces = advice.studentized[name]
         target = true["c1"] / true["c3"] if name == "K_star_exact" else true[name]
         z = t_low = t_high = None
         if pieces:
             value, error = error_model.number(pieces["value"]), error_model.number(pieces["error"])
             z = (value - (math.log(target) if pieces["scale"] == "log" else target)) / error
             t_low, t_high = (error_model.number(t) for t in pieces["t"])
-        ci = error_model.interval_of(advice["ci95"][name])
+        ci = error_model.interval_of(advice.ci95[name])
         row += [z, t_low, t_high, int(ci is None or true[name] < ci[0]), int(ci is None or true[name] > ci[1])]
     return error_model.json_value(row)
 

@@ -15,13 +15,14 @@ mean MSEs are paired: a replicate resamples prompts once and recomputes every st
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 
 from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.advisor import advise
 from grpo_mse.analysis.coverage_calibration import Calibration
-from grpo_mse.analysis.error_model import json_value, rounded
+from grpo_mse.analysis.error_model import rounded
 from grpo_mse.analysis.measured_curve import measured_curve
 from grpo_mse.analysis.prompt_constants import column, prompt_columns
 from grpo_mse.errors import DataError
@@ -205,14 +206,15 @@ def run_statistics(
             raise TypeError(
                 "run_statistics with the advisor needs calibration= (coverage_calibration.read_calibration)"
             )
-        out["group_size_advisor"] = advise(
+        advice = advise(
             records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights, calibration=calibration
         )
-        out["group_size_advisor"]["estimator"] = advisor_estimator
-        if advisor_estimator == GRPO_STD:
-            out["group_size_advisor"]["measured_curve"] = json_value(
-                measured_curve(records_by_k, batches_by_k, budget, allowed, weights)
-            )
+        curve = (
+            measured_curve(records_by_k, batches_by_k, budget, allowed, weights)
+            if advisor_estimator == GRPO_STD
+            else None
+        )
+        out["group_size_advisor"] = replace(advice, estimator=advisor_estimator, measured_curve=curve).to_json()
     return out
 
 

@@ -106,11 +106,11 @@ def read_advisor(path: str) -> dict:
     now = advice_status(advice)  # K* only where the advisor identifies it (else None and the message)
     return {
         "path": path,
-        "K_star": now["K_star_exact"],
-        "K_star_ci95": ci.get("K_star_exact") if now["identified"] else None,
-        "K_star_paper": now["K_star_exact"] - 1 if now["identified"] else None,
-        "K_best": now["K_best"],
-        "message": now["message"],
+        "K_star": now.K_star_exact,
+        "K_star_ci95": ci.get("K_star_exact") if now.identified else None,
+        "K_star_paper": now.K_star_exact - 1 if now.identified else None,
+        "K_best": now.K_best,
+        "message": now.message,
         **{c: advice["pooled"].get(c) for c in ("c1", "c2", "c3")},
         "config": {k: config.get(k) for k in ("model", "temperature", "top_p", "max_new_tokens", "T", "M")},
     }

@@ -104,7 +104,7 @@ def case(tmp_path_factory):
         "c1_target": c1_target,
         "records": records,
         "batches": batches,
-        "advice": advise(records, batches, seed=0, calibration=read_calibration()),
+        "advice": advise(records, batches, seed=0, calibration=read_calibration()).to_json(),
     }
 
 

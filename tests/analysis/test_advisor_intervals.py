@@ -247,22 +247,22 @@ def test_widening_moves_each_end_out_and_the_coverage_script_counts_it_as_the_ad
     widen = {"c1": (0.3, 2.0), "c2": (0.1, 1.7), "c3": (0.2, 2.5), "K_star_exact": (1.6, 0.4)}
     plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={}, calibration=read_calibration())
     wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen, calibration=read_calibration())
-    assert wide["interval_widening"] == {name: list(w) for name, w in widen.items()}
-    assert wide["studentized"] == plain["studentized"] and wide["pooled"] == plain["pooled"]
+    assert wide.interval_widening == {name: list(w) for name, w in widen.items()}
+    assert wide.studentized == plain.studentized and wide.pooled == plain.pooled
     for name in ("c1", "c2", "c3"):
-        pieces, (d_low, d_high) = plain["studentized"][name], widen[name]
+        pieces, (d_low, d_high) = plain.studentized[name], widen[name]
         (t_low, t_high), v, se = pieces["t"], pieces["value"], pieces["error"]
         ends = np.array([v - (t_high + d_low) * se, v - (t_low - d_high) * se])
         ends = np.exp(ends) if pieces["scale"] == "log" else ends
         assert pieces["scale"] == ("natural" if name == "c1" else "log")
-        assert wide["ci95"][name] == pytest.approx([max(ends[0], 0.0), ends[1]], rel=1e-12)
-    q = plain["studentized"]["K_star_exact"]
+        assert wide.ci95[name] == pytest.approx([max(ends[0], 0.0), ends[1]], rel=1e-12)
+    q = plain.studentized["K_star_exact"]
     (t_low, t_high), v, se = q["t"], q["value"], q["error"]
     q_low, q_high = np.exp([v - (t_high + 0.4) * se, v - (t_low - 1.6) * se])  # K*'s upper end from q's lower one
-    assert wide["ci95"]["K_star_exact"] == pytest.approx([1 + q_high**-0.5, 1 + q_low**-0.5], rel=1e-12)
+    assert wide.ci95["K_star_exact"] == pytest.approx([1 + q_high**-0.5, 1 + q_low**-0.5], rel=1e-12)
     base = {"c1": 1.0, "c2": 1.0, "c3": 1.0}
     for name in ("c1", "c2", "c3", "K_star_exact"):
-        low, high = (float(e) for e in wide["ci95"][name])
+        low, high = (float(e) for e in wide.ci95[name])
         for value, covered in ((low * 0.99, False), (low * 1.01, True), (high * 0.99, True), (high * 1.01, False)):
             if value == 0.0:  # c1's lower end clipped at 0: a truth of 0 is no check
                 continue

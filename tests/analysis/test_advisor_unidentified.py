@@ -80,10 +80,10 @@ def frame(ks=(2, 4, 8, 16), seeds=3) -> pd.DataFrame:
 def test_identified_constants_still_give_a_k():
     """The control: c1, c3 > 0 with intervals off 0 name K* = 1 + sqrt(c3/c1) and the best allowed K."""
     now = error_model.advice_status(IDENTIFIED)
-    assert now["identified"] and now["K_star_exact"] == pytest.approx(1 + math.sqrt(380 / 15)) and now["K_best"] == 8
+    assert now.identified and now.K_star_exact == pytest.approx(1 + math.sqrt(380 / 15)) and now.K_best == 8
     assert "best K in [2, 4, 8, 16] = 8" in advisor_report.describe(IDENTIFIED)
     pred = kv.predict({"group_size_advisor": IDENTIFIED}, "s", written_at="t")
-    assert pred["best_allowed_K"] == 8 and pred["K_star_exact"] == pytest.approx(now["K_star_exact"])
+    assert pred["best_allowed_K"] == 8 and pred["K_star_exact"] == pytest.approx(now.K_star_exact)
     assert adaptive_k.chosen_k(IDENTIFIED, current=2) == 8
 
 
@@ -91,7 +91,7 @@ def test_identified_constants_still_give_a_k():
 @given(unidentified())
 def test_no_consumer_states_a_k_from_unidentified_constants(advice):
     now = error_model.advice_status(advice)
-    assert not now["identified"] and now["K_star_exact"] is None and now["K_best"] is None
+    assert not now.identified and now.K_star_exact is None and now.K_best is None
     text = advisor_report.describe(advice)
     assert "not identified" in text and "best K in [2, 4, 8, 16] =" not in text and "K* = 1+sqrt(c3/c1) =" not in text
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
@@ -194,9 +194,9 @@ def test_advise_checks_allowed_k_against_the_budget():
         advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256], calibration=read_calibration())
     with pytest.raises(InputError, match="budget must be a whole number"):
         advisor.advise(records, {}, n_boot=50, budget=100.5, calibration=read_calibration())
-    assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0], calibration=read_calibration())[
-        "allowed_K"
-    ] == [2, 4]
+    assert advisor.advise(
+        records, {}, n_boot=50, budget=128, allowed=[2, 4.0], calibration=read_calibration()
+    ).allowed_K == [2, 4]
 
 
 def test_a_higher_level_widens_the_studentized_intervals():
@@ -218,8 +218,8 @@ def test_a_higher_level_widens_the_studentized_intervals():
         ]
         for k in (2, 4)
     }
-    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99, calibration=read_calibration())
-    usual = advisor.advise(records, batches, n_boot=400, budget=64, calibration=read_calibration())
+    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99, calibration=read_calibration()).to_json()
+    usual = advisor.advise(records, batches, n_boot=400, budget=64, calibration=read_calibration()).to_json()
     assert wide["interval_level"] == 0.99 and "interval_level" not in usual
     for name in ("c1", "c2", "c3", "K_star_exact"):
         (lo99, hi99), (lo95, hi95) = (error_model.interval_of(a["ci95"][name]) for a in (wide, usual))
