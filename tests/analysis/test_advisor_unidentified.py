@@ -83,7 +83,7 @@ def test_identified_constants_still_give_a_k():
     assert now.identified and now.K_star_exact == pytest.approx(1 + math.sqrt(380 / 15)) and now.K_best == 8
     assert "best K in [2, 4, 8, 16] = 8" in advisor_report.describe(IDENTIFIED)
     pred = kv.predict({"group_size_advisor": IDENTIFIED}, "s", written_at="t")
-    assert pred["best_allowed_K"] == 8 and pred["K_star_exact"] == pytest.approx(now.K_star_exact)
+    assert pred.best_allowed_K == 8 and pred.K_star_exact == pytest.approx(now.K_star_exact)
     assert adaptive_k.chosen_k(IDENTIFIED, current=2) == 8
 
 
@@ -95,23 +95,23 @@ def test_no_consumer_states_a_k_from_unidentified_constants(advice):
     text = advisor_report.describe(advice)
     assert "not identified" in text and "best K in [2, 4, 8, 16] =" not in text and "K* = 1+sqrt(c3/c1) =" not in text
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
-    assert pred["K_star_exact"] is None and pred["best_allowed_K"] is None and pred["ci95"] is None
-    assert not pred["identified"] and "not identified" in kv.describe_prediction(pred)
-    json.loads(to_json(pred))  # strict JSON
+    assert pred.K_star_exact is None and pred.best_allowed_K is None and pred.ci95 is None
+    assert not pred.identified and "not identified" in kv.describe_prediction(pred)
+    json.loads(to_json(pred.to_json()))  # strict JSON
     summary = kv.setting_summary("a", run_means(frame(), METRIC), pred, "t", METRIC)
-    assert summary["advisor"]["K_star_exact"] is None and summary["advisor"]["best_allowed_K"] is None
+    assert summary.advisor.K_star_exact is None and summary.advisor.best_allowed_K is None
     other = kv.setting_summary(
         "b", run_means(frame(), METRIC), kv.predict({"group_size_advisor": IDENTIFIED}, "b", "t"), "t", METRIC
     )
     draws = np.full(50, 8)
     for pair in ((summary, other), (other, summary)):
-        assert kv.compare(*pair, draws, draws)["advisor_direction"] == 0  # no direction from an unidentified K*
+        assert kv.compare(*pair, draws, draws).advisor_direction == 0  # no direction from an unidentified K*
     assert adaptive_k.chosen_k(advice, current=4) == 4 or all(
         isinstance(advice["pooled"][n], float) and 0 < advice["pooled"][n] < math.inf for n in ("c1", "c3")
     )  # positive constants whose interval reaches 0: the point-estimate argmin, as documented
     assert "adaptive_k/K_star_exact" not in adaptive_k.advice_metrics(advice, 4)
-    assert math.isnan(sweep_stats.predicted_error(pred, 4)) or all(
-        isinstance(pred[c], (int, float)) and math.isfinite(pred[c]) for c in ("c1", "c2", "c3")
+    assert math.isnan(sweep_stats.predicted_error(pred.constants, 4)) or all(
+        isinstance(pred.constants[c], (int, float)) and math.isfinite(pred.constants[c]) for c in ("c1", "c2", "c3")
     )
 
 
@@ -124,8 +124,8 @@ def test_figures_draw_unidentified_constants_without_a_k(advice, tmp_path):
     Algorithm 1 summary's advisor entry."""
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
     summary = kv.setting_summary("s", run_means(frame(), METRIC), pred, "t", METRIC)
-    kv_figures.plot_setting(summary, str(tmp_path / "one.png"), run_means(frame(), METRIC))
-    kv_figures.plot_settings([summary, summary], str(tmp_path / "all.png"))
+    kv_figures.plot_setting(summary.to_json(), str(tmp_path / "one.png"), run_means(frame(), METRIC))
+    kv_figures.plot_settings([summary.to_json(), summary.to_json()], str(tmp_path / "all.png"))
     result = {"group_size_advisor": advice}
     from grpo_mse.figures.tracecov import plot_advisor
 
