@@ -78,10 +78,6 @@ class GroupSizeAdvice(SavedRecord):
             measured_curve=None if advice.measured_curve is None else MeasuredCurve.from_json(advice.measured_curve),
         )
 
-    def to_json(self) -> dict:
-        """The saved ``group_size_advisor`` object (keys in the saved order)."""
-        return json_value(super().to_json())
-
 
 def k_star_summary(
     c1: np.ndarray,

@@ -133,19 +133,6 @@ def describe_prediction(prediction: Prediction) -> str:
     )
 
 
-def nested_json(record) -> dict:
-    """``to_json`` of a record whose fields may hold records, or {key: record} mappings, saved in place."""
-
-    def saved(value):
-        if isinstance(value, SavedRecord):
-            return value.to_json()
-        if isinstance(value, dict):
-            return {key: saved(v) for key, v in value.items()}
-        return value
-
-    return {key: saved(value) for key, value in SavedRecord.to_json(record).items()}
-
-
 @dataclass(frozen=True, kw_only=True)
 class SweepSummary(SavedRecord):
     """One setting's fixed-K sweep (``sweep_summary``; the "sweep" block of summary.json)."""
@@ -199,10 +186,6 @@ class SettingSummary(SavedRecord):
             sweep=SweepSummary.from_json(found.sweep, where),
             rank_correlation=RankCorrelation.from_json(found.rank_correlation, where),
         )
-
-    def to_json(self) -> dict:
-        """The saved summary.json entry."""
-        return nested_json(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,10 +314,6 @@ class AdaptiveSummary(SavedRecord):
         found = super().from_json(data, where)
         fixed = {k: Arm.from_json(v, where) for k, v in found.fixed.items()}
         return replace(found, adaptive=Arm.from_json(found.adaptive, where), fixed=fixed)
-
-    def to_json(self) -> dict:
-        """The saved summary_S.json object."""
-        return nested_json(self)
 
 
 def arm(values, metric: str) -> Arm:

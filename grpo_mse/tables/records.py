@@ -55,12 +55,21 @@ class SavedRecord:
         return cls(**data)
 
     def to_json(self) -> dict:
-        """The saved JSON object."""
+        """The saved JSON object; a field holding a record, or a {key: record} mapping, saved as its JSON."""
         return {
-            f.name: getattr(self, f.name)
+            f.name: saved(getattr(self, f.name))
             for f in fields(self)
             if f.default is MISSING or getattr(self, f.name) is not None
         }
+
+
+def saved(value):
+    """``value`` as saved: a record as its JSON object, a mapping holding records with each saved (else as it is)."""
+    if isinstance(value, SavedRecord):
+        return value.to_json()
+    if isinstance(value, dict) and any(isinstance(v, (SavedRecord, dict)) for v in value.values()):
+        return {key: saved(v) for key, v in value.items()}
+    return value
 
 
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]

@@ -135,8 +135,8 @@ def test_figures_draw_unidentified_constants_without_a_k(advice, tmp_path):
     path = tmp_path / "run.json"
     path.write_text(json.dumps(result))
     read = simulation.read_advisor(str(path))
-    assert read["K_star"] is None and read["K_best"] is None and read["K_star_ci95"] is None
-    assert simulation.agreement(4, [4], read["K_star"], ALLOWED)[0] == "no K*"
+    assert read.K_star is None and read.K_best is None and read.K_star_ci95 is None
+    assert simulation.agreement(4, [4], read.K_star, ALLOWED)[0] == "no K*"
 
 
 def run_script(args):

@@ -1,0 +1,141 @@
+"""The typed results of grpo_mse.analysis and their readers: each record's ``to_json`` read back by its reader gives
+an equal record, and every committed file of its kind under results/ (old shapes included) reads and is written
+back key for key, in the saved order."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from grpo_mse.analysis import error_model
+from grpo_mse.analysis import k_validation as kv
+from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
+from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.analysis.measured_curve import MeasuredCurve
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+
+RESULTS = os.path.join(ROOT, "results")
+
+
+def committed(pattern: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(RESULTS, pattern), recursive=True))
+
+
+def saved_advice() -> list[tuple[str, dict]]:
+    """(path, group_size_advisor) of every committed run_tracecov JSON that has advice."""
+    found = []
+    for path in committed("**/tracecov_*.json"):
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        if isinstance(data, dict) and "group_size_advisor" in data:
+            found.append((os.path.relpath(path, ROOT), data["group_size_advisor"]))
+    return found
+
+
+ADVICE = saved_advice()
+
+
+def same_json(record, data: dict) -> bool:
+    """The record writes exactly ``data``: the same keys in the same order, the same values."""
+    return json.dumps(record.to_json()) == json.dumps(data)
+
+
+def simulated_run():
+    """Records and c1 batches of 12 simulated prompts at K = 2 and 4 (traces grow with V(1 - V))."""
+    rng = np.random.default_rng(3)
+    records, batches = {}, {}
+    for k in (2, 4):
+        values = rng.uniform(0.1, 0.9, size=12)
+        records[k] = [
+            PromptRecord.simulated(k, i, {"grpo": 5 * v * (1 - v) / (k - 1) + rng.gamma(2), "oracleV": v}, V_oracle=v)
+            for i, v in enumerate(values)
+        ]
+        gram = rng.normal(size=(12, 3)) @ rng.normal(size=(3, 12))
+        gram = (gram @ gram.T / 12).tolist()
+        batches[k] = [C1BatchRecord.simulated(k, list(range(12)), gram, [0.1] * 12)]
+    return records, batches
+
+
+def test_advice_round_trip():
+    records, batches = simulated_run()
+    advice = advise(records, batches, n_boot=50, seed=0, budget=64, calibration=read_calibration())
+    assert isinstance(advice.recommendation, error_model.Recommendation)
+    again = GroupSizeAdvice.from_json(json.loads(json.dumps(advice.to_json())))
+    assert again == advice and same_json(again, advice.to_json())
+
+
+def test_every_committed_advice_shape_reads():
+    assert len(ADVICE) >= 40  # six shapes: the first advice, then recommendation, coverage, clipping, estimator, curve
+    shapes = set()
+    for path, data in ADVICE:
+        advice = GroupSizeAdvice.from_json(data, path)
+        assert same_json(advice, data), path
+        shapes.add(tuple(data))
+        if "recommendation" in data:
+            assert advice.recommendation.message == data["recommendation"]["message"]
+        else:
+            assert advice.recommendation is None and advice.ci95_method is None  # the first shape
+    assert len(shapes) >= 6
+
+
+def test_measured_curve_round_trip_and_committed_curves():
+    empty = MeasuredCurve(estimator="grpo_std", K=[], message="no measured K divides the budget (or no std grams)")
+    assert empty.to_json() == {"estimator": "grpo_std", "K": [], "message": empty.message}
+    assert MeasuredCurve.from_json(empty.to_json()) == empty
+    curves = [(path, data["measured_curve"]) for path, data in ADVICE if "measured_curve" in data]
+    assert curves
+    for path, data in curves:
+        curve = MeasuredCurve.from_json(data, path)
+        assert same_json(curve, data) and MeasuredCurve.from_json(curve.to_json()) == curve
+        assert curve.K and curve.identified in (True, False)
+
+
+def test_prediction_round_trip_and_both_saved_shapes():
+    path, data = next((p, d) for p, d in ADVICE if "measured_curve" in d)
+    pred = kv.predict({"group_size_advisor": data}, "s", written_at="2026-01-01T00:00:00Z")
+    assert kv.Prediction.from_json(pred.to_json()) == pred
+    assert pred.to_json()["measured_message"] == data["measured_curve"]["message"]
+    files = committed("k_validation/**/prediction_*.json")
+    assert files
+    old = 0
+    for name in files:
+        with open(name, encoding="utf-8") as handle:
+            saved = json.load(handle)
+        found = kv.Prediction.from_json(saved, name)
+        assert same_json(found, saved), name
+        old += found.identified is None  # the first shape: no identified, message or estimator
+        assert isinstance(kv.describe_prediction(found), str)
+    assert 0 < old < len(files)
+
+
+def test_sweep_summary_and_comparison_round_trip_and_committed_summary():
+    with open(os.path.join(RESULTS, "k_validation", "summary.json"), encoding="utf-8") as handle:
+        summary = json.load(handle)
+    for data in summary["settings"]:
+        setting = kv.SettingSummary.from_json(data)
+        assert isinstance(setting.sweep, kv.SweepSummary) and setting.sweep.best_K_bootstrap
+        assert same_json(setting, data) and kv.SettingSummary.from_json(setting.to_json()) == setting
+    for data in summary["comparisons"]:
+        comparison = kv.Comparison.from_json(data)
+        assert same_json(comparison, data) and kv.Comparison.from_json(comparison.to_json()) == comparison
+    sweep = kv.SweepSummary(metric="m", per_K={"2": {"mean": 0.1}}, best_K=2, started_at="t", separated_pairs=[])
+    assert "best_K_bootstrap" not in sweep.to_json() and kv.SweepSummary.from_json(sweep.to_json()) == sweep
+
+
+def test_adaptive_summary_reads_committed_files():
+    files = committed("k_validation/adaptive/summary_*.json")
+    assert files
+    for name in files:
+        with open(name, encoding="utf-8") as handle:
+            data = json.load(handle)
+        summary = kv.AdaptiveSummary.from_json(data, name)
+        assert isinstance(summary.adaptive, kv.Arm) and all(isinstance(a, kv.Arm) for a in summary.fixed.values())
+        assert same_json(summary, data) and kv.AdaptiveSummary.from_json(summary.to_json()) == summary
+
+
+def test_readers_name_what_a_file_lacks():
+    with pytest.raises(Exception, match="Prediction lacks"):
+        kv.Prediction.from_json({"name": "s"}, "p.json")
