@@ -64,11 +64,14 @@ class SavedRecord:
 
 
 def saved(value):
-    """``value`` as saved: a record as its JSON object, a mapping holding records with each saved (else as it is)."""
+    """``value`` as saved: a record as its JSON object, a mapping or list holding records with each saved (anything
+    else as it is)."""
     if isinstance(value, SavedRecord):
         return value.to_json()
     if isinstance(value, dict) and any(isinstance(v, (SavedRecord, dict)) for v in value.values()):
         return {key: saved(v) for key, v in value.items()}
+    if isinstance(value, list) and any(isinstance(v, SavedRecord) for v in value):
+        return [saved(v) for v in value]
     return value
 
 

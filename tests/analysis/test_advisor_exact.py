@@ -90,7 +90,9 @@ def case(tmp_path_factory):
         chosen = _choose_rows(model, tokenizer, texts)
         moments = [enum.moments() for _, enum in chosen]
         gram = theory.gradient_gram([enum.g for _, enum in chosen])
-        exact = theory.scaling_constants(gram, [m["sigma_o2"] for m in moments], [m["var_zeta2"] for m in moments])
+        exact = theory.scaling_constants(
+            gram, [m["sigma_o2"] for m in moments], [m["var_zeta2"] for m in moments]
+        ).to_json()
         rows = [{**chosen[j % PROMPTS][0], "id": 1000 + j} for j in range(PROMPTS * COPIES)]
         row_gram = theory.gradient_gram([chosen[j % PROMPTS][1].g for j in range(len(rows))])
         records, batches = _run_advisor(

@@ -30,7 +30,7 @@ def _truth(types) -> dict:
         [m["sigma_o2"] for m in moments],
         [m["var_zeta2"] for m in moments],
     )
-    truth = {"c1": consts["c1"], "c3": consts["c3"], "K_star_exact": consts["K_star_exact"]}
+    truth = {"c1": consts.c1, "c3": consts.c3, "K_star_exact": consts.K_star_exact}
     truth.update({f"wide:{name}": value for name, value in list(truth.items())})
     for k in K_LIST:
         mse = {n: np.mean([theory.closed_form_mse(m, k, n) for m in moments]) for n in ("naive", "grpo", "oracleV")}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from grpo_mse.analysis import error_model
+from grpo_mse.analysis import error_model, one_token, theory
 from grpo_mse.analysis import k_validation as kv
 from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
 from grpo_mse.analysis.coverage_calibration import read_calibration
@@ -139,3 +139,17 @@ def test_adaptive_summary_reads_committed_files():
 def test_readers_name_what_a_file_lacks():
     with pytest.raises(Exception, match="Prediction lacks"):
         kv.Prediction.from_json({"name": "s"}, "p.json")
+
+
+def test_theory_summary_reads_the_committed_theory_json():
+    files = committed("theory/theory_*.json")
+    assert files
+    for name in files:
+        with open(name, encoding="utf-8") as handle:
+            data = json.load(handle)
+        summary = one_token.TheorySummary.from_json(data, name)
+        assert isinstance(summary.scaling_constants, theory.ScalingConstants)
+        assert all(isinstance(p, one_token.PromptTheory) for p in summary.per_prompt)
+        assert same_json(summary, data) and one_token.TheorySummary.from_json(summary.to_json()) == summary
+    constants = theory.scaling_constants(np.eye(3), [1.0, 2.0, 3.0], [0.5, 0.5, 0.5])
+    assert theory.ScalingConstants.from_json(constants.to_json()) == constants
