@@ -87,7 +87,7 @@ def k_star_summary(
     weights: np.ndarray,
     level: float = 0.95,
     widen=(0.0, 0.0),
-) -> dict:
+) -> bootstrap.Summary:
     """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
     replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
     is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
@@ -97,25 +97,25 @@ def k_star_summary(
     c3 is not positive."""
     k = k_star(c1, c3)
     if not (c1[0] > 0 and c3[0] > 0):
-        return {**bootstrap.summarise(k, weights), "interval": "bca"}
+        return replace(bootstrap.summarise(k, weights), interval="bca")
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(c3 > 0, c1 / c3, np.nan)
         se = np.sqrt(bootstrap.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
     # K* falls as q rises: K*'s lower end is q's upper end, so its widening is passed swapped.
     summary = bootstrap.studentized_summary(q, se, weights, log=True, level=level, widen=(widen[1], widen[0]))
-    if summary["interval"] == "bca":
-        return {**bootstrap.summarise(k, weights), "interval": "bca"}
-    low, high = summary["ci95"]
+    if summary.interval == "bca":
+        return replace(bootstrap.summarise(k, weights), interval="bca")
+    low, high = summary.ci95
     with np.errstate(divide="ignore"):
         bounds = [1 + 1 / np.sqrt(high) if high > 0 else np.inf, 1 + 1 / np.sqrt(low) if low > 0 else np.inf]
     n_boot = bootstrap.n_boot_of(weights)
-    return {
-        "estimate": float(k[0]),
-        "ci95": [float(v) for v in bounds],
-        "n_undefined": int(np.isnan(k[1 : 1 + n_boot]).sum()),
-        "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized",
-        "pieces": summary["pieces"],
-    }
+    return bootstrap.Summary(
+        estimate=float(k[0]),
+        ci95=[float(v) for v in bounds],
+        n_undefined=int(np.isnan(k[1 : 1 + n_boot]).sum()),
+        interval="studentized-log" if summary.interval == "studentized-log" else "studentized",
+        pieces=summary.pieces,
+    )
 
 
 def advise(
@@ -198,19 +198,17 @@ def advise(
         widen=stretch["K_star_exact"],
     )
     paper = summaries["K_star_exact"]
-    if paper["interval"] != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
-        summaries["K_star_paper"] = {
-            **summaries["K_star_paper"],
-            "interval": paper["interval"],
-            "ci95": [v - 1 for v in paper["ci95"]],
-        }
+    if paper.interval != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
+        summaries["K_star_paper"] = replace(
+            summaries["K_star_paper"], interval=paper.interval, ci95=[v - 1 for v in paper.ci95]
+        )
     relative = relative_errors(pooled["c1"], pooled["c2"], pooled["c3"], allowed_k, budget)
     replicates = pooled["c1"][1 : 1 + n_boot], pooled["c3"][1 : 1 + n_boot]
-    point = {name: summaries[name]["estimate"] for name in ("c1", "c2", "c3")}
+    point = {name: summaries[name].estimate for name in ("c1", "c2", "c3")}
     advice = recommendation(
         *(math.nan if point[n] is None else point[n] for n in ("c1", "c2", "c3")),
-        summaries["c1"]["ci95"],
-        summaries["c3"]["ci95"],
+        summaries["c1"].ci95,
+        summaries["c3"].ci95,
         allowed_k,
         budget,
     )
@@ -226,17 +224,17 @@ def advise(
                 }
                 for i, k in enumerate(ks)
             },
-            "pooled": {name: s["estimate"] for name, s in summaries.items()},
-            "ci95": {name: s["ci95"] for name, s in summaries.items()},
-            "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
+            "pooled": {name: s.estimate for name, s in summaries.items()},
+            "ci95": {name: s.ci95 for name, s in summaries.items()},
+            "ci95_method": {name: s.interval or "bca" for name, s in summaries.items()},
             "ci95_below_zero": {
-                name: "unreliable" if s.get("unreliable") else "clipped"
+                name: "unreliable" if s.unreliable else "clipped"
                 for name, s in summaries.items()
-                if s.get("clipped") or s.get("unreliable")
+                if s.clipped or s.unreliable
             },
             **({} if level == 0.95 else {"interval_level": level}),
             "interval_widening": {name: list(w) for name, w in stretch.items()},
-            "studentized": {name: summaries[name].get("pieces") for name in CALIBRATED},
+            "studentized": {name: summaries[name].pieces for name in CALIBRATED},
             "simulated_coverage": simulated_coverage(
                 tail_index(columns["c2"]), len(prompts), calibration, share=tail_share(columns["c2"])
             ),

@@ -5,6 +5,7 @@ simulated coverage (``describe``), from saved advice.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.coverage_calibration import CALIBRATED
@@ -67,10 +68,10 @@ def describe(advice: dict) -> str:
         if name in ("c1", "c2", "c3"):  # >= 0: clipped and flagged, also in advice saved before the clipping
             saved = (advice.get("ci95_below_zero") or {}).get(name)
             summary = bootstrap.at_least_zero(
-                {"estimate": number(pooled.get(name)), "ci95": None if low is None else [low, high]}
+                bootstrap.Summary(estimate=number(pooled.get(name)), ci95=None if low is None else [low, high])
             )
-            low, high = summary["ci95"] or (low, high)
-            flag = bootstrap.below_zero_flag({**summary, **({saved: True} if saved else {})})
+            low, high = summary.ci95 or (low, high)
+            flag = bootstrap.below_zero_flag(replace(summary, **({saved: True} if saved else {})))
         return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]{flag}" + coverage_text(calibration, name)
 
     slope_line = ""

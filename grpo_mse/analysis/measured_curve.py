@@ -39,8 +39,8 @@ PARTS = ("error", "variance", "bias2")  # the saved order of a K's summaries
 @dataclass(frozen=True, kw_only=True)
 class MeasuredCurve(SavedRecord):
     """Std-GRPO's budgeted error measured at each K (``measured_curve``), saved as the advice's ``measured_curve``
-    (numbers as ``error_model.json_value`` saves them). Without a measured K only estimator, K ([]) and message
-    are saved; ``from_json`` reads both shapes."""
+    (numbers as ``error_model.json_value`` saves them; summaries as saved, ``bootstrap.Summary.to_json``). Without
+    a measured K only estimator, K ([]) and message are saved; ``from_json`` reads both shapes."""
 
     estimator: str  # the estimator measured (grpo_std)
     K: list[int]  # the measured K that divide the budget (and are allowed)
@@ -115,8 +115,9 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
         low = errors[:, ks.index(best)]
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(low > 0, errors[:, i] / np.where(low > 0, low, 1.0), np.nan)
-        relative[str(k)] = bootstrap.summarise(ratio, weights)
-        low = (relative[str(k)]["ci95"] or [np.nan])[0]
+        summary = bootstrap.summarise(ratio, weights)
+        relative[str(k)] = summary.to_json()
+        low = (summary.ci95 or [np.nan])[0]
         identified = identified and (k == best or bool(low > 1))
     # Rows 1..n_boot of the weights are the bootstrap draws (row 0 is the data, the jackknife rows follow).
     frequency = {str(k): float(np.mean(picks[1 : 1 + n_boot] == k)) for k in ks}
@@ -132,7 +133,10 @@ def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed,
     return MeasuredCurve(
         estimator=GRPO_STD,
         K=ks,
-        per_K={str(k): {part: bootstrap.summarise(getattr(measured[k], part), weights) for part in PARTS} for k in ks},
+        per_K={
+            str(k): {part: bootstrap.summarise(getattr(measured[k], part), weights).to_json() for part in PARTS}
+            for k in ks
+        },
         K_best=best if identified else None,
         K_best_point=best,
         K_best_frequency=frequency,

@@ -68,9 +68,9 @@ def saved(value):
     else as it is)."""
     if isinstance(value, SavedRecord):
         return value.to_json()
-    if isinstance(value, dict) and any(isinstance(v, (SavedRecord, dict)) for v in value.values()):
+    if isinstance(value, dict) and any(isinstance(v, (SavedRecord, dict, list)) for v in value.values()):
         return {key: saved(v) for key, v in value.items()}
-    if isinstance(value, list) and any(isinstance(v, SavedRecord) for v in value):
+    if isinstance(value, list) and any(isinstance(v, (SavedRecord, dict, list)) for v in value):
         return [saved(v) for v in value]
     return value
 

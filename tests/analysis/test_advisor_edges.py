@@ -225,9 +225,9 @@ def test_studentized_ratio_interval_covers_a_heavy_tailed_ratio():
         a, b = scale * rng.gamma(2.0, 1.0, 96), scale * rng.gamma(2.0, 0.5, 96)
         weights = bootstrap.prompt_weights(96, 300, seed=run)
         summary, draws = bootstrap.ratio_summary(weights, a, b)
-        low, high = summary["ci95"]
+        low, high = summary.ci95
         hits += low <= 2.0 <= high
         low, high = bootstrap.interval(draws, weights)
         hits_bca += low <= 2.0 <= high
-    assert summary["estimate"] == pytest.approx(a.sum() / b.sum())
+    assert summary.estimate == pytest.approx(a.sum() / b.sum())
     assert hits / runs >= 0.88 and hits > hits_bca

@@ -76,8 +76,8 @@ def test_log_scale_interval_divides_the_standard_error_by_the_estimate():
     low, high = np.quantile(t, [0.025, 0.975])
     expect = np.exp([np.log(mean[0]) - high * se[0] / mean[0], np.log(mean[0]) - low * se[0] / mean[0]])
     summary = bootstrap.studentized_summary(mean, se, weights, log=True)
-    assert summary["ci95"] == pytest.approx(list(expect), rel=1e-12)
-    assert summary["interval"] == "studentized-log" and summary["estimate"] == pytest.approx(x.mean())
+    assert summary.ci95 == pytest.approx(list(expect), rel=1e-12)
+    assert summary.interval == "studentized-log" and summary.estimate == pytest.approx(x.mean())
 
 
 def _constants(c1_mean, seed=0):
@@ -106,9 +106,9 @@ def test_k_star_interval_is_the_studentized_log_k_star_minus_one():
     low, high = np.quantile(t, [0.025, 0.975])
     expect = 1 + np.exp([log_k[0] - high * se[0], log_k[0] - low * se[0]])
     summary = advisor.k_star_summary(c1, c3, d1, d3, weights)
-    assert summary["ci95"] == pytest.approx(list(expect), rel=1e-9)
-    assert summary["estimate"] == pytest.approx(1 + np.sqrt(c3[0] / c1[0]))
-    assert summary["interval"] == "studentized-log"
+    assert summary.ci95 == pytest.approx(list(expect), rel=1e-9)
+    assert summary.estimate == pytest.approx(1 + np.sqrt(c3[0] / c1[0]))
+    assert summary.interval == "studentized-log"
 
 
 def test_k_star_interval_ends_at_inf_when_c1_may_be_zero():
@@ -117,12 +117,10 @@ def test_k_star_interval_ends_at_inf_when_c1_may_be_zero():
     c1, c3, d1, d3, weights = _constants(0.25)
     assert c1[0] > 0 and np.any(c1 <= 0)
     summary = advisor.k_star_summary(c1, c3, d1, d3, weights)
-    c1_interval = bootstrap.studentized_summary(c1, np.sqrt(bootstrap.influence_covariance(weights, d1)), weights)[
-        "ci95"
-    ]
-    assert c1_interval[0] < 0 and summary["ci95"][1] == np.inf and summary["interval"] == "studentized"
-    assert 1 < summary["ci95"][0] < summary["estimate"]
-    assert np.isfinite(advisor.k_star_summary(*_constants(2.0))["ci95"][1])
+    c1_interval = bootstrap.studentized_summary(c1, np.sqrt(bootstrap.influence_covariance(weights, d1)), weights).ci95
+    assert c1_interval[0] < 0 and summary.ci95[1] == np.inf and summary.interval == "studentized"
+    assert 1 < summary.ci95[0] < summary.estimate
+    assert np.isfinite(advisor.k_star_summary(*_constants(2.0)).ci95[1])
 
 
 def test_advisor_intervals_cover_on_the_light_tailed_population():

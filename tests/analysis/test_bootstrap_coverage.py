@@ -63,7 +63,7 @@ def _simulated_run(rng, types):
         n_boot=N_BOOT,
         budget=64,
         calibration=read_calibration(),
-    )
+    ).to_json()
 
 
 def _unwidened(pieces: dict, name: str) -> list[float]:
