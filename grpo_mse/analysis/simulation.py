@@ -179,16 +179,11 @@ def learning_statement(table: dict[str, dict], initial: float) -> str:
     )
 
 
-def saved_table(table: dict[str, dict[str, TStats]]) -> dict[str, dict[str, dict]]:
-    """A table of TStats ({row: {K: TStats}}) as saved."""
-    return {row: {k: cell.to_json() for k, cell in by_k.items()} for row, by_k in table.items()}
-
-
 def summarize(
     records: list[SimulationRecord], K_list, advisor: AdvisorReading | None = None, reference: str = est.GRPO
 ) -> SimulationSummary:
     """Final reward (mean, 95% CI over seeds) per estimator and K, best K, and its agreement with the advisor's K*."""
-    table = saved_table(final_table(records))
+    table = {name: {k: cell.to_json() for k, cell in by_k.items()} for name, by_k in final_table(records).items()}
     best = {name: best_group_sizes(by_k) for name, by_k in table.items()}
     k_star = advisor.K_star if advisor else None
     ref = reference if reference in table else next(iter(table))
@@ -198,7 +193,9 @@ def summarize(
         initial_reward=initial,
         learning=learning_statement(table, initial),
         final_reward=table,
-        paired_differences=saved_table(paired_differences(records)),
+        paired_differences={
+            pair: {k: cell.to_json() for k, cell in by_k.items()} for pair, by_k in paired_differences(records).items()
+        },
         best_K={name: pair[0] for name, pair in best.items()},
         K_within_ci_of_best={name: pair[1] for name, pair in best.items()},
         advisor=advisor,
