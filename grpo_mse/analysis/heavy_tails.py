@@ -313,13 +313,13 @@ def check(cell: dict, table: str) -> dict:
     rows = columns(cell["per_run"])
     widening = coverage_calibration.interval_widening(table)
     found = [coverage_calibration.simulated_coverage(index, cell["T"], table) for index in rows[:, 1]]
-    known = np.array([f["status"] == "calibrated" for f in found], dtype=bool)
+    known = np.array([f.status == "calibrated" for f in found], dtype=bool)
     out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": float(1 - known.mean())}
     for name in CALIBRATED:
         low, high = misses(rows, name, widening[name])
         hits = ~(low | high)
-        printed_low = np.array([f["coverage"][name]["low"] if f["status"] == "calibrated" else np.nan for f in found])
-        printed_high = np.array([f["coverage"][name]["high"] if f["status"] == "calibrated" else np.nan for f in found])
+        printed_low = np.array([f.coverage[name]["low"] if f.status == "calibrated" else np.nan for f in found])
+        printed_high = np.array([f.coverage[name]["high"] if f.status == "calibrated" else np.nan for f in found])
         sure = known & (printed_low >= 0.93)
         actual = rate(int(hits[known].sum()), int(known.sum())) if known.any() else None
         printed = [float(printed_low[known].mean()), float(printed_high[known].mean())] if known.any() else None

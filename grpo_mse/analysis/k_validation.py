@@ -30,6 +30,8 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import ACCURACY, mean_t_interval
 from grpo_mse.tables.records import SavedRecord
 
+CONSTANTS = ("c1", "c2", "c3")  # the pooled constants a prediction carries
+
 
 @dataclass(frozen=True, kw_only=True)
 class Prediction(SavedRecord):
@@ -63,11 +65,6 @@ class Prediction(SavedRecord):
             out["measured_K_best"] = self.measured_K_best
             out["measured_message"] = self.measured_message
         return out
-
-    @property
-    def constants(self) -> dict:
-        """{"c1", "c2", "c3"} as saved."""
-        return {"c1": self.c1, "c2": self.c2, "c3": self.c3}
 
 
 def predict(run: dict, name: str, written_at: str | None = None) -> Prediction:
@@ -116,7 +113,8 @@ def measured_prediction(adv: dict) -> tuple[str | None, int | None, str | None]:
 def prediction_status(prediction: Prediction) -> error_model.AdviceStatus:
     """``error_model.status`` of a saved prediction (recomputed from its constants: older files stated a best K
     from unidentified constants)."""
-    return error_model.status(prediction.constants, prediction.c_ci95 or {}, prediction.allowed_K, prediction.budget)
+    constants = {c: getattr(prediction, c) for c in CONSTANTS}
+    return error_model.status(constants, prediction.c_ci95 or {}, prediction.allowed_K, prediction.budget)
 
 
 def describe_prediction(prediction: Prediction) -> str:
@@ -260,7 +258,7 @@ def setting_summary(name: str, runs, prediction: Prediction, started_at: str, me
     ``runs`` and the rank correlation of the predicted error with the observed mean across K."""
     sweep = sweep_summary(runs, metric, started_at)
     ks = sorted(int(k) for k in sweep.per_K)
-    errors = [predicted_error(prediction.constants, k) for k in ks]
+    errors = [predicted_error({c: getattr(prediction, c) for c in CONSTANTS}, k) for k in ks]
     observed = [sweep.per_K[str(k)]["mean"] for k in ks]
     now = prediction_status(prediction)
     stated = StatedAdvice(

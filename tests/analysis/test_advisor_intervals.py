@@ -190,23 +190,23 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"cells": table}))
     found = coverage_calibration.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
-    assert found["status"] == "calibrated" and found["coverage"]["c1"]["low"] == 0.95
-    assert found["cells"] == [{"T": 192, "tail": "light", "runs": 20}] and found["T_match"] == "near"
-    assert coverage_calibration.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
+    assert found.status == "calibrated" and found.coverage["c1"]["low"] == 0.95
+    assert found.cells == [{"T": 192, "tail": "light", "runs": 20}] and found.T_match == "near"
+    assert coverage_calibration.simulated_coverage(1.0, 192, str(path)).coverage["c1"] == {
         "low": 0.6,
         "high": 0.6,
         "mc_se": pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40)),
     }
     between = coverage_calibration.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
-    assert between["T_match"] == "between" and between["coverage"]["c1"]["low"] == 0.6
-    assert between["coverage"]["c1"]["high"] == 0.6 and len(between["cells"]) == 2
+    assert between.T_match == "between" and between.coverage["c1"]["low"] == 0.6
+    assert between.coverage["c1"]["high"] == 0.6 and len(between.cells) == 2
     for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 30), (1.0, 250), (float("nan"), 192), (None, 192)):
-        assert coverage_calibration.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
-    assert coverage_calibration.simulated_coverage(1.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
+        assert coverage_calibration.simulated_coverage(index, t, str(path)).status == "unknown", (index, t)
+    assert coverage_calibration.simulated_coverage(1.0, 192, str(tmp_path / "missing.json")).status == "unknown"
     both = [{**c, "index_range": [0.5, 5.0]} for c in table]  # two tails fit: their lowest and highest coverage
     path.write_text(json.dumps({"cells": both}))
     found = coverage_calibration.simulated_coverage(1.0, 192, str(path), share=0.3)
-    assert found["coverage"]["c1"]["low"] == 0.6 and found["coverage"]["c1"]["high"] == 0.95
+    assert found.coverage["c1"]["low"] == 0.6 and found.coverage["c1"]["high"] == 0.95
     assert prompt_constants.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
@@ -224,11 +224,11 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     assert "tail index of c2 1 (largest prompt's share 0.3)" in text
     assert "bootstrap; c1, c3 widened for heavy tails," in text
     text = advisor_report.describe(
-        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(1.0, 96, str(path))}
+        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(1.0, 96, str(path)).to_json()}
     )
     assert "coverage simulated at T=48 and 192 (this T lies between)" in text
     text = advisor_report.describe(
-        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(3.0, 30, str(path))}
+        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(3.0, 30, str(path)).to_json()}
     )
     assert "(coverage unknown)" in text and "no calibration cell at T = 30" in text and "simulated coverage" not in text
 

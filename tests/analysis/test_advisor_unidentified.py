@@ -110,8 +110,9 @@ def test_no_consumer_states_a_k_from_unidentified_constants(advice):
         isinstance(advice["pooled"][n], float) and 0 < advice["pooled"][n] < math.inf for n in ("c1", "c3")
     )  # positive constants whose interval reaches 0: the point-estimate argmin, as documented
     assert "adaptive_k/K_star_exact" not in adaptive_k.advice_metrics(advice, 4)
-    assert math.isnan(sweep_stats.predicted_error(pred.constants, 4)) or all(
-        isinstance(pred.constants[c], (int, float)) and math.isfinite(pred.constants[c]) for c in ("c1", "c2", "c3")
+    constants = {c: getattr(pred, c) for c in ("c1", "c2", "c3")}
+    assert math.isnan(sweep_stats.predicted_error(constants, 4)) or all(
+        isinstance(constants[c], (int, float)) and math.isfinite(constants[c]) for c in ("c1", "c2", "c3")
     )
 
 

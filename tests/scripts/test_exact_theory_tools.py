@@ -189,10 +189,10 @@ def test_estimator_table_rows_and_markdown():
         },
     }
     check = table.advisor_check(result, run)
-    assert check["exact"]["c1_fixed_prompts"] == pytest.approx(2.5)  # g = (2, 0), (0, 1): 2 x 1.25 / (2 - 1)
-    assert check["exact"]["K_star_paper_fixed_prompts"] == pytest.approx(4.0)  # sqrt(c3 / 2.5), c3 = 2 x mean(10, 30)
-    assert check["exact"]["K_star_exact_fixed_prompts"] == pytest.approx(5.0)  # 1 + sqrt(c3 / 2.5)
-    assert check["exact_inside_ci95"] == {
+    assert check.exact["c1_fixed_prompts"] == pytest.approx(2.5)  # g = (2, 0), (0, 1): 2 x 1.25 / (2 - 1)
+    assert check.exact["K_star_paper_fixed_prompts"] == pytest.approx(4.0)  # sqrt(c3 / 2.5), c3 = 2 x mean(10, 30)
+    assert check.exact["K_star_exact_fixed_prompts"] == pytest.approx(5.0)  # 1 + sqrt(c3 / 2.5)
+    assert check.exact_inside_ci95 == {
         "c1": True,
         "c2": True,
         "c3": False,
