@@ -159,11 +159,11 @@ def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> Curves:
 def prompt_summary(row: dict, enum: theory.OneTokenEnumeration, k_list, names) -> PromptTheory:
     """One prompt's id, gold, exact moments (V, ||g||^2, E||Gs||^2, sigma_O^2, tr Var zeta_2) and curves."""
     moments = enum.moments()
-    own = own_target_curves(enum, k_list) if est.GRPO_STD in names and 0.0 < moments["V"] < 1.0 else None
+    own = own_target_curves(enum, k_list) if est.GRPO_STD in names and 0.0 < moments.V < 1.0 else None
     return PromptTheory(
         id=row.get("id"),
         ground_truth=row["ground_truth"],
-        **{m: float(moments[m]) for m in MOMENTS},
+        **{m: float(getattr(moments, m)) for m in MOMENTS},
         **prompt_curves(enum, k_list, names).to_json(),
         grpo_std_own_target=own,
     )

@@ -25,6 +25,21 @@ from grpo_mse.tables.records import SavedRecord
 
 
 @dataclass(frozen=True)
+class ExactMoments:
+    """The exact moments of one enumerated prompt (``exact_moments``), what the closed-form MSEs read."""
+
+    V: float  # P(reward 1) = E G
+    g_sq: float  # ||g||^2, g = E[G s]
+    vanilla_m2: float  # E||G s||^2
+    oracle_m2: float  # E||(G - V) s||^2
+    sigma_o2: float  # sigma_O^2 = oracle_m2 - ||g||^2
+    zeta1: float  # sigma_O^2 / 4, the variance of GRPO's first projection
+    zeta_h: float  # tr Var h(z_i, z_j) of GRPO's kernel
+    var_zeta2: float  # tr Var zeta_2 = zeta_h - sigma_O^2 / 2
+    mean_score_sq: float  # ||E s||^2 (0 for the sampled law's score)
+
+
+@dataclass(frozen=True)
 class ExactEstimator:
     """One estimator's exact moments at group size K on an enumerated prompt (``exact_estimator``)."""
 
@@ -65,7 +80,7 @@ def quad(a: np.ndarray, Q: np.ndarray, b: np.ndarray | None = None) -> float:
     return float(a @ Q @ (a if b is None else b))
 
 
-def exact_moments(p, G, Q) -> dict[str, float]:
+def exact_moments(p, G, Q) -> ExactMoments:
     """V, ||g||^2, E||G s||^2, E||(G-V) s||^2, sigma_O^2, zeta1, zeta_h, tr Var zeta_2 and ||E s||^2."""
     p, G, Q = _arrays(p, G, Q)
     value = float(p @ G)
@@ -75,20 +90,20 @@ def exact_moments(p, G, Q) -> dict[str, float]:
     sigma_o2 = oracle_m2 - g_sq
     pair_sq = (G[:, None] - G[None, :]) ** 2 * (diag[:, None] + diag[None, :] - 2.0 * Q)
     zeta_h = 0.25 * float(p @ pair_sq @ p) - g_sq
-    return {
-        "V": value,
-        "g_sq": g_sq,
-        "vanilla_m2": float(p @ (G**2 * diag)),
-        "oracle_m2": oracle_m2,
-        "sigma_o2": sigma_o2,
-        "zeta1": sigma_o2 / 4.0,
-        "zeta_h": zeta_h,
-        "var_zeta2": zeta_h - sigma_o2 / 2.0,
-        "mean_score_sq": quad(p, Q),
-    }
+    return ExactMoments(
+        V=value,
+        g_sq=g_sq,
+        vanilla_m2=float(p @ (G**2 * diag)),
+        oracle_m2=oracle_m2,
+        sigma_o2=sigma_o2,
+        zeta1=sigma_o2 / 4.0,
+        zeta_h=zeta_h,
+        var_zeta2=zeta_h - sigma_o2 / 2.0,
+        mean_score_sq=quad(p, Q),
+    )
 
 
-def closed_form_mse(moments: dict[str, float], K: int, name: str) -> float:
+def closed_form_mse(moments: ExactMoments, K: int, name: str) -> float:
     """Exact MSE of estimator ``name`` at group size K from ``exact_moments`` (the registry entry's closed form)."""
     if K < 2:
         raise ValueError("K must be >= 2")
@@ -195,7 +210,7 @@ class OneTokenEnumeration:
     Q: np.ndarray
     g: np.ndarray
 
-    def moments(self) -> dict[str, float]:
+    def moments(self) -> ExactMoments:
         """``exact_moments`` of this prompt."""
         return exact_moments(self.p, self.G, self.Q)
 

@@ -62,8 +62,8 @@ def constants():
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in prompts]
     c = theory.scaling_constants(
         theory.gradient_gram([(p * G) @ s for p, G, s in prompts]),
-        [m["sigma_o2"] for m in moments],
-        [m["var_zeta2"] for m in moments],
+        [m.sigma_o2 for m in moments],
+        [m.var_zeta2 for m in moments],
     )
     errors = {k: _enumerated_error(prompts, k, BUDGET) for k in range(2, 17)}
     return c, errors

@@ -131,7 +131,7 @@ def test_advisor_intervals_cover_on_the_light_tailed_population():
     cover less: the table in docs/statistics.md and grpo_mse/analysis/coverage_calibration.json."""
     row = coverage_heavy_tails.coverage(96, 60, coverage_heavy_tails.Tail("lognormal", 0.0), n_boot=200, seed=11)
     for name in ("c1", "c3", "K_star_exact"):
-        assert 0.90 <= row["coverage"][name]["coverage"] <= 0.99, (name, row["coverage"])
+        assert 0.90 <= row.coverage[name]["coverage"] <= 0.99, (name, row.coverage)
 
 
 def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
@@ -266,7 +266,9 @@ def test_widening_moves_each_end_out_and_the_coverage_script_counts_it_as_the_ad
                 continue
             true = {**base, name: value} if name != "K_star_exact" else {**base, "c1": (value - 1) ** -2.0}
             true["K_star_exact"] = 1 + math.sqrt(true["c3"] / true["c1"])
-            rows = coverage_heavy_tails.columns([coverage_heavy_tails.run_row(plain, true)])
+            rows = coverage_heavy_tails.columns(
+                [coverage_heavy_tails.run_row(plain, coverage_heavy_tails.Truth(**true))]
+            )
             below, above = coverage_heavy_tails.misses(rows, name, widen[name])
             assert bool(~(below | above)[0]) == covered, (name, value, covered)
 
@@ -322,9 +324,9 @@ def test_printed_coverage_holds_on_a_generator_the_calibration_was_not_built_fro
     runs: with the committed table's widening, among the runs it calibrates, the actual coverage of c1, c2, c3 and
     K* lies within 3 points of the mean printed range, and is >= 93% wherever >= 93% is printed."""
     cell = coverage_heavy_tails.coverage(48, 300, coverage_heavy_tails.Tail("student", 3.0), n_boot=1000, seed=777)
-    found = coverage_heavy_tails.check(cell, coverage_calibration.CALIBRATION)
-    assert found["unknown"] < 0.5
+    found = coverage_heavy_tails.check(cell.to_json(), coverage_calibration.CALIBRATION)
+    assert found.unknown < 0.5
     for name in coverage_heavy_tails.CALIBRATED:
-        assert found[name]["within_3_points"], (name, found[name])
-        sure = found[name]["actual_where_printed_93_or_more"]
+        assert getattr(found, name)["within_3_points"], (name, getattr(found, name))
+        sure = getattr(found, name)["actual_where_printed_93_or_more"]
         assert sure is None or sure["coverage"] >= 0.93, (name, sure)

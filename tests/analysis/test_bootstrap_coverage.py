@@ -27,8 +27,8 @@ def _truth(types) -> dict:
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     consts = theory.scaling_constants(
         theory.gradient_gram([(p * G) @ s for p, G, s in types]),
-        [m["sigma_o2"] for m in moments],
-        [m["var_zeta2"] for m in moments],
+        [m.sigma_o2 for m in moments],
+        [m.var_zeta2 for m in moments],
     )
     truth = {"c1": consts.c1, "c3": consts.c3, "K_star_exact": consts.K_star_exact}
     truth.update({f"wide:{name}": value for name, value in list(truth.items())})
@@ -68,7 +68,7 @@ def _simulated_run(rng, types):
 
 def _unwidened(pieces: dict, name: str) -> list[float]:
     """The plain bootstrap-t interval from the advisor's ``studentized`` pieces (K*: 1 + 1/sqrt(q), ends swapped)."""
-    low, high = bootstrap.pieces_interval(pieces)
+    low, high = bootstrap.pieces_interval(bootstrap.Pieces.from_json(pieces))
     if name != "K_star_exact":
         return [low, high]
     return [1 + high**-0.5 if high > 0 else np.inf, 1 + low**-0.5 if low > 0 else np.inf]

@@ -73,14 +73,14 @@ def test_hoeffding_quantities_by_brute_force(seed, rewards):
         var_h += p[i] * p[j] * float((h - g) @ (h - g))
         var_z2 += p[i] * p[j] * float(z2 @ z2)
     moments = theory.exact_moments(p, G, Q)
-    assert moments["zeta_h"] == pytest.approx(var_h, rel=1e-12)
-    assert moments["var_zeta2"] == pytest.approx(var_z2, rel=1e-10, abs=1e-14)
-    assert moments["zeta1"] == pytest.approx(float(p @ ((h1 - g) ** 2).sum(1)), rel=1e-12)
-    assert moments["sigma_o2"] == pytest.approx(4 * moments["zeta1"], rel=1e-12)
-    assert moments["mean_score_sq"] == pytest.approx(0.0, abs=1e-12)
+    assert moments.zeta_h == pytest.approx(var_h, rel=1e-12)
+    assert moments.var_zeta2 == pytest.approx(var_z2, rel=1e-10, abs=1e-14)
+    assert moments.zeta1 == pytest.approx(float(p @ ((h1 - g) ** 2).sum(1)), rel=1e-12)
+    assert moments.sigma_o2 == pytest.approx(4 * moments.zeta1, rel=1e-12)
+    assert moments.mean_score_sq == pytest.approx(0.0, abs=1e-12)
     for k in (2, 3, 8):
         gap = theory.exact_mse(p, G, Q, k, "grpo") - theory.exact_mse(p, G, Q, k, "oracleV")
-        assert gap == pytest.approx(2 * moments["var_zeta2"] / (k * (k - 1)), rel=1e-10)  # the U-statistic gap
+        assert gap == pytest.approx(2 * moments.var_zeta2 / (k * (k - 1)), rel=1e-10)  # the U-statistic gap
 
 
 @pytest.mark.parametrize("K", [2, 3, 4, 7, 16])
@@ -175,5 +175,5 @@ def test_one_token_enumeration_matches_explicit_scores(random_lm):
     np.testing.assert_allclose(enum.G, [float(t % 3 == 0) for t in range(n)])
     np.testing.assert_allclose(enum.Q, scores @ scores.T, rtol=1e-4, atol=1e-6 * np.abs(enum.Q).max())
     np.testing.assert_allclose(enum.g, (enum.p * enum.G) @ scores, atol=1e-5 * np.abs(enum.g).max())
-    assert enum.moments()["mean_score_sq"] == pytest.approx(0.0, abs=1e-12 * np.trace(enum.Q))
+    assert enum.moments().mean_score_sq == pytest.approx(0.0, abs=1e-12 * np.trace(enum.Q))
     assert enum.estimator(4, "grpo").mse == pytest.approx(theory.exact_mse(enum.p, enum.G, enum.Q, 4, "grpo"))

@@ -89,8 +89,8 @@ def case():
 def test_enumeration_is_consistent(case):
     enum = case["enum"]
     moments = enum.moments()
-    assert abs(moments["mean_score_sq"]) < 1e-12 * np.trace(enum.Q)
-    assert float(enum.g @ enum.g) == pytest.approx(moments["g_sq"], rel=1e-4)
+    assert abs(moments.mean_score_sq) < 1e-12 * np.trace(enum.Q)
+    assert float(enum.g @ enum.g) == pytest.approx(moments.g_sq, rel=1e-4)
     for k in K_LIST:
         for name in est.CLOSED_FORMS:
             assert case["exact"][k][name].mse == pytest.approx(
