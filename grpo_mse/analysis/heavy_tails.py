@@ -64,7 +64,7 @@ class Truth(SavedRecord):
     """The exact constants of a simulated population (``truth``; a cell's ``truth``)."""
 
     c1: float
-    c2: float
+    c2: float | None = None  # absent in the first cells (c2 was not calibrated then)
     c3: float
     K_star_exact: float  # 1 + sqrt(c3/c1)
 
@@ -79,18 +79,19 @@ class Rate(SavedRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class CoverageCell(SavedRecord):
-    """One simulated cell (``coverage``; the cells of scripts/coverage_heavy_tails.py's files)."""
+    """One simulated cell (``coverage``; the cells of scripts/coverage_heavy_tails.py's files). ``from_json`` reads
+    the three saved shapes (without level and per_run_columns, without per_run_columns, and the current one)."""
 
     T: int  # prompts per run
     tail: str  # the score-scale law, FAMILY:PARAMETER
     runs: int  # simulated runs
     n_boot: int  # bootstrap replicates per run
-    level: float  # nominal level of the intervals
+    level: float | None = None  # nominal level of the intervals (absent in the first files: 0.95)
     largest_share_quantiles: dict[str, float]  # quantiles (QUANTILES, as text) of the largest prompt's share of c2
     tail_index_quantiles: dict[str, float]  # quantiles of the Hill tail index of c2
     coverage: dict[str, dict]  # per statistic: coverage, mc_se, below, above of the unwidened intervals
     truth: Truth
-    per_run_columns: list[str]  # the columns of per_run
+    per_run_columns: list[str] | None = None  # the columns of per_run (absent in the first files: covered or not)
     per_run: list[list]  # per run its ``run_row``
 
     @classmethod
@@ -111,7 +112,7 @@ class CoverageCheck(SavedRecord):
     runs: int
     unknown: float  # the share of runs printed "unknown"
     c1: dict
-    c2: dict
+    c2: dict | None = None  # absent in the first checks (c2 was not calibrated then)
     c3: dict
     K_star_exact: dict
 

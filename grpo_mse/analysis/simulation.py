@@ -6,7 +6,7 @@ the run itself: ``runs.simulation``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,26 +34,39 @@ class AdvisorReading(SavedRecord):
     K_star_ci95: list | None  # its 95% interval where identified
     K_star_paper: float | None  # the paper's sqrt(c3/c1) = K* - 1 where identified
     K_best: int | None  # the best allowed K where identified and unique
-    message: str  # why K* is or is not identified
+    message: str | None = None  # why K* is or is not identified (absent in the first summaries)
     c1: object  # the pooled constants as saved (a number, "inf" or null)
     c2: object
     c3: object
     config: dict  # the run's model, temperature, top_p, max_new_tokens, T, M
 
 
+COMMAND_KEYS = ("metric", "note", "config", "wall_s")  # what simulate_algorithm1 adds to the saved summary
+
+
 @dataclass(frozen=True, kw_only=True)
 class SimulationSummary(SavedRecord):
-    """The summary of an Algorithm 1 sweep (``summarize``; algorithm1_summary.json, where the command adds metric,
-    note, config and wall_s after these)."""
+    """The summary of an Algorithm 1 sweep (``summarize``; algorithm1_summary.json, where the command adds
+    ``COMMAND_KEYS`` after these). ``from_json`` reads both saved shapes (the first: no paired differences, no
+    advisor message)."""
 
     initial_reward: float  # the held-out reward at step 0
     learning: str  # whether some (estimator, K) ends above the start beyond its 95% interval
     final_reward: dict[str, dict[str, dict]]  # {estimator: {K: saved TStats of the final reward over seeds}}
-    paired_differences: dict[str, dict[str, dict]]  # {"a - b": {K: saved TStats of the per-seed difference}}
+    paired_differences: dict[str, dict[str, dict]] | None = None  # {"a - b": {K: saved TStats of the per-seed
+    # difference}} (absent in the first summaries)
     best_K: dict[str, int]  # {estimator: K with the highest mean final reward}
     K_within_ci_of_best: dict[str, list[int]]  # {estimator: K whose interval overlaps the best one's}
     advisor: AdvisorReading | None  # the advisor's K* compared with (None: none given)
     agreement: dict[str, str]  # {"estimator", "verdict", "statement"}: best K against the advisor's K*
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> SimulationSummary:
+        """The summary in a saved algorithm1_summary.json (either shape), without what the command adds
+        (``COMMAND_KEYS``)."""
+        found = super().from_json({k: v for k, v in data.items() if k not in COMMAND_KEYS}, where)
+        advisor = None if found.advisor is None else AdvisorReading.from_json(found.advisor, where)
+        return replace(found, advisor=advisor)
 
 
 # (a, b) pairs compared by paired differences a - b at the same (K, seed): the better estimator first

@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from grpo_mse.analysis import error_model, one_token, theory
+from grpo_mse.analysis import (
+    coverage_calibration,
+    error_model,
+    heavy_tails,
+    one_token,
+    run_agreement,
+    simulation,
+    theory,
+)
 from grpo_mse.analysis import k_validation as kv
 from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
 from grpo_mse.analysis.coverage_calibration import read_calibration
@@ -153,3 +161,44 @@ def test_theory_summary_reads_the_committed_theory_json():
         assert same_json(summary, data) and one_token.TheorySummary.from_json(summary.to_json()) == summary
     constants = theory.scaling_constants(np.eye(3), [1.0, 2.0, 3.0], [0.5, 0.5, 0.5])
     assert theory.ScalingConstants.from_json(constants.to_json()) == constants
+
+
+def test_simulation_summary_reads_both_committed_shapes():
+    files = committed("**/algorithm1_summary.json")
+    assert files
+    shapes = set()
+    for name in files:
+        with open(name, encoding="utf-8") as handle:
+            data = json.load(handle)
+        summary = simulation.SimulationSummary.from_json(data, name)
+        assert summary.advisor is None or isinstance(summary.advisor, simulation.AdvisorReading)
+        own = {key: value for key, value in data.items() if key not in simulation.COMMAND_KEYS}
+        assert same_json(summary, own) and simulation.SimulationSummary.from_json(summary.to_json()) == summary
+        shapes.add(summary.paired_differences is None)
+    assert shapes == {True, False}
+
+
+def test_coverage_cells_and_checks_read_every_committed_shape():
+    cells = checks = 0
+    for name in committed("coverage/**/*.json"):
+        with open(name, encoding="utf-8") as handle:
+            data = json.load(handle)
+        for saved in data.get("cells", []):
+            cell = heavy_tails.CoverageCell.from_json(saved, name)
+            assert isinstance(cell.truth, heavy_tails.Truth) and same_json(cell, saved)
+            cells += 1
+        for saved in data.get("checks", []):
+            found = heavy_tails.CoverageCheck.from_json(saved, name)
+            assert same_json(found, saved) and heavy_tails.CoverageCheck.from_json(found.to_json()) == found
+            checks += 1
+    assert cells > 0 and checks > 0
+
+
+def test_run_agreement_and_simulated_coverage_round_trip():
+    a = {("grpo", 2, str(i)): float(i) for i in range(5)}
+    b = {key: value + 0.1 * (-1) ** int(key[2]) for key, value in a.items()}
+    for rtol in (None, 0.5):
+        report = run_agreement.compare(a, b, rtol=rtol)
+        assert run_agreement.Agreement.from_json(json.loads(json.dumps(report.to_json()))) == report
+    found = coverage_calibration.simulated_coverage(1.0, 48, read_calibration())
+    assert coverage_calibration.SimulatedCoverage.from_json(found.to_json()) == found
