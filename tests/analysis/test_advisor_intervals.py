@@ -213,7 +213,7 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
         "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
         "allowed_K": [2, 4],
         "budget": 64,
-        "simulated_coverage": found,
+        "simulated_coverage": found.to_json(),
         "interval_widening": {"c1": [0.0, 2.0], "c2": [0.0, 0.0], "c3": [0.5, 1.5], "K_star_exact": [0.0, 0.0]},
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
