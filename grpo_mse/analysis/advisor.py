@@ -39,9 +39,8 @@ from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord
 @dataclass(frozen=True, kw_only=True)
 class GroupSizeAdvice(SavedRecord):
     """The group-size advisor's result (``advise``), saved as ``group_size_advisor`` in run_tracecov's JSON. Numbers
-    as saved (``error_model.json_value``: "inf" for +infinity, null for undefined); a summary is {"estimate", "ci95"
-    (95% interval or null), "n_undefined" (replicates that gave nan), and where they apply "interval" (its method),
-    "pieces" (a studentized interval's parts), "clipped"/"unreliable" (below 0, for a quantity >= 0)}.
+    as saved (``error_model.json_value``: "inf" for +infinity, null for undefined); summaries as saved
+    (``bootstrap.Summary.to_json``).
 
     ``from_json`` reads every shape saved so far: the first advice (no ci95_method, widening, studentized pieces,
     coverage or recommendation), then with the recommendation, the simulated coverage, the clipping flags, the

@@ -240,7 +240,7 @@ def rate(hits: int, runs: int) -> Rate:
     return Rate(coverage=hits / runs, mc_se=math.sqrt(smoothed * (1 - smoothed) / runs))
 
 
-def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict:
+def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict[str, dict]:
     """Per statistic: the coverage with its MC error and the share of runs missing below / above, with the intervals
     widened by ``widening`` ({name: (d_lo, d_hi)}; none: as the bootstrap gives them)."""
     out = {}
@@ -299,7 +299,7 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, lev
     )
 
 
-def width_ratios(rows: np.ndarray, widening: dict | None) -> dict:
+def width_ratios(rows: np.ndarray, widening: dict | None) -> dict[str, float | None]:
     """Per statistic the median over the studentized runs of the widened interval's width over the unwidened one's
     on its own scale (log for c2, c3 and usually q): (t_hi + d_lo - t_lo + d_hi) / (t_hi - t_lo)."""
     out = {}
@@ -322,7 +322,7 @@ def pooled_cells(raw: list[dict]) -> list[tuple[str, int, np.ndarray]]:
     ]
 
 
-def fit_widening(raw: list[dict]) -> dict:
+def fit_widening(raw: list[dict]) -> dict[str, list[float | None]]:
     """Per statistic the smallest widenings (d_lo, d_hi) on the grid WIDENINGS (standard errors added to the lower
     and upper end) such that each end misses the truth in at most TARGET_MISS of the runs of every simulated cell
     (None when none on the grid does)."""
