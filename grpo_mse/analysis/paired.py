@@ -45,7 +45,8 @@ class PairedSummary(SavedRecord):
     mean: dict[str, list[dict]]  # per estimator, the mean MSE over prompts (clipped at 0)
     ratio: dict[str, list[dict]]  # e/oracleV (and naive/grpo): ratio of mean MSEs, studentized (clipped at 0)
     difference: dict[str, list[dict]]  # e-oracleV: difference of mean MSEs
-    ratio_by_V_band: dict  # {"bands", "n_prompts" [per K, per band], "ratio" {pair: [per K [per band summary]]}}
+    ratio_by_V_band: dict | None = None  # {"bands", "n_prompts" [per K, per band], "ratio" {pair: [per K [per band
+    # summary]]}} (absent in the first files)
     largest_prompt_share: dict[str, list[float]]  # per estimator, max_x MSE(x) / sum_x MSE(x) at each K
     trace_mean: dict[str, list[dict]] | None = None  # biased estimators: the mean tr Cov (clipped at 0)
     trace_ratio: dict[str, list[dict]] | None = None  # biased estimators: tr Cov over the oracle's (clipped at 0)

@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT
 
 from grpo_mse.analysis import (
+    bootstrap,
     coverage_calibration,
     error_model,
     heavy_tails,
@@ -23,6 +24,7 @@ from grpo_mse.analysis import k_validation as kv
 from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.analysis.measured_curve import MeasuredCurve
+from grpo_mse.analysis.paired import PairedSummary, RunStatistics
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 RESULTS = os.path.join(ROOT, "results")
@@ -202,3 +204,38 @@ def test_run_agreement_and_simulated_coverage_round_trip():
         assert run_agreement.Agreement.from_json(json.loads(json.dumps(report.to_json()))) == report
     found = coverage_calibration.simulated_coverage(1.0, 48, read_calibration())
     assert coverage_calibration.SimulatedCoverage.from_json(found.to_json()) == found
+
+
+def test_paired_block_and_summaries_read_every_committed_run():
+    runs = 0
+    for path in committed("**/tracecov_*.json"):
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        if not isinstance(data, dict) or "paired" not in data:
+            continue
+        paired = PairedSummary.from_json(data["paired"], path)
+        assert same_json(paired, data["paired"]), path
+        for series in paired.mean.values():
+            for saved in series:
+                summary = bootstrap.Summary.from_json(saved, path)
+                assert same_json(summary, saved) and bootstrap.Summary.from_json(summary.to_json()) == summary
+        if "group_size_advisor" in data:
+            both = {"paired": data["paired"], "group_size_advisor": data["group_size_advisor"]}
+            stats = RunStatistics(
+                paired=paired, group_size_advisor=GroupSizeAdvice.from_json(both["group_size_advisor"])
+            )
+            assert same_json(stats, both)
+        runs += 1
+    assert runs >= 40
+    weights = bootstrap.prompt_weights(6, 50, 0)
+    values = np.arange(6.0)
+    summary = bootstrap.studentized_summary(
+        bootstrap.weighted_mean(weights, values),
+        np.sqrt(
+            bootstrap.influence_covariance(weights, bootstrap.mean_gradient(weights, values, weights @ values / 6))
+        ),
+        weights,
+        log=True,
+    )
+    assert isinstance(summary.pieces, bootstrap.Pieces)
+    assert bootstrap.Summary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
