@@ -11,7 +11,7 @@ grpo_mse.analysis.run_agreement.
       --rtol 0.01
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grpo_mse import cli
 from grpo_mse.analysis.run_agreement import compare, read_traces
@@ -39,22 +39,20 @@ def main(argv=None) -> int:
     if args.out:
         cli.writable_file(args.out, "--out")
     report = compare(read_traces(args.run_a), read_traces(args.run_b), rtol=args.rtol)
-    report.update(a=args.run_a, b=args.run_b)
-    for cell in report["cells"]:
+    report = replace(report, a=args.run_a, b=args.run_b)
+    for cell in report.cells:
         print(
             f"{cell['estimator']:>8s} K={cell['K']:<3d} {cell['prompts']} prompts: mean trace {cell['mean_a']:.4g} vs "
             f"{cell['mean_b']:.4g} ({cell['relative_difference']:+.1%}), paired z {cell['z']:+.2f}"
         )
-    verdict = "agree" if report["agree"] else "DISAGREE"
+    verdict = "agree" if report.agree else "DISAGREE"
     if args.rtol is None:
-        print(f"largest |z| {report['max_abs_z']:.2f} (limit {report['z_limit']:.2f}): {verdict}")
+        print(f"largest |z| {report.max_abs_z:.2f} (limit {report.z_limit:.2f}): {verdict}")
     else:
-        print(
-            f"largest relative difference {report['max_abs_relative_difference']:.2%} (rtol {args.rtol:g}): {verdict}"
-        )
+        print(f"largest relative difference {report.max_abs_relative_difference:.2%} (rtol {args.rtol:g}): {verdict}")
     if args.out:
-        write_json(args.out, report)
-    return 0 if report["agree"] else 1
+        write_json(args.out, report.to_json())
+    return 0 if report.agree else 1
 
 
 if __name__ == "__main__":

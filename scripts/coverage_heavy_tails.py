@@ -111,20 +111,20 @@ def main(argv=None) -> None:
         for i, scale in enumerate(args.tails):
             for t in args.T:
                 cell = coverage(t, args.runs, scale, args.n_boot, args.seed + 1000 * i + t, args.level)
-                text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell["coverage"].items())
-                share, index = cell["largest_share_quantiles"], cell["tail_index_quantiles"]
+                text = "  ".join(f"{n}={c['coverage']:.3f}+-{c['mc_se']:.3f}" for n, c in cell.coverage.items())
+                share, index = cell.largest_share_quantiles, cell.tail_index_quantiles
                 print(
                     f"T={t} {scale.label()} runs={args.runs} share q10-q90 {share['0.1']:.3f}-{share['0.9']:.3f} "
                     f"tail index q10-q90 {index['0.1']:.2f}-{index['0.9']:.2f}: " + text,
                     flush=True,
                 )
-                cells.append(cell)
+                cells.append(cell.to_json())
     for cell in cells if args.check else []:
         checks.append(check(cell, args.check))
         print(f"check T={cell['T']} {cell['tail']}: " + describe_check(checks[-1]), flush=True)
     if args.out:
         kept = {} if args.raw else {"cells": cells}  # --raw: the cells are already in their files
-        write_json(args.out, {**kept, "checks": checks, "note": __doc__.split("\n\n")[1]})
+        write_json(args.out, {**kept, "checks": [c.to_json() for c in checks], "note": __doc__.split("\n\n")[1]})
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def main(argv=None) -> None:
     write_csv(os.path.join(args.out_dir, "estimator_table.csv"), rows, table.COLUMNS)
     write_atomic(os.path.join(args.out_dir, "estimator_table.md"), table.markdown(rows, check))
     if check:
-        write_json(os.path.join(args.out_dir, "advisor_check.json"), check)
+        write_json(os.path.join(args.out_dir, "advisor_check.json"), check.to_json())
     print(table.markdown(rows, check), end="")
     print(f"wrote {args.out_dir}/estimator_table.csv, estimator_table.md" + (", advisor_check.json" if check else ""))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option, parse_command
@@ -113,23 +113,23 @@ def main(argv=None) -> int:
         summary = kv.adaptive_summary(runs, fixed, adaptive_k(adaptive), args.metric, args.name, args.started_at)
         os.makedirs(args.out_dir, exist_ok=True)
         columns = ["seed", "step", *ADAPTIVE_FIELDS]
-        write_csv(os.path.join(args.out_dir, f"k_chosen_{args.name}.csv"), summary["K_chosen"], columns)
-        plot_adaptive(summary, os.path.join(args.out_dir, f"adaptive_{args.name}.png"))
-        write_atomic(os.path.join(args.out_dir, f"summary_{args.name}.json"), to_json(summary, indent=1))
-        a = summary["adaptive"]
-        print(f"{args.name}: adaptive K {a['mean']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}], {a['n_seeds']} seeds")
-        for k, c in summary["adaptive_minus_fixed"].items():
-            f = summary["fixed"][k]
+        write_csv(os.path.join(args.out_dir, f"k_chosen_{args.name}.csv"), summary.K_chosen, columns)
+        plot_adaptive(summary.to_json(), os.path.join(args.out_dir, f"adaptive_{args.name}.png"))
+        write_atomic(os.path.join(args.out_dir, f"summary_{args.name}.json"), to_json(summary.to_json(), indent=1))
+        a = summary.adaptive
+        print(f"{args.name}: adaptive K {a.mean:.3f} [{a.ci95[0]:.3f}, {a.ci95[1]:.3f}], {a.n_seeds} seeds")
+        for k, c in summary.adaptive_minus_fixed.items():
+            f = summary.fixed[k]
             print(
-                f"  fixed K={k}: {f['mean']:.3f} [{f['ci95'][0]:.3f}, {f['ci95'][1]:.3f}]; adaptive - fixed "
+                f"  fixed K={k}: {f.mean:.3f} [{f.ci95[0]:.3f}, {f.ci95[1]:.3f}]; adaptive - fixed "
                 f"{c['difference']:+.3f} [{c['welch_ci95'][0]:+.3f}, {c['welch_ci95'][1]:+.3f}]"
             )
     elif command == "predict":
         cli.writable_file(args.out, "--out")
         run = read_json(args.run_json, ("group_size_advisor",), "run_tracecov result")
         pred = kv.predict(run, args.name)
-        write_atomic(args.out, to_json(pred, indent=1))
-        print(f"{args.name}: {kv.describe_prediction(pred)} (written {pred['written_at']}) -> {args.out}")
+        write_atomic(args.out, to_json(pred.to_json(), indent=1))
+        print(f"{args.name}: {kv.describe_prediction(pred)} (written {pred.written_at}) -> {args.out}")
     else:
         cli.require(
             args.protocol_commit is None or re.fullmatch(r"[0-9a-f]{7,40}", args.protocol_commit) is not None,
@@ -140,18 +140,18 @@ def main(argv=None) -> int:
         cli.require(len(set(names)) == len(names), f"--setting names repeat: {names}")
         os.makedirs(args.out_dir, exist_ok=True)
         for name, csv, pred_path, started_at in args.setting:
-            pred = read_json(pred_path, ("c1", "c2", "c3"), "advisor prediction")
+            pred = kv.Prediction.from_json(read_json(pred_path, ("c1", "c2", "c3"), "advisor prediction"), pred_path)
             runs = run_means(read_training(csv, args.metric), args.metric)
             summary = kv.setting_summary(name, runs, pred, started_at, args.metric)
             draws.append(best_k_draws(runs, seed=len(draws)))  # independent resampling per setting
-            summary["sweep"]["best_K_bootstrap"] = best_k_shares(draws[-1])
-            plot_setting(summary, os.path.join(args.out_dir, f"sweep_{name}.png"), runs)
+            summary = replace(summary, sweep=replace(summary.sweep, best_K_bootstrap=best_k_shares(draws[-1])))
+            plot_setting(summary.to_json(), os.path.join(args.out_dir, f"sweep_{name}.png"), runs)
             settings.append(summary)
-            sw = summary["sweep"]
+            sw = summary.sweep
             print(
                 f"{name}: advisor {kv.describe_prediction(pred)}; "
-                f"sweep best K {sw['best_K']}, separated {sw['separated_pairs']}, Spearman "
-                f"{summary['rank_correlation']['spearman_predicted_error_vs_metric']:.2f}"
+                f"sweep best K {sw.best_K}, separated {sw.separated_pairs}, Spearman "
+                f"{summary.rank_correlation.spearman_predicted_error_vs_metric:.2f}"
             )
         comparisons = [
             kv.compare(settings[i], settings[j], draws[i], draws[j])
@@ -160,17 +160,17 @@ def main(argv=None) -> int:
         ]
         for c in comparisons:
             print(
-                f"{c['settings'][0]} -> {c['settings'][1]}: advisor K* {c['advisor_direction']:+d}, sweep best K "
-                f"{c['sweep_direction']:+d}; bootstrap shares {c['bootstrap_best_K_shares']}"
+                f"{c.settings[0]} -> {c.settings[1]}: advisor K* {c.advisor_direction:+d}, sweep best K "
+                f"{c.sweep_direction:+d}; bootstrap shares {c.bootstrap_best_K_shares}"
             )
         if len(settings) > 1:
-            plot_settings(settings, os.path.join(args.out_dir, "sweep_settings.png"))
+            plot_settings([s.to_json() for s in settings], os.path.join(args.out_dir, "sweep_settings.png"))
         write_atomic(
             os.path.join(args.out_dir, "summary.json"),
             to_json(
                 {
-                    "settings": settings,
-                    "comparisons": comparisons,
+                    "settings": [s.to_json() for s in settings],
+                    "comparisons": [c.to_json() for c in comparisons],
                     **({"protocol_commit": args.protocol_commit} if args.protocol_commit else {}),
                 },
                 indent=1,

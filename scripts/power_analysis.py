@@ -65,16 +65,16 @@ def analysis(k_map_path: str, ks: list[int], alpha: float, tests: int, seconds: 
             prediction = json.load(handle)
         sweeps[name] = sweep_cells(csv, prediction)
     fitted = calibration(sweeps)
-    sigma = seed_sd if seed_sd is not None else fitted["seed_sd"]
+    sigma = seed_sd if seed_sd is not None else fitted.seed_sd
     contrast = best_contrast(settings, ks)
     level = alpha / tests
-    implied = fitted["beta"] * contrast["relative_contrast"]
+    implied = fitted.beta * contrast.relative_contrast
     n = seeds_for_power(implied, sigma, level)
     observed = {  # the committed sweeps' own interaction at the contrast's K, for scale
-        "K": contrast["K"],
+        "K": contrast.K,
         "value": float(
-            np.subtract(*[sweeps["train_mixed"][0][k].mean() for k in contrast["K"]])
-            - np.subtract(*[sweeps["train_mixed_t1.5"][0][k].mean() for k in contrast["K"]])
+            np.subtract(*[sweeps["train_mixed"][0][k].mean() for k in contrast.K])
+            - np.subtract(*[sweeps["train_mixed_t1.5"][0][k].mean() for k in contrast.K])
         ),
     }
     observed["seeds_per_cell"] = seeds_for_power(observed["value"], sigma, level)
@@ -82,17 +82,21 @@ def analysis(k_map_path: str, ks: list[int], alpha: float, tests: int, seconds: 
     return {
         "k_map": k_map_path,
         "allowed_K": ks,
-        "calibration": {**fitted, "sweeps": {name: list(paths) for name, paths in SWEEPS.items()}, "metric": METRIC},
+        "calibration": {
+            **fitted.to_json(),
+            "sweeps": {name: list(paths) for name, paths in SWEEPS.items()},
+            "metric": METRIC,
+        },
         "seed_sd_used": sigma,
         "settings_with_Kstar_ratio_3_and_separate_intervals": separated_pairs(settings),
-        "contrast": {**contrast, "implied_effect": implied},
+        "contrast": {**contrast.to_json(), "implied_effect": implied},
         "alpha": alpha,
         "confirmatory_tests": tests,
         "test_level": level,
         "power": 0.8,
         "seeds_per_cell": n,
         "seeds_per_cell_at_beta_ci95": [  # the slope's uncertainty: the implied effect at each end of its interval
-            seeds_for_power(b * contrast["relative_contrast"], sigma, level) for b in fitted["beta_ci95"]
+            seeds_for_power(b * contrast.relative_contrast, sigma, level) for b in fitted.beta_ci95
         ],
         "observed_interaction": observed,
         "runs_for_two_settings_x_K_list": runs,

@@ -7,12 +7,14 @@ columns and the c1 estimator ``prompt_constants``', the intervals' widening and 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.coverage_calibration import CALIBRATED, Calibration, interval_widening, simulated_coverage
 from grpo_mse.analysis.error_model import (
+    Recommendation,
     allowed_group_sizes,
     best_allowed_k,
     json_value,
@@ -21,6 +23,7 @@ from grpo_mse.analysis.error_model import (
     recommendation,
     relative_errors,
 )
+from grpo_mse.analysis.measured_curve import MeasuredCurve
 from grpo_mse.analysis.prompt_constants import (
     batch_c1,
     column,
@@ -30,7 +33,49 @@ from grpo_mse.analysis.prompt_constants import (
     tail_index,
     tail_share,
 )
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupSizeAdvice(SavedRecord):
+    """The group-size advisor's result (``advise``), saved as ``group_size_advisor`` in run_tracecov's JSON. Numbers
+    as saved (``error_model.json_value``: "inf" for +infinity, null for undefined); summaries as saved
+    (``bootstrap.Summary.to_json``).
+
+    ``from_json`` reads every shape saved so far: the first advice (no ci95_method, widening, studentized pieces,
+    coverage or recommendation), then with the recommendation, the simulated coverage, the clipping flags, the
+    estimator, the widening and std-GRPO's measured curve; what an older file lacks is None (and left out again by
+    ``to_json``)."""
+
+    per_K: dict[str, dict]  # {K: {"c1", "c2", "c3": summaries, "n_prompts", "n_c1_batches"}}, K as text
+    pooled: dict[str, object]  # point estimates of c1, c2, c3, K_star_paper, K_star_exact, K_best (pooled over K)
+    ci95: dict[str, object]  # the 95% interval of each pooled value ([low, high] or null)
+    ci95_method: dict[str, str] | None = None  # per pooled value: "bca", "studentized" or "studentized-log"
+    ci95_below_zero: dict[str, str] | None = None  # c1, c2, c3 whose interval was "clipped" at 0 or "unreliable"
+    interval_level: float | None = None  # the level of the studentized intervals when not 0.95 (coverage studies)
+    interval_widening: dict[str, list[float]] | None = None  # per calibrated value: [d_lo, d_hi] standard errors
+    studentized: dict[str, dict | None] | None = None  # per calibrated value: its unwidened studentized pieces
+    simulated_coverage: dict | None = None  # coverage_calibration.simulated_coverage at this run's T and tail
+    c3_slope_per_K: dict | None  # summary of the slope of c3 in K (null with one K)
+    budget: int  # N, sequences per step
+    allowed_K: list[int]  # the K considered (dividing the budget)
+    K_best_frequency: dict[str, float]  # share of replicates in which each K (or "undefined") is best
+    relative_error_at_allowed_K: dict[str, dict]  # {K: summary of its exact error over the smallest}
+    recommendation: Recommendation | None = None  # what the data support about K
+    degenerate_replicates: dict[str, int]  # n_boot and the replicates with c1 <= 0, c3 <= 0 or undefined
+    note: str  # how the numbers were computed, in words
+    estimator: str | None = None  # the estimator the advice is for (run_statistics' advisor_estimator)
+    measured_curve: MeasuredCurve | None = None  # std-GRPO's error measured at each K (advice on grpo_std)
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> GroupSizeAdvice:
+        """The advice of a saved ``group_size_advisor`` object (any of the shapes above)."""
+        advice = super().from_json(data, where)
+        return replace(
+            advice,
+            recommendation=None if advice.recommendation is None else Recommendation.from_json(advice.recommendation),
+            measured_curve=None if advice.measured_curve is None else MeasuredCurve.from_json(advice.measured_curve),
+        )
 
 
 def k_star_summary(
@@ -41,7 +86,7 @@ def k_star_summary(
     weights: np.ndarray,
     level: float = 0.95,
     widen=(0.0, 0.0),
-) -> dict:
+) -> bootstrap.Summary:
     """K*_exact = 1 + sqrt(c3/c1) = 1 + 1/sqrt(q) with a studentized interval for q = c1/c3 (log scale when every
     replicate's q is positive, then the same as studentizing log(K* - 1); natural scale otherwise, so that c1 <= 0
     is inside the interval and K*'s ends at inf). se(q) by the delta method from the weight derivatives ``d1``,
@@ -51,25 +96,25 @@ def k_star_summary(
     c3 is not positive."""
     k = k_star(c1, c3)
     if not (c1[0] > 0 and c3[0] > 0):
-        return {**bootstrap.summarise(k, weights), "interval": "bca"}
+        return replace(bootstrap.summarise(k, weights), interval="bca")
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(c3 > 0, c1 / c3, np.nan)
         se = np.sqrt(bootstrap.influence_covariance(weights, (d1 - q[:, None] * d3) / c3[:, None]))
     # K* falls as q rises: K*'s lower end is q's upper end, so its widening is passed swapped.
     summary = bootstrap.studentized_summary(q, se, weights, log=True, level=level, widen=(widen[1], widen[0]))
-    if summary["interval"] == "bca":
-        return {**bootstrap.summarise(k, weights), "interval": "bca"}
-    low, high = summary["ci95"]
+    if summary.interval == "bca":
+        return replace(bootstrap.summarise(k, weights), interval="bca")
+    low, high = summary.ci95
     with np.errstate(divide="ignore"):
         bounds = [1 + 1 / np.sqrt(high) if high > 0 else np.inf, 1 + 1 / np.sqrt(low) if low > 0 else np.inf]
     n_boot = bootstrap.n_boot_of(weights)
-    return {
-        "estimate": float(k[0]),
-        "ci95": [float(v) for v in bounds],
-        "n_undefined": int(np.isnan(k[1 : 1 + n_boot]).sum()),
-        "interval": "studentized-log" if summary["interval"] == "studentized-log" else "studentized",
-        "pieces": summary["pieces"],
-    }
+    return bootstrap.Summary(
+        estimate=float(k[0]),
+        ci95=[float(v) for v in bounds],
+        n_undefined=int(np.isnan(k[1 : 1 + n_boot]).sum()),
+        interval="studentized-log" if summary.interval == "studentized-log" else "studentized",
+        pieces=summary.pieces,
+    )
 
 
 def advise(
@@ -84,7 +129,7 @@ def advise(
     widen: dict | None = None,
     *,
     calibration: Calibration,
-) -> dict:
+) -> GroupSizeAdvice:
     """c1, c2, c3 per K and pooled (plain means over K), K* (paper and exact), best allowed K, all with joint
     prompt-bootstrap 95% intervals (``weights``: a ``bootstrap.prompt_weights`` matrix to share with others;
     ``level``: another level for the studentized intervals of the pooled constants and K*, for coverage studies,
@@ -152,23 +197,21 @@ def advise(
         widen=stretch["K_star_exact"],
     )
     paper = summaries["K_star_exact"]
-    if paper["interval"] != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
-        summaries["K_star_paper"] = {
-            **summaries["K_star_paper"],
-            "interval": paper["interval"],
-            "ci95": [v - 1 for v in paper["ci95"]],
-        }
+    if paper.interval != "bca":  # sqrt(c3/c1) = K*_exact - 1: the same interval, shifted
+        summaries["K_star_paper"] = replace(
+            summaries["K_star_paper"], interval=paper.interval, ci95=[v - 1 for v in paper.ci95]
+        )
     relative = relative_errors(pooled["c1"], pooled["c2"], pooled["c3"], allowed_k, budget)
     replicates = pooled["c1"][1 : 1 + n_boot], pooled["c3"][1 : 1 + n_boot]
-    point = {name: summaries[name]["estimate"] for name in ("c1", "c2", "c3")}
+    point = {name: summaries[name].estimate for name in ("c1", "c2", "c3")}
     advice = recommendation(
         *(math.nan if point[n] is None else point[n] for n in ("c1", "c2", "c3")),
-        summaries["c1"]["ci95"],
-        summaries["c3"]["ci95"],
+        summaries["c1"].ci95,
+        summaries["c3"].ci95,
         allowed_k,
         budget,
     )
-    return json_value(
+    saved = json_value(
         {
             "per_K": {
                 str(k): {
@@ -180,17 +223,17 @@ def advise(
                 }
                 for i, k in enumerate(ks)
             },
-            "pooled": {name: s["estimate"] for name, s in summaries.items()},
-            "ci95": {name: s["ci95"] for name, s in summaries.items()},
-            "ci95_method": {name: s.get("interval", "bca") for name, s in summaries.items()},
+            "pooled": {name: s.estimate for name, s in summaries.items()},
+            "ci95": {name: s.ci95 for name, s in summaries.items()},
+            "ci95_method": {name: s.interval or "bca" for name, s in summaries.items()},
             "ci95_below_zero": {
-                name: "unreliable" if s.get("unreliable") else "clipped"
+                name: "unreliable" if s.unreliable else "clipped"
                 for name, s in summaries.items()
-                if s.get("clipped") or s.get("unreliable")
+                if s.clipped or s.unreliable
             },
             **({} if level == 0.95 else {"interval_level": level}),
             "interval_widening": {name: list(w) for name, w in stretch.items()},
-            "studentized": {name: summaries[name].get("pieces") for name in CALIBRATED},
+            "studentized": {name: summaries[name].pieces for name in CALIBRATED},
             "simulated_coverage": simulated_coverage(
                 tail_index(columns["c2"]), len(prompts), calibration, share=tail_share(columns["c2"])
             ),
@@ -229,3 +272,4 @@ def advise(
             ),
         }
     )
+    return GroupSizeAdvice.from_json(saved)

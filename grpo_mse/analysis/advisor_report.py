@@ -5,6 +5,7 @@ simulated coverage (``describe``), from saved advice.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.coverage_calibration import CALIBRATED
@@ -67,10 +68,10 @@ def describe(advice: dict) -> str:
         if name in ("c1", "c2", "c3"):  # >= 0: clipped and flagged, also in advice saved before the clipping
             saved = (advice.get("ci95_below_zero") or {}).get(name)
             summary = bootstrap.at_least_zero(
-                {"estimate": number(pooled.get(name)), "ci95": None if low is None else [low, high]}
+                bootstrap.Summary(estimate=number(pooled.get(name)), ci95=None if low is None else [low, high])
             )
-            low, high = summary["ci95"] or (low, high)
-            flag = bootstrap.below_zero_flag({**summary, **({saved: True} if saved else {})})
+            low, high = summary.ci95 or (low, high)
+            flag = bootstrap.below_zero_flag(replace(summary, **({saved: True} if saved else {})))
         return f"{rounded(pooled.get(name))} [{rounded(low)}, {rounded(high)}]{flag}" + coverage_text(calibration, name)
 
     slope_line = ""
@@ -84,8 +85,8 @@ def describe(advice: dict) -> str:
         )
     bad = advice["degenerate_replicates"]
     now = advice_status(advice)
-    if now["identified"]:
-        small = " (below 2: use the smallest allowed K)" if now["K_star_exact"] < 2 else ""
+    if now.identified:
+        small = " (below 2: use the smallest allowed K)" if now.K_star_exact < 2 else ""
         stars = (
             f"exact K* = 1+sqrt(c3/c1) = {item('K_star_exact')}{small}; paper's sqrt(c3/c1) = {item('K_star_paper')}"
         )
@@ -93,15 +94,16 @@ def describe(advice: dict) -> str:
         positive = all(number(pooled.get(n)) > 0 and math.isfinite(number(pooled.get(n))) for n in ("c1", "c3"))
         estimate = f" (point estimate {item('K_star_exact')})" if positive else ""
         stars = f"exact K* = 1+sqrt(c3/c1): not identified{estimate}"
-    if now["K_best"] is not None:
-        best = f"best K in {advice['allowed_K']} = {now['K_best']} ({now['message'].split('; ', 1)[-1]})"
+    if now.K_best is not None:
+        best = f"best K in {advice['allowed_K']} = {now.K_best} ({now.message.split('; ', 1)[-1]})"
     else:
-        best = f"K in {advice['allowed_K']}: {now['message']}"
+        best = f"K in {advice['allowed_K']}: {now.message}"
     measured = ""
     if advice.get("measured_curve"):
+        from grpo_mse.analysis.measured_curve import MeasuredCurve
         from grpo_mse.analysis.measured_curve import describe as describe_curve
 
-        measured = "\n" + describe_curve(advice["measured_curve"])
+        measured = "\n" + describe_curve(MeasuredCurve.from_json(advice["measured_curve"]))
     return (
         f"group-size advisor (95% joint prompt bootstrap{widening_text(advice)}, {bad['n_boot']} replicates; "
         f"{bad['c1<=0']} with c1<=0, {bad['c3<=0']} with c3<=0):\n"

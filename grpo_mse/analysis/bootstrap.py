@@ -12,11 +12,44 @@ prompts carry much of the sum (docs/statistics.md: coverage table).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
 
+from grpo_mse.tables.records import SavedRecord
+
 NORMAL = NormalDist()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pieces(SavedRecord):
+    """What a bootstrap-t interval is made of (``studentized_pieces``), on the statistic's scale."""
+
+    scale: str  # "log" or "natural"
+    value: float  # T (log T on the log scale)
+    error: float  # se (se / T on the log scale)
+    t: list[float]  # [t_lo, t_hi]: quantiles of t_r = (T_r - T) / se_r over the bootstrap rows
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary(SavedRecord):
+    """A statistic with its 95% bootstrap interval (``summarise``, ``studentized_summary``, ``ratio_summary``,
+    ``at_least_zero``); what a field does not apply to is None and left out of the saved object."""
+
+    estimate: float | None  # the data's value (row 0); None when undefined
+    ci95: list[float] | None  # the 95% interval; None with one prompt or too many undefined replicates
+    n_undefined: int | None = None  # bootstrap replicates that gave nan
+    interval: str | None = None  # "bca", "studentized" or "studentized-log" where the method is stated
+    pieces: Pieces | None = None  # a studentized interval's parts
+    clipped: bool | None = None  # True: the interval reached below 0 and was clipped (a quantity >= 0)
+    unreliable: str | None = None  # why: the estimate or the whole interval fell below 0
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> Summary:
+        """The summary of a saved object (its pieces read too)."""
+        found = super().from_json(data, where)
+        return found if found.pieces is None else replace(found, pieces=Pieces.from_json(found.pieces, where))
 
 
 def prompt_weights(n_prompts: int, n_boot: int, seed: int = 0) -> np.ndarray:
@@ -108,10 +141,9 @@ def t_quantiles(t: np.ndarray, n_boot: int, level: float = 0.95) -> tuple[float,
 
 def studentized_pieces(
     estimates: np.ndarray, errors: np.ndarray, weights: np.ndarray, level: float = 0.95, log: bool = False
-) -> dict | None:
-    """What a bootstrap-t interval is made of: {"scale": "log" | "natural", "value": T (log T on the log scale),
-    "error": se (se / T), "t": [t_lo, t_hi]} with t_r = (T_r - T) / se_r over the bootstrap rows (T = row 0); the
-    log scale when ``log`` and every value is positive; None when T, se or the quantiles are undefined."""
+) -> Pieces | None:
+    """What a bootstrap-t interval is made of, with T = row 0; the log scale when ``log`` and every value is
+    positive; None when T, se or the quantiles are undefined."""
     n_boot = n_boot_of(weights)
     values, errors = np.asarray(estimates[: 1 + n_boot], dtype=np.float64), np.asarray(errors[: 1 + n_boot])
     log = log and bool(np.all(values[np.isfinite(values)] > 0))
@@ -123,16 +155,16 @@ def studentized_pieces(
     if found is None or not (np.isfinite(values[0]) and np.isfinite(errors[0])):
         return None
     scale = "log" if log else "natural"
-    return {"scale": scale, "value": float(values[0]), "error": float(errors[0]), "t": list(found)}
+    return Pieces(scale=scale, value=float(values[0]), error=float(errors[0]), t=list(found))
 
 
-def pieces_interval(pieces: dict, widen=(0.0, 0.0)) -> list[float]:
+def pieces_interval(pieces: Pieces, widen=(0.0, 0.0)) -> list[float]:
     """The interval of ``studentized_pieces`` on the statistic's own scale, each end moved out by ``widen`` = (d_lo,
     d_hi) standard errors: [T - (t_hi + d_lo) se, T - (t_lo - d_hi) se] (exponentiated on the log scale)."""
-    value, error, (t_low, t_high) = pieces["value"], pieces["error"], pieces["t"]
+    value, error, (t_low, t_high) = pieces.value, pieces.error, pieces.t
     with np.errstate(invalid="ignore", over="ignore"):
         bounds = [value - (t_high + widen[0]) * error, value - (t_low - widen[1]) * error]
-        return [float(np.exp(v)) if pieces["scale"] == "log" else float(v) for v in bounds]
+        return [float(np.exp(v)) if pieces.scale == "log" else float(v) for v in bounds]
 
 
 def studentized_interval(
@@ -170,70 +202,67 @@ def influence_covariance(weights: np.ndarray, first: np.ndarray, second: np.ndar
 
 def studentized_summary(
     draws: np.ndarray, errors: np.ndarray, weights: np.ndarray, log: bool = False, level: float = 0.95, widen=(0.0, 0.0)
-) -> dict:
+) -> Summary:
     """``summarise`` with a studentized interval (``studentized_pieces``; log scale when ``log`` and every value is
     positive, else the natural scale; each end moved out by ``widen`` standard errors), its ``pieces`` kept; BCa when
     the estimate's own standard error is undefined."""
     draws = np.asarray(draws, dtype=np.float64)
     pieces = studentized_pieces(draws, errors, weights, level=level, log=log)
     if pieces is None:
-        return {**summarise(draws, weights), "interval": "bca"}
+        return replace(summarise(draws, weights), interval="bca")
     rows = draws[: 1 + n_boot_of(weights)]
     estimate = float(draws[0])
-    return {
-        "estimate": None if np.isnan(estimate) else estimate,
-        "ci95": pieces_interval(pieces, widen),
-        "n_undefined": int(np.isnan(rows[1:]).sum()),
-        "interval": "studentized-log" if pieces["scale"] == "log" else "studentized",
-        "pieces": pieces,
-    }
+    return Summary(
+        estimate=None if np.isnan(estimate) else estimate,
+        ci95=pieces_interval(pieces, widen),
+        n_undefined=int(np.isnan(rows[1:]).sum()),
+        interval="studentized-log" if pieces.scale == "log" else "studentized",
+        pieces=pieces,
+    )
 
 
-def ratio_summary(weights: np.ndarray, numerator, denominator=None, log: bool = True) -> tuple[dict, np.ndarray]:
+def ratio_summary(weights: np.ndarray, numerator, denominator=None, log: bool = True) -> tuple[Summary, np.ndarray]:
     """(summary with a studentized interval, [R] replicate values) of a ratio of means (or a mean: no
     denominator); log scale for positive ratios."""
     ratio, se = ratio_of_means(weights, numerator, denominator)
     estimate = float(ratio[0])
     return (
-        {
-            "estimate": None if np.isnan(estimate) else estimate,
-            "ci95": studentized_interval(ratio, se, weights, log=log),
-            "n_undefined": int(np.isnan(ratio[1 : 1 + n_boot_of(weights)]).sum()),
-            "interval": "studentized",
-        },
+        Summary(
+            estimate=None if np.isnan(estimate) else estimate,
+            ci95=studentized_interval(ratio, se, weights, log=log),
+            n_undefined=int(np.isnan(ratio[1 : 1 + n_boot_of(weights)]).sum()),
+            interval="studentized",
+        ),
         ratio,
     )
 
 
-def summarise(draws: np.ndarray, weights: np.ndarray) -> dict:
-    """{"estimate": row 0, "ci95": BCa interval, "n_undefined": bootstrap replicates that gave nan}."""
+def summarise(draws: np.ndarray, weights: np.ndarray) -> Summary:
+    """Row 0 as the estimate, the BCa interval, and the count of bootstrap replicates that gave nan."""
     draws = np.asarray(draws, dtype=np.float64)
     estimate = float(draws[0])
-    return {
-        "estimate": None if np.isnan(estimate) else estimate,
-        "ci95": interval(draws, weights),
-        "n_undefined": int(np.isnan(draws[1 : 1 + n_boot_of(weights)]).sum()),
-    }
+    return Summary(
+        estimate=None if np.isnan(estimate) else estimate,
+        ci95=interval(draws, weights),
+        n_undefined=int(np.isnan(draws[1 : 1 + n_boot_of(weights)]).sum()),
+    )
 
 
 UNRELIABLE = "estimate or interval below 0 for a quantity >= 0: too few prompts for this interval"
 
 
-def at_least_zero(summary: dict) -> dict:
+def at_least_zero(summary: Summary) -> Summary:
     """The summary of a parameter >= 0 (a mean MSE, a ratio of them, ||E s||^2, the advisor's c1, c2, c3), whose
     unbiased estimates can be negative with few prompts: its interval clipped at 0 (``clipped``), and
     ``unreliable`` when the estimate or the whole interval fell below 0."""
-    estimate, ci = summary.get("estimate"), summary.get("ci95")
-    out = dict(summary)
+    estimate, ci = summary.estimate, summary.ci95
     if ci and ci[0] < 0:
-        out["ci95"], out["clipped"] = [0.0, max(ci[1], 0.0)], True
+        summary = replace(summary, ci95=[0.0, max(ci[1], 0.0)], clipped=True)
     if (estimate is not None and estimate < 0) or (ci and ci[1] < 0):
-        out["unreliable"] = UNRELIABLE
-    return out
+        summary = replace(summary, unreliable=UNRELIABLE)
+    return summary
 
 
-def below_zero_flag(summary: dict) -> str:
+def below_zero_flag(summary: Summary) -> str:
     """The printed mark of an ``at_least_zero`` summary: " (unreliable: below 0)", " (clipped at 0)" or ""."""
-    return (
-        " (unreliable: below 0)" if summary.get("unreliable") else " (clipped at 0)" if summary.get("clipped") else ""
-    )
+    return " (unreliable: below 0)" if summary.unreliable else " (clipped at 0)" if summary.clipped else ""

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+
+from grpo_mse.tables.records import SavedRecord
 
 CALIBRATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage_calibration.json")
 
@@ -66,9 +69,25 @@ def cells_at(n_prompts: int, cells: list[dict]) -> tuple[list[dict], str]:
     return [], "outside"
 
 
+@dataclass(frozen=True, kw_only=True)
+class SimulatedCoverage(SavedRecord):
+    """The coverage simulated at a run's T and tail (``simulated_coverage``; the advice's ``simulated_coverage``).
+    Calibrated: the cells that apply and per statistic the coverage range; unknown: the reason."""
+
+    tail_index: float | None  # the Hill tail index of the per-prompt c2 (None: undefined)
+    largest_prompt_share: float | None  # the largest prompt's share of c2 (for the printout)
+    T: int  # the run's prompts
+    status: str  # "calibrated" or "unknown"
+    reason: str | None = None  # why unknown
+    T_match: str | None = None  # "near" or "between" (``cells_at``)
+    cells: list[dict] | None = None  # the cells used: T, tail, runs
+    coverage: dict[str, dict] | None = None  # per statistic {"low", "high": coverage range, "mc_se"}
+    source: str | None = None  # where the calibration comes from
+
+
 def simulated_coverage(
     index: float, n_prompts: int, calibration: Calibration | str = CALIBRATION, share: float | None = None
-) -> dict:
+) -> SimulatedCoverage:
     """The simulated coverage of the c1, c2, c3 and K* intervals (as widened by ``interval_widening``) at this run's T
     and tail, from the calibration cells (scripts/coverage_heavy_tails.py --merge; ``calibration``: a read table or
     its path; one per simulated tail shape and T) that apply: T within a factor T_TOLERANCE of the cell's, or,
@@ -83,21 +102,19 @@ def simulated_coverage(
         "T": n_prompts,
     }
     if found["tail_index"] is None:
-        return {**found, "status": "unknown", "reason": "the tail index of the per-prompt c2 is undefined"}
+        return SimulatedCoverage(**found, status="unknown", reason="the tail index of the per-prompt c2 is undefined")
     calibration = as_calibration(calibration)
     if calibration.table is None:
-        return {**found, "status": "unknown", "reason": f"no calibration table at {calibration.path}"}
+        return SimulatedCoverage(**found, status="unknown", reason=f"no calibration table at {calibration.path}")
     cells = [c for c in calibration.table.get("cells") or [] if "index_range" in c]
     near, how = cells_at(n_prompts, cells)
     if not near:
-        return {**found, "status": "unknown", "reason": f"no calibration cell at T = {n_prompts}"}
+        return SimulatedCoverage(**found, status="unknown", reason=f"no calibration cell at T = {n_prompts}")
     inside = [c for c in near if c["index_range"][0] <= index <= c["index_range"][1]]
     if not inside:
-        return {
-            **found,
-            "status": "unknown",
-            "reason": f"no simulated tail at T = {n_prompts} has tail index {index:.3g}",
-        }
+        return SimulatedCoverage(
+            **found, status="unknown", reason=f"no simulated tail at T = {n_prompts} has tail index {index:.3g}"
+        )
     coverage = {
         name: {
             "low": min(c["coverage"][name]["coverage"] for c in inside),
@@ -107,11 +124,11 @@ def simulated_coverage(
         for name in CALIBRATED
         if all(name in c["coverage"] for c in inside)
     }
-    return {
+    return SimulatedCoverage(
         **found,
-        "status": "calibrated",
-        "T_match": how,
-        "cells": [{key: c[key] for key in ("T", "tail", "runs")} for c in inside],
-        "coverage": coverage,
-        "source": "grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
-    }
+        status="calibrated",
+        T_match=how,
+        cells=[{key: c[key] for key in ("T", "tail", "runs")} for c in inside],
+        coverage=coverage,
+        source="grpo_mse/analysis/coverage_calibration.json (scripts/coverage_heavy_tails.py)",
+    )

@@ -16,11 +16,13 @@ saved numbers ("inf", null).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_mse.errors import InputError
 from grpo_mse.tables.inputs import whole
+from grpo_mse.tables.records import SavedRecord
 
 
 def exact_error(c1: float, c2: float, c3: float, k, budget: float):
@@ -116,9 +118,22 @@ def _span(ks: list[int], allowed: list[int]) -> str:
     return f"K in {ks}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Recommendation(SavedRecord):
+    """What the data support about K (``recommendation``; saved as the advice's ``recommendation``)."""
+
+    identified: bool  # c1 > 0 and c3 > 0 and neither 95% interval reaches 0
+    K_best: int | None  # the unique best allowed K; None unless identified and unique
+    ties: list[int]  # the allowed K sharing the smallest error when several do, else []
+    near_best_K: list[int]  # the allowed K within ``tolerance`` of the smallest exact error
+    tolerance: float | None = None  # relative tolerance of near_best_K (absent when a constant is undefined)
+    lean: str  # which way the point estimates point, in words
+    message: str  # the one-line verdict printed and saved
+
+
 def recommendation(
     c1: float, c2: float, c3: float, ci_c1, ci_c3, allowed: list[int], budget: float, tolerance: float = 0.10
-) -> dict:
+) -> Recommendation:
     """What the data support about K, never more.
 
     ``identified`` only when c1 > 0 and c3 > 0 and neither 95% interval reaches 0 (then K_best is the unique
@@ -128,14 +143,14 @@ def recommendation(
     >= 4 within 10%"; the relative errors need a positive smallest error (c2 or the clipped c1, c3 > 0)."""
     values = [c1, c2, c3]
     if any(v is None or not np.isfinite(v) for v in values):
-        return {
-            "identified": False,
-            "K_best": None,
-            "ties": [],
-            "near_best_K": [],
-            "lean": "undefined",
-            "message": "best K not identified: c1, c2 or c3 is undefined or infinite",
-        }
+        return Recommendation(
+            identified=False,
+            K_best=None,
+            ties=[],
+            near_best_K=[],
+            lean="undefined",
+            message="best K not identified: c1, c2 or c3 is undefined or infinite",
+        )
     relative = relative_errors(c1, c2, c3, allowed, budget)
     near = [k for k, r in zip(allowed, relative) if np.isfinite(r) and r <= 1 + tolerance]
     scores = clipped(c1) * np.asarray(allowed, dtype=np.float64) + clipped(c3) / (np.asarray(allowed) - 1.0)
@@ -171,19 +186,22 @@ def recommendation(
         message = f"tie: K in {tied} give the same error; {within}"
     else:
         message = f"best K not identified (an interval of c1 or c3 reaches 0); data lean to {lean}; {within}"
-    return {
-        "identified": identified,
-        "K_best": best,
-        "ties": tied if len(tied) > 1 else [],
-        "near_best_K": near,
-        "tolerance": tolerance,
-        "lean": lean,
-        "message": message,
-    }
+    return Recommendation(
+        identified=identified,
+        K_best=best,
+        ties=tied if len(tied) > 1 else [],
+        near_best_K=near,
+        tolerance=tolerance,
+        lean=lean,
+        message=message,
+    )
 
 
 def json_value(value):
-    """+inf -> "inf", -inf -> "-inf" (a bound that is infinite), nan -> None ("undefined"), recursively."""
+    """+inf -> "inf", -inf -> "-inf" (a bound that is infinite), nan -> None ("undefined"), recursively; a saved
+    record (``SavedRecord``) as its JSON object."""
+    if isinstance(value, SavedRecord):
+        return json_value(value.to_json())
     if isinstance(value, dict):
         return {key: json_value(v) for key, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -225,11 +243,20 @@ def rounded(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def status(constants: dict, ci: dict, allowed, budget) -> dict:
+@dataclass(frozen=True)
+class AdviceStatus:
+    """What a consumer of saved advice may state (``status``); never a K from unidentified constants."""
+
+    identified: bool  # c1 > 0, c3 > 0 and neither interval reaches 0
+    K_star_exact: float | None  # 1 + sqrt(c3/c1); None unless identified
+    K_best: int | None  # the best allowed K; None unless identified and unique
+    message: str  # why, in one line (the recommendation's message)
+
+
+def status(constants: dict, ci: dict, allowed, budget) -> AdviceStatus:
     """What a consumer of saved advice may state, recomputed from the pooled constants and their intervals
-    (``recommendation``; saved "inf", null, strings and missing values become undefined): {"identified",
-    "K_star_exact" (1 + sqrt(c3/c1), None unless identified), "K_best" (None unless identified and unique),
-    "message"}. Never a K from constants that are undefined, infinite or <= 0."""
+    (``recommendation``; saved "inf", null, strings and missing values become undefined). Never a K from
+    constants that are undefined, infinite or <= 0."""
     values = []
     for name in ("c1", "c2", "c3"):
         try:
@@ -241,23 +268,15 @@ def status(constants: dict, ci: dict, allowed, budget) -> dict:
     except (InputError, TypeError, ValueError, OverflowError):
         ks = []
     if not ks:
-        return {
-            "identified": False,
-            "K_star_exact": None,
-            "K_best": None,
-            "message": "best K not identified: the advice names no allowed K that fits its budget",
-        }
+        return AdviceStatus(
+            False, None, None, "best K not identified: the advice names no allowed K that fits its budget"
+        )
     advice = recommendation(*values, interval_of(ci.get("c1")), interval_of(ci.get("c3")), ks, number(budget))
     c1, _, c3 = values
-    star = 1 + math.sqrt(c3 / c1) if advice["identified"] else None
-    return {
-        "identified": advice["identified"],
-        "K_star_exact": star,
-        "K_best": advice["K_best"],
-        "message": advice["message"],
-    }
+    star = 1 + math.sqrt(c3 / c1) if advice.identified else None
+    return AdviceStatus(advice.identified, star, advice.K_best, advice.message)
 
 
-def advice_status(advice: dict) -> dict:
+def advice_status(advice: dict) -> AdviceStatus:
     """``status`` of a saved ``group_size_advisor`` entry."""
     return status(advice.get("pooled") or {}, advice.get("ci95") or {}, advice.get("allowed_K"), advice.get("budget"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from grpo_mse.analysis.error_model import interval_of, k_star, paper_k_star
 from grpo_mse.analysis.one_token import batch_c1_target
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import Z95, mean_ci
+from grpo_mse.tables.records import SavedRecord
 
 COLUMNS = [
     "K",
@@ -90,7 +92,19 @@ def comparison_rows(theory: dict, mc: dict[tuple[int, str, str], dict], names) -
     return rows
 
 
-def advisor_check(theory: dict, run: dict) -> dict | None:
+@dataclass(frozen=True, kw_only=True)
+class AdvisorCheck(SavedRecord):
+    """The advisor's constants against the exact ones (``advisor_check``; advisor_check.json of
+    scripts/estimator_table.py)."""
+
+    exact: dict  # the theory's scaling constants, then c1_fixed_prompts and both K* from it
+    estimated: dict  # the advice's pooled values, as saved
+    ci95: dict  # the advice's 95% intervals, as saved
+    exact_inside_ci95: dict[str, bool]  # per constant with an interval: whether the exact target lies in it
+    per_K: dict  # the advice's per-K constants, as saved
+
+
+def advisor_check(theory: dict, run: dict) -> AdvisorCheck | None:
     """Exact c1, c2, c3, K* against the run's group_size_advisor (pooled, with bootstrap 95% intervals).
 
     ``c1_fixed_prompts`` is what the advisor's c1 estimates when the prompts are held fixed (batches of
@@ -115,13 +129,9 @@ def advisor_check(theory: dict, run: dict) -> dict | None:
     ci = advice["ci95"]
     bounds = {n: interval_of(ci.get(n)) for n in targets}  # "inf" ends as inf; malformed -> None
     inside = {n: bool(b[0] <= targets[n] <= b[1]) for n, b in bounds.items() if b and not math.isnan(targets[n])}
-    return {
-        "exact": exact,
-        "estimated": advice["pooled"],
-        "ci95": ci,
-        "exact_inside_ci95": inside,
-        "per_K": advice["per_K"],
-    }
+    return AdvisorCheck(
+        exact=exact, estimated=advice["pooled"], ci95=ci, exact_inside_ci95=inside, per_K=advice["per_K"]
+    )
 
 
 def _fmt(value: float) -> str:
@@ -129,7 +139,7 @@ def _fmt(value: float) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
 
 
-def markdown(rows: list[dict], check: dict | None) -> str:
+def markdown(rows: list[dict], check: AdvisorCheck | None) -> str:
     """The comparison as markdown tables (estimators, then the advisor's constants)."""
     lines = [
         "| K | estimator | tr Cov exact | tr Cov MC ± 95% | z | bias² exact | bias² MC ± 95% | z "
@@ -147,7 +157,7 @@ def markdown(rows: list[dict], check: dict | None) -> str:
         f"standard error (|z| < {Z95:.2f} in about 95% of correct runs).",
     ]
     if check:
-        e, p, ci = check["exact"], check["estimated"], check["ci95"]
+        e, p, ci = check.exact, check.estimated, check.ci95
         lines += [
             "",
             "| constant | exact (these prompts) | exact, fixed-prompt target of the estimator "

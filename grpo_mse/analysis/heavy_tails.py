@@ -7,12 +7,16 @@ calibration table against other cells.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from grpo_mse.gradients import estimators as est
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord
+
+if TYPE_CHECKING:
+    from grpo_mse.analysis.advisor import GroupSizeAdvice
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = (est.VANILLA, est.GRPO, est.ORACLE)
@@ -55,6 +59,64 @@ class Tail(NamedTuple):
         return f"{self.family}:{self.parameter:g}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Truth(SavedRecord):
+    """The exact constants of a simulated population (``truth``; a cell's ``truth``)."""
+
+    c1: float
+    c2: float | None = None  # absent in the first cells (c2 was not calibrated then)
+    c3: float
+    K_star_exact: float  # 1 + sqrt(c3/c1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rate(SavedRecord):
+    """A simulated coverage with its Monte Carlo error (``rate``)."""
+
+    coverage: float  # hits / runs (nan without runs)
+    mc_se: float  # binomial standard error at the add-one estimate (hits + 1) / (runs + 2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoverageCell(SavedRecord):
+    """One simulated cell (``coverage``; the cells of scripts/coverage_heavy_tails.py's files). ``from_json`` reads
+    the three saved shapes (without level and per_run_columns, without per_run_columns, and the current one)."""
+
+    T: int  # prompts per run
+    tail: str  # the score-scale law, FAMILY:PARAMETER
+    runs: int  # simulated runs
+    n_boot: int  # bootstrap replicates per run
+    level: float | None = None  # nominal level of the intervals (absent in the first files: 0.95)
+    largest_share_quantiles: dict[str, float]  # quantiles (QUANTILES, as text) of the largest prompt's share of c2
+    tail_index_quantiles: dict[str, float]  # quantiles of the Hill tail index of c2
+    coverage: dict[str, dict]  # per statistic: coverage, mc_se, below, above of the unwidened intervals
+    truth: Truth
+    per_run_columns: list[str] | None = None  # the columns of per_run (absent in the first files: covered or not)
+    per_run: list[list]  # per run its ``run_row``
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> CoverageCell:
+        """The cell of a saved file's ``cells`` entry."""
+        found = super().from_json(data, where)
+        return replace(found, truth=Truth.from_json(found.truth, where))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoverageCheck(SavedRecord):
+    """Printed against actual coverage for one cell (``check``): per statistic {"printed_mean", "actual",
+    "within_3_points", "runs_printed_93_or_more", "actual_where_printed_93_or_more", "actual_all_runs",
+    "unwidened_all_runs"}."""
+
+    T: int
+    tail: str
+    runs: int
+    unknown: float  # the share of runs printed "unknown"
+    c1: dict
+    c2: dict | None = None  # absent in the first checks (c2 was not calibrated then)
+    c3: dict
+    K_star_exact: dict
+
+
 def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(p, G, scores centred under p) per prompt type."""
     types = []
@@ -67,7 +129,7 @@ def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return types
 
 
-def truth(types, scale: Tail) -> dict[str, float]:
+def truth(types, scale: Tail) -> Truth:
     """Exact c1, c2, c3 and K*_exact of the population with score scales from ``scale``."""
     from grpo_mse.analysis import theory  # imports torch: after the flags are parsed
 
@@ -75,9 +137,9 @@ def truth(types, scale: Tail) -> dict[str, float]:
     gradients = np.stack([(p * G) @ s for p, G, s in types])
     mean, mean_sq = scale.moments()
     c1 = mean_sq * np.mean((gradients**2).sum(1)) - mean**2 * (gradients.mean(0) ** 2).sum()
-    c2 = mean_sq * np.mean([m["sigma_o2"] for m in moments])
-    c3 = mean_sq * 2 * np.mean([m["var_zeta2"] for m in moments])
-    return {"c1": float(c1), "c2": float(c2), "c3": float(c3), "K_star_exact": float(1 + np.sqrt(c3 / c1))}
+    c2 = mean_sq * np.mean([m.sigma_o2 for m in moments])
+    c3 = mean_sq * 2 * np.mean([m.var_zeta2 for m in moments])
+    return Truth(c1=float(c1), c2=float(c2), c3=float(c3), K_star_exact=float(1 + np.sqrt(c3 / c1)))
 
 
 def registry_weights(name: str, rewards: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -122,25 +184,26 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
     return records, batches
 
 
-def run_row(advice: dict, true: dict) -> list:
+def run_row(advice: GroupSizeAdvice, true: Truth) -> list:
     """One run: [largest share, tail index of c2, then per calibrated statistic z, t_lo, t_hi, below, above] (None
     for nan). z = (T - truth) / se on the scale of its studentized interval (q = c1/c3 for K*; log or natural) and
     t_lo, t_hi the interval's t quantiles: any widening's coverage follows from them (``misses``). below / above:
     the saved interval lies above / below the truth, used only where it is not studentized (z = None)."""
     from grpo_mse.analysis import error_model
 
-    found = advice["simulated_coverage"]
+    found = advice.simulated_coverage
     row = [found["largest_prompt_share"], found["tail_index"]]
     for name in CALIBRATED:
-        pieces = advice["studentized"][name]
-        target = true["c1"] / true["c3"] if name == "K_star_exact" else true[name]
+        pieces = advice.studentized[name]
+        target = true.c1 / true.c3 if name == "K_star_exact" else getattr(true, name)
         z = t_low = t_high = None
         if pieces:
             value, error = error_model.number(pieces["value"]), error_model.number(pieces["error"])
             z = (value - (math.log(target) if pieces["scale"] == "log" else target)) / error
             t_low, t_high = (error_model.number(t) for t in pieces["t"])
-        ci = error_model.interval_of(advice["ci95"][name])
-        row += [z, t_low, t_high, int(ci is None or true[name] < ci[0]), int(ci is None or true[name] > ci[1])]
+        ci = error_model.interval_of(advice.ci95[name])
+        value = getattr(true, name)
+        row += [z, t_low, t_high, int(ci is None or value < ci[0]), int(ci is None or value > ci[1])]
     return error_model.json_value(row)
 
 
@@ -168,23 +231,23 @@ def misses(rows: np.ndarray, name: str, widen=(0.0, 0.0)) -> tuple[np.ndarray, n
     return np.where(studentized, low, below > 0), np.where(studentized, high, above > 0)
 
 
-def rate(hits: int, runs: int) -> dict:
-    """{"coverage": hits / runs, "mc_se": its binomial standard error sqrt(p (1 - p) / runs) at p = (hits + 1) /
-    (runs + 2)} (the add-one estimate, so that 300 hits of 300 runs have an error, 0.3%, not 0)."""
+def rate(hits: int, runs: int) -> Rate:
+    """hits / runs with its binomial standard error sqrt(p (1 - p) / runs) at p = (hits + 1) / (runs + 2) (the
+    add-one estimate, so that 300 hits of 300 runs have an error, 0.3%, not 0)."""
     if not runs:
-        return {"coverage": math.nan, "mc_se": math.nan}
+        return Rate(coverage=math.nan, mc_se=math.nan)
     smoothed = (hits + 1) / (runs + 2)
-    return {"coverage": hits / runs, "mc_se": math.sqrt(smoothed * (1 - smoothed) / runs)}
+    return Rate(coverage=hits / runs, mc_se=math.sqrt(smoothed * (1 - smoothed) / runs))
 
 
-def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict:
+def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict[str, dict]:
     """Per statistic: the coverage with its MC error and the share of runs missing below / above, with the intervals
     widened by ``widening`` ({name: (d_lo, d_hi)}; none: as the bootstrap gives them)."""
     out = {}
     for name in CALIBRATED:
         low, high = misses(rows, name, (widening or {}).get(name, (0.0, 0.0)))
         out[name] = {
-            **rate(int(np.sum(~(low | high))), len(rows)),
+            **rate(int(np.sum(~(low | high))), len(rows)).to_json(),
             "below": float(low.mean()),
             "above": float(high.mean()),
         }
@@ -210,7 +273,7 @@ def simulated_rows(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: in
     return true, rows
 
 
-def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95) -> dict:
+def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95) -> CoverageCell:
     """One simulated cell: T, tail, runs, quantiles of the largest-prompt share and of the Hill tail index of c2
     (the statistic the advisor matches on), the coverage of the unwidened intervals (with MC error), truth, and
     per run its ``run_row`` (``per_run``, for ``calibration_cells`` and ``check``)."""
@@ -221,22 +284,22 @@ def coverage(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, lev
         values = rows[:, column][np.isfinite(rows[:, column])]
         return dict(zip(map(str, QUANTILES), np.quantile(values, QUANTILES).tolist()))
 
-    return {
-        "T": n_prompts,
-        "tail": scale.label(),
-        "runs": runs,
-        "n_boot": n_boot,
-        "level": level,
-        "largest_share_quantiles": quantiles(0),
-        "tail_index_quantiles": quantiles(1),
-        "coverage": cell_coverage(rows),
-        "truth": true,
-        "per_run_columns": ["largest_share", "tail_index"] + [f"{n}.{f}" for n in CALIBRATED for f in FIELDS],
-        "per_run": per_run,
-    }
+    return CoverageCell(
+        T=n_prompts,
+        tail=scale.label(),
+        runs=runs,
+        n_boot=n_boot,
+        level=level,
+        largest_share_quantiles=quantiles(0),
+        tail_index_quantiles=quantiles(1),
+        coverage=cell_coverage(rows),
+        truth=true,
+        per_run_columns=["largest_share", "tail_index"] + [f"{n}.{f}" for n in CALIBRATED for f in FIELDS],
+        per_run=per_run,
+    )
 
 
-def width_ratios(rows: np.ndarray, widening: dict | None) -> dict:
+def width_ratios(rows: np.ndarray, widening: dict | None) -> dict[str, float | None]:
     """Per statistic the median over the studentized runs of the widened interval's width over the unwidened one's
     on its own scale (log for c2, c3 and usually q): (t_hi + d_lo - t_lo + d_hi) / (t_hi - t_lo)."""
     out = {}
@@ -259,7 +322,7 @@ def pooled_cells(raw: list[dict]) -> list[tuple[str, int, np.ndarray]]:
     ]
 
 
-def fit_widening(raw: list[dict]) -> dict:
+def fit_widening(raw: list[dict]) -> dict[str, list[float | None]]:
     """Per statistic the smallest widenings (d_lo, d_hi) on the grid WIDENINGS (standard errors added to the lower
     and upper end) such that each end misses the truth in at most TARGET_MISS of the runs of every simulated cell
     (None when none on the grid does)."""
@@ -299,7 +362,7 @@ def calibration_cells(raw: list[dict], widening: dict | None = None) -> list[dic
     return table
 
 
-def check(cell: dict, table: str) -> dict:
+def check(cell: dict, table: str) -> CoverageCheck:
     """Printed against actual for a ``coverage`` cell from another generator, the intervals widened as ``table``
     says: per statistic, among the runs the table calibrates, the mean printed range (lowest and highest matching
     cell), the actual share covered (with its MC error) and whether it lies within 3 points of the mean printed
@@ -310,33 +373,35 @@ def check(cell: dict, table: str) -> dict:
     rows = columns(cell["per_run"])
     widening = coverage_calibration.interval_widening(table)
     found = [coverage_calibration.simulated_coverage(index, cell["T"], table) for index in rows[:, 1]]
-    known = np.array([f["status"] == "calibrated" for f in found], dtype=bool)
-    out = {"T": cell["T"], "tail": cell["tail"], "runs": cell["runs"], "unknown": float(1 - known.mean())}
+    known = np.array([f.status == "calibrated" for f in found], dtype=bool)
+    out = {}
     for name in CALIBRATED:
         low, high = misses(rows, name, widening[name])
         hits = ~(low | high)
-        printed_low = np.array([f["coverage"][name]["low"] if f["status"] == "calibrated" else np.nan for f in found])
-        printed_high = np.array([f["coverage"][name]["high"] if f["status"] == "calibrated" else np.nan for f in found])
+        printed_low = np.array([f.coverage[name]["low"] if f.status == "calibrated" else np.nan for f in found])
+        printed_high = np.array([f.coverage[name]["high"] if f.status == "calibrated" else np.nan for f in found])
         sure = known & (printed_low >= 0.93)
-        actual = rate(int(hits[known].sum()), int(known.sum())) if known.any() else None
+        actual = rate(int(hits[known].sum()), int(known.sum())).to_json() if known.any() else None
         printed = [float(printed_low[known].mean()), float(printed_high[known].mean())] if known.any() else None
         out[name] = {
             "printed_mean": printed,
             "actual": actual,
             "within_3_points": bool(printed and printed[0] - 0.03 <= actual["coverage"] <= printed[1] + 0.03),
             "runs_printed_93_or_more": int(sure.sum()),
-            "actual_where_printed_93_or_more": rate(int(hits[sure].sum()), int(sure.sum())) if sure.any() else None,
-            "actual_all_runs": rate(int(hits.sum()), len(hits)),
+            "actual_where_printed_93_or_more": rate(int(hits[sure].sum()), int(sure.sum())).to_json()
+            if sure.any()
+            else None,
+            "actual_all_runs": rate(int(hits.sum()), len(hits)).to_json(),
             "unwidened_all_runs": cell_coverage(rows)[name],
         }
-    return out
+    return CoverageCheck(T=cell["T"], tail=cell["tail"], runs=cell["runs"], unknown=float(1 - known.mean()), **out)
 
 
-def describe_check(found: dict) -> str:
+def describe_check(found: CoverageCheck) -> str:
     """printed range (mean over the calibrated runs) against actual per statistic, and the unknown share."""
-    parts = [f"unknown {found['unknown']:.2f}"]
+    parts = [f"unknown {found.unknown:.2f}"]
     for name in CALIBRATED:
-        s = found[name]
+        s = getattr(found, name)
         if s["printed_mean"] is None:
             parts.append(f"{name}: nothing printed")
             continue

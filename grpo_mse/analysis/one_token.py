@@ -8,6 +8,8 @@ and MSE, and the Theorem-7 constants c1, c2, c3 of the prompt set, are finite su
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from grpo_mse.analysis import theory
@@ -15,11 +17,86 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.sampling import decode
 from grpo_mse.rewards.rules import last_integer_reward
 from grpo_mse.tables.inputs import prompt_ids
-from grpo_mse.tables.records import OracleValues
+from grpo_mse.tables.records import OracleValues, SavedRecord
 
 # Estimator MSE, tr Cov and bias^2 are means over prompts of these per-prompt quantities.
 QUANTITIES = ("mse", "trace_cov", "bias2")
 MOMENTS = ("V", "g_sq", "vanilla_m2", "sigma_o2", "var_zeta2", "mean_score_sq")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Curves(SavedRecord):
+    """Exact MSE, tr Cov and bias^2 of each estimator at each K ({name: [value at each K]}), of one prompt
+    (``prompt_curves``) or their means over prompts (``mean_curves``)."""
+
+    mse: dict[str, list[float]]  # E||X - g||^2
+    trace_cov: dict[str, list[float]]  # tr Cov X
+    bias2: dict[str, list[float]]  # ||E X - g||^2
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnTarget(SavedRecord):
+    """Std-GRPO against its own target g / sqrt(V (1 - V)) at each K, exactly (``own_target_curves``), or the
+    mean over the prompts with 0 < V < 1 (``mean_own_target``, with their count)."""
+
+    bias2: list[float]  # ||E X - g / sqrt(V (1 - V))||^2
+    mse: list[float]  # tr Cov X + bias2
+    n_prompts: int | None = None  # the prompts averaged (means only)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptTheory(SavedRecord):
+    """One prompt of the theory JSON's ``per_prompt`` (``prompt_summary``): its exact moments and curves."""
+
+    id: object  # the dataset row's id
+    ground_truth: object  # its gold answer
+    V: float  # P(reward 1)
+    g_sq: float  # ||g||^2
+    vanilla_m2: float  # E||G s||^2
+    sigma_o2: float  # sigma_O^2 = E||(G - V) s||^2 - ||g||^2
+    var_zeta2: float  # tr Var zeta_2
+    mean_score_sq: float  # ||E s||^2 (0 for the sampled law's score)
+    mse: dict[str, list[float]]  # per estimator, the exact MSE at each K
+    trace_cov: dict[str, list[float]]  # per estimator, tr Cov at each K
+    bias2: dict[str, list[float]]  # per estimator, bias^2 at each K
+    grpo_std_own_target: OwnTarget | None = None  # with grpo_std and 0 < V < 1
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> PromptTheory:
+        """The prompt of a saved ``per_prompt`` entry."""
+        found = super().from_json(data, where)
+        own = found.grpo_std_own_target
+        return replace(found, grpo_std_own_target=None if own is None else OwnTarget.from_json(own, where))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TheorySummary(SavedRecord):
+    """The exact-theory JSON of scripts/exact_theory.py (``theory_summary``)."""
+
+    K_list: list[int]  # the group sizes
+    mse: dict[str, list[float]]  # per estimator, the mean over prompts of the exact MSE at each K
+    trace_cov: dict[str, list[float]]  # the same for tr Cov
+    bias2: dict[str, list[float]]  # the same for bias^2
+    scaling_constants: theory.ScalingConstants  # c1, c2, c3 and K* of these prompts
+    grpo_std_own_target: OwnTarget | None  # std-GRPO against its own target, mean over 0 < V < 1 (null: none)
+    g_gram: list[list[float]]  # Gram matrix <g(x_i), g(x_j)> of the prompts' true gradients
+    n_prompts: int
+    mean_V: float  # mean V over the prompts
+    per_prompt: list[PromptTheory]
+    config: dict  # the command's settings, the model fingerprint and the matching run flags
+    note: str
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> TheorySummary:
+        """The summary of a saved theory JSON."""
+        found = super().from_json(data, where)
+        own = found.grpo_std_own_target
+        return replace(
+            found,
+            scaling_constants=theory.ScalingConstants.from_json(found.scaling_constants, where),
+            grpo_std_own_target=None if own is None else OwnTarget.from_json(own, where),
+            per_prompt=[PromptTheory.from_json(p, where) for p in found.per_prompt],
+        )
 
 
 def token_texts(tokenizer, vocab_size: int) -> list[str]:
@@ -68,59 +145,61 @@ def oracle_record(row: dict, value: float, settings: dict | None = None) -> dict
     return OracleValues.exact(value, "exact one-token enumeration", settings).merged_into(row)
 
 
-def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> dict:
-    """{quantity: {name: [value at each K]}} for one prompt: exact MSE, tr Cov and bias^2 of each estimator."""
+def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> Curves:
+    """Exact MSE, tr Cov and bias^2 of each estimator at each K for one prompt."""
     out = {q: {n: [] for n in names} for q in QUANTITIES}
     for k in k_list:
         for name in names:
             exact = enum.estimator(k, name)
             for q in QUANTITIES:
-                out[q][name].append(float(exact[q]))
-    return out
+                out[q][name].append(float(getattr(exact, q)))
+    return Curves(**out)
 
 
-def prompt_summary(row: dict, enum: theory.OneTokenEnumeration, k_list, names) -> dict:
+def prompt_summary(row: dict, enum: theory.OneTokenEnumeration, k_list, names) -> PromptTheory:
     """One prompt's id, gold, exact moments (V, ||g||^2, E||Gs||^2, sigma_O^2, tr Var zeta_2) and curves."""
     moments = enum.moments()
-    out = {
-        "id": row.get("id"),
-        "ground_truth": row["ground_truth"],
-        **{m: float(moments[m]) for m in MOMENTS},
-        **prompt_curves(enum, k_list, names),
-    }
-    if est.GRPO_STD in names and 0.0 < moments["V"] < 1.0:
-        out["grpo_std_own_target"] = own_target_curves(enum, k_list)
-    return out
+    own = own_target_curves(enum, k_list) if est.GRPO_STD in names and 0.0 < moments.V < 1.0 else None
+    return PromptTheory(
+        id=row.get("id"),
+        ground_truth=row["ground_truth"],
+        **{m: float(getattr(moments, m)) for m in MOMENTS},
+        **prompt_curves(enum, k_list, names).to_json(),
+        grpo_std_own_target=own,
+    )
 
 
-def own_target_curves(enum: theory.OneTokenEnumeration, k_list) -> dict:
-    """Std-GRPO against its own target g / sqrt(V (1 - V)): {"bias2": [...], "mse": [...]} per K (exact)."""
+def own_target_curves(enum: theory.OneTokenEnumeration, k_list) -> OwnTarget:
+    """Std-GRPO against its own target g / sqrt(V (1 - V)): bias^2 and MSE per K (exact)."""
     value = float(enum.p @ enum.G)
     target = enum.p * enum.G / np.sqrt(value * (1.0 - value))
     out = {"bias2": [], "mse": []}
     for k in k_list:
         exact = enum.estimator(k, est.GRPO_STD)
-        bias2 = theory.quad(exact["mean_coef"] - target, enum.Q)
+        bias2 = theory.quad(exact.mean_coef - target, enum.Q)
         out["bias2"].append(bias2)
-        out["mse"].append(float(exact["trace_cov"]) + bias2)
-    return out
+        out["mse"].append(float(exact.trace_cov) + bias2)
+    return OwnTarget(**out)
 
 
-def mean_own_target(prompts: list[dict]) -> dict | None:
-    """Mean over the prompts with 0 < V < 1 of ``own_target_curves`` (None without grpo_std)."""
+def mean_own_target(prompts: list[dict]) -> OwnTarget | None:
+    """Mean over the prompts with 0 < V < 1 of ``own_target_curves`` (None without grpo_std); ``prompts``: the saved
+    per-prompt entries."""
     own = [p["grpo_std_own_target"] for p in prompts if "grpo_std_own_target" in p]
     if not own:
         return None
-    return {q: np.mean([o[q] for o in own], axis=0).tolist() for q in ("bias2", "mse")} | {"n_prompts": len(own)}
+    means = {q: np.mean([o[q] for o in own], axis=0).tolist() for q in ("bias2", "mse")}
+    return OwnTarget(**means, n_prompts=len(own))
 
 
-def mean_curves(prompts: list[dict], names) -> dict:
-    """{quantity: {name: [mean over prompts at each K]}}."""
-    return {q: {n: np.mean([p[q][n] for p in prompts], axis=0).tolist() for n in names} for q in QUANTITIES}
+def mean_curves(prompts: list[dict], names) -> Curves:
+    """The mean over the prompts (saved per-prompt entries) of each estimator's curves."""
+    return Curves(**{q: {n: np.mean([p[q][n] for p in prompts], axis=0).tolist() for n in names} for q in QUANTITIES})
 
 
-def constants(prompts: list[dict], g_gram) -> dict:
-    """Exact c1 = mean ||g(x) - mean g||^2, c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2, K* over these prompts."""
+def constants(prompts: list[dict], g_gram) -> theory.ScalingConstants:
+    """Exact c1 = mean ||g(x) - mean g||^2, c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2, K* over these prompts
+    (``prompts``: the saved per-prompt entries)."""
     return theory.scaling_constants(g_gram, [p["sigma_o2"] for p in prompts], [p["var_zeta2"] for p in prompts])
 
 
@@ -138,30 +217,31 @@ def batch_c1_target(g_gram, batch_size: int) -> float:
         index = np.arange(start, min(start + batch_size, count))
         if len(index) >= 2:
             spread = theory.scaling_constants(gram[np.ix_(index, index)], np.zeros(len(index)), np.zeros(len(index)))
-            values.append(spread["c1"] * len(index) / (len(index) - 1))
+            values.append(spread.c1 * len(index) / (len(index) - 1))
     return float(np.mean(values)) if values else float("nan")
 
 
-def theory_summary(prompts: list[dict], g_gram, k_list, names, config: dict) -> dict:
+def theory_summary(prompts: list[PromptTheory], g_gram, k_list, names, config: dict) -> TheorySummary:
     """The theory JSON: K_list, mean exact MSE / tr Cov / bias^2 per estimator, constants, per-prompt values."""
-    return {
-        "K_list": list(k_list),
-        **mean_curves(prompts, names),
-        "scaling_constants": constants(prompts, g_gram),
-        "grpo_std_own_target": mean_own_target(prompts),
-        "g_gram": np.asarray(g_gram, dtype=np.float64).tolist(),
-        "n_prompts": len(prompts),
-        "mean_V": float(np.mean([p["V"] for p in prompts])),
-        "per_prompt": prompts,
-        "config": config,
-        "note": (
+    saved = [p.to_json() for p in prompts]
+    return TheorySummary(
+        K_list=list(k_list),
+        **mean_curves(saved, names).to_json(),
+        scaling_constants=constants(saved, g_gram),
+        grpo_std_own_target=mean_own_target(saved),
+        g_gram=np.asarray(g_gram, dtype=np.float64).tolist(),
+        n_prompts=len(prompts),
+        mean_V=float(np.mean([p.V for p in prompts])),
+        per_prompt=list(prompts),
+        config=config,
+        note=(
             "Exact values for one generated token (run_tracecov.py --max_new_tokens 1 --top_p 1 at the same "
             "temperature): mse/trace_cov/bias2 = mean over prompts of each estimator's exact E||X - g||^2, "
             "tr Cov X and ||E X - g||^2 (the run's conditional_on_x is trace_cov). scaling_constants: c1 = "
             "mean ||g(x) - mean g||^2 over these prompts, c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2, "
             "K* = sqrt(c3/c1)."
         ),
-    }
+    )
 
 
 DEFAULT_ESTIMATORS = list(est.ALL)

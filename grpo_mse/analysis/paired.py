@@ -15,21 +15,56 @@ mean MSEs are paired: a replicate resamples prompts once and recomputes every st
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from grpo_mse.analysis import bootstrap
-from grpo_mse.analysis.advisor import advise
+from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
 from grpo_mse.analysis.coverage_calibration import Calibration
-from grpo_mse.analysis.error_model import json_value, rounded
+from grpo_mse.analysis.error_model import rounded
 from grpo_mse.analysis.measured_curve import measured_curve
 from grpo_mse.analysis.prompt_constants import column, prompt_columns
 from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, VANILLA
 from grpo_mse.tables.inputs import whole
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord, saved
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairedSummary(SavedRecord):
+    """The paired comparisons of the estimators per K (``paired_summary``; run_tracecov's "paired" block). A
+    series is a list of summaries (``bootstrap.Summary``, as saved), one per K of K_list; {name: series} tables
+    are keyed by estimator ("e") or pair ("e/oracleV", "e-oracleV"). What a run does not measure is None (left
+    out)."""
+
+    K_list: list[int]  # the group sizes, in the order of every series
+    n_boot: int  # bootstrap replicates behind every interval
+    mean: dict[str, list[dict]]  # per estimator, the mean MSE over prompts (clipped at 0)
+    ratio: dict[str, list[dict]]  # e/oracleV (and naive/grpo): ratio of mean MSEs, studentized (clipped at 0)
+    difference: dict[str, list[dict]]  # e-oracleV: difference of mean MSEs
+    ratio_by_V_band: dict | None = None  # {"bands", "n_prompts" [per K, per band], "ratio" {pair: [per K [per band
+    # summary]]}} (absent in the first files)
+    largest_prompt_share: dict[str, list[float]]  # per estimator, max_x MSE(x) / sum_x MSE(x) at each K
+    trace_mean: dict[str, list[dict]] | None = None  # biased estimators: the mean tr Cov (clipped at 0)
+    trace_ratio: dict[str, list[dict]] | None = None  # biased estimators: tr Cov over the oracle's (clipped at 0)
+    mean_score_sq: list[dict] | None = None  # ||E s||^2 per K (clipped at 0)
+    mean_score_sq_mean_over_K: dict | None = None  # its mean over K
+    oracle_noise: list[dict] | None = None  # the bias Var(V_hat) tr Cov(s_bar) the estimated V adds, per K
+    oracle_noise_mean_over_K: dict | None = None  # its mean over K
+    oracle_noise_relative: list[dict] | None = None  # oracle noise over the oracle's mean MSE, per K
+    grpo_std_own_target: dict | None = None  # std-GRPO against its own target: mse, bias2 series, n_prompts, note
+    note: str  # how the numbers were computed
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStatistics(SavedRecord):
+    """What run_tracecov adds to its main JSON from one set of bootstrap replicates (``run_statistics``)."""
+
+    paired: PairedSummary
+    group_size_advisor: GroupSizeAdvice | None = None  # None: no advice (fewer than 2 prompts, or not asked)
 
 
 def oracle_value_variance(value: float, n_oracle) -> float:
@@ -74,7 +109,7 @@ def largest_share(values: np.ndarray) -> float:
     return float(values.max() / total) if len(values) and total > 0 else float("nan")
 
 
-def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, weights: np.ndarray) -> dict:
+def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, weights: np.ndarray) -> PairedSummary:
     """Per K: mean MSE per estimator, ratio / difference to the oracle (and vanilla / GRPO), largest-prompt
     share, ||E s||^2, oracle noise and std-GRPO against its own target, each with a joint 95% interval."""
     _, position = prompt_columns({k: records_by_k[k] for k in k_list})
@@ -176,7 +211,7 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
         "prompts with V_oracle in each band (last band includes 1); "
         "largest_prompt_share = max_x MSE(x) / sum_x MSE(x)."
     )
-    return out
+    return PairedSummary(**saved(out))
 
 
 def run_statistics(
@@ -191,42 +226,40 @@ def run_statistics(
     allowed=None,
     advisor_estimator: str = GRPO,
     calibration: Calibration | None = None,
-) -> dict:
-    """{"paired": paired_summary, "group_size_advisor": advise} from ONE set of bootstrap replicates; with
+) -> RunStatistics:
+    """``paired_summary`` and ``advise`` from ONE set of bootstrap replicates; with
     ``advisor_estimator`` grpo_std the advice also holds std-GRPO's ``measured_curve``. ``calibration``: the
     advisor's coverage calibration table as the caller read it (needed with ``with_advisor``)."""
     prompts, _ = prompt_columns({k: records_by_k[k] for k in k_list})
     weights = bootstrap.prompt_weights(len(prompts), n_boot, seed)
-    out = {"paired": paired_summary(records_by_k, k_list, names, weights)}
+    paired = paired_summary(records_by_k, k_list, names, weights)
     if with_advisor and len(prompts) < 2:  # c1 and every interval need two prompts or more
         print("note: the group-size advisor needs 2 or more prompts (--T 2+); skipped", file=sys.stderr)
-    elif with_advisor:
-        if calibration is None:
-            raise TypeError(
-                "run_statistics with the advisor needs calibration= (coverage_calibration.read_calibration)"
-            )
-        out["group_size_advisor"] = advise(
-            records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights, calibration=calibration
-        )
-        out["group_size_advisor"]["estimator"] = advisor_estimator
-        if advisor_estimator == GRPO_STD:
-            out["group_size_advisor"]["measured_curve"] = json_value(
-                measured_curve(records_by_k, batches_by_k, budget, allowed, weights)
-            )
-    return out
-
-
-def _cell(label: str, summary: dict) -> str:
-    if not summary["ci95"]:  # one prompt, or too many undefined replicates: no interval
-        return f"{label}={rounded(summary['estimate'])} [n/a]"
-    low, high = summary["ci95"]
-    return (
-        f"{label}={rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]{bootstrap.below_zero_flag(summary)}"
+    if not with_advisor or len(prompts) < 2:
+        return RunStatistics(paired=paired)
+    if calibration is None:
+        raise TypeError("run_statistics with the advisor needs calibration= (coverage_calibration.read_calibration)")
+    advice = advise(
+        records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights, calibration=calibration
     )
+    curve = (
+        measured_curve(records_by_k, batches_by_k, budget, allowed, weights) if advisor_estimator == GRPO_STD else None
+    )
+    advice = replace(advice, estimator=advisor_estimator, measured_curve=curve)
+    return RunStatistics(paired=paired, group_size_advisor=advice)
+
+
+def _cell(label: str, saved_summary: dict) -> str:
+    summary = bootstrap.Summary.from_json(saved_summary)
+    if not summary.ci95:  # one prompt, or too many undefined replicates: no interval
+        return f"{label}={rounded(summary.estimate)} [n/a]"
+    low, high = summary.ci95
+    return f"{label}={rounded(summary.estimate)} [{rounded(low)}, {rounded(high)}]{bootstrap.below_zero_flag(summary)}"
 
 
 def describe(paired: dict) -> str:
-    """One line per K: paired ratios and differences to the oracle (and ||E s||^2) with 95% intervals."""
+    """One line per K: paired ratios and differences to the oracle (and ||E s||^2) with 95% intervals, from the
+    saved "paired" block (``PairedSummary.to_json``)."""
     lines = []
     for i, k in enumerate(paired["K_list"]):
         parts = [

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 
 from grpo_mse.errors import UsageError, require
+from grpo_mse.tables.records import SavedRecord
 
 LEVEL = 0.001
 # Across machines the committed per-K MSEs agree to 1% relative: measured 1e-6 (tiny demo) and 0.15% (the
@@ -38,7 +40,22 @@ def read_traces(path: str) -> dict[tuple[str, int, str], float]:
     return {(row["estimator"], int(row["K"]), row["id"]): float(row["trace"]) for row in rows}
 
 
-def compare(a: dict, b: dict, level: float = LEVEL, rtol: float | None = None) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class Agreement(SavedRecord):
+    """The agreement report of two runs (``compare``; compare_tracecov_runs.py --out, which adds the two paths)."""
+
+    cells: list[dict]  # per (estimator, K): prompts, mean_a, mean_b, relative_difference, mean_difference, se, z
+    max_abs_z: float  # the largest |z| over the cells
+    z_limit: float  # the Bonferroni normal quantile at ``level``
+    level: float  # the false-alarm level over all cells
+    agree: bool  # |z| <= z_limit everywhere, or with rtol every relative difference within it
+    rtol: float | None = None  # the rerun tolerance (a rerun of the same seeds)
+    max_abs_relative_difference: float | None = None  # the largest relative difference (with rtol)
+    a: str | None = None  # the first run's per-prompt CSV (set by the script)
+    b: str | None = None  # the second's
+
+
+def compare(a: dict, b: dict, level: float = LEVEL, rtol: float | None = None) -> Agreement:
     """The agreement report of two runs' per-prompt traces (see the module docstring): the paired z test, or,
     with ``rtol``, the relative difference of each cell's mean trace (z still reported)."""
     cells: dict[tuple[str, int], list[tuple[float, float]]] = {}
@@ -70,8 +87,15 @@ def compare(a: dict, b: dict, level: float = LEVEL, rtol: float | None = None) -
             }
         )
     worst = max(abs(cell["z"]) for cell in report)
-    out = {"cells": report, "max_abs_z": worst, "z_limit": limit, "level": level, "agree": worst <= limit}
-    if rtol is not None:
-        largest = max(abs(cell["relative_difference"]) for cell in report)
-        out.update(rtol=rtol, max_abs_relative_difference=largest, agree=largest <= rtol)
-    return out
+    if rtol is None:
+        return Agreement(cells=report, max_abs_z=worst, z_limit=limit, level=level, agree=worst <= limit)
+    largest = max(abs(cell["relative_difference"]) for cell in report)
+    return Agreement(
+        cells=report,
+        max_abs_z=worst,
+        z_limit=limit,
+        level=level,
+        agree=largest <= rtol,
+        rtol=rtol,
+        max_abs_relative_difference=largest,
+    )

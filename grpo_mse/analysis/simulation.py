@@ -6,11 +6,68 @@ the run itself: ``runs.simulation``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from grpo_mse.analysis.error_model import advice_status
 from grpo_mse.gradients import estimators as est
-from grpo_mse.tables.records import SimulationRecord
+from grpo_mse.tables.records import SavedRecord, SimulationRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class TStats(SavedRecord):
+    """mean, sd, Student-t 95% half-width and n of some runs' values (``t_stats``), undefined values None."""
+
+    mean: float | None  # mean over the runs
+    sd: float | None  # their standard deviation (ddof 1; None for one run)
+    ci95: float | None  # the Student-t 95% half-width t_{0.975, n-1} sd / sqrt(n) (None for one run)
+    n: int  # number of runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdvisorReading(SavedRecord):
+    """The advisor's K* and constants as the simulation summary records them (``read_advisor``)."""
+
+    path: str  # the tracecov results JSON read
+    K_star: float | None  # the exact K* where the advice identifies it, else None
+    K_star_ci95: list | None  # its 95% interval where identified
+    K_star_paper: float | None  # the paper's sqrt(c3/c1) = K* - 1 where identified
+    K_best: int | None  # the best allowed K where identified and unique
+    message: str | None = None  # why K* is or is not identified (absent in the first summaries)
+    c1: object  # the pooled constants as saved (a number, "inf" or null)
+    c2: object
+    c3: object
+    config: dict  # the run's model, temperature, top_p, max_new_tokens, T, M
+
+
+COMMAND_KEYS = ("metric", "note", "config", "wall_s")  # what simulate_algorithm1 adds to the saved summary
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationSummary(SavedRecord):
+    """The summary of an Algorithm 1 sweep (``summarize``; algorithm1_summary.json, where the command adds
+    ``COMMAND_KEYS`` after these). ``from_json`` reads both saved shapes (the first: no paired differences, no
+    advisor message)."""
+
+    initial_reward: float  # the held-out reward at step 0
+    learning: str  # whether some (estimator, K) ends above the start beyond its 95% interval
+    final_reward: dict[str, dict[str, dict]]  # {estimator: {K: saved TStats of the final reward over seeds}}
+    paired_differences: dict[str, dict[str, dict]] | None = None  # {"a - b": {K: saved TStats of the per-seed
+    # difference}} (absent in the first summaries)
+    best_K: dict[str, int]  # {estimator: K with the highest mean final reward}
+    K_within_ci_of_best: dict[str, list[int]]  # {estimator: K whose interval overlaps the best one's}
+    advisor: AdvisorReading | None  # the advisor's K* compared with (None: none given)
+    agreement: dict[str, str]  # {"estimator", "verdict", "statement"}: best K against the advisor's K*
+
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> SimulationSummary:
+        """The summary in a saved algorithm1_summary.json (either shape), without what the command adds
+        (``COMMAND_KEYS``)."""
+        found = super().from_json({k: v for k, v in data.items() if k not in COMMAND_KEYS}, where)
+        advisor = None if found.advisor is None else AdvisorReading.from_json(found.advisor, where)
+        return replace(found, advisor=advisor)
+
 
 # (a, b) pairs compared by paired differences a - b at the same (K, seed): the better estimator first
 PAIRS = ((est.ORACLE, est.GRPO), (est.GRPO, est.VANILLA), (est.ORACLE, est.VANILLA))
@@ -26,7 +83,7 @@ def final_records(records: list[SimulationRecord]) -> list[SimulationRecord]:
     return list(last.values())
 
 
-def final_table(records: list[SimulationRecord]) -> dict[str, dict[str, dict]]:
+def final_table(records: list[SimulationRecord]) -> dict[str, dict[str, TStats]]:
     """{estimator: {K: mean and Student-t 95% half-width of the final held-out reward over seeds}}."""
     values: dict[str, dict[int, list[float]]] = {}
     for record in final_records(records):
@@ -34,14 +91,14 @@ def final_table(records: list[SimulationRecord]) -> dict[str, dict[str, dict]]:
     return {name: {str(K): t_stats(by_k[K]) for K in sorted(by_k)} for name, by_k in values.items()}
 
 
-def t_stats(values: list[float]) -> dict:
+def t_stats(values: list[float]) -> TStats:
     """mean, sd, Student-t 95% half-width and n of ``values`` (NaN -> None, for JSON)."""
     from grpo_mse.tables.outputs import mean_t_ci
 
-    return {key: (None if value != value else value) for key, value in mean_t_ci(values).items()}
+    return TStats(**{key: (None if value != value else value) for key, value in mean_t_ci(values).items()})
 
 
-def paired_differences(records: list[SimulationRecord]) -> dict[str, dict[str, dict]]:
+def paired_differences(records: list[SimulationRecord]) -> dict[str, dict[str, TStats]]:
     """{"a - b": {K: t_stats of final(a) - final(b) over the seeds run with both}} for the PAIRS present.
 
     Runs at the same (K, seed) share their prompt and sampling streams (common random numbers), so the
@@ -59,7 +116,8 @@ def paired_differences(records: list[SimulationRecord]) -> dict[str, dict[str, d
 
 
 def best_group_sizes(table: dict[str, dict]) -> tuple[int, list[int]]:
-    """(K with the highest mean final reward, all K whose 95% interval overlaps the best one's)."""
+    """(K with the highest mean final reward, all K whose 95% interval overlaps the best one's); ``table``: {K:
+    saved TStats}."""
     best = max(table, key=lambda k: table[k]["mean"])
     floor = table[best]["mean"] - half_width(table[best])
     return int(best), [int(k) for k in table if table[k]["mean"] + half_width(table[k]) >= floor]
@@ -92,7 +150,7 @@ def agreement(best: int, near_best: list[int], k_star: float | None, K_list) -> 
     )
 
 
-def read_advisor(path: str) -> dict:
+def read_advisor(path: str) -> AdvisorReading:
     """K*, its interval and c1, c2, c3 from a tracecov results JSON with a ``group_size_advisor`` entry."""
     import json
 
@@ -104,20 +162,21 @@ def read_advisor(path: str) -> dict:
     config = result.get("config", {})
     ci = advice.get("ci95", {})
     now = advice_status(advice)  # K* only where the advisor identifies it (else None and the message)
-    return {
-        "path": path,
-        "K_star": now["K_star_exact"],
-        "K_star_ci95": ci.get("K_star_exact") if now["identified"] else None,
-        "K_star_paper": now["K_star_exact"] - 1 if now["identified"] else None,
-        "K_best": now["K_best"],
-        "message": now["message"],
+    return AdvisorReading(
+        path=path,
+        K_star=now.K_star_exact,
+        K_star_ci95=ci.get("K_star_exact") if now.identified else None,
+        K_star_paper=now.K_star_exact - 1 if now.identified else None,
+        K_best=now.K_best,
+        message=now.message,
         **{c: advice["pooled"].get(c) for c in ("c1", "c2", "c3")},
-        "config": {k: config.get(k) for k in ("model", "temperature", "top_p", "max_new_tokens", "T", "M")},
-    }
+        config={k: config.get(k) for k in ("model", "temperature", "top_p", "max_new_tokens", "T", "M")},
+    )
 
 
 def learning_statement(table: dict[str, dict], initial: float) -> str:
-    """Whether some (estimator, K) ends above the starting reward by more than its 95% half-width."""
+    """Whether some (estimator, K) ends above the starting reward by more than its 95% half-width (``table``: the
+    saved final rewards, {estimator: {K: TStats}})."""
     cells = [
         (stats["mean"] - half_width(stats), name, k, stats["mean"])
         for name, by_k in table.items()
@@ -133,21 +192,25 @@ def learning_statement(table: dict[str, dict], initial: float) -> str:
     )
 
 
-def summarize(records: list[SimulationRecord], K_list, advisor: dict | None = None, reference: str = est.GRPO) -> dict:
+def summarize(
+    records: list[SimulationRecord], K_list, advisor: AdvisorReading | None = None, reference: str = est.GRPO
+) -> SimulationSummary:
     """Final reward (mean, 95% CI over seeds) per estimator and K, best K, and its agreement with the advisor's K*."""
-    table = final_table(records)
+    table = {name: {k: cell.to_json() for k, cell in by_k.items()} for name, by_k in final_table(records).items()}
     best = {name: best_group_sizes(by_k) for name, by_k in table.items()}
-    k_star = advisor.get("K_star") if advisor else None
+    k_star = advisor.K_star if advisor else None
     ref = reference if reference in table else next(iter(table))
     verdict, sentence = agreement(*best[ref], k_star, K_list)
     initial = next(r.heldout_reward for r in records if r.step == 0)
-    return {
-        "initial_reward": initial,
-        "learning": learning_statement(table, initial),
-        "final_reward": table,
-        "paired_differences": paired_differences(records),
-        "best_K": {name: pair[0] for name, pair in best.items()},
-        "K_within_ci_of_best": {name: pair[1] for name, pair in best.items()},
-        "advisor": advisor,
-        "agreement": {"estimator": ref, "verdict": verdict, "statement": f"{ref}: {sentence}"},
-    }
+    return SimulationSummary(
+        initial_reward=initial,
+        learning=learning_statement(table, initial),
+        final_reward=table,
+        paired_differences={
+            pair: {k: cell.to_json() for k, cell in by_k.items()} for pair, by_k in paired_differences(records).items()
+        },
+        best_K={name: pair[0] for name, pair in best.items()},
+        K_within_ci_of_best={name: pair[1] for name, pair in best.items()},
+        advisor=advisor,
+        agreement={"estimator": ref, "verdict": verdict, "statement": f"{ref}: {sentence}"},
+    )

@@ -75,7 +75,7 @@ def best_k_draws(runs, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
     return np.asarray(ks)[means.argmax(axis=1)]
 
 
-def best_k_shares(draws) -> dict:
+def best_k_shares(draws) -> dict[str, float]:
     """{"K": share of replicates in which K is best}, every K that is best at least once."""
     ks, counts = np.unique(draws, return_counts=True)
     return {str(int(k)): float(c / len(draws)) for k, c in zip(ks, counts)}

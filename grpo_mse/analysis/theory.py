@@ -21,6 +21,45 @@ import numpy as np
 import torch
 
 from grpo_mse.gradients import estimators as est
+from grpo_mse.tables.records import SavedRecord
+
+
+@dataclass(frozen=True)
+class ExactMoments:
+    """The exact moments of one enumerated prompt (``exact_moments``), what the closed-form MSEs read."""
+
+    V: float  # P(reward 1) = E G
+    g_sq: float  # ||g||^2, g = E[G s]
+    vanilla_m2: float  # E||G s||^2
+    oracle_m2: float  # E||(G - V) s||^2
+    sigma_o2: float  # sigma_O^2 = oracle_m2 - ||g||^2
+    zeta1: float  # sigma_O^2 / 4, the variance of GRPO's first projection
+    zeta_h: float  # tr Var h(z_i, z_j) of GRPO's kernel
+    var_zeta2: float  # tr Var zeta_2 = zeta_h - sigma_O^2 / 2
+    mean_score_sq: float  # ||E s||^2 (0 for the sampled law's score)
+
+
+@dataclass(frozen=True)
+class ExactEstimator:
+    """One estimator's exact moments at group size K on an enumerated prompt (``exact_estimator``)."""
+
+    mse: float  # E||X - g||^2 = trace_cov + bias2
+    trace_cov: float  # tr Cov X
+    bias2: float  # ||E X - g||^2
+    mean_coef: np.ndarray  # [n] coefficients of E X in the scores (E X = sum_i mean_coef_i s_i)
+    mean_factor: float  # <E X, g> / ||g||^2 (E X = mean_factor * g for the baselined estimators); nan when g = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingConstants(SavedRecord):
+    """The Theorem-7 constants of a prompt set and the K* they give (``scaling_constants``; the theory JSON's
+    ``scaling_constants``)."""
+
+    c1: float  # E_X ||g(X) - E_X g||^2
+    c2: float  # E_X sigma_O^2
+    c3: float  # 2 E_X tr Var zeta_2
+    K_star_exact: float  # 1 + sqrt(c3/c1) (``error_model.k_star``: inf when c1 <= 0 < c3)
+    K_star_paper: float  # the paper's sqrt(c3/c1) (inf when c1 <= 0)
 
 
 def _arrays(p, G, Q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -41,7 +80,7 @@ def quad(a: np.ndarray, Q: np.ndarray, b: np.ndarray | None = None) -> float:
     return float(a @ Q @ (a if b is None else b))
 
 
-def exact_moments(p, G, Q) -> dict[str, float]:
+def exact_moments(p, G, Q) -> ExactMoments:
     """V, ||g||^2, E||G s||^2, E||(G-V) s||^2, sigma_O^2, zeta1, zeta_h, tr Var zeta_2 and ||E s||^2."""
     p, G, Q = _arrays(p, G, Q)
     value = float(p @ G)
@@ -51,20 +90,20 @@ def exact_moments(p, G, Q) -> dict[str, float]:
     sigma_o2 = oracle_m2 - g_sq
     pair_sq = (G[:, None] - G[None, :]) ** 2 * (diag[:, None] + diag[None, :] - 2.0 * Q)
     zeta_h = 0.25 * float(p @ pair_sq @ p) - g_sq
-    return {
-        "V": value,
-        "g_sq": g_sq,
-        "vanilla_m2": float(p @ (G**2 * diag)),
-        "oracle_m2": oracle_m2,
-        "sigma_o2": sigma_o2,
-        "zeta1": sigma_o2 / 4.0,
-        "zeta_h": zeta_h,
-        "var_zeta2": zeta_h - sigma_o2 / 2.0,
-        "mean_score_sq": quad(p, Q),
-    }
+    return ExactMoments(
+        V=value,
+        g_sq=g_sq,
+        vanilla_m2=float(p @ (G**2 * diag)),
+        oracle_m2=oracle_m2,
+        sigma_o2=sigma_o2,
+        zeta1=sigma_o2 / 4.0,
+        zeta_h=zeta_h,
+        var_zeta2=zeta_h - sigma_o2 / 2.0,
+        mean_score_sq=quad(p, Q),
+    )
 
 
-def closed_form_mse(moments: dict[str, float], K: int, name: str) -> float:
+def closed_form_mse(moments: ExactMoments, K: int, name: str) -> float:
     """Exact MSE of estimator ``name`` at group size K from ``exact_moments`` (the registry entry's closed form)."""
     if K < 2:
         raise ValueError("K must be >= 2")
@@ -94,7 +133,7 @@ def _conditional_score(weights: np.ndarray, mass: float, Q: np.ndarray) -> tuple
     return mean, float(weights @ np.diag(Q)) / mass - quad(mean, Q)
 
 
-def exact_estimator(p, G, Q, K: int, name: str) -> dict:
+def exact_estimator(p, G, Q, K: int, name: str) -> ExactEstimator:
     """E, tr Cov, bias^2 = ||E X - g||^2 and MSE of X = sum_k w(G_k, C) s_k, exactly, given C ~ Bin(K, V).
 
     Given the reward pattern, the y_k are independent draws from p(. | G_k), so
@@ -119,20 +158,20 @@ def exact_estimator(p, G, Q, K: int, name: str) -> dict:
     trace_cov = second - quad(mean, Q)
     bias2 = quad(mean - g, Q)
     g_sq = quad(g, Q)
-    return {
-        "mse": trace_cov + bias2,
-        "trace_cov": trace_cov,
-        "bias2": bias2,
-        "mean_coef": mean,
-        "mean_factor": quad(mean, Q, g) / g_sq if g_sq > 0 else float("nan"),
-    }
+    return ExactEstimator(
+        mse=trace_cov + bias2,
+        trace_cov=trace_cov,
+        bias2=bias2,
+        mean_coef=mean,
+        mean_factor=quad(mean, Q, g) / g_sq if g_sq > 0 else float("nan"),
+    )
 
 
 def exact_mse(p, G, Q, K: int, name: str) -> float:
     """Exact MSE E||X - g||^2 of estimator ``name`` (closed form when there is one, else conditioning on C)."""
     if est.get(name).closed_form is not None:
         return closed_form_mse(exact_moments(p, G, Q), K, name)
-    return exact_estimator(p, G, Q, K, name)["mse"]
+    return exact_estimator(p, G, Q, K, name).mse
 
 
 def gradient_gram(vectors) -> np.ndarray:
@@ -141,7 +180,7 @@ def gradient_gram(vectors) -> np.ndarray:
     return stacked @ stacked.T
 
 
-def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, float]:
+def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> ScalingConstants:
     """c1 = E_X||g(X) - E_X g||^2, c2 = E_X sigma_O^2, c3 = 2 E_X tr Var zeta_2; K* exact (1 + sqrt(c3/c1))
     and the paper's sqrt(c3/c1) (``error_model.k_star`` / ``error_model.paper_k_star``)."""
     from grpo_mse.analysis.error_model import k_star, paper_k_star
@@ -153,13 +192,13 @@ def scaling_constants(g_gram, sigma_o2, var_zeta2, weights=None) -> dict[str, fl
     c1 = float(w @ np.diag(gram) - w @ gram @ w)
     c2 = float(w @ np.asarray(sigma_o2, dtype=np.float64))
     c3 = 2.0 * float(w @ np.asarray(var_zeta2, dtype=np.float64))
-    return {
-        "c1": c1,
-        "c2": c2,
-        "c3": c3,
-        "K_star_exact": float(k_star(c1, c3)),
-        "K_star_paper": float(paper_k_star(c1, c3)) if c1 > 0 else float("inf"),
-    }
+    return ScalingConstants(
+        c1=c1,
+        c2=c2,
+        c3=c3,
+        K_star_exact=float(k_star(c1, c3)),
+        K_star_paper=float(paper_k_star(c1, c3)) if c1 > 0 else float("inf"),
+    )
 
 
 @dataclass
@@ -171,11 +210,11 @@ class OneTokenEnumeration:
     Q: np.ndarray
     g: np.ndarray
 
-    def moments(self) -> dict[str, float]:
+    def moments(self) -> ExactMoments:
         """``exact_moments`` of this prompt."""
         return exact_moments(self.p, self.G, self.Q)
 
-    def estimator(self, K: int, name: str) -> dict:
+    def estimator(self, K: int, name: str) -> ExactEstimator:
         """``exact_estimator`` of ``name`` at group size K for this prompt."""
         return exact_estimator(self.p, self.G, self.Q, K, name)
 

@@ -10,10 +10,31 @@ import itertools
 import json
 import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_mse.errors import require
+from grpo_mse.tables.records import SavedRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepCalibration(SavedRecord):
+    """The seed SD and the metric's slope on relative error from committed sweeps (``calibration``)."""
+
+    seed_sd: float  # pooled within-cell standard deviation over seeds
+    seed_sd_dof: int  # its degrees of freedom
+    beta: float  # within-setting slope of the cell means on the relative budgeted error
+    beta_ci95: list[float]  # t interval of the slope (fixed effects per setting)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contrast(SavedRecord):
+    """The two settings and two K with the largest advisor-implied interaction (``best_contrast``)."""
+
+    settings: list[str]  # the two settings
+    K: list[int]  # the two group sizes
+    relative_contrast: float  # D_rel = (r_a(K1) - r_a(K2)) - (r_b(K1) - r_b(K2))
 
 
 def relative_errors(c1: float, c2: float, c3: float, ks) -> np.ndarray:
@@ -61,7 +82,7 @@ def simulated_power(effect: float, sigma: float, n: int, alpha: float, runs: int
     return float(np.mean(np.abs(t) > stats.t.ppf(1 - alpha / 2, 4 * (n - 1))))
 
 
-def calibration(sweeps: dict) -> dict:
+def calibration(sweeps: dict) -> SweepCalibration:
     """Pooled within-cell seed SD and the within-setting slope beta of metric on relative error (centred per
     setting), from {name: (cells, relative errors at sorted K)}."""
     squares, dof, xs, ys = 0.0, 0, [], []
@@ -83,12 +104,12 @@ def calibration(sweeps: dict) -> dict:
         if free > 0
         else math.nan
     )
-    return {
-        "seed_sd": math.sqrt(squares / dof),
-        "seed_sd_dof": dof,
-        "beta": beta,
-        "beta_ci95": [beta - half, beta + half],  # t interval of the slope of the cell means (fixed effects)
-    }
+    return SweepCalibration(
+        seed_sd=math.sqrt(squares / dof),
+        seed_sd_dof=dof,
+        beta=beta,
+        beta_ci95=[beta - half, beta + half],  # t interval of the slope of the cell means (fixed effects)
+    )
 
 
 def map_settings(k_map: dict, base: str) -> list[dict]:
@@ -113,15 +134,15 @@ def map_settings(k_map: dict, base: str) -> list[dict]:
     return out
 
 
-def best_contrast(settings: list[dict], ks: list[int]) -> dict:
+def best_contrast(settings: list[dict], ks: list[int]) -> Contrast | None:
     """The two settings and two K with the largest advisor-implied interaction |D_rel| (fixed before any sweep)."""
     best = None
     for a, b in itertools.combinations(settings, 2):
         ra, rb = relative_errors(*a["c"], ks), relative_errors(*b["c"], ks)
         for i, j in itertools.combinations(range(len(ks)), 2):
             value = (ra[i] - ra[j]) - (rb[i] - rb[j])
-            if best is None or abs(value) > abs(best["relative_contrast"]):
-                best = {"settings": [a["setting"], b["setting"]], "K": [ks[i], ks[j]], "relative_contrast": value}
+            if best is None or abs(value) > abs(best.relative_contrast):
+                best = Contrast(settings=[a["setting"], b["setting"]], K=[ks[i], ks[j]], relative_contrast=value)
     return best
 
 

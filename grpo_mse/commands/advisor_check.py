@@ -57,7 +57,7 @@ def extrapolation(records_by_k, batches_by_k, fit, check, budget: int, n_boot: i
         pooled = np.nanmean(np.stack([per_k[k] for k in fit]), axis=0)  # [3, R]
     out = {
         "fit_K": list(fit),
-        "fitted": {name: bootstrap.summarise(pooled[i], weights) for i, name in enumerate(NAMES)},
+        "fitted": {name: bootstrap.summarise(pooled[i], weights).to_json() for i, name in enumerate(NAMES)},
         "check": {},
     }
     for k in check:
@@ -66,10 +66,12 @@ def extrapolation(records_by_k, batches_by_k, fit, check, budget: int, n_boot: i
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = measured / predicted
         out["check"][str(k)] = {
-            "predicted": bootstrap.summarise(predicted, weights),
-            "measured": bootstrap.summarise(measured, weights),
-            "measured_over_predicted": bootstrap.summarise(ratio, weights),
-            "measured_constants": {name: bootstrap.summarise(per_k[k][i], weights) for i, name in enumerate(NAMES)},
+            "predicted": bootstrap.summarise(predicted, weights).to_json(),
+            "measured": bootstrap.summarise(measured, weights).to_json(),
+            "measured_over_predicted": bootstrap.summarise(ratio, weights).to_json(),
+            "measured_constants": {
+                name: bootstrap.summarise(per_k[k][i], weights).to_json() for i, name in enumerate(NAMES)
+            },
         }
     return out
 

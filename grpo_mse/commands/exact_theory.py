@@ -110,7 +110,7 @@ def main(argv=None) -> None:
         prompts.append(ot.prompt_summary(row, enum, args.K_list, args.estimators))
         gradients.append(enum.g)
         settings = {**oracle_settings(args, None), "max_new_tokens": 1}
-        oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1]["V"], settings)) + "\n")
+        oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1].V, settings)) + "\n")
     from grpo_mse.tables.resume import model_fingerprint
 
     config = {
@@ -124,7 +124,7 @@ def main(argv=None) -> None:
             "score_distribution": args.score_distribution,
         },
     }
-    summary = ot.theory_summary(prompts, gradient_gram(gradients), args.K_list, args.estimators, config)
+    summary = ot.theory_summary(prompts, gradient_gram(gradients), args.K_list, args.estimators, config).to_json()
     os.makedirs(args.out_dir, exist_ok=True)
     theory_stem = claim(os.path.join(args.out_dir, f"theory_{model_basename_tag(args.model)}_{timestamp()}"), ".json")
     theory_path = theory_stem + ".json"  # claimed: a run started in the same second gets its own name

@@ -242,7 +242,7 @@ def main(argv=None) -> dict:
         print(f"advisor JSON not found: {' '.join(args.advisor_json)}; K* not compared")
     advisor = sim.read_advisor(path) if path else None
     outcome = read_records(args.records_csv) if args.records_csv else run(args)
-    summary = sim.summarize(outcome["records"], args.K_list, advisor)
+    summary = sim.summarize(outcome["records"], args.K_list, advisor).to_json()
     summary["metric"] = metric_label(args)
     summary["note"] = build_note(summary, args)
     summary["config"] = {**asdict(args), "advisor_json": path}

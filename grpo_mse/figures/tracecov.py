@@ -192,8 +192,8 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
         now = error_model.status(pooled, ci, allowed, budget)
     else:
         now = error_model.advice_status({**advice, "allowed_K": allowed, "budget": budget})
-    if now["identified"]:  # K* and the best K only where the advisor identifies them
-        star = now["K_star_exact"]
+    if now.identified:  # K* and the best K only where the advisor identifies them
+        star = now.K_star_exact
         ax.axvline(star, color="tab:red", linestyle="--", label=f"exact K* = 1 + sqrt(c3/c1) = {star:.3g}")
         low, high = error_model.interval_of(ci.get("K_star_exact")) or (np.nan, np.nan)
         if np.isfinite(low):
@@ -205,7 +205,7 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
                 label="K* 95% joint bootstrap interval" + (" (to inf)" if np.isinf(high) else ""),
             )
         ax.axvline(star - 1, color="gray", linestyle=":", label=f"paper sqrt(c3/c1) = {star - 1:.3g}")
-    best = now["K_best"]
+    best = now.K_best
     if best is not None:
         ax.plot(
             [best],
@@ -225,7 +225,7 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     if overridden:
         title += f"\nN = {budget:g} set by --budget (the run's advisor used N = {saved:g})"
     if best is None:
-        title += "\n" + ("K* " if not now["identified"] else "") + now["message"]
+        title += "\n" + ("K* " if not now.identified else "") + now.message
     ax.set_title(title, fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)

@@ -60,27 +60,27 @@ def drgrpo_weights(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean(-1, keepdim=True)) / rewards.shape[-1]
 
 
-# Exact MSEs from the moments of ``analysis.theory.exact_moments`` (E[s] = 0, K >= 2).
+# Exact MSEs from the moments m of ``analysis.theory.exact_moments`` (an ``ExactMoments``; E[s] = 0, K >= 2).
 
 
-def vanilla_exact_mse(m: dict[str, float], K: int) -> float:
+def vanilla_exact_mse(m, K: int) -> float:
     """MSE_vanilla = (E||G s||^2 - ||g||^2) / K."""
-    return (m["vanilla_m2"] - m["g_sq"]) / K
+    return (m.vanilla_m2 - m.g_sq) / K
 
 
-def grpo_exact_mse(m: dict[str, float], K: int) -> float:
+def grpo_exact_mse(m, K: int) -> float:
     """MSE_GRPO = [4 (K - 2) zeta1 + 2 zeta_h] / (K (K - 1)) (U-statistic of order 2)."""
-    return (4.0 * (K - 2) * m["zeta1"] + 2.0 * m["zeta_h"]) / (K * (K - 1))
+    return (4.0 * (K - 2) * m.zeta1 + 2.0 * m.zeta_h) / (K * (K - 1))
 
 
-def oracle_exact_mse(m: dict[str, float], K: int) -> float:
+def oracle_exact_mse(m, K: int) -> float:
     """MSE_oracle = sigma_O^2 / K."""
-    return m["sigma_o2"] / K
+    return m.sigma_o2 / K
 
 
-def drgrpo_exact_mse(m: dict[str, float], K: int) -> float:
+def drgrpo_exact_mse(m, K: int) -> float:
     """MSE_DrGRPO = ((K - 1) / K)^2 MSE_GRPO + ||g||^2 / K^2 (tr Cov shrunk, plus the bias ||g / K||^2)."""
-    return ((K - 1) / K) ** 2 * grpo_exact_mse(m, K) + m["g_sq"] / K**2
+    return ((K - 1) / K) ** 2 * grpo_exact_mse(m, K) + m.g_sq / K**2
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class Estimator:
     weights: Callable  # rewards [..., K] (and V when needs_value) -> weights [..., K]
     biased: bool  # E X != grad E[G]
     needs_value: bool  # the weights use the oracle value V(x)
-    closed_form: Callable[[dict, int], float] | None  # (exact moments, K) -> exact MSE; None: by conditioning only
+    closed_form: Callable[[object, int], float] | None  # (exact moments, K) -> exact MSE; None: by conditioning only
     trainer: str  # the VERL / TRL setting whose advantage gives the same gradient
 
 

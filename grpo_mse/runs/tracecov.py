@@ -16,7 +16,7 @@ import torch
 
 from grpo_mse import cli, distributed
 from grpo_mse.analysis import advisor_report, measured_curve, paired
-from grpo_mse.analysis.bootstrap import at_least_zero, below_zero_flag
+from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.distributed import Shards
@@ -290,7 +290,7 @@ class TracecovRun:
                 allowed=config.allowed_K,
                 advisor_estimator=config.advisor_estimator,
                 calibration=read_calibration() if config.with_advisor else None,  # the committed table
-            )
+            ).to_json()
         )
         write_json(f"{base}.json", result)
         all_records = [r for k in config.K_list for r in records_by_k[k]]
@@ -434,7 +434,7 @@ def summary_lines(result: dict) -> list[str]:
     for i, k in enumerate(result["K_list"]):
         cells = [
             f"{est.get(n).label}={mse[n][i]:.4g}±{half_width[n][i]:.2g}"
-            + below_zero_flag(at_least_zero({"estimate": mse[n][i]}))  # an unbiased estimate of an MSE can be < 0
+            + below_zero_flag(at_least_zero(Summary(estimate=mse[n][i], ci95=None)))  # an unbiased MSE can be < 0
             for n in names
         ]
         lines.append(f"K={k:4d}  " + "  ".join(cells))

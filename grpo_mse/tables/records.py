@@ -59,12 +59,24 @@ class SavedRecord:
         return cls(**data)
 
     def to_json(self) -> dict:
-        """The saved JSON object."""
+        """The saved JSON object; a field holding a record, or a {key: record} mapping, saved as its JSON."""
         return {
-            f.name: getattr(self, f.name)
+            f.name: saved(getattr(self, f.name))
             for f in fields(self)
             if f.default is MISSING or getattr(self, f.name) is not None
         }
+
+
+def saved(value):
+    """``value`` as saved: a record as its JSON object, a mapping or list holding records with each saved (anything
+    else as it is)."""
+    if isinstance(value, SavedRecord):
+        return value.to_json()
+    if isinstance(value, dict) and any(isinstance(v, (SavedRecord, dict, list)) for v in value.values()):
+        return {key: saved(v) for key, v in value.items()}
+    if isinstance(value, list) and any(isinstance(v, (SavedRecord, dict, list)) for v in value):
+        return [saved(v) for v in value]
+    return value
 
 
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]

@@ -160,7 +160,7 @@ def advice_metrics(advice: dict, k: int) -> dict:
     from grpo_mse.analysis.error_model import advice_status
 
     pooled, now = advice.get("pooled") or {}, advice_status(advice)
-    metrics = {"adaptive_k/K": float(k), "adaptive_k/identified": float(now["identified"])}
+    metrics = {"adaptive_k/K": float(k), "adaptive_k/identified": float(now.identified)}
     curve = advice.get("measured_curve")
     if isinstance(curve, dict):  # std-normalised GRPO: whether its measured curve's intervals identify the K
         metrics["adaptive_k/std_identified"] = float(curve.get("identified") is True)
@@ -168,8 +168,8 @@ def advice_metrics(advice: dict, k: int) -> dict:
         value = pooled.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             metrics[f"adaptive_k/{name}"] = float(value)
-    if now["K_star_exact"] is not None:
-        metrics["adaptive_k/K_star_exact"] = float(now["K_star_exact"])
+    if now.K_star_exact is not None:
+        metrics["adaptive_k/K_star_exact"] = float(now.K_star_exact)
     return metrics
 
 

@@ -62,8 +62,8 @@ def constants():
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in prompts]
     c = theory.scaling_constants(
         theory.gradient_gram([(p * G) @ s for p, G, s in prompts]),
-        [m["sigma_o2"] for m in moments],
-        [m["var_zeta2"] for m in moments],
+        [m.sigma_o2 for m in moments],
+        [m.var_zeta2 for m in moments],
     )
     errors = {k: _enumerated_error(prompts, k, BUDGET) for k in range(2, 17)}
     return c, errors
@@ -73,8 +73,8 @@ def test_exact_error_formula_matches_enumeration(constants):
     """c1 K/N + c2/N + c3/(N (K-1)) equals the enumerated error at every K; the paper's c3/(N K) lies below it."""
     c, errors = constants
     for k, error in errors.items():
-        assert error_model.exact_error(c["c1"], c["c2"], c["c3"], k, BUDGET) == pytest.approx(error, rel=1e-9)
-        assert error_model.paper_bound(c["c1"], c["c2"], c["c3"], k, BUDGET) < error
+        assert error_model.exact_error(c.c1, c.c2, c.c3, k, BUDGET) == pytest.approx(error, rel=1e-9)
+        assert error_model.paper_bound(c.c1, c.c2, c.c3, k, BUDGET) < error
 
 
 def test_recommended_k_minimises_the_enumerated_error(constants):
@@ -82,13 +82,13 @@ def test_recommended_k_minimises_the_enumerated_error(constants):
     over the powers of two; the paper's sqrt(c3/c1) would pick a K with a larger error (power of the test)."""
     c, errors = constants
     best_integer = min(errors, key=errors.get)
-    assert math.floor(c["K_star_exact"]) <= best_integer <= math.ceil(c["K_star_exact"])
-    assert c["K_star_exact"] == pytest.approx(1 + c["K_star_paper"])
+    assert math.floor(c.K_star_exact) <= best_integer <= math.ceil(c.K_star_exact)
+    assert c.K_star_exact == pytest.approx(1 + c.K_star_paper)
     allowed = error_model.allowed_group_sizes(BUDGET, [2, 4, 8, 16])
     best_allowed = min(allowed, key=errors.get)
-    assert float(error_model.best_allowed_k(c["c1"], c["c3"], allowed)[0]) == best_allowed == 4
-    paper_choice = min(allowed, key=lambda k: float(error_model.paper_bound(c["c1"], c["c2"], c["c3"], k, BUDGET)))
-    paper_integer = round(c["K_star_paper"])
+    assert float(error_model.best_allowed_k(c.c1, c.c3, allowed)[0]) == best_allowed == 4
+    paper_choice = min(allowed, key=lambda k: float(error_model.paper_bound(c.c1, c.c2, c.c3, k, BUDGET)))
+    paper_integer = round(c.K_star_paper)
     assert paper_choice == 2 and errors[paper_choice] > 1.05 * errors[best_allowed]
     assert paper_integer != best_integer and errors[paper_integer] > errors[best_integer]
 

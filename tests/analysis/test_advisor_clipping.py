@@ -41,9 +41,9 @@ def small_runs(draw):
 def advice_of(records, batches, clip: bool = True) -> dict:
     """``advisor.advise`` with 60 replicates; ``clip=False``: with the clipping switched off (the raw intervals)."""
     if clip:
-        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
+        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration()).to_json()
     with mock.patch.object(bootstrap, "at_least_zero", lambda summary: summary):
-        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration())
+        return advisor.advise(records, batches, n_boot=60, seed=1, budget=64, calibration=read_calibration()).to_json()
 
 
 def numbers(interval):
@@ -93,7 +93,7 @@ def test_advice_saved_before_the_clipping_is_printed_clipped():
         2: [PromptRecord.simulated(2, i, {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}) for i in range(6)],
     }
     batches = {2: [C1BatchRecord.simulated(2, list(range(6)), np.eye(6).tolist(), [0.5] * 6)]}
-    advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64, calibration=read_calibration())
+    advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64, calibration=read_calibration()).to_json()
     old = {
         **{key: value for key, value in advice.items() if key != "ci95_below_zero"},
         "pooled": {**advice["pooled"], "c1": -0.5},

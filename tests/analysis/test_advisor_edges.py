@@ -186,12 +186,12 @@ def test_best_allowed_k_and_relative_errors_at_the_edges():
 
 def test_recommendation_only_where_both_intervals_clear_zero():
     demo = error_model.recommendation(172, 639, 954, [94, 365], [624, 1783], [2, 4, 8, 16, 32, 64], 1024)
-    assert demo["identified"] and demo["K_best"] == 4 and demo["near_best_K"] == [4]
+    assert demo.identified and demo.K_best == 4 and demo.near_best_K == [4]
     reaching = error_model.recommendation(172, 639, 954, [-3, 365], [624, 1783], [2, 4, 8, 16], 1024)
-    assert reaching["K_best"] is None and "c1 may be 0" in reaching["lean"]
+    assert reaching.K_best is None and "c1 may be 0" in reaching.lean
     flat = error_model.recommendation(1.0, 1000.0, 4.0, [0.5, 2], [2, 8], [2, 4, 8], 64)
-    assert flat["K_best"] == 4  # argmin of K + 4/(K - 1): 6, 5.33, 8.57
-    assert flat["near_best_K"] == [2, 4, 8]  # c2 dominates: all within 10%
+    assert flat.K_best == 4  # argmin of K + 4/(K - 1): 6, 5.33, 8.57
+    assert flat.near_best_K == [2, 4, 8]  # c2 dominates: all within 10%
 
 
 def test_json_keeps_infinity_apart_from_undefined():
@@ -225,9 +225,9 @@ def test_studentized_ratio_interval_covers_a_heavy_tailed_ratio():
         a, b = scale * rng.gamma(2.0, 1.0, 96), scale * rng.gamma(2.0, 0.5, 96)
         weights = bootstrap.prompt_weights(96, 300, seed=run)
         summary, draws = bootstrap.ratio_summary(weights, a, b)
-        low, high = summary["ci95"]
+        low, high = summary.ci95
         hits += low <= 2.0 <= high
         low, high = bootstrap.interval(draws, weights)
         hits_bca += low <= 2.0 <= high
-    assert summary["estimate"] == pytest.approx(a.sum() / b.sum())
+    assert summary.estimate == pytest.approx(a.sum() / b.sum())
     assert hits / runs >= 0.88 and hits > hits_bca

@@ -50,7 +50,7 @@ def _choose_rows(model, tokenizer, texts):
         if not one_token.reachable(texts, row["ground_truth"]):
             continue
         enum = one_token.enumerate_row(model, tokenizer, row, texts, temperature=1.0)
-        value = enum.moments()["V"]
+        value = enum.moments().V
         if 0.05 < value < 0.95:
             chosen.append(({**row, "V_oracle": value}, enum))
         if len(chosen) == PROMPTS:
@@ -91,7 +91,7 @@ def case(tmp_path_factory):
         chosen = _choose_rows(model, tokenizer, texts)
         moments = [enum.moments() for _, enum in chosen]
         gram = theory.gradient_gram([enum.g for _, enum in chosen])
-        exact = theory.scaling_constants(gram, [m["sigma_o2"] for m in moments], [m["var_zeta2"] for m in moments])
+        exact = theory.scaling_constants(gram, [m.sigma_o2 for m in moments], [m.var_zeta2 for m in moments]).to_json()
         rows = [{**chosen[j % PROMPTS][0], "id": 1000 + j} for j in range(PROMPTS * COPIES)]
         row_gram = theory.gradient_gram([chosen[j % PROMPTS][1].g for j in range(len(rows))])
         records, batches = _run_advisor(
@@ -105,7 +105,7 @@ def case(tmp_path_factory):
         "c1_target": c1_target,
         "records": records,
         "batches": batches,
-        "advice": advise(records, batches, seed=0, calibration=read_calibration()),
+        "advice": advise(records, batches, seed=0, calibration=read_calibration()).to_json(),
     }
 
 

@@ -76,8 +76,8 @@ def test_log_scale_interval_divides_the_standard_error_by_the_estimate():
     low, high = np.quantile(t, [0.025, 0.975])
     expect = np.exp([np.log(mean[0]) - high * se[0] / mean[0], np.log(mean[0]) - low * se[0] / mean[0]])
     summary = bootstrap.studentized_summary(mean, se, weights, log=True)
-    assert summary["ci95"] == pytest.approx(list(expect), rel=1e-12)
-    assert summary["interval"] == "studentized-log" and summary["estimate"] == pytest.approx(x.mean())
+    assert summary.ci95 == pytest.approx(list(expect), rel=1e-12)
+    assert summary.interval == "studentized-log" and summary.estimate == pytest.approx(x.mean())
 
 
 def _constants(c1_mean, seed=0):
@@ -106,9 +106,9 @@ def test_k_star_interval_is_the_studentized_log_k_star_minus_one():
     low, high = np.quantile(t, [0.025, 0.975])
     expect = 1 + np.exp([log_k[0] - high * se[0], log_k[0] - low * se[0]])
     summary = advisor.k_star_summary(c1, c3, d1, d3, weights)
-    assert summary["ci95"] == pytest.approx(list(expect), rel=1e-9)
-    assert summary["estimate"] == pytest.approx(1 + np.sqrt(c3[0] / c1[0]))
-    assert summary["interval"] == "studentized-log"
+    assert summary.ci95 == pytest.approx(list(expect), rel=1e-9)
+    assert summary.estimate == pytest.approx(1 + np.sqrt(c3[0] / c1[0]))
+    assert summary.interval == "studentized-log"
 
 
 def test_k_star_interval_ends_at_inf_when_c1_may_be_zero():
@@ -117,12 +117,10 @@ def test_k_star_interval_ends_at_inf_when_c1_may_be_zero():
     c1, c3, d1, d3, weights = _constants(0.25)
     assert c1[0] > 0 and np.any(c1 <= 0)
     summary = advisor.k_star_summary(c1, c3, d1, d3, weights)
-    c1_interval = bootstrap.studentized_summary(c1, np.sqrt(bootstrap.influence_covariance(weights, d1)), weights)[
-        "ci95"
-    ]
-    assert c1_interval[0] < 0 and summary["ci95"][1] == np.inf and summary["interval"] == "studentized"
-    assert 1 < summary["ci95"][0] < summary["estimate"]
-    assert np.isfinite(advisor.k_star_summary(*_constants(2.0))["ci95"][1])
+    c1_interval = bootstrap.studentized_summary(c1, np.sqrt(bootstrap.influence_covariance(weights, d1)), weights).ci95
+    assert c1_interval[0] < 0 and summary.ci95[1] == np.inf and summary.interval == "studentized"
+    assert 1 < summary.ci95[0] < summary.estimate
+    assert np.isfinite(advisor.k_star_summary(*_constants(2.0)).ci95[1])
 
 
 def test_advisor_intervals_cover_on_the_light_tailed_population():
@@ -133,7 +131,7 @@ def test_advisor_intervals_cover_on_the_light_tailed_population():
     cover less: the table in docs/statistics.md and grpo_mse/analysis/coverage_calibration.json."""
     row = coverage_heavy_tails.coverage(96, 60, coverage_heavy_tails.Tail("lognormal", 0.0), n_boot=200, seed=11)
     for name in ("c1", "c3", "K_star_exact"):
-        assert 0.90 <= row["coverage"][name]["coverage"] <= 0.99, (name, row["coverage"])
+        assert 0.90 <= row.coverage[name]["coverage"] <= 0.99, (name, row.coverage)
 
 
 def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
@@ -192,30 +190,30 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"cells": table}))
     found = coverage_calibration.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
-    assert found["status"] == "calibrated" and found["coverage"]["c1"]["low"] == 0.95
-    assert found["cells"] == [{"T": 192, "tail": "light", "runs": 20}] and found["T_match"] == "near"
-    assert coverage_calibration.simulated_coverage(1.0, 192, str(path))["coverage"]["c1"] == {
+    assert found.status == "calibrated" and found.coverage["c1"]["low"] == 0.95
+    assert found.cells == [{"T": 192, "tail": "light", "runs": 20}] and found.T_match == "near"
+    assert coverage_calibration.simulated_coverage(1.0, 192, str(path)).coverage["c1"] == {
         "low": 0.6,
         "high": 0.6,
         "mc_se": pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40)),
     }
     between = coverage_calibration.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
-    assert between["T_match"] == "between" and between["coverage"]["c1"]["low"] == 0.6
-    assert between["coverage"]["c1"]["high"] == 0.6 and len(between["cells"]) == 2
+    assert between.T_match == "between" and between.coverage["c1"]["low"] == 0.6
+    assert between.coverage["c1"]["high"] == 0.6 and len(between.cells) == 2
     for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 30), (1.0, 250), (float("nan"), 192), (None, 192)):
-        assert coverage_calibration.simulated_coverage(index, t, str(path))["status"] == "unknown", (index, t)
-    assert coverage_calibration.simulated_coverage(1.0, 192, str(tmp_path / "missing.json"))["status"] == "unknown"
+        assert coverage_calibration.simulated_coverage(index, t, str(path)).status == "unknown", (index, t)
+    assert coverage_calibration.simulated_coverage(1.0, 192, str(tmp_path / "missing.json")).status == "unknown"
     both = [{**c, "index_range": [0.5, 5.0]} for c in table]  # two tails fit: their lowest and highest coverage
     path.write_text(json.dumps({"cells": both}))
     found = coverage_calibration.simulated_coverage(1.0, 192, str(path), share=0.3)
-    assert found["coverage"]["c1"]["low"] == 0.6 and found["coverage"]["c1"]["high"] == 0.95
+    assert found.coverage["c1"]["low"] == 0.6 and found.coverage["c1"]["high"] == 0.95
     assert prompt_constants.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
         "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
         "allowed_K": [2, 4],
         "budget": 64,
-        "simulated_coverage": found,
+        "simulated_coverage": found.to_json(),
         "interval_widening": {"c1": [0.0, 2.0], "c2": [0.0, 0.0], "c3": [0.5, 1.5], "K_star_exact": [0.0, 0.0]},
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
@@ -226,11 +224,11 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     assert "tail index of c2 1 (largest prompt's share 0.3)" in text
     assert "bootstrap; c1, c3 widened for heavy tails," in text
     text = advisor_report.describe(
-        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(1.0, 96, str(path))}
+        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(1.0, 96, str(path)).to_json()}
     )
     assert "coverage simulated at T=48 and 192 (this T lies between)" in text
     text = advisor_report.describe(
-        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(3.0, 30, str(path))}
+        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(3.0, 30, str(path)).to_json()}
     )
     assert "(coverage unknown)" in text and "no calibration cell at T = 30" in text and "simulated coverage" not in text
 
@@ -247,28 +245,30 @@ def test_widening_moves_each_end_out_and_the_coverage_script_counts_it_as_the_ad
     widen = {"c1": (0.3, 2.0), "c2": (0.1, 1.7), "c3": (0.2, 2.5), "K_star_exact": (1.6, 0.4)}
     plain = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen={}, calibration=read_calibration())
     wide = advisor.advise(records, batches, n_boot=300, seed=9, budget=64, widen=widen, calibration=read_calibration())
-    assert wide["interval_widening"] == {name: list(w) for name, w in widen.items()}
-    assert wide["studentized"] == plain["studentized"] and wide["pooled"] == plain["pooled"]
+    assert wide.interval_widening == {name: list(w) for name, w in widen.items()}
+    assert wide.studentized == plain.studentized and wide.pooled == plain.pooled
     for name in ("c1", "c2", "c3"):
-        pieces, (d_low, d_high) = plain["studentized"][name], widen[name]
+        pieces, (d_low, d_high) = plain.studentized[name], widen[name]
         (t_low, t_high), v, se = pieces["t"], pieces["value"], pieces["error"]
         ends = np.array([v - (t_high + d_low) * se, v - (t_low - d_high) * se])
         ends = np.exp(ends) if pieces["scale"] == "log" else ends
         assert pieces["scale"] == ("natural" if name == "c1" else "log")
-        assert wide["ci95"][name] == pytest.approx([max(ends[0], 0.0), ends[1]], rel=1e-12)
-    q = plain["studentized"]["K_star_exact"]
+        assert wide.ci95[name] == pytest.approx([max(ends[0], 0.0), ends[1]], rel=1e-12)
+    q = plain.studentized["K_star_exact"]
     (t_low, t_high), v, se = q["t"], q["value"], q["error"]
     q_low, q_high = np.exp([v - (t_high + 0.4) * se, v - (t_low - 1.6) * se])  # K*'s upper end from q's lower one
-    assert wide["ci95"]["K_star_exact"] == pytest.approx([1 + q_high**-0.5, 1 + q_low**-0.5], rel=1e-12)
+    assert wide.ci95["K_star_exact"] == pytest.approx([1 + q_high**-0.5, 1 + q_low**-0.5], rel=1e-12)
     base = {"c1": 1.0, "c2": 1.0, "c3": 1.0}
     for name in ("c1", "c2", "c3", "K_star_exact"):
-        low, high = (float(e) for e in wide["ci95"][name])
+        low, high = (float(e) for e in wide.ci95[name])
         for value, covered in ((low * 0.99, False), (low * 1.01, True), (high * 0.99, True), (high * 1.01, False)):
             if value == 0.0:  # c1's lower end clipped at 0: a truth of 0 is no check
                 continue
             true = {**base, name: value} if name != "K_star_exact" else {**base, "c1": (value - 1) ** -2.0}
             true["K_star_exact"] = 1 + math.sqrt(true["c3"] / true["c1"])
-            rows = coverage_heavy_tails.columns([coverage_heavy_tails.run_row(plain, true)])
+            rows = coverage_heavy_tails.columns(
+                [coverage_heavy_tails.run_row(plain, coverage_heavy_tails.Truth(**true))]
+            )
             below, above = coverage_heavy_tails.misses(rows, name, widen[name])
             assert bool(~(below | above)[0]) == covered, (name, value, covered)
 
@@ -324,9 +324,9 @@ def test_printed_coverage_holds_on_a_generator_the_calibration_was_not_built_fro
     runs: with the committed table's widening, among the runs it calibrates, the actual coverage of c1, c2, c3 and
     K* lies within 3 points of the mean printed range, and is >= 93% wherever >= 93% is printed."""
     cell = coverage_heavy_tails.coverage(48, 300, coverage_heavy_tails.Tail("student", 3.0), n_boot=1000, seed=777)
-    found = coverage_heavy_tails.check(cell, coverage_calibration.CALIBRATION)
-    assert found["unknown"] < 0.5
+    found = coverage_heavy_tails.check(cell.to_json(), coverage_calibration.CALIBRATION)
+    assert found.unknown < 0.5
     for name in coverage_heavy_tails.CALIBRATED:
-        assert found[name]["within_3_points"], (name, found[name])
-        sure = found[name]["actual_where_printed_93_or_more"]
+        assert getattr(found, name)["within_3_points"], (name, getattr(found, name))
+        sure = getattr(found, name)["actual_where_printed_93_or_more"]
         assert sure is None or sure["coverage"] >= 0.93, (name, sure)

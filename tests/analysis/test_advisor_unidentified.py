@@ -80,10 +80,10 @@ def frame(ks=(2, 4, 8, 16), seeds=3) -> pd.DataFrame:
 def test_identified_constants_still_give_a_k():
     """The control: c1, c3 > 0 with intervals off 0 name K* = 1 + sqrt(c3/c1) and the best allowed K."""
     now = error_model.advice_status(IDENTIFIED)
-    assert now["identified"] and now["K_star_exact"] == pytest.approx(1 + math.sqrt(380 / 15)) and now["K_best"] == 8
+    assert now.identified and now.K_star_exact == pytest.approx(1 + math.sqrt(380 / 15)) and now.K_best == 8
     assert "best K in [2, 4, 8, 16] = 8" in advisor_report.describe(IDENTIFIED)
     pred = kv.predict({"group_size_advisor": IDENTIFIED}, "s", written_at="t")
-    assert pred["best_allowed_K"] == 8 and pred["K_star_exact"] == pytest.approx(now["K_star_exact"])
+    assert pred.best_allowed_K == 8 and pred.K_star_exact == pytest.approx(now.K_star_exact)
     assert adaptive_k.chosen_k(IDENTIFIED, current=2) == 8
 
 
@@ -91,27 +91,28 @@ def test_identified_constants_still_give_a_k():
 @given(unidentified())
 def test_no_consumer_states_a_k_from_unidentified_constants(advice):
     now = error_model.advice_status(advice)
-    assert not now["identified"] and now["K_star_exact"] is None and now["K_best"] is None
+    assert not now.identified and now.K_star_exact is None and now.K_best is None
     text = advisor_report.describe(advice)
     assert "not identified" in text and "best K in [2, 4, 8, 16] =" not in text and "K* = 1+sqrt(c3/c1) =" not in text
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
-    assert pred["K_star_exact"] is None and pred["best_allowed_K"] is None and pred["ci95"] is None
-    assert not pred["identified"] and "not identified" in kv.describe_prediction(pred)
-    json.loads(to_json(pred))  # strict JSON
+    assert pred.K_star_exact is None and pred.best_allowed_K is None and pred.ci95 is None
+    assert not pred.identified and "not identified" in kv.describe_prediction(pred)
+    json.loads(to_json(pred.to_json()))  # strict JSON
     summary = kv.setting_summary("a", run_means(frame(), METRIC), pred, "t", METRIC)
-    assert summary["advisor"]["K_star_exact"] is None and summary["advisor"]["best_allowed_K"] is None
+    assert summary.advisor.K_star_exact is None and summary.advisor.best_allowed_K is None
     other = kv.setting_summary(
         "b", run_means(frame(), METRIC), kv.predict({"group_size_advisor": IDENTIFIED}, "b", "t"), "t", METRIC
     )
     draws = np.full(50, 8)
     for pair in ((summary, other), (other, summary)):
-        assert kv.compare(*pair, draws, draws)["advisor_direction"] == 0  # no direction from an unidentified K*
+        assert kv.compare(*pair, draws, draws).advisor_direction == 0  # no direction from an unidentified K*
     assert adaptive_k.chosen_k(advice, current=4) == 4 or all(
         isinstance(advice["pooled"][n], float) and 0 < advice["pooled"][n] < math.inf for n in ("c1", "c3")
     )  # positive constants whose interval reaches 0: the point-estimate argmin, as documented
     assert "adaptive_k/K_star_exact" not in adaptive_k.advice_metrics(advice, 4)
-    assert math.isnan(sweep_stats.predicted_error(pred, 4)) or all(
-        isinstance(pred[c], (int, float)) and math.isfinite(pred[c]) for c in ("c1", "c2", "c3")
+    constants = {c: getattr(pred, c) for c in ("c1", "c2", "c3")}
+    assert math.isnan(sweep_stats.predicted_error(constants, 4)) or all(
+        isinstance(constants[c], (int, float)) and math.isfinite(constants[c]) for c in ("c1", "c2", "c3")
     )
 
 
@@ -124,8 +125,8 @@ def test_figures_draw_unidentified_constants_without_a_k(advice, tmp_path):
     Algorithm 1 summary's advisor entry."""
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
     summary = kv.setting_summary("s", run_means(frame(), METRIC), pred, "t", METRIC)
-    kv_figures.plot_setting(summary, str(tmp_path / "one.png"), run_means(frame(), METRIC))
-    kv_figures.plot_settings([summary, summary], str(tmp_path / "all.png"))
+    kv_figures.plot_setting(summary.to_json(), str(tmp_path / "one.png"), run_means(frame(), METRIC))
+    kv_figures.plot_settings([summary.to_json(), summary.to_json()], str(tmp_path / "all.png"))
     result = {"group_size_advisor": advice}
     from grpo_mse.figures.tracecov import plot_advisor
 
@@ -135,8 +136,8 @@ def test_figures_draw_unidentified_constants_without_a_k(advice, tmp_path):
     path = tmp_path / "run.json"
     path.write_text(json.dumps(result))
     read = simulation.read_advisor(str(path))
-    assert read["K_star"] is None and read["K_best"] is None and read["K_star_ci95"] is None
-    assert simulation.agreement(4, [4], read["K_star"], ALLOWED)[0] == "no K*"
+    assert read.K_star is None and read.K_best is None and read.K_star_ci95 is None
+    assert simulation.agreement(4, [4], read.K_star, ALLOWED)[0] == "no K*"
 
 
 def run_script(args):
@@ -194,9 +195,9 @@ def test_advise_checks_allowed_k_against_the_budget():
         advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256], calibration=read_calibration())
     with pytest.raises(InputError, match="budget must be a whole number"):
         advisor.advise(records, {}, n_boot=50, budget=100.5, calibration=read_calibration())
-    assert advisor.advise(records, {}, n_boot=50, budget=128, allowed=[2, 4.0], calibration=read_calibration())[
-        "allowed_K"
-    ] == [2, 4]
+    assert advisor.advise(
+        records, {}, n_boot=50, budget=128, allowed=[2, 4.0], calibration=read_calibration()
+    ).allowed_K == [2, 4]
 
 
 def test_a_higher_level_widens_the_studentized_intervals():
@@ -218,8 +219,8 @@ def test_a_higher_level_widens_the_studentized_intervals():
         ]
         for k in (2, 4)
     }
-    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99, calibration=read_calibration())
-    usual = advisor.advise(records, batches, n_boot=400, budget=64, calibration=read_calibration())
+    wide = advisor.advise(records, batches, n_boot=400, budget=64, level=0.99, calibration=read_calibration()).to_json()
+    usual = advisor.advise(records, batches, n_boot=400, budget=64, calibration=read_calibration()).to_json()
     assert wide["interval_level"] == 0.99 and "interval_level" not in usual
     for name in ("c1", "c2", "c3", "K_star_exact"):
         (lo99, hi99), (lo95, hi95) = (error_model.interval_of(a["ci95"][name]) for a in (wide, usual))

@@ -27,10 +27,10 @@ def _truth(types) -> dict:
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     consts = theory.scaling_constants(
         theory.gradient_gram([(p * G) @ s for p, G, s in types]),
-        [m["sigma_o2"] for m in moments],
-        [m["var_zeta2"] for m in moments],
+        [m.sigma_o2 for m in moments],
+        [m.var_zeta2 for m in moments],
     )
-    truth = {"c1": consts["c1"], "c3": consts["c3"], "K_star_exact": consts["K_star_exact"]}
+    truth = {"c1": consts.c1, "c3": consts.c3, "K_star_exact": consts.K_star_exact}
     truth.update({f"wide:{name}": value for name, value in list(truth.items())})
     for k in K_LIST:
         mse = {n: np.mean([theory.closed_form_mse(m, k, n) for m in moments]) for n in ("naive", "grpo", "oracleV")}
@@ -63,12 +63,12 @@ def _simulated_run(rng, types):
         n_boot=N_BOOT,
         budget=64,
         calibration=read_calibration(),
-    )
+    ).to_json()
 
 
 def _unwidened(pieces: dict, name: str) -> list[float]:
     """The plain bootstrap-t interval from the advisor's ``studentized`` pieces (K*: 1 + 1/sqrt(q), ends swapped)."""
-    low, high = bootstrap.pieces_interval(pieces)
+    low, high = bootstrap.pieces_interval(bootstrap.Pieces.from_json(pieces))
     if name != "K_star_exact":
         return [low, high]
     return [1 + high**-0.5 if high > 0 else np.inf, 1 + low**-0.5 if low > 0 else np.inf]

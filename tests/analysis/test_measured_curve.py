@@ -56,7 +56,7 @@ def test_measured_error_is_unbiased_for_the_known_budgeted_error():
         records, batches = dataset(rng, k, spread, noise, centre)
         _, position = prompt_constants.prompt_columns({k: records})
         weights = bootstrap.prompt_weights(len(records), 1, 0)[:1]  # the data row only
-        estimates.append(float(measured_curve.error_at(records, batches, k, BUDGET, position, weights)["error"][0]))
+        estimates.append(float(measured_curve.error_at(records, batches, k, BUDGET, position, weights).error[0]))
     mean, se = np.mean(estimates), np.std(estimates, ddof=1) / np.sqrt(len(estimates))
     assert abs(mean - truth) < 4 * se, (mean, truth, se)
     assert se < 0.05 * truth  # the check has power: a missing K/N or a dropped bias term would fail it
@@ -70,14 +70,14 @@ def test_best_k_is_identified_only_when_separated():
     batches = {k: b for k, (_, b) in far.items()}
     weights = bootstrap.prompt_weights(60, 400, 0)
     curve = measured_curve.measured_curve(records, batches, BUDGET, None, weights)
-    assert curve["K"] == [2, 4, 8] and curve["K_best_point"] == 2
-    assert curve["error_over_best"]["8"]["ci95"][0] > 1  # K = 8's noise is 16 times larger
-    assert curve["identified"] is False and curve["K_best"] is None  # 2 and 4 are not separated at 60 prompts
-    assert "not separated from K in [4]" in curve["message"]
+    assert curve.K == [2, 4, 8] and curve.K_best_point == 2
+    assert curve.error_over_best["8"]["ci95"][0] > 1  # K = 8's noise is 16 times larger
+    assert curve.identified is False and curve.K_best is None  # 2 and 4 are not separated at 60 prompts
+    assert "not separated from K in [4]" in curve.message
     only = measured_curve.measured_curve(records, batches, BUDGET, [2, 8], weights)
-    assert only["K"] == [2, 8] and only["identified"] and only["K_best"] == 2
+    assert only.K == [2, 8] and only.identified and only.K_best == 2
     missing = {k: [dataclasses.replace(b, estimator_grams=None) for b in bs_] for k, bs_ in batches.items()}
-    assert measured_curve.measured_curve(records, missing, BUDGET, None, weights)["K"] == []
+    assert measured_curve.measured_curve(records, missing, BUDGET, None, weights).K == []
     assert "no decomposition" in measured_curve.describe(curve) and "K=8" in measured_curve.describe(curve)
 
 
@@ -173,8 +173,8 @@ def test_a_negative_smallest_error_identifies_no_k():
     records = {k: [PromptRecord.simulated(k, i, {GRPO_STD: 0.0}) for i in (0, 1)] for k in (2, 4)}
     batches = {2: [batch(2, -1.0)], 4: [batch(4, 0.5)]}
     curve = measured_curve.measured_curve(records, batches, BUDGET, None, bootstrap.prompt_weights(2, 50, 0))
-    assert curve["per_K"]["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>
-    assert curve["per_K"]["4"]["error"]["estimate"] == pytest.approx(0.5)
-    assert curve["K_best_point"] == 2 and curve["K_best"] is None and not curve["identified"]
-    assert "not positive" in curve["message"]
-    assert json.loads(json.dumps(curve))["identified"] is False  # plain JSON types
+    assert curve.per_K["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>
+    assert curve.per_K["4"]["error"]["estimate"] == pytest.approx(0.5)
+    assert curve.K_best_point == 2 and curve.K_best is None and not curve.identified
+    assert "not positive" in curve.message
+    assert json.loads(json.dumps(curve.to_json()))["identified"] is False  # plain JSON types

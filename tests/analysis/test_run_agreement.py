@@ -30,13 +30,13 @@ def test_compare_tracecov_runs(tmp_path):
     def noisy(scale=1.0):  # a run's trace: the prompt's true trace times sampling noise
         return {key: scale * value * rng.gammavariate(8, 1 / 8) for key, value in truth.items()}
 
-    alarms = sum(not compare.compare(noisy(), noisy())["agree"] for _ in range(50))
+    alarms = sum(not compare.compare(noisy(), noisy()).agree for _ in range(50))
     assert alarms <= 2  # 0.1% per comparison
     report = compare.compare(noisy(1.5), noisy())
-    assert not report["agree"] and all(cell["z"] > 0 for cell in report["cells"])
+    assert not report.agree and all(cell["z"] > 0 for cell in report.cells)
     same = noisy()
     identical = compare.compare(same, same)
-    assert identical["agree"] and identical["max_abs_z"] == 0.0
+    assert identical.agree and identical.max_abs_z == 0.0
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     per_prompt_csv(a, noisy(1.5))
     per_prompt_csv(b, noisy())
@@ -64,10 +64,10 @@ def test_a_rerun_agrees_within_the_stated_tolerance_and_not_beyond(tmp_path):
     expected = 0.2 * run[("grpo", 4, "7")] / sum(cell)
     assert 0.001 < expected < compare.RERUN_RTOL
     report = compare.compare(flipped, run, rtol=compare.RERUN_RTOL)
-    assert report["agree"] and report["max_abs_relative_difference"] == pytest.approx(expected)
-    assert not compare.compare(flipped, run, rtol=0.001)["agree"]
+    assert report.agree and report.max_abs_relative_difference == pytest.approx(expected)
+    assert not compare.compare(flipped, run, rtol=0.001).agree
     shifted = {key: v * (1.02 if key[:2] == ("naive", 2) else 1.0) for key, v in run.items()}
-    assert not compare.compare(shifted, run, rtol=compare.RERUN_RTOL)["agree"]
+    assert not compare.compare(shifted, run, rtol=compare.RERUN_RTOL).agree
     a, b, base, out = (tmp_path / name for name in ("a.csv", "b.csv", "run.csv", "r.json"))
     for path, traces in ((a, flipped), (b, shifted), (base, run)):
         per_prompt_csv(path, traces)

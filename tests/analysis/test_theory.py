@@ -46,16 +46,16 @@ def test_exact_equals_brute_force(seed, rewards, K, name):
     p, G, Q, scores = _case(seed, rewards)
     mean_coef, trace_cov, mse = _brute_force(p, G, scores, K, name)
     exact = theory.exact_estimator(p, G, Q, K, name)
-    assert exact["mse"] == pytest.approx(mse, rel=1e-10, abs=1e-13)
-    assert exact["trace_cov"] == pytest.approx(trace_cov, rel=1e-10, abs=1e-13)
-    np.testing.assert_allclose(exact["mean_coef"], mean_coef, rtol=1e-10, atol=1e-13)
+    assert exact.mse == pytest.approx(mse, rel=1e-10, abs=1e-13)
+    assert exact.trace_cov == pytest.approx(trace_cov, rel=1e-10, abs=1e-13)
+    np.testing.assert_allclose(exact.mean_coef, mean_coef, rtol=1e-10, atol=1e-13)
     assert theory.exact_mse(p, G, Q, K, name) == pytest.approx(mse, rel=1e-10, abs=1e-13)
     closed_form = est.REGISTRY[name].closed_form
     if closed_form is not None:  # the registry's formula itself, not via exact_mse
         assert closed_form(theory.exact_moments(p, G, Q), K) == pytest.approx(mse, rel=1e-10, abs=1e-13)
-    assert (exact["bias2"] > 1e-9) == est.REGISTRY[name].biased  # the registry's bias flag is the truth
+    assert (exact.bias2 > 1e-9) == est.REGISTRY[name].biased  # the registry's bias flag is the truth
     if name in est.UNBIASED:
-        assert exact["bias2"] == pytest.approx(0.0, abs=1e-12)
+        assert exact.bias2 == pytest.approx(0.0, abs=1e-12)
         np.testing.assert_allclose(mean_coef @ scores, (p * G) @ scores, atol=1e-12)
 
 
@@ -73,23 +73,23 @@ def test_hoeffding_quantities_by_brute_force(seed, rewards):
         var_h += p[i] * p[j] * float((h - g) @ (h - g))
         var_z2 += p[i] * p[j] * float(z2 @ z2)
     moments = theory.exact_moments(p, G, Q)
-    assert moments["zeta_h"] == pytest.approx(var_h, rel=1e-12)
-    assert moments["var_zeta2"] == pytest.approx(var_z2, rel=1e-10, abs=1e-14)
-    assert moments["zeta1"] == pytest.approx(float(p @ ((h1 - g) ** 2).sum(1)), rel=1e-12)
-    assert moments["sigma_o2"] == pytest.approx(4 * moments["zeta1"], rel=1e-12)
-    assert moments["mean_score_sq"] == pytest.approx(0.0, abs=1e-12)
+    assert moments.zeta_h == pytest.approx(var_h, rel=1e-12)
+    assert moments.var_zeta2 == pytest.approx(var_z2, rel=1e-10, abs=1e-14)
+    assert moments.zeta1 == pytest.approx(float(p @ ((h1 - g) ** 2).sum(1)), rel=1e-12)
+    assert moments.sigma_o2 == pytest.approx(4 * moments.zeta1, rel=1e-12)
+    assert moments.mean_score_sq == pytest.approx(0.0, abs=1e-12)
     for k in (2, 3, 8):
         gap = theory.exact_mse(p, G, Q, k, "grpo") - theory.exact_mse(p, G, Q, k, "oracleV")
-        assert gap == pytest.approx(2 * moments["var_zeta2"] / (k * (k - 1)), rel=1e-10)  # the U-statistic gap
+        assert gap == pytest.approx(2 * moments.var_zeta2 / (k * (k - 1)), rel=1e-10)  # the U-statistic gap
 
 
 @pytest.mark.parametrize("K", [2, 3, 4, 7, 16])
 def test_drgrpo_mean_is_shrunk_gradient(K):
     p, G, Q, scores = _case(4)
     exact = theory.exact_estimator(p, G, Q, K, "drgrpo")
-    np.testing.assert_allclose(exact["mean_coef"] @ scores, (K - 1) / K * (p * G) @ scores, rtol=1e-12, atol=1e-14)
-    assert exact["mean_factor"] == pytest.approx((K - 1) / K, rel=1e-12)
-    assert exact["bias2"] == pytest.approx(theory.quad(p * G, Q) / K**2, rel=1e-10)
+    np.testing.assert_allclose(exact.mean_coef @ scores, (K - 1) / K * (p * G) @ scores, rtol=1e-12, atol=1e-14)
+    assert exact.mean_factor == pytest.approx((K - 1) / K, rel=1e-12)
+    assert exact.bias2 == pytest.approx(theory.quad(p * G, Q) / K**2, rel=1e-10)
     if K <= 4:
         mean_coef, _, _ = _brute_force(p, G, scores, K, "drgrpo")
         np.testing.assert_allclose(mean_coef @ scores, (K - 1) / K * (p * G) @ scores, rtol=1e-12, atol=1e-14)
@@ -100,7 +100,7 @@ def test_closed_forms_equal_conditioning_for_large_K():
     for k in (5, 16, 64):
         for name in est.CLOSED_FORMS:
             assert theory.exact_mse(p, G, Q, k, name) == pytest.approx(
-                theory.exact_estimator(p, G, Q, k, name)["mse"], rel=1e-9
+                theory.exact_estimator(p, G, Q, k, name).mse, rel=1e-9
             )
     curves = {n: np.array([theory.exact_mse(p, G, Q, k, n) for k in (2, 4, 8, 64)]) for n in ("grpo", "oracleV")}
     assert np.all(np.diff(curves["grpo"]) < 0) and np.all(curves["oracleV"] <= curves["grpo"] + 1e-15)
@@ -119,7 +119,7 @@ def test_degenerate_rewards_give_zero_gradient():
     p, _, Q, _ = _case(6)
     for G in (np.zeros(4), np.ones(4)):
         assert theory.exact_mse(p, G, Q, 4, "grpo") == pytest.approx(0.0, abs=1e-12)
-        assert theory.exact_estimator(p, G, Q, 4, "grpo_std")["mse"] == pytest.approx(0.0, abs=1e-12)
+        assert theory.exact_estimator(p, G, Q, 4, "grpo_std").mse == pytest.approx(0.0, abs=1e-12)
 
 
 @pytest.mark.parametrize("K", [2, 4])
@@ -137,9 +137,9 @@ def test_monte_carlo_agrees_with_exact(K):
         err = ((x - g) ** 2).sum(1)
         exact = theory.exact_estimator(p, G, Q, K, name)
         se = err.std(ddof=1) / math.sqrt(groups)
-        assert abs(err.mean() - exact["mse"]) < 4 * se, name
+        assert abs(err.mean() - exact.mse) < 4 * se, name
         mean = x.mean(0)
-        assert float(((mean - exact["mean_coef"] @ scores) ** 2).sum()) < 16 * exact["trace_cov"] / groups, name
+        assert float(((mean - exact.mean_coef @ scores) ** 2).sum()) < 16 * exact.trace_cov / groups, name
 
 
 def test_scaling_constants():
@@ -147,12 +147,12 @@ def test_scaling_constants():
     grads = rng.normal(size=(6, 10))
     sigma, var2 = rng.uniform(1, 2, 6), rng.uniform(0.1, 0.5, 6)
     c = theory.scaling_constants(theory.gradient_gram(grads), sigma, var2)
-    assert c["c1"] == pytest.approx(float(((grads - grads.mean(0)) ** 2).sum(1).mean()), rel=1e-12)
-    assert c["c2"] == pytest.approx(sigma.mean()) and c["c3"] == pytest.approx(2 * var2.mean())
-    assert c["K_star_paper"] == pytest.approx(math.sqrt(c["c3"] / c["c1"]))
-    assert c["K_star_exact"] == pytest.approx(1 + math.sqrt(c["c3"] / c["c1"]))
+    assert c.c1 == pytest.approx(float(((grads - grads.mean(0)) ** 2).sum(1).mean()), rel=1e-12)
+    assert c.c2 == pytest.approx(sigma.mean()) and c.c3 == pytest.approx(2 * var2.mean())
+    assert c.K_star_paper == pytest.approx(math.sqrt(c.c3 / c.c1))
+    assert c.K_star_exact == pytest.approx(1 + math.sqrt(c.c3 / c.c1))
     same = theory.scaling_constants(np.ones((3, 3)), [1, 1, 1], [1, 1, 1])
-    assert same["c1"] == pytest.approx(0.0, abs=1e-15) and same["K_star_exact"] == float("inf")
+    assert same.c1 == pytest.approx(0.0, abs=1e-15) and same.K_star_exact == float("inf")
 
 
 @pytest.mark.slow
@@ -175,5 +175,5 @@ def test_one_token_enumeration_matches_explicit_scores(random_lm):
     np.testing.assert_allclose(enum.G, [float(t % 3 == 0) for t in range(n)])
     np.testing.assert_allclose(enum.Q, scores @ scores.T, rtol=1e-4, atol=1e-6 * np.abs(enum.Q).max())
     np.testing.assert_allclose(enum.g, (enum.p * enum.G) @ scores, atol=1e-5 * np.abs(enum.g).max())
-    assert enum.moments()["mean_score_sq"] == pytest.approx(0.0, abs=1e-12 * np.trace(enum.Q))
-    assert enum.estimator(4, "grpo")["mse"] == pytest.approx(theory.exact_mse(enum.p, enum.G, enum.Q, 4, "grpo"))
+    assert enum.moments().mean_score_sq == pytest.approx(0.0, abs=1e-12 * np.trace(enum.Q))
+    assert enum.estimator(4, "grpo").mse == pytest.approx(theory.exact_mse(enum.p, enum.G, enum.Q, 4, "grpo"))

@@ -53,10 +53,10 @@ def test_calibration_recovers_a_planted_slope_and_sd():
         cells = {k: shift - 0.02 * r + 0.01 * noise for k, r in zip((2, 4, 8), relative)}
         sweeps[shift] = (cells, relative)
     fitted = power.calibration(sweeps)
-    assert fitted["beta"] == pytest.approx(-0.02, abs=1e-12)
-    assert fitted["seed_sd"] == pytest.approx(0.01, abs=1e-12)
-    assert fitted["seed_sd_dof"] == 6 * 7
-    assert fitted["beta_ci95"] == pytest.approx([-0.02, -0.02], abs=1e-9)  # an exact line: a zero-width interval
+    assert fitted.beta == pytest.approx(-0.02, abs=1e-12)
+    assert fitted.seed_sd == pytest.approx(0.01, abs=1e-12)
+    assert fitted.seed_sd_dof == 6 * 7
+    assert fitted.beta_ci95 == pytest.approx([-0.02, -0.02], abs=1e-9)  # an exact line: a zero-width interval
     means = {k: values + 0.001 * (k == 4) for k, values in sweeps[0.3][0].items()}  # one mean off the line
     sweeps[0.3] = (means, sweeps[0.3][1])
     x = np.array([1.5, 1.0, 1.2, 1.0, 1.1, 1.8])
@@ -64,7 +64,7 @@ def test_calibration_recovers_a_planted_slope_and_sd():
     y = -0.02 * x + np.array([0, 0, 0, -1, 2, -1]) / 3 * 0.001  # the centred means
     beta = x @ y / (x @ x)
     half = stats.t.ppf(0.975, 3) * np.sqrt(((y - beta * x) ** 2).sum() / 3 / (x @ x))
-    assert power.calibration(sweeps)["beta_ci95"] == pytest.approx([beta - half, beta + half])
+    assert power.calibration(sweeps).beta_ci95 == pytest.approx([beta - half, beta + half])
 
 
 def test_best_contrast_and_separated_pairs_on_known_settings():
@@ -74,8 +74,8 @@ def test_best_contrast_and_separated_pairs_on_known_settings():
     ra, rb = power.relative_errors(1, 10, 1, [2, 4, 8]), power.relative_errors(1, 10, 49, [2, 4, 8])
     values = {(i, j): (ra[i] - ra[j]) - (rb[i] - rb[j]) for i, j in ((0, 1), (0, 2), (1, 2))}
     top = max(values, key=lambda key: abs(values[key]))
-    assert best["K"] == [[2, 4, 8][top[0]], [2, 4, 8][top[1]]]
-    assert best["relative_contrast"] == pytest.approx(values[top])
+    assert best.K == [[2, 4, 8][top[0]], [2, 4, 8][top[1]]]
+    assert best.relative_contrast == pytest.approx(values[top])
     assert power.separated_pairs([flat, steep]) == [["flat", "steep"]]
     overlapping = {**steep, "K_star_ci95": [2.0, 10.0]}
     assert power.separated_pairs([flat, overlapping]) == []

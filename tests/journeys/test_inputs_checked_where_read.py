@@ -137,15 +137,18 @@ def test_intervals_of_quantities_at_least_zero_are_clipped_and_flagged_at_small_
     (unbiased estimates of quantities >= 0 can be negative with few prompts)."""
     from grpo_mse.analysis import bootstrap, paired
 
-    assert bootstrap.at_least_zero({"estimate": 1.2, "ci95": [-0.4, 3.0]}) == {
+    def at_least_zero(summary: dict) -> dict:
+        return bootstrap.at_least_zero(bootstrap.Summary.from_json(summary)).to_json()
+
+    assert at_least_zero({"estimate": 1.2, "ci95": [-0.4, 3.0]}) == {
         "estimate": 1.2,
         "ci95": [0.0, 3.0],
         "clipped": True,
     }
-    below = bootstrap.at_least_zero({"estimate": -0.5, "ci95": [-0.9, -0.1]})
+    below = at_least_zero({"estimate": -0.5, "ci95": [-0.9, -0.1]})
     assert below["ci95"] == [0.0, 0.0] and below["clipped"] and below["unreliable"] == bootstrap.UNRELIABLE
-    assert bootstrap.at_least_zero({"estimate": 0.5, "ci95": [0.1, 0.9]}) == {"estimate": 0.5, "ci95": [0.1, 0.9]}
-    assert bootstrap.at_least_zero({"estimate": None, "ci95": None}) == {"estimate": None, "ci95": None}
+    assert at_least_zero({"estimate": 0.5, "ci95": [0.1, 0.9]}) == {"estimate": 0.5, "ci95": [0.1, 0.9]}
+    assert at_least_zero({"estimate": None, "ci95": None}) == {"estimate": None, "ci95": None}
     # through the run's statistics: six prompts whose per-prompt ||E s||^2 estimates are mostly negative
     values = [-0.5, -0.2, -0.4, 0.1, -0.3, -0.6]
     records = {
@@ -155,7 +158,9 @@ def test_intervals_of_quantities_at_least_zero_are_clipped_and_flagged_at_small_
         ]
         for k in (2, 4)
     }
-    out = paired.run_statistics(records, {}, [2, 4], ["grpo", "oracleV"], n_boot=200, with_advisor=False)["paired"]
+    out = paired.run_statistics(
+        records, {}, [2, 4], ["grpo", "oracleV"], n_boot=200, with_advisor=False
+    ).paired.to_json()
     for summary in out["mean_score_sq"]:
         assert summary["estimate"] < 0 and summary["unreliable"] and summary["ci95"][0] == 0.0
     assert all(s["ci95"][0] >= 0 for series in out["ratio"].values() for s in series)

@@ -156,7 +156,7 @@ def _exact(case, kind):
     s = case["scores"][kind]
     mean = case["q"] @ s
     gram = s @ s.T
-    trace = {n: theory.exact_estimator(case["q"], case["G"], gram, K, n)["trace_cov"] for n in ("grpo", "oracleV")}
+    trace = {n: theory.exact_estimator(case["q"], case["G"], gram, K, n).trace_cov for n in ("grpo", "oracleV")}
     return float(mean @ mean), float(case["q"] @ np.einsum("ij,ij->i", s, s)), trace
 
 
@@ -218,7 +218,7 @@ def test_std_grpo_bias_against_its_own_target(case):
     s = case["scores"]["sampling"]
     gram = s @ s.T
     exact = theory.exact_estimator(q, G, gram, K, "grpo_std")
-    own = exact["mean_coef"] - q * G / math.sqrt(value * (1 - value))
+    own = exact.mean_coef - q * G / math.sqrt(value * (1 - value))
     exact_own = float(own @ gram @ own)
 
     logprob_fn = _logprob_fn(model, eos, TOP_P)
@@ -235,4 +235,4 @@ def test_std_grpo_bias_against_its_own_target(case):
     se = measured.std(ddof=1) / math.sqrt(len(measured))
     assert abs(measured.mean() - exact_own) < Z * se, (measured.mean(), exact_own, se)
     # the two targets differ exactly; this Monte Carlo size cannot tell them apart (s.e. ~ their difference)
-    assert abs(exact["bias2"] - exact_own) > 0.5 * exact_own
+    assert abs(exact.bias2 - exact_own) > 0.5 * exact_own

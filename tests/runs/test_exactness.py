@@ -89,11 +89,11 @@ def case():
 def test_enumeration_is_consistent(case):
     enum = case["enum"]
     moments = enum.moments()
-    assert abs(moments["mean_score_sq"]) < 1e-12 * np.trace(enum.Q)
-    assert float(enum.g @ enum.g) == pytest.approx(moments["g_sq"], rel=1e-4)
+    assert abs(moments.mean_score_sq) < 1e-12 * np.trace(enum.Q)
+    assert float(enum.g @ enum.g) == pytest.approx(moments.g_sq, rel=1e-4)
     for k in K_LIST:
         for name in est.CLOSED_FORMS:
-            assert case["exact"][k][name]["mse"] == pytest.approx(
+            assert case["exact"][k][name].mse == pytest.approx(
                 theory.exact_mse(enum.p, enum.G, enum.Q, k, name), rel=1e-8
             )
 
@@ -120,7 +120,7 @@ def test_pipeline_traces_match_exact_values(case, tmp_path):
         for name in est.ALL:
             traces = np.array([r["tr_cov"][name] for r in records])
             mean, se = traces.mean(), traces.std(ddof=1) / math.sqrt(COPIES)
-            exact = case["exact"][k][name]["trace_cov"]
+            exact = case["exact"][k][name].trace_cov
             assert abs(mean - exact) < Z * se, f"K={k} {name}: {mean:.4g} +- {se:.2g} vs exact {exact:.4g}"
         assert all(set(r["bias2"]) == set(est.BIASED) for r in records)
 
@@ -141,9 +141,9 @@ def test_mean_gradients_match_exact_expectation(case):
     for name in est.ALL:
         exact = case["exact"][k][name]
         mean = torch.cat([t.reshape(-1) for t in stats.accumulators[name].mean()]).double().numpy()
-        error = float(((mean - exact["mean_factor"] * enum.g) ** 2).sum())
-        assert error < 9 * exact["trace_cov"] / m, f"{name}: ||mean - E X||^2 = {error:.3g}"
-    shrunk = np.array([case["exact"][k][n]["mean_factor"] for n in ("drgrpo", "naive", "grpo")])
+        error = float(((mean - exact.mean_factor * enum.g) ** 2).sum())
+        assert error < 9 * exact.trace_cov / m, f"{name}: ||mean - E X||^2 = {error:.3g}"
+    shrunk = np.array([case["exact"][k][n].mean_factor for n in ("drgrpo", "naive", "grpo")])
     assert shrunk == pytest.approx([(k - 1) / k, 1.0, 1.0], rel=1e-9)
 
 
@@ -164,7 +164,7 @@ def test_bias_estimates_match_exact_bias(case):
         rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts]).view(m, k)
         groups = [continuations[i * k : (i + 1) * k] for i in range(m)]
         stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards, case["value"], [name], "fast")
-        exact = case["exact"][k][name]["bias2"]
+        exact = case["exact"][k][name].bias2
         if name == "drgrpo":
             assert exact == pytest.approx(g_sq / k**2, rel=1e-6)
         estimate = stats.bias2[name]

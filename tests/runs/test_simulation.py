@@ -87,7 +87,7 @@ def test_sgd_step_follows_exact_gradient_in_expectation(one_token_case, estimato
     model, exact = one_token_case
     make = {
         "mc": lambda sampler: run_sim.MonteCarloValue(4, sampler),
-        "exact": lambda sampler: ExactValue(exact.moments()["V"]),
+        "exact": lambda sampler: ExactValue(exact.moments().V),
         None: lambda sampler: None,
     }[baseline]
     deltas = step_deltas(model, estimator, K=8, steps=150, baseline=make)

@@ -129,9 +129,9 @@ def test_paired_differences_pair_runs_at_the_same_seed():
     diffs = sim.paired_differences(records)
     assert set(diffs) == {"grpo - naive", "oracleV - grpo"}
     cell = diffs["grpo - naive"]["2"]
-    assert cell["n"] == 2 and cell["mean"] == pytest.approx(0.08)
-    assert cell["ci95"] == pytest.approx(12.706 * np.std([0.06, 0.10], ddof=1) / 2**0.5, rel=1e-4)
-    assert diffs["oracleV - grpo"]["4"]["mean"] == pytest.approx(0.05) and diffs["oracleV - grpo"]["4"]["ci95"] is None
+    assert cell.n == 2 and cell.mean == pytest.approx(0.08)
+    assert cell.ci95 == pytest.approx(12.706 * np.std([0.06, 0.10], ddof=1) / 2**0.5, rel=1e-4)
+    assert diffs["oracleV - grpo"]["4"].mean == pytest.approx(0.05) and diffs["oracleV - grpo"]["4"].ci95 is None
 
 
 @pytest.mark.parametrize(

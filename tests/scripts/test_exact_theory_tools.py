@@ -71,7 +71,7 @@ def test_theory_json_is_consistent(exact_outputs):
     expect = theory.scaling_constants(
         result["g_gram"], [p["sigma_o2"] for p in result["per_prompt"]], [p["var_zeta2"] for p in result["per_prompt"]]
     )
-    assert c == pytest.approx(expect) and c["c1"] > 0
+    assert c == pytest.approx(expect.to_json()) and c["c1"] > 0
     assert c["K_star_paper"] == pytest.approx(np.sqrt(c["c3"] / c["c1"]))
     assert result["config"]["matching_run_flags"] == {
         "max_new_tokens": 1,
@@ -149,9 +149,9 @@ def _synthetic(k_list=(2, 4)):
         "per_prompt": prompts,
         "g_gram": [[4.0, 0.0], [0.0, 1.0]],
         "config": {"matching_run_flags": {"max_new_tokens": 1, "top_p": 1.0, "temperature": 1.0}},
-        **one_token.mean_curves(prompts, ALL),
+        **one_token.mean_curves(prompts, ALL).to_json(),
     }
-    result["scaling_constants"] = one_token.constants(prompts, result["g_gram"])
+    result["scaling_constants"] = one_token.constants(prompts, result["g_gram"]).to_json()
     mc = {
         (k, n, str(p["id"])): {
             "trace": p["trace_cov"][n][i] + sign,
@@ -189,10 +189,10 @@ def test_estimator_table_rows_and_markdown():
         },
     }
     check = table.advisor_check(result, run)
-    assert check["exact"]["c1_fixed_prompts"] == pytest.approx(2.5)  # g = (2, 0), (0, 1): 2 x 1.25 / (2 - 1)
-    assert check["exact"]["K_star_paper_fixed_prompts"] == pytest.approx(4.0)  # sqrt(c3 / 2.5), c3 = 2 x mean(10, 30)
-    assert check["exact"]["K_star_exact_fixed_prompts"] == pytest.approx(5.0)  # 1 + sqrt(c3 / 2.5)
-    assert check["exact_inside_ci95"] == {
+    assert check.exact["c1_fixed_prompts"] == pytest.approx(2.5)  # g = (2, 0), (0, 1): 2 x 1.25 / (2 - 1)
+    assert check.exact["K_star_paper_fixed_prompts"] == pytest.approx(4.0)  # sqrt(c3 / 2.5), c3 = 2 x mean(10, 30)
+    assert check.exact["K_star_exact_fixed_prompts"] == pytest.approx(5.0)  # 1 + sqrt(c3 / 2.5)
+    assert check.exact_inside_ci95 == {
         "c1": True,
         "c2": True,
         "c3": False,

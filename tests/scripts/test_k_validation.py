@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -60,14 +61,14 @@ def test_sweep_summary_metric_intervals_and_separation():
     acc.update({(8, s): 0.20 + 0.001 * s for s in range(4)})
     acc.update({(4, s): 0.10 + 0.1 * (s % 2) for s in range(4)})  # wide: separated from nothing
     out = kv.sweep_summary(run_means(frame_of(acc), METRIC), METRIC, "2026-01-01T00:00:00Z")
-    k2 = out["per_K"]["2"]
+    k2 = out.per_K["2"]
     expected = np.mean([0.10 + 0.001 * s + 0.0045 for s in range(4)])  # mean of steps 3 and 6 only, step 0 left out
     assert k2["mean"] == pytest.approx(expected) and k2["n_seeds"] == 4
     half = stats.t.ppf(0.975, 3) * np.std([0.001 * s for s in range(4)], ddof=1) / 2
     assert k2["ci95"] == pytest.approx([expected - half, expected + half], abs=1e-4)
-    assert out["best_K"] == 8
-    assert out["separated_pairs"] == [[2, 8]]
-    assert out["started_at"] == "2026-01-01T00:00:00Z"
+    assert out.best_K == 8
+    assert out.separated_pairs == [[2, 8]]
+    assert out.started_at == "2026-01-01T00:00:00Z"
 
 
 def test_unfinished_runs_are_left_out(capsys):
@@ -127,13 +128,20 @@ def advisor_run(c1=15.0, c2=160.0, c3=380.0):
 
 def test_setting_summary_schema_and_rank_correlation():
     pred = kv.predict(advisor_run(), "s", written_at="2026-01-01T00:00:00Z")
-    assert pred["best_allowed_K"] == 8 and pred["ci95"] == [5.4, 8.0]
+    assert pred.best_allowed_K == 8 and pred.ci95 == [5.4, 8.0]
     acc = {(k, s): {2: 0.10, 4: 0.14, 8: 0.16, 16: 0.15}[k] + 0.002 * s for k in (2, 4, 8, 16) for s in range(3)}
     out = kv.setting_summary("s", run_means(frame_of(acc), METRIC), pred, "t", METRIC)
-    assert set(out["advisor"]) == {"identified", "message", "K_star_exact", "ci95", "best_allowed_K", "written_at"}
-    assert set(out["sweep"]) == {"metric", "per_K", "best_K", "started_at", "separated_pairs"}
+    assert set(out.advisor.to_json()) == {
+        "identified",
+        "message",
+        "K_star_exact",
+        "ci95",
+        "best_allowed_K",
+        "written_at",
+    }
+    assert set(out.sweep.to_json()) == {"metric", "per_K", "best_K", "started_at", "separated_pairs"}
     # predicted error at K = 2, 4, 8, 16: 570, 346.7, 334.3, 425.3 -> ranks 4, 2, 1, 3; accuracy ranks 1, 2, 4, 3
-    assert out["rank_correlation"]["spearman_predicted_error_vs_metric"] == pytest.approx(-0.8)
+    assert out.rank_correlation.spearman_predicted_error_vs_metric == pytest.approx(-0.8)
 
 
 def test_subset_keeps_the_asked_kinds(tmp_path):
@@ -209,17 +217,19 @@ def test_pilot_gain_at_the_common_step(tmp_path):
 
 def test_compare_directions_of_advisor_and_sweep():
     def summary(name, k_star, best):
-        return {"name": name, "advisor": {"K_star_exact": k_star}, "sweep": {"best_K": best}}
+        return SimpleNamespace(
+            name=name, advisor=SimpleNamespace(K_star_exact=k_star), sweep=SimpleNamespace(best_K=best)
+        )
 
     low, high = np.full(100, 4), np.full(100, 16)
     out = kv.compare(summary("a", 4.2, 4), summary("b", 6.5, 16), low, high)
-    assert out["advisor_direction"] == 1 and out["sweep_direction"] == 1 and out["agree"]
-    assert out["bootstrap_best_K_shares"] == {"advisor_way": 1.0, "opposite_way": 0.0, "no_move": 0.0}
+    assert out.advisor_direction == 1 and out.sweep_direction == 1 and out.agree
+    assert out.bootstrap_best_K_shares == {"advisor_way": 1.0, "opposite_way": 0.0, "no_move": 0.0}
     out = kv.compare(summary("a", 6.5, 4), summary("b", 4.2, 16), low, high)  # the sweep moves against the advisor
-    assert out["advisor_direction"] == -1 and not out["agree"]
-    assert out["bootstrap_best_K_shares"]["opposite_way"] == 1.0
+    assert out.advisor_direction == -1 and not out.agree
+    assert out.bootstrap_best_K_shares["opposite_way"] == 1.0
     mixed = np.array([4] * 30 + [8] * 50 + [16] * 20)  # against a first setting always at 8
-    shares = kv.compare(summary("a", 4.2, 8), summary("b", 6.5, 8), np.full(100, 8), mixed)["bootstrap_best_K_shares"]
+    shares = kv.compare(summary("a", 4.2, 8), summary("b", 6.5, 8), np.full(100, 8), mixed).bootstrap_best_K_shares
     assert shares == pytest.approx({"advisor_way": 0.2, "opposite_way": 0.3, "no_move": 0.5})
 
 
@@ -291,7 +301,7 @@ def test_settings_are_resampled_independently(tmp_path):
     csv = tmp_path / "runs.csv"
     frame_of(acc).to_csv(csv, index=False)
     pred = tmp_path / "p.json"
-    pred.write_text(json.dumps(kv.predict(advisor_run(), "s", written_at="t")))
+    pred.write_text(json.dumps(kv.predict(advisor_run(), "s", written_at="t").to_json()))
     done = run_cli(
         "summarize",
         "--setting",
@@ -380,14 +390,14 @@ def test_script_refuses_a_bad_advisor_split(tmp_path):
 
 def test_prediction_carries_the_measured_std_grpo_best_k_only_where_identified():
     run = advisor_run()
-    assert kv.predict(run, "s", written_at="t")["estimator"] == "grpo"
+    assert kv.predict(run, "s", written_at="t").estimator == "grpo"
     curve = {"estimator": "grpo_std", "K": [2, 4], "K_best": 4, "identified": True, "message": "best measured K = 4"}
     run["group_size_advisor"]["measured_curve"] = curve
     pred = kv.predict(run, "s", written_at="t")
-    assert (pred["estimator"], pred["measured_K_best"]) == ("grpo_std", 4)
+    assert (pred.estimator, pred.measured_K_best) == ("grpo_std", 4)
     for unidentified in ({"identified": False, "K_best": None}, {"identified": "yes"}, {"identified": None}):
         run["group_size_advisor"]["measured_curve"] = {**curve, **unidentified}
-        assert kv.predict(run, "s", written_at="t")["measured_K_best"] is None
+        assert kv.predict(run, "s", written_at="t").measured_K_best is None
 
 
 @pytest.mark.parametrize("setting", ["bogus", "train_mixed_t", "train_fewshot", "tiny_mixed_t1.5x"])

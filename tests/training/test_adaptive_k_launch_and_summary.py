@@ -98,16 +98,16 @@ def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
     summary = kv.adaptive_summary(runs, sweep, adaptive_k(adaptive), METRIC, "x")
     per_run = {s: np.mean(v[1:]) for (_, s), v in ours.items()}
     a = np.array([per_run[s] for s in range(5)])
-    assert summary["adaptive"]["mean"] == pytest.approx(a.mean())
+    assert summary.adaptive.mean == pytest.approx(a.mean())
     half = stats.t.ppf(0.975, 4) * a.std(ddof=1) / np.sqrt(5)
-    assert summary["adaptive"]["ci95"] == pytest.approx([a.mean() - half, a.mean() + half], rel=1e-3)
+    assert summary.adaptive.ci95 == pytest.approx([a.mean() - half, a.mean() + half], rel=1e-3)
     b = np.array([np.mean(fixed[(8, s)][1:]) for s in range(5)])
-    assert summary["best_fixed_K"] == 8 and summary["fixed"]["8"]["mean"] == pytest.approx(b.mean())
-    diff = summary["adaptive_minus_fixed"]["8"]
+    assert summary.best_fixed_K == 8 and summary.fixed["8"].mean == pytest.approx(b.mean())
+    diff = summary.adaptive_minus_fixed["8"]
     assert diff["difference"] == pytest.approx(a.mean() - b.mean())
     ref = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert diff["welch_ci95"][0] <= ref.low + 1e-12 and diff["welch_ci95"][1] >= ref.high - 1e-12
-    assert len(summary["K_chosen"]) == 10 and summary["K_chosen"][0] == {
+    assert len(summary.K_chosen) == 10 and summary.K_chosen[0] == {
         "seed": 0,
         "step": 0,
         "K": 2.0,
@@ -118,7 +118,7 @@ def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
         "identified": 0.0,
         "seconds": None,
     }
-    assert summary["K_share_of_steps"] == pytest.approx({"2": 3 / 30, "8": 27 / 30})
+    assert summary.K_share_of_steps == pytest.approx({"2": 3 / 30, "8": 27 / 30})
 
     collected(ours, choices).to_csv(tmp_path / "adaptive.csv", index=False)
     collected(fixed).to_csv(tmp_path / "sweep.csv", index=False)
