@@ -190,7 +190,11 @@ def build_adapter(out_dir: str, recipe: AdapterRecipe, checkpoint: str | None = 
                 torch.save(state, checkpoint + ".tmp")
                 os.replace(checkpoint + ".tmp", checkpoint)
     decoder.eval()
+    # peft writes a blank model card naming this machine's cache path as the base: build.json is the record
     peft_model.save_pretrained(out_dir)
+    card = os.path.join(out_dir, "README.md")
+    if os.path.exists(card):
+        os.remove(card)
     adapter_config = os.path.join(out_dir, "adapter_config.json")
     with open(adapter_config, encoding="utf-8") as handle:
         saved = json.load(handle)
