@@ -125,7 +125,7 @@ def main(argv=None) -> None:
             print(f"tracecov {dtype}: {seconds[f'tracecov_{dtype}']:.1f} s", flush=True)
     agreement = run_agreement.compare(csvs["bf16"], csvs["fp32"])
     fp32 = summaries["fp32"]
-    for cell in agreement["cells"]:
+    for cell in agreement.cells:
         at = fp32["K_list"].index(cell["K"])
         mean, half = fp32["conditional_on_x"][cell["estimator"]][at], fp32["ci95"][cell["estimator"]][at]
         cell["fp32_relative_half_width"] = half / abs(mean) if mean else math.nan
@@ -136,15 +136,15 @@ def main(argv=None) -> None:
             part: round(seconds[f"{part}_fp32"] / seconds[f"{part}_bf16"], 2) for part in ("oracle", "tracecov")
         },
         oracle_V={**values, "bf16_minus_fp32": paired_difference(values["fp32"], values["bf16"])},
-        traces=agreement,
-        within_intervals=all(cell["within_fp32_interval"] for cell in agreement["cells"]),
+        traces=agreement.to_json(),
+        within_intervals=all(cell["within_fp32_interval"] for cell in agreement.cells),
     )
     v, speedup = report["oracle_V"]["bf16_minus_fp32"], report["speedup_bf16"]
     print(
         f"bf16 / fp32 speed: oracle x{speedup['oracle']}, tracecov x{speedup['tracecov']}; "
         f"V bf16 - fp32 {v['mean_difference']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['prompts']} prompts)"
     )
-    for cell in agreement["cells"]:
+    for cell in agreement.cells:
         relative = f"{cell['relative_difference']:+.1%}" if cell["mean_b"] else "fp32 trace 0"
         print(
             f"  {cell['estimator']:>8} K={cell['K']}: bf16 {cell['mean_a']:.4g} fp32 {cell['mean_b']:.4g} "
