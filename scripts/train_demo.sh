@@ -6,7 +6,8 @@
 # Every step uses the project's own tools: Policy_Optimization/prepare_data.py, sweep_group_size.py
 # (one TRAINER=trl grpo_train.sh run per K and seed), collect_runs.py, plots/make_figures.py, and
 # python -m grpo_mse.training.demo_summary. Settings (environment, DEMO_ prefix):
-#   DEMO_MODEL (assets/train_policy)  DEMO_K_LIST ("2 4 8 16 32")  DEMO_SEEDS ("0 1 2")  DEMO_BUDGET (256)
+#   DEMO_MODEL (assets/train_policy; an HF folder, a GGUF file or a LoRA adapter folder)
+#   DEMO_K_LIST ("2 4 8 16 32")  DEMO_SEEDS ("0 1 2")  DEMO_BUDGET (256)
 #   DEMO_STEPS (20)  DEMO_LR (3e-5)  DEMO_N_TRAIN (4096)  DEMO_N_TEST (500)  DEMO_MAX_RESPONSE_LENGTH (16)
 #   DEMO_TEST_FREQ (5)  DEMO_JOBS (2: runs side by side, one thread each)
 #   DEMO_ADVISOR (1: then run_tracecov.py's group-size advisor on the same policy, held-out prompts and
@@ -60,7 +61,9 @@ done
 for seed in ${SEEDS}; do [[ "${seed}" =~ ^[0-9]+$ ]] || die "DEMO_SEEDS: '${seed}' is not a non-negative integer"; done
 [[ "${LR}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] && awk -v x="${LR}" 'BEGIN { exit !(x > 0 && x < 1) }' \
   || die "DEMO_LR=${LR} must be a positive number below 1"
-[[ -f "${MODEL}/config.json" ]] || die "DEMO_MODEL=${MODEL} is not a model folder (python scripts/build_train_policy.py?)"
+# An HF folder, a GGUF file or a LoRA adapter folder, as every command takes (a GGUF file is converted once here)
+problem="$("${PY}" -m grpo_mse.training.model_folder "${MODEL}" 2>&1 > /dev/null)" \
+  || die "DEMO_MODEL=${MODEL}: ${problem##*error: }"
 if [[ -e "${WORK}" && ! -f "${WORK}/${MARKER}" ]]; then
   die "DEMO_WORK=${WORK} exists and was not made by this script; choose another folder"
 fi

@@ -40,7 +40,8 @@ DEMO_CASES = [
     ("theory_demo.sh", {"THEORY_MODEL": "assets/tiny_polcy"}, "THEORY_MODEL=assets/tiny_polcy"),
     ("theory_demo.sh", {"THEORY_OUT": "results/theory"}, "committed results"),
     ("theory_demo.sh", {"THEORY_TABLE_OUT": "results/estimators"}, "committed results"),
-    ("train_demo.sh", {"DEMO_MODEL": "assets/train_polcy"}, "not a model folder"),
+    ("train_demo.sh", {"DEMO_MODEL": "assets/train_polcy"}, "model folder not found"),
+    ("train_demo.sh", {"DEMO_MODEL": "assets"}, "not a model folder"),
     ("train_demo.sh", {"DEMO_K_LIST": "4 x"}, "'x' is not a positive integer"),
     ("train_demo.sh", {"DEMO_K_LIST": "3"}, "must divide"),
     ("train_demo.sh", {"DEMO_LR": "1e6"}, "below 1"),
@@ -64,6 +65,35 @@ def test_mistyped_demo_setting_leaves_the_repository_byte_identical(script, sett
     )
     one_line_error(result)
     assert message in result.stderr
+    assert repository_state() == before
+
+
+def test_train_demo_takes_a_gguf_file_as_every_command_does(tmp_path):
+    """DEMO_MODEL=file.gguf passes the model check (converted once into the test's own cache): the next check,
+    DEMO_RESULTS naming committed results, is the one that refuses; nothing in the repository changes."""
+    from gguf_files import write_gguf
+
+    gguf = write_gguf(
+        str(ROOT / "assets" / "tiny_policy"), str(tmp_path / "Tiny-Policy.F32.gguf"), bos=None, eos=2, pad=0
+    )
+    before = repository_state()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEMO_")}
+    settings_ = {
+        "DEMO_MODEL": gguf,
+        "DEMO_RESULTS": "results/training_demo",
+        "GRPO_MSE_GGUF_CACHE": str(tmp_path / "c"),
+    }
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "train_demo.sh")],
+        env={**env, **settings_},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    one_line_error(result)
+    assert "committed results" in result.stderr and "DEMO_MODEL" not in result.stderr
+    assert os.listdir(tmp_path / "c")  # the file was converted, so the check read it as a model
     assert repository_state() == before
 
 
