@@ -31,7 +31,7 @@ BASE="${BASE:-${BASE_DIR:-${REPO_DIR}/outputs}}"      # checkpoints/ logs/ wandb
 # short per-user folder, never under BASE; vLLM's IPC sockets go under TMPDIR (left to you; checked below).
 RAY_TMP="${RAY_TMP:-/tmp/ray_$(id -u)}"              # Ray's _temp_dir (sessions, object spilling), <= 40 chars
 # HF_HOME, HF_HUB_CACHE, HF_TOKEN, TMPDIR: your own (not redirected); forwarded to the Ray workers when set.
-MODEL="${MODEL:-${PLACEHOLDER}}"                      # hub id, local folder or GGUF file, e.g. Qwen/Qwen2.5-1.5B-Instruct
+MODEL="${MODEL:-${PLACEHOLDER}}"                      # hub id, local or adapter folder, GGUF file, e.g. Qwen/Qwen2.5-1.5B-Instruct
 DATA_DIR="${DATA_DIR:-${PLACEHOLDER}}"                # folder written by Policy_Optimization/prepare_data.py
 TRAIN_FILE="${TRAIN_FILE:-train.parquet}"             # a file name in DATA_DIR (or a path)
 VAL_FILE="${VAL_FILE:-test.parquet}"
@@ -236,13 +236,15 @@ MODEL_PATH="${MODEL}"  # what the trainer loads: MODEL, or for VERL a GGUF file'
 if [[ -e "${MODEL}" ]]; then
   MODEL="$(abspath "${MODEL}")"
   MODEL_PATH="${MODEL}"
-  if [[ "${MODEL}" == *.gguf || ( -d "${MODEL}" && ! -f "${MODEL}/config.json" && -n "$(compgen -G "${MODEL}/*.gguf")" ) ]]; then
-    # TRL converts it itself (cached); VERL needs the folder: converted once here, cached by the file's sha256
+  if [[ "${MODEL}" == *.gguf || ( -d "${MODEL}" && ! -f "${MODEL}/config.json" \
+        && ( -f "${MODEL}/adapter_config.json" || -n "$(compgen -G "${MODEL}/*.gguf")" ) ) ]]; then
+    # A GGUF file or a LoRA adapter folder: TRL converts or merges it itself (cached); VERL needs the folder,
+    # converted or merged once here, cached by the files' sha256
     if [[ "${TRAINER}" == verl ]]; then
       MODEL_PATH="$("${PYTHON_BIN}" -m grpo_mse.training.model_folder "${MODEL}")" || exit 2
     fi
   else
-    [[ -f "${MODEL}/config.json" ]] || die "MODEL=${MODEL} is not a model folder (no config.json) nor a GGUF file"
+    [[ -f "${MODEL}/config.json" ]] || die "MODEL=${MODEL} is not a model folder (no config.json), a LoRA adapter folder nor a GGUF file"
   fi
 elif [[ "${MODEL}" == /* || "${MODEL}" == .* || "${MODEL}" == "~"* || "${MODEL}" == */*/* ]]; then
   die "MODEL=${MODEL}: no such local folder (a hub id looks like org/name)"

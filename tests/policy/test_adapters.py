@@ -102,3 +102,43 @@ def test_an_adapter_whose_base_is_missing_is_refused_before_loading(tmp_path):
     adapter = write_adapter(tmp_path / "f", str(tmp_path / "missing_base"))
     with pytest.raises(cli.UsageError, match="model folder not found"):
         cli.check_model_path(adapter)
+
+
+@pytest.mark.slow
+def test_trl_launcher_and_verl_dry_run_take_an_adapter_folder(tmp_path):
+    """MODEL=<LoRA adapter folder> through grpo_train.sh: TRL trains the merged model one step; VERL's dry run gets
+    the merged folder (both cached under the adapter's fingerprint)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("trl")
+    from conftest import ROOT
+
+    from grpo_mse.training.data import arithmetic_splits, write_splits
+
+    adapter = write_adapter(tmp_path / "tiny_lora", os.path.abspath(BUILTIN_POLICY))
+    write_splits(arithmetic_splits(32, 16), str(tmp_path / "data"))
+    env = {**os.environ, "GRPO_MSE_GGUF_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    settings = dict(MODEL=adapter, DATA_DIR=str(tmp_path / "data"), GROUP_SIZE="4", BUDGET="32", SEED="1", LR="1e-3")
+    settings.update(MAX_RESPONSE_LENGTH="8", TEST_FREQ="1", BASE=str(tmp_path / "base"), WANDB_MODE="offline")
+    settings.update(PYTHON_BIN=sys.executable, RUN_TAG="lora", SAVE_MODEL="0")
+    launcher = os.path.join(ROOT, "Policy_Optimization", "grpo_train.sh")
+
+    def launch(trainer: str, *extra: str, **more: str):
+        return subprocess.run(
+            ["bash", launcher, *extra],
+            env={**env, **settings, "TRAINER": trainer, **more},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    trl = launch("trl", "--max_steps", "1")
+    assert trl.returncode == 0, trl.stdout[-2000:] + trl.stderr[-2000:]
+    assert "EXPERIMENT_NAME=lora_tiny_lora_K4_seed1" in trl.stdout and "step:1 - " in trl.stdout
+    pytest.importorskip("verl")
+    verl = launch("verl", DRY_RUN="1")
+    assert verl.returncode == 0, verl.stderr[-3000:]
+    merged = os.path.join(str(tmp_path / "cache"), "merged", model_fingerprint(adapter).removeprefix("sha256:"))
+    assert f"path: {merged}" in verl.stdout  # VERL gets the merged HF folder
