@@ -1,0 +1,54 @@
+"""The README's real-LLM sentence quotes the committed runs: its ratios and intervals, rounded to 2 decimals, are
+those of the saved JSON files (a rerun or a hand edit that leaves the README stale fails here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+POST_TRAINED = "results/real_llm/post_trained/figure4/tracecov_smollm2_arith_lora_20261202_201754.json"
+TRAINING_SUMMARY = "results/real_llm/post_trained/training/summary.md"
+NUMBER = r"(-?\d+\.\d+)"
+CELL = rf"{NUMBER} \[{NUMBER}, {NUMBER}\]"
+
+
+def readme() -> str:
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+        return " ".join(handle.read().split())  # one line: the sentence wraps
+
+
+def quoted_cells(text: str, label: str, count: int) -> list[tuple[float, float, float]]:
+    """The ``count`` cells "a [b, c]" after ``label`` in ``text`` (comma-separated, as the README writes them)."""
+    match = re.search(re.escape(label) + " " + ", ".join([CELL] * count), text)
+    assert match, f"README: no '{label}' followed by {count} cells"
+    values = [float(v) for v in match.groups()]
+    return [tuple(values[i : i + 3]) for i in range(0, len(values), 3)]
+
+
+def saved_cells(path: str, ratio: str) -> list[tuple[float, float, float]]:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+        cells = json.load(handle)["paired"]["ratio"][ratio]
+    return [(round(c["estimate"], 2), round(c["ci95"][0], 2), round(c["ci95"][1], 2)) for c in cells]
+
+
+@pytest.mark.parametrize("label,ratio", [("GRPO/oracle", "grpo/oracleV"), ("vanilla/oracle", "naive/oracleV")])
+def test_the_real_llm_ratios_are_the_committed_runs(label, ratio):
+    block = readme()[readme().index("Its Figure-4 run (50 prompts") :]
+    assert quoted_cells(block, label, 3) == saved_cells(POST_TRAINED, ratio)
+
+
+def test_the_real_llm_training_change_is_the_committed_summary():
+    with open(os.path.join(ROOT, TRAINING_SUMMARY), encoding="utf-8") as handle:
+        (row,) = [line for line in handle if line.startswith("| all |")]
+    start, end, change = (cell.split(" ± ")[0] for cell in row.strip("| \n").split(" | ")[2:5])
+    change_half = row.strip("| \n").split(" | ")[4].split(" ± ")[1]
+    assert f"{start} -> {end}, change {float(change):+.3f} +- {change_half}" in readme()
+
+
+def test_the_check_sees_a_stale_number():
+    text = "GRPO/oracle 1.53 [1.31, 1.77], 1.46 [1.18, 2.63], 1.21 [1.06, 1.68]"
+    assert quoted_cells(text, "GRPO/oracle", 3) != saved_cells(POST_TRAINED, "grpo/oracleV")
