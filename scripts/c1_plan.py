@@ -41,8 +41,7 @@ def main(argv=None) -> None:
     from transformers import Qwen2ForCausalLM
 
     from grpo_mse.builtin.qwen_shapes import qwen2_5_config
-    from grpo_mse.gradients.memory import c1_batch_that_fits, host_available
-    from grpo_mse.gradients.statistics import C1_HOST_BYTES, c1_memory
+    from grpo_mse.gradients.memory import C1_HOST_BYTES, c1_batch_that_fits, c1_memory, host_available
     from grpo_mse.tables.outputs import write_json
 
     with torch.device("meta"):  # shapes only: no memory

@@ -19,10 +19,21 @@ CPU_BLOCK_BYTES = 4 << 20  # gram64's float64 block buffer on the CPU (statistic
 CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per block on CUDA
 
 
-def _element_bytes(dtype) -> int:
+C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per rank; the rest go to a file
+SPILL_CHUNK = 1 << 24  # elements copied to the host at a time when a mean gradient is written to its file
+
+
+def element_bytes(dtype) -> int:
     import torch
 
     return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def stats_dtype(like):
+    """Statistics in float32, or float64 for a float64 model (bf16/fp16 gradients are upcast)."""
+    import torch
+
+    return torch.promote_types(like.dtype, torch.float32)
 
 
 def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = "cpu") -> int:
@@ -32,8 +43,8 @@ def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = 
     count = sum(p.numel() for p in params)
     if not count:
         return 0
-    model = _element_bytes(params[0].dtype)
-    stats = _element_bytes(torch.promote_types(params[0].dtype, torch.float32))
+    model = element_bytes(params[0].dtype)
+    stats = element_bytes(torch.promote_types(params[0].dtype, torch.float32))
     largest = max(p.numel() for p in params)
     if engine == "reference":
         return 2 * labels * count * stats + count * model + 4 * largest * stats
@@ -82,14 +93,33 @@ def require_fits(needed: int, device: str, what: str, available: int | None = No
 
 def c1_batch_that_fits(params, requested: int, disk_free: int, host_free: int, margin: float = 0.1) -> int | None:
     """The largest c1 batch in 2..``requested`` whose files fit ``disk_free`` and whose host part fits
-    ``host_free``, each with ``margin`` of it kept free (statistics.c1_memory); None when none does."""
-    from grpo_mse.gradients.statistics import C1_HOST_BYTES, c1_memory
-
+    ``host_free``, each with ``margin`` of it kept free (``c1_memory``); None when none does."""
     for batch in range(requested, 1, -1):
         plan = c1_memory(params, batch, C1_HOST_BYTES)
         if plan["disk_bytes"] <= disk_free * (1 - margin) and plan["host_bytes"] <= host_free * (1 - margin):
             return batch
     return None
+
+
+def c1_memory(params, batch_size: int, host_bytes: int = C1_HOST_BYTES) -> dict:
+    """What ``BetweenPromptBatch(spill=..., host_bytes=host_bytes)`` holds at its peak (just before ``result``)
+    for ``batch_size`` mean gradients shaped like ``params`` (statistics dtype; meta tensors are fine):
+    {"vector_bytes", "in_memory", "on_disk", "host_bytes", "disk_bytes"}. host_bytes counts the copies kept in
+    memory, the chunk copied while one is written to its file and ``gram64``'s float64 working blocks; the
+    file's pages read back by ``gram64`` are page cache (clean, reclaimable), not counted."""
+    each = sum(p.numel() * element_bytes(stats_dtype(p)) for p in params)
+    kept = batch_size if each == 0 else min(batch_size, host_bytes // each)
+    spilled = batch_size - kept
+    block = max(4096, (1 << 19) // max(batch_size, 1))
+    chunk = max((min(p.numel(), SPILL_CHUNK) * element_bytes(stats_dtype(p)) for p in params), default=0)
+    work = 2 * batch_size * block * 8 + (chunk if spilled else 0)
+    return {
+        "vector_bytes": each,
+        "in_memory": kept,
+        "on_disk": spilled,
+        "host_bytes": kept * each + work,
+        "disk_bytes": spilled * each,
+    }
 
 
 def existing_parent(path: str) -> str:

@@ -10,6 +10,8 @@ import os
 import numpy as np
 import torch
 
+from grpo_mse.gradients.memory import C1_HOST_BYTES, SPILL_CHUNK, element_bytes, stats_dtype
+
 # Coordinates per float64 block of a Gram matrix (``block_coordinates``): on CUDA at least 2^24 (a few
 # dozen blocks at 0.5B, each one large matrix product: launch overhead vanishes). On the CPU vectors of at most
 # CPU_MIN_BLOCK coordinates are one block (the built-in policies: their results keep their bits); longer ones go
@@ -102,11 +104,6 @@ def blocks_per_gram(vectors: list[list[torch.Tensor]], block: int | None = None)
 def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int | None = None) -> float:
     """<left, right> in float64."""
     return float(gram64([left, right], block)[0, 1])
-
-
-def stats_dtype(like: torch.Tensor) -> torch.dtype:
-    """Statistics in float32, or float64 for a float64 model (bf16/fp16 gradients are upcast)."""
-    return torch.promote_types(like.dtype, torch.float32)
 
 
 class WelfordTrace:
@@ -275,35 +272,6 @@ class SumTrace:
 
     def nbytes(self) -> int:
         return sum(p.numel() * element_bytes(stats_dtype(p)) for p in self.shapes_like)
-
-
-C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per rank; the rest go to a file
-SPILL_CHUNK = 1 << 24  # elements copied to the host at a time when a mean gradient is written to its file
-
-
-def element_bytes(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype, device="meta").element_size()
-
-
-def c1_memory(params, batch_size: int, host_bytes: int = C1_HOST_BYTES) -> dict:
-    """What ``BetweenPromptBatch(spill=..., host_bytes=host_bytes)`` holds at its peak (just before ``result``)
-    for ``batch_size`` mean gradients shaped like ``params`` (statistics dtype; meta tensors are fine):
-    {"vector_bytes", "in_memory", "on_disk", "host_bytes", "disk_bytes"}. host_bytes counts the copies kept in
-    memory, the chunk copied while one is written to its file and ``gram64``'s float64 working blocks; the
-    file's pages read back by ``gram64`` are page cache (clean, reclaimable), not counted."""
-    each = sum(p.numel() * element_bytes(stats_dtype(p)) for p in params)
-    kept = batch_size if each == 0 else min(batch_size, host_bytes // each)
-    spilled = batch_size - kept
-    block = max(4096, (1 << 19) // max(batch_size, 1))
-    chunk = max((min(p.numel(), SPILL_CHUNK) * element_bytes(stats_dtype(p)) for p in params), default=0)
-    work = 2 * batch_size * block * 8 + (chunk if spilled else 0)
-    return {
-        "vector_bytes": each,
-        "in_memory": kept,
-        "on_disk": spilled,
-        "host_bytes": kept * each + work,
-        "disk_bytes": spilled * each,
-    }
 
 
 def spill_to_file(vector: list[torch.Tensor], path: str) -> list[torch.Tensor]:

@@ -21,12 +21,11 @@ from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.distributed import Shards
 from grpo_mse.errors import UsageError
-from grpo_mse.gradients import engine
+from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
-from grpo_mse.gradients.memory import c1_batch_that_fits, engine_bytes, existing_parent, host_available, require_fits
-from grpo_mse.gradients.statistics import C1_HOST_BYTES, BetweenPromptBatch, BufferPool, SumTrace, c1_memory
+from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTrace
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
@@ -186,7 +185,8 @@ class TracecovRun:
         copies = config.c1_copies
         # mean gradients beyond C1_HOST_BYTES (shared by the batches) go to files in the run folder
         spills = [f"{self.base}.{label}.rank{self.rank}" if self.base else None for label in C1_FILES[:copies]]
-        batches = [BetweenPromptBatch(spill, C1_HOST_BYTES // copies, self.pool) for spill in spills] if need_c1 else []
+        host = memory.C1_HOST_BYTES // copies
+        batches = [BetweenPromptBatch(spill, host, self.pool) for spill in spills] if need_c1 else []
         todo = [index for index in indices if batches or (k, index) not in self.done]
         # the batch's prompts are sampled together (up to --gen_bs sequences a decode batch, across prompts)
         drawn = self.sampler.draw_all([(self.rows[i], self.stream(i, k)) for i in todo], config.M * k)
@@ -331,11 +331,11 @@ def c1_memory_line(params, config: TracecovConfig, base: str, batch: int | None 
     """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
     batches of ``batch`` prompts (the largest batch the run has; default --c1_batch)."""
     copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
-    plan, gb = c1_memory(params, batch * copies, C1_HOST_BYTES), 1e9
+    plan, gb = memory.c1_memory(params, batch * copies, memory.C1_HOST_BYTES), 1e9
     size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
     line = (
         f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
-        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {C1_HOST_BYTES / 2**30:g} GiB)"
+        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {memory.C1_HOST_BYTES / 2**30:g} GiB)"
     )
     if plan["on_disk"]:
         line += (
@@ -355,22 +355,22 @@ def check_memory(params, config: TracecovConfig, device: str) -> None:
     labels = len(config.estimators) + len(biased) + 2  # + the score and the std-GRPO helper sums
     count = sum(p.numel() for p in params)
     rows = 2 * min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
-    needed = engine_bytes(params, config.engine, labels, rows, device)
-    require_fits(needed, device, f"memory estimate of the {config.engine} engine beside the model")
+    needed = memory.engine_bytes(params, config.engine, labels, rows, device)
+    memory.require_fits(needed, device, f"memory estimate of the {config.engine} engine beside the model")
 
 
 def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
     """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
     the free disk under --save_json; it names the largest --c1_batch that fits."""
     copies = config.c1_copies  # mean gradients per prompt (--advisor_estimator grpo_std keeps three)
-    plan = c1_memory(params, batch * copies, C1_HOST_BYTES)
+    plan = memory.c1_memory(params, batch * copies, memory.C1_HOST_BYTES)
     if not plan["disk_bytes"]:
         return
-    where = existing_parent(config.save_json)
+    where = memory.existing_parent(config.save_json)
     free = shutil.disk_usage(where).free
     if plan["disk_bytes"] <= free:
         return
-    fitting = (c1_batch_that_fits(params, batch * copies, free, host_available()) or 0) // copies
+    fitting = (memory.c1_batch_that_fits(params, batch * copies, free, memory.host_available()) or 0) // copies
     fitting = fitting if fitting >= 2 else None
     advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
     raise UsageError(

@@ -245,8 +245,7 @@ def test_sampler_cache_formula_matches_the_cache_it_builds():
 
 
 def test_c1_batch_that_fits_is_the_largest(monkeypatch):
-    from grpo_mse.gradients.memory import c1_batch_that_fits
-    from grpo_mse.gradients.statistics import C1_HOST_BYTES, c1_memory
+    from grpo_mse.gradients.memory import C1_HOST_BYTES, c1_batch_that_fits, c1_memory
 
     params = [torch.empty(10**9, dtype=torch.bfloat16, device="meta")]  # 4 GB per fp32 mean gradient
     for disk in (0, 3e9, 17e9, 92.6e9, 1e12):

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from grpo_mse.distributed import rank_batches
-from grpo_mse.gradients import statistics
-from grpo_mse.gradients.statistics import BetweenPromptBatch, c1_memory
+from grpo_mse.gradients import memory, statistics
+from grpo_mse.gradients.memory import c1_memory
+from grpo_mse.gradients.statistics import BetweenPromptBatch
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.runs import tracecov as tracecov_job
@@ -98,7 +99,8 @@ def test_spill_round_trip_keeps_bf16_and_float64_values(tmp_path):
 
 
 def test_large_parameter_is_written_in_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(statistics, "SPILL_CHUNK", 7)
+    monkeypatch.setattr(statistics, "SPILL_CHUNK", 7)  # the writer's chunk
+    monkeypatch.setattr(memory, "SPILL_CHUNK", 7)  # the plan's
     vector = [torch.arange(30, dtype=torch.float32).view(5, 6), torch.arange(3, dtype=torch.float32)]
     mapped = statistics.spill_to_file(vector, str(tmp_path / "v.bin"))
     assert all(torch.equal(m, v) for m, v in zip(mapped, vector))
@@ -159,7 +161,7 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
     written = []
     original = statistics.spill_to_file
     monkeypatch.setattr(statistics, "spill_to_file", lambda v, path: written.append(path) or original(v, path))
-    monkeypatch.setattr(tracecov_job, "C1_HOST_BYTES", 0)
+    monkeypatch.setattr(memory, "C1_HOST_BYTES", 0)
     spilled = batch_record("disk")
     assert written == [str(tmp_path / f"disk.c1.rank0.{j}.bin") for j in range(3)]
     assert not glob.glob(str(tmp_path / "*.bin"))

@@ -1,4 +1,6 @@
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, nucleus_sample, stream_seed
 
@@ -83,3 +85,61 @@ def test_a_group_larger_than_the_batch_runs_its_prompt_once_per_batch(random_lm)
     shapes, (rows,) = _rows_per_call(random_lm, lambda: sampler.sample([([3, 4, 5, 6], 10, (1,))]))
     assert [s for s in shapes if s[1] > 1] == [(1, 4)] * 3  # batches of 4, 4 and 2 rows: one prefill each
     assert len(rows) == 10
+
+
+def _full_sort_draw(logits, uniforms, temperature, top_p):
+    """The draw as it was before the candidates' fast path: every probability sorted (an independent copy)."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    if top_p < 1.0:
+        sorted_probs = sorted_probs * ((sorted_probs.cumsum(-1) - sorted_probs) < top_p)
+    cumulative = sorted_probs.cumsum(-1)
+    picks = torch.searchsorted(cumulative, uniforms.unsqueeze(-1) * cumulative[:, -1:], right=True)
+    return order.gather(-1, picks.clamp_(max=cumulative.shape[-1] - 1)).squeeze(-1)
+
+
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.sampled_from([0.5, 3.0, 12.0]),
+    temperature=st.sampled_from([0.3, 1.0, 2.5]),
+    top_p=st.sampled_from([0.05, 0.5, 0.95, 0.999, 1.0]),
+    tied=st.integers(0, 6),
+    candidates=st.sampled_from([1, 4, 16, 64]),
+)
+@settings(max_examples=120, deadline=None)
+def test_candidates_draw_equals_the_full_sort_draw(seed, scale, temperature, top_p, tied, candidates):
+    """The topk fast path draws the same token as the full sort on every row: wide and narrow nuclei, tied
+    logits (copied within a row, so the full sort's order of ties decides), uniforms at 0 and just below 1."""
+    import grpo_mse.policy.sampling as sampling
+
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn((24, 300), generator=generator) * scale
+    top = logits.argsort(dim=-1, descending=True)
+    for row in range(0, 24, 3):  # ties among the most likely tokens
+        logits[row, top[row, 1 : 1 + tied]] = float(logits[row, top[row, 0]])
+    uniforms = torch.rand(24, generator=generator)
+    uniforms[:2] = torch.tensor([0.0, 1.0 - 2**-24])
+    expected = _full_sort_draw(logits, uniforms, temperature, top_p)
+    default, sampling.NUCLEUS_CANDIDATES = sampling.NUCLEUS_CANDIDATES, candidates
+    try:
+        assert torch.equal(sampling.nucleus_sample(logits, uniforms, temperature, top_p), expected)
+    finally:
+        sampling.NUCLEUS_CANDIDATES = default
+
+
+def test_narrow_nuclei_skip_the_full_sort_and_ties_fall_back_to_it(monkeypatch):
+    """Rows whose nucleus fits the candidates are drawn without sorting the vocabulary; a row with a tie in its
+    nucleus is redrawn through the full sort (only that row)."""
+    import grpo_mse.policy.sampling as sampling
+
+    sorted_rows = []
+    original = sampling.sorted_nucleus
+    monkeypatch.setattr(sampling, "sorted_nucleus", lambda x, t, p: sorted_rows.append(len(x)) or original(x, t, p))
+    logits = torch.randn((6, 2000), generator=torch.Generator().manual_seed(0)) * 0.1 - 5.0
+    logits[:, :5] = torch.tensor([9.0, 8.0, 7.5, 7.0, 6.0])  # the nucleus: a few tokens
+    uniforms = torch.linspace(0.05, 0.95, 6)
+    first = sampling.nucleus_sample(logits, uniforms, 1.0, 0.9)
+    assert sorted_rows == [] and torch.equal(first, _full_sort_draw(logits, uniforms, 1.0, 0.9))
+    logits[2, 1] = logits[2, 0]  # a tie inside row 2's nucleus
+    second = sampling.nucleus_sample(logits, uniforms, 1.0, 0.9)
+    assert sorted_rows == [1] and torch.equal(second, _full_sort_draw(logits, uniforms, 1.0, 0.9))
