@@ -268,7 +268,7 @@ def test_tracecov_refuses_c1_that_the_disk_cannot_hold(tmp_path, monkeypatch):
     config = TracecovConfig(model="m", oracle_table="t", save_json=str(tmp_path / "new" / "run"), skip_plot=True)
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(tracecov.shutil, "disk_usage", lambda path: usage._replace(free=50 * 10**9))
-    monkeypatch.setattr(tracecov, "host_available", lambda: 10**12)
+    monkeypatch.setattr(tracecov.memory, "host_available", lambda: 10**12)
     with pytest.raises(UsageError) as error:
         tracecov.check_c1_disk(params, config, 16)
     message = str(error.value)
