@@ -2,7 +2,7 @@
 
 c1 keeps each prompt's mean gradient (trainable parameters x 4 bytes) until its batch of --c1_batch prompts ends:
 up to 8 GiB of them in host memory per rank, the rest memory-mapped in files beside the run's results
-(grpo_mse.gradients.statistics.c1_memory). This prints that estimate for --c1_batch before any work, then the
+(grpo_mse.gradients.memory.c1_memory). This prints that estimate for --c1_batch before any work, then the
 largest batch <= --c1_batch whose files fit the free disk under --dir (with --margin to spare) and whose host part
 fits the available host memory. Exit 2 with one line when not even a batch of 2 fits.
 
