@@ -38,13 +38,12 @@ def stats_dtype(like):
 
 def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = "cpu") -> int:
     """Peak bytes of one engine's statistics and gradients for ``params`` (not counting the model itself)."""
-    import torch
 
     count = sum(p.numel() for p in params)
     if not count:
         return 0
     model = element_bytes(params[0].dtype)
-    stats = element_bytes(torch.promote_types(params[0].dtype, torch.float32))
+    stats = element_bytes(stats_dtype(params[0]))
     largest = max(p.numel() for p in params)
     if engine == "reference":
         return 2 * labels * count * stats + count * model + 4 * largest * stats

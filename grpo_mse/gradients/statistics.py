@@ -10,7 +10,8 @@ import os
 import numpy as np
 import torch
 
-from grpo_mse.gradients.memory import C1_HOST_BYTES, SPILL_CHUNK, element_bytes, stats_dtype
+from grpo_mse.gradients import memory
+from grpo_mse.gradients.memory import C1_HOST_BYTES, element_bytes, stats_dtype
 
 # Coordinates per float64 block of a Gram matrix (``block_coordinates``): on CUDA at least 2^24 (a few
 # dozen blocks at 0.5B, each one large matrix product: launch overhead vanishes). On the CPU vectors of at most
@@ -281,8 +282,8 @@ def spill_to_file(vector: list[torch.Tensor], path: str) -> list[torch.Tensor]:
     with open(path, "wb") as f:
         for tensor in vector:
             flat = tensor.detach().reshape(-1)
-            for start in range(0, flat.numel(), SPILL_CHUNK):
-                f.write(flat[start : start + SPILL_CHUNK].to("cpu").contiguous().view(torch.uint8).numpy())
+            for start in range(0, flat.numel(), memory.SPILL_CHUNK):  # the chunk c1_memory plans for
+                f.write(flat[start : start + memory.SPILL_CHUNK].to("cpu").contiguous().view(torch.uint8).numpy())
     total = sum(t.numel() for t in vector)
     flat = torch.from_file(path, shared=False, size=total, dtype=dtype) if total else torch.zeros(0, dtype=dtype)
     views, offset = [], 0

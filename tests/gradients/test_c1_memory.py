@@ -99,8 +99,7 @@ def test_spill_round_trip_keeps_bf16_and_float64_values(tmp_path):
 
 
 def test_large_parameter_is_written_in_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(statistics, "SPILL_CHUNK", 7)  # the writer's chunk
-    monkeypatch.setattr(memory, "SPILL_CHUNK", 7)  # the plan's
+    monkeypatch.setattr(memory, "SPILL_CHUNK", 7)  # the writer's chunk and the plan's
     vector = [torch.arange(30, dtype=torch.float32).view(5, 6), torch.arange(3, dtype=torch.float32)]
     mapped = statistics.spill_to_file(vector, str(tmp_path / "v.bin"))
     assert all(torch.equal(m, v) for m, v in zip(mapped, vector))
