@@ -98,15 +98,19 @@ def theory_overlay(theory_json: dict, names) -> dict:
 
 def ratio_band(result: dict, name: str = f"{est.GRPO}/{est.ORACLE}") -> tuple[list[float], list[float]] | None:
     """(lower, upper) of the paired bootstrap 95% interval of a ratio per K, from the run's ``paired`` entry; a ratio
-    of MSEs is >= 0, so a lower bound below 0 (older runs, few prompts) is drawn at 0."""
+    of MSEs is >= 0, so a lower bound below 0 (older runs, few prompts) is drawn at 0. A bound saved as null is a
+    non-finite one (JSON has no infinity: an oracle MSE near 0 in some replicates): an unbounded upper end is inf,
+    drawn to the top of the axis, and a null lower end is 0."""
     series = result.get("paired", {}).get("ratio", {}).get(name)
     if not series or any(s["ci95"] is None for s in series):
         return None
-    return [max(s["ci95"][0], 0.0) for s in series], [max(s["ci95"][1], 0.0) for s in series]
+    lower = [0.0 if s["ci95"][0] is None else max(s["ci95"][0], 0.0) for s in series]
+    return lower, [math.inf if s["ci95"][1] is None else max(s["ci95"][1], 0.0) for s in series]
 
 
 def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
     """MSE_GRPO / MSE_oracle against K for each run (the U-statistic gap, -> 1 as K grows)."""
+    bands = []  # drawn once the ratios have set the axis, so that an unbounded end reaches its top
     for label, result in results:
         values = result["conditional_on_x"]
         if est.GRPO in values and est.ORACLE in values:
@@ -114,16 +118,17 @@ def draw_ratio_panel(ax, results: list[tuple[str, dict]]) -> None:
             line = ax.plot(result["K_list"], ratios, marker="o", label=label)[0]
             band = ratio_band(result)
             if band:
-                ax.fill_between(
-                    result["K_list"], *band, color=line.get_color(), alpha=0.15, label=f"{label}: paired 95% interval"
-                )
+                bands.append((result["K_list"], band, line.get_color(), f"{label}: paired 95% interval"))
             theory = result.get("theory") or {}
             if est.GRPO in theory and est.ORACLE in theory:
                 exact = [g / o if o else float("nan") for g, o in zip(theory[est.GRPO], theory[est.ORACLE])]
                 ax.plot(theory["K"], exact, linestyle="--", color=line.get_color(), alpha=0.7, label=f"{label} (exact)")
     ax.axhline(1.0, color="gray", linestyle=":")
     points = [float(y) for line in ax.get_lines() for y in line.get_ydata() if math.isfinite(float(y))]
-    ax.set_ylim(0, max([2.0, *points]) * 1.25)  # the ratios set the axis; a wide band (few prompts) runs off it
+    top = max([2.0, *points]) * 1.25
+    ax.set_ylim(0, top)  # the ratios set the axis; a wide band (few prompts) runs off it
+    for ks, (lower, upper), color, label in bands:
+        ax.fill_between(ks, lower, [min(u, top) for u in upper], color=color, alpha=0.15, label=label)
     ax.set_xscale("log", base=2)
     ks = sorted({k for _, result in results for k in result["K_list"]})
     ax.set_xlim(min(ks) / 1.25, max(ks) * 1.25)  # also when every ratio is undefined (nothing drawn)

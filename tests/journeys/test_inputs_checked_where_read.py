@@ -183,3 +183,21 @@ def test_figure4_refuses_a_negative_half_width_and_clips_the_ratio_band(tmp_path
     assert not (tmp_path / "f").exists()
     wide = {"estimate": 1.1, "ci95": [-10000.0, 55000.0]}
     assert ratio_band({"paired": {"ratio": {"grpo/oracleV": [wide, wide]}}}) == ([0.0, 0.0], [55000.0, 55000.0])
+
+
+def test_figure4_draws_an_unbounded_ratio_interval_to_the_top_of_the_axis(tmp_path):
+    """A tiny real-LLM run saves a GRPO/oracle interval whose upper end is infinite as null (strict JSON);
+    make_figures.py failed on it with a TypeError. The band now reaches the top of the axis, the figure is written."""
+    import json
+
+    from grpo_mse.figures.tracecov import ratio_band
+
+    open_ended = {"estimate": 1.39, "ci95": [1.25, None]}
+    bounded = {"estimate": 0.16, "ci95": [None, 0.34]}
+    paired = {"ratio": {"grpo/oracleV": [bounded, open_ended]}}
+    assert ratio_band({"paired": paired}) == ([0.0, 1.25], [0.34, float("inf")])
+    run = {"K_list": [2, 4], "conditional_on_x": {"grpo": [0.2, 1.4], "oracleV": [1.2, 1.0]}, "config": {}}
+    path = tmp_path / "tracecov_run.json"
+    path.write_text(json.dumps({**run, "paired": paired}))
+    make_figures_command.main(["--tracecov", str(path), "--out_dir", str(tmp_path / "f")])
+    assert any(name.endswith(".png") for name in os.listdir(tmp_path / "f"))
