@@ -10,7 +10,7 @@ gradient is x = c1 a + c0 s with a = grad (1/K) sum_k G_k lp_k and s = grad (1/K
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -66,6 +66,8 @@ def bias_squared(difference, m: int) -> float:
 
     For a running sum T over model-sized vectors (>= PARTIAL_GRAM_MIN coordinates) ||mean d||^2 is
     <T, T> / n^2 in float64: no model-sized mean is allocated and only one vector is copied to float64."""
+    if isinstance(difference, SumTrace) and difference.terms is not None:  # deferred: <T, T> is known
+        return difference.total_sq / difference.count**2 - difference.trace() / m
     if isinstance(difference, SumTrace) and sum(p.numel() for p in difference.shapes_like) >= PARTIAL_GRAM_MIN:
         if difference.sums is None:
             return 0.0 - difference.trace() / m
@@ -209,16 +211,20 @@ def distinct_continuations(
 PARTIAL_GRAM_MIN = 1 << 20
 
 
-def add_pass(stats: dict[str, SumTrace], labels: list[str], plans, owner: list[list[int]], rows) -> None:
+def add_pass(
+    stats: dict[str, SumTrace], labels: list[str], plans, owner: list[list[int]], rows, defer: bool = False
+) -> None:
     """Add one pass's groups to every estimator's statistics: group g's vector is sum_j c_j rows[owner[g][j]],
     scalars from one float64 Gram matrix of the rows and the running sums (once those are nonzero).
+    ``defer``: a first pass leaves each running sum as its rows' terms (``SumTrace.add_pass``).
 
     At model sizes (>= PARTIAL_GRAM_MIN coordinates) a running sum that is still exactly zero (every coefficient
     so far 0, e.g. GRPO while all groups had equal rewards) is left out of the Gram matrix (its scalars are 0)
     instead of being allocated as model-sized zeros and copied to float64."""
     counted = bool(stats[labels[0]].count)
     large = sum(p.numel() for p in stats[labels[0]].shapes_like) >= PARTIAL_GRAM_MIN
-    present = [name for name in labels if counted and (not large or stats[name].sums is not None)]
+    held = [name for name in labels if stats[name].sums is not None or stats[name].terms is not None]
+    present = [name for name in labels if counted and (not large or name in held)]
     vectors = rows + [stats[name].total for name in present]
     empty = torch.zeros((0, 0), dtype=torch.float64)
     gram = gram64(vectors, rows=len(rows) if large else None).cpu() if vectors else empty
@@ -231,7 +237,28 @@ def add_pass(stats: dict[str, SumTrace], labels: list[str], plans, owner: list[l
             t = n + present.index(name)
             stats[name].add_pass(coefficients, rows, gram[:n, :n], gram[t, :n], float(gram[t, t]))
         else:  # no earlier vectors, or (model sizes) a running sum that is exactly zero
-            stats[name].add_pass(coefficients, rows, gram[:n, :n], torch.zeros(n, dtype=torch.float64), 0.0)
+            zeros = torch.zeros(n, dtype=torch.float64)
+            stats[name].add_pass(coefficients, rows, gram[:n, :n], zeros, 0.0, defer=defer)
+
+
+@dataclass
+class KeptRows:
+    """Gradient rows of one or more passes waiting for the statistics, with their groups' plans and row indices."""
+
+    rows: list = field(default_factory=list)
+    plans: list = field(default_factory=list)
+    owner: list[list[int]] = field(default_factory=list)
+
+    def add(self, plans, owner: list[list[int]], rows) -> None:
+        self.owner += [[len(self.rows) + index for index in own] for own in owner]
+        self.plans += plans
+        self.rows += rows
+
+    def take(self) -> tuple[list, list[list[int]], list]:
+        """(plans, owner, rows) as ``add_pass`` takes them; the keeper is empty afterwards."""
+        taken = self.plans, self.owner, self.rows
+        self.plans, self.owner, self.rows = [], [], []
+        return taken
 
 
 def splits_by_reward(plans, rewards: torch.Tensor) -> bool:
@@ -271,6 +298,7 @@ def prompt_traces(
     per_pass: int = 0,
     measure_score: bool = False,
     pool: BufferPool | None = None,
+    keep_rows: int = 0,
 ) -> PromptStats:
     """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
 
@@ -281,6 +309,11 @@ def prompt_traces(
     ``measure_score``: also accumulate the group-mean score s_g (||E s||^2, tr Cov s_g; costs the s vector of
     groups that no estimator needs, e.g. all rewards 0).
     ``pool``: the fast engine's running sums take their buffers from it (``PromptStats.release`` hands them back).
+    ``keep_rows`` (model sizes, >= PARTIAL_GRAM_MIN coordinates): the gradient rows of several passes, up to this
+    many, go to the statistics together. Per pass, the statistics read every running sum twice (the Gram matrix,
+    the additions) and that dominates a 135M-parameter model's run on a CPU; one Gram matrix of all of a prompt's
+    rows reads each row once, and the running sums are then formed only when read (c1's oracle mean). 0: a pass's
+    rows at once (the built-in policies keep their bits).
     """
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
@@ -311,9 +344,10 @@ def prompt_traces(
                 loss = (weights[name].to(logprobs.dtype) * logprobs).sum()
                 stats[name].update(_grad(loss, params, retain=index < len(labels) - 1))
     else:
-        k = rewards.shape[1]
-        step = groups_per_pass(k, sum(p.numel() for p in params), per_pass)
-        for chunk in pass_slices(groups, step):
+        k, count = rewards.shape[1], sum(p.numel() for p in params)
+        keep = keep_rows if count >= PARTIAL_GRAM_MIN else 0
+        kept = KeptRows()
+        for chunk in pass_slices(groups, groups_per_pass(k, count, per_pass)):
             chunk_rewards = rewards[chunk].to(torch.float64)
             plans = [group_plan(group_weights(group_rewards), group_rewards) for group_rewards in chunk_rewards]
             cotangents, owner = group_cotangents(chunk_rewards, [kinds for kinds, _ in plans])
@@ -324,7 +358,13 @@ def prompt_traces(
                 unique, cotangents = distinct_continuations([c for group in groups[chunk] for c in group], cotangents)
                 logprobs = logprob_fn(unique)
                 rows = row_vjps(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype), len(owner) > 1).rows
-            add_pass(stats, labels, plans, owner, rows)
+            if kept.plans and len(kept.rows) + len(rows) > keep:  # no room for this pass's rows: the kept go first
+                add_pass(stats, labels, *kept.take())
+            kept.add(plans, owner, rows)
+            if not keep:
+                add_pass(stats, labels, *kept.take())
+        if kept.plans:  # the prompt's last kept rows; a prompt whose rows all fit defers its running sums
+            add_pass(stats, labels, *kept.take(), defer=True)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
     out = PromptStats(

@@ -19,6 +19,11 @@ CPU_BLOCK_BYTES = 4 << 20  # gram64's float64 block buffer on the CPU (statistic
 CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per block on CUDA
 
 
+# Gradient rows one prompt's statistics may hold at once (prompt_traces' keep_rows): at most KEPT_ROWS_BYTES and
+# KEPT_ROWS_SHARE of the memory available at the start. SmolLM2-135M on 24 GB: 8 GiB, 15 rows (M = 8 groups give
+# at most 16, most prompts fewer: groups of equal rewards have one row or none).
+KEPT_ROWS_BYTES = 8 << 30
+KEPT_ROWS_SHARE = 0.4
 C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per rank; the rest go to a file
 SPILL_CHUNK = 1 << 24  # elements copied to the host at a time when a mean gradient is written to its file
 
@@ -36,8 +41,15 @@ def stats_dtype(like):
     return torch.promote_types(like.dtype, torch.float32)
 
 
-def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = "cpu") -> int:
-    """Peak bytes of one engine's statistics and gradients for ``params`` (not counting the model itself)."""
+def kept_rows(params, available: int) -> int:
+    """How many gradient rows shaped like ``params`` fit KEPT_ROWS_BYTES and KEPT_ROWS_SHARE of ``available``."""
+    row = sum(p.numel() * element_bytes(p.dtype) for p in params)
+    return int(min(KEPT_ROWS_BYTES, KEPT_ROWS_SHARE * available) // max(row, 1))
+
+
+def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = "cpu", kept: int = 0) -> int:
+    """Peak bytes of one engine's statistics and gradients for ``params`` (not counting the model itself), with
+    ``kept`` more gradient rows held for the statistics (``kept_rows``)."""
 
     count = sum(p.numel() for p in params)
     if not count:
@@ -52,7 +64,7 @@ def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = 
     # the gradient rows twice: a batched backward's intermediate per-parameter gradients are as large as the
     # rows it returns, and both are alive at its end (measured: tests/gpu/test_gpu_check.py); before the float64
     # Gram blocks became cache-sized, a 128 MiB block term happened to cover them
-    return labels * count * stats + 2 * rows * count * model + min(blocks, vectors * count * 8)
+    return labels * count * stats + (2 * rows + kept) * count * model + min(blocks, vectors * count * 8)
 
 
 def model_bytes(params) -> int:

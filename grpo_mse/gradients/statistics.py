@@ -176,6 +176,9 @@ class SumTrace:
         self.shapes_like = shapes_like
         self.sums: list[torch.Tensor] | None = None  # T, allocated by the first nonzero addition (no zero fill)
         self.pool, self.flat = pool, None  # with a pool, T is views of one flat tensor taken from it
+        # a first pass added with ``defer``: T as (coefficient, row) terms, formed only if asked for, and <T, T>
+        self.terms: list[tuple[float, list[torch.Tensor]]] | None = None
+        self.total_sq: float | None = None
 
     def _pooled(self) -> list[torch.Tensor] | None:
         """Views of a flat tensor from the pool shaped like T (None without a pool or for mixed dtypes)."""
@@ -190,8 +193,17 @@ class SumTrace:
             offset += p.numel()
         return views
 
+    def materialize(self) -> None:
+        """Form a deferred T from its terms, by the additions an undeferred pass makes (the same bits)."""
+        if self.terms is None:
+            return
+        terms, self.terms, self.total_sq = self.terms, None, None
+        for c, vector in terms:
+            self.accumulate(vector, c)
+
     def hand_over(self) -> list[torch.Tensor]:
         """T itself, for a new owner (a c1 batch, which gives its flat buffer back to the pool); T is gone here."""
+        self.materialize()
         sums = self.sums
         self.sums, self.flat = None, None
         return sums
@@ -200,11 +212,12 @@ class SumTrace:
         """Hand T's buffer back to the pool; T is gone (the scalars count and m2 stay)."""
         if self.flat is not None:
             self.pool.give(self.flat)
-        self.sums, self.flat = None, None
+        self.sums, self.flat, self.terms, self.total_sq = None, None, None, None
 
     @property
     def total(self) -> list[torch.Tensor]:
         """The running sum T (zeros until something nonzero was added)."""
+        self.materialize()
         if self.sums is None:
             pooled = self._pooled()
             if pooled is not None:
@@ -215,6 +228,7 @@ class SumTrace:
 
     def accumulate(self, vector: list[torch.Tensor], c: float) -> None:
         """T += c vector; the first time T = c vector, written once (model-sized zero fills cost seconds at 0.5B)."""
+        self.materialize()
         if self.sums is None:
             pooled = self._pooled()
             if pooled is not None:
@@ -233,9 +247,14 @@ class SumTrace:
         gram: torch.Tensor,
         total_dots: torch.Tensor,
         total_sq: float,
+        defer: bool = False,
     ) -> None:
         """Add x_g = sum_r coefficients[g, r] rows[r] for every g, given gram = <v_r, v_s>,
-        total_dots = <T, v_r> and total_sq = <T, T> (all float64)."""
+        total_dots = <T, v_r> and total_sq = <T, T> (all float64).
+
+        ``defer`` (a first pass only): T is kept as its terms and <T, T> as the float64 scalar, and formed only
+        when asked for (``total``, ``mean``, ``hand_over``): a prompt whose one pass holds all its groups forms
+        only the sums something reads, each read once, instead of every sum's additions."""
         coefficients = coefficients.to(torch.float64)
         n_pass, n_before = coefficients.shape[0], self.count
         summed = coefficients.sum(0)  # S = sum_r summed[r] v_r
@@ -247,6 +266,10 @@ class SumTrace:
             within += gap * n_before * n_pass / (n_before + n_pass)
         self.m2 += within
         self.count += n_pass
+        if defer and not n_before:
+            self.terms = [(c, vector) for c, vector in zip(summed.tolist(), rows) if c != 0.0]
+            self.total_sq = sum_sq
+            return
         for c, vector in zip(summed.tolist(), rows):
             if c != 0.0:
                 self.accumulate(vector, c)
@@ -264,6 +287,7 @@ class SumTrace:
 
     def mean(self) -> list[torch.Tensor]:
         """T / n as new tensors; with a pool, views of one flat tensor taken from it (the same values)."""
+        self.materialize()
         if self.flat is not None:
             flat = torch.div(
                 self.flat, self.count, out=self.pool.take(self.flat.numel(), self.flat.dtype, self.flat.device)

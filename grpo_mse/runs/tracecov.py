@@ -94,6 +94,7 @@ class TracecovRun:
     batches: dict = field(default_factory=dict)  # {(K, c1 batch): C1BatchRecord}
     lock: object = None  # the progress log's lock, held until ``close``
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
+    keep_rows: int = 0  # gradient rows a prompt's statistics take at once (memory.kept_rows; engine.prompt_traces)
 
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
@@ -113,7 +114,8 @@ class TracecovRun:
         if mismatch and rank == 0:
             print(f"warning: {mismatch}", file=sys.stderr)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        check_memory(trainable, config, device)
+        keep_rows = memory.kept_rows(trainable, memory.device_available(device)[0]) if config.engine == "fast" else 0
+        check_memory(trainable, config, device, keep_rows)
         if config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             check_c1_disk(trainable, config, min(config.c1_batch, len(rows)))
         folder = RunFolder(
@@ -147,7 +149,8 @@ class TracecovRun:
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             largest = Shards.of(len(rows), config.c1_batch, rank, world).largest()
             print(c1_memory_line(trainable, config, base, largest), file=sys.stderr)
-        return cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
+        args = (config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
+        return cls(*args, keep_rows=keep_rows)
 
     def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[C1BatchRecord]]]:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
@@ -242,6 +245,7 @@ class TracecovRun:
             config.groups_per_pass,
             measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0),
             pool=self.pool,
+            keep_rows=self.keep_rows,
         )
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
             stats.bias2 = {**stats.bias2, est.VANILLA: paired.vanilla_bias2(value, stats.mean_score_sq)}
@@ -345,7 +349,7 @@ def c1_memory_line(params, config: TracecovConfig, base: str, batch: int | None 
     return line
 
 
-def check_memory(params, config: TracecovConfig, device: str) -> None:
+def check_memory(params, config: TracecovConfig, device: str, keep_rows: int = 0) -> None:
     """UsageError (one line, before any file is written) when the engine's statistics and gradient rows
     (grpo_mse.gradients.memory, an upper bound: every estimator, its bias helper and the score) exceed what
     ``device`` has left beside the loaded model."""
@@ -355,7 +359,7 @@ def check_memory(params, config: TracecovConfig, device: str) -> None:
     labels = len(config.estimators) + len(biased) + 2  # + the score and the std-GRPO helper sums
     count = sum(p.numel() for p in params)
     rows = 2 * min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
-    needed = memory.engine_bytes(params, config.engine, labels, rows, device)
+    needed = memory.engine_bytes(params, config.engine, labels, rows, device, keep_rows)
     memory.require_fits(needed, device, f"memory estimate of the {config.engine} engine beside the model")
 
 
@@ -415,8 +419,9 @@ def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, flo
     out = []
     for accumulator, trace in pairs:
         once = sum(other is accumulator for other, _ in pairs) == 1
-        if once and isinstance(accumulator, SumTrace) and accumulator.flat is not None and accumulator.count:
-            if sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN:
+        if once and isinstance(accumulator, SumTrace) and accumulator.count:
+            accumulator.materialize()  # a deferred sum (engine.prompt_traces' keep_rows) is formed here, once
+            if accumulator.flat is not None and sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN:
                 out.append((accumulator.hand_over(), trace, 1.0 / accumulator.count))
                 continue
         out.append((accumulator.mean(), trace, 1.0))

@@ -298,3 +298,37 @@ def test_model_sized_passes_skip_zero_running_sums_and_keep_traces_and_biases(ra
         assert large.bias2[n] == pytest.approx(small.bias2[n], rel=1e-6, abs=1e-12)
     assert large.mean_score_sq == pytest.approx(small.mean_score_sq, rel=1e-6)
     assert large.score_trace == pytest.approx(small.score_trace, rel=1e-9)
+
+
+@pytest.mark.parametrize("keep_rows", [1, 3, 4, 100])
+def test_kept_rows_give_the_traces_with_fewer_gram_matrices_and_form_only_read_sums(random_lm, monkeypatch, keep_rows):
+    """``keep_rows`` (model sizes, threshold lowered here): the rows of several passes go to the statistics at
+    once. Traces, squared biases and score statistics equal a pass at a time's and the explicit computation's;
+    passes are merged while their rows fit (one Gram matrix for all when they all fit); a prompt whose rows all
+    fit forms no running sum until one is read, and the one read (c1's oracle sum) has a pass at a time's bits."""
+    import grpo_mse.gradients.engine as engine
+
+    _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=22)
+    rewards[1] = 0.0  # one row (s) for each of the two groups of equal rewards, two for the others: 8 rows
+    names = est.ALL
+    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
+    each = prompt_traces(logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True)
+    calls = []
+    original = engine.add_pass
+    monkeypatch.setattr(engine, "add_pass", lambda *a, **kw: calls.append(len(a[4])) or original(*a, **kw))
+    kept = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True, keep_rows=keep_rows
+    )
+    expected = {1: [1, 1, 2, 2, 2], 3: [2, 2, 2, 2], 4: [4, 4], 100: [8]}[keep_rows]  # rows per Gram matrix
+    assert calls == expected
+    explicit = _explicit_traces(random_lm, groups, rewards, 0.3, logprob_fn, names)
+    for n in names:  # a pass at a time merges float32-rounded running sums: they agree to float32 rounding
+        assert kept.traces[n] == pytest.approx(each.traces[n], rel=1e-7)
+        assert kept.traces[n] == pytest.approx(explicit[n], rel=1e-5, abs=1e-12)
+    for n in each.bias2:
+        assert kept.bias2[n] == pytest.approx(each.bias2[n], rel=1e-6, abs=1e-12)
+    assert kept.mean_score_sq == pytest.approx(each.mean_score_sq, rel=1e-6)
+    formed = [label for label, stats in kept.accumulators.items() if stats.sums is not None]
+    assert formed == ([] if len(expected) == 1 else list(kept.accumulators))
+    for a, b in zip(kept.accumulators[est.ORACLE].total, each.accumulators[est.ORACLE].total):
+        assert torch.equal(a, b)

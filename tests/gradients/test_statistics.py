@@ -177,3 +177,37 @@ def test_pooled_running_sums_reuse_released_buffers_and_keep_every_bit():
     zeros = SumTrace(like, pool)
     zeros.count = 1
     assert all(torch.equal(t, torch.zeros_like(t)) for t in zeros.total)  # a pooled zero sum is zero-filled
+
+
+def test_a_deferred_first_pass_forms_the_same_sum_only_when_read():
+    """``defer``: the first pass's M2 is the undeferred one's; T stays its terms (no addition, no buffer) with
+    <T, T> known exactly, and once read (``total``, ``mean``, ``hand_over``, a second pass) it has the bits of
+    the undeferred sum, by the same additions in the same order. ``release`` drops the terms."""
+    rng = np.random.default_rng(5)
+    like = [torch.zeros((4, 3)), torch.zeros(7)]
+    rows = [[torch.tensor(rng.normal(size=tuple(p.shape)), dtype=torch.float32) for p in like] for _ in range(3)]
+    coefficients = torch.tensor([[0.5, 0.0, -1.25], [0.0, 2.0, 0.75]], dtype=torch.float64)
+    gram = gram64(rows)
+    for read in ("total", "mean", "hand_over", "second pass"):
+        deferred, eager = SumTrace(like), SumTrace(like)
+        for stats, defer in ((deferred, True), (eager, False)):
+            stats.add_pass(coefficients, rows, gram, torch.zeros(3, dtype=torch.float64), 0.0, defer=defer)
+        assert deferred.m2 == eager.m2 and deferred.count == eager.count == 2
+        assert deferred.sums is None and len(deferred.terms) == 3  # each row's summed coefficient is nonzero
+        explicit = sum(
+            float(c) * torch.cat([t.reshape(-1) for t in row]).double() for c, row in zip([0.5, 2.0, -0.5], rows)
+        )
+        assert deferred.total_sq == pytest.approx(float(explicit @ explicit), rel=1e-12)
+        if read == "second pass":
+            for stats in (deferred, eager):
+                g = gram64(rows[:1] + [stats.total])
+                stats.add_pass(torch.ones((1, 1), dtype=torch.float64), rows[:1], g[:1, :1], g[1, :1], float(g[1, 1]))
+            assert deferred.m2 == eager.m2
+        formed = {"mean": lambda s: s.mean(), "hand_over": lambda s: s.hand_over()}.get(read, lambda s: s.total)
+        for a, b in zip(formed(deferred), formed(eager)):
+            assert torch.equal(a, b)
+        assert deferred.terms is None and deferred.total_sq is None
+    released = SumTrace(like)
+    released.add_pass(coefficients, rows, gram, torch.zeros(3, dtype=torch.float64), 0.0, defer=True)
+    released.release()
+    assert released.terms is None and released.sums is None
