@@ -10,8 +10,8 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-POST_TRAINED = "results/real_llm/post_trained/figure4/tracecov_smollm2_arith_lora_20261202_201754.json"
-TRAINING_SUMMARY = "results/real_llm/post_trained/training/summary.md"
+POST_TRAINED = "results/real_llm/post_trained_v3/figure4/tracecov_smollm2_arith_lora_v3_20261203_200057.json"
+TRAINING_SUMMARY = "results/real_llm/post_trained_v3/training/summary.md"
 NUMBER = r"(-?\d+\.\d+)"
 CELL = rf"{NUMBER} \[{NUMBER}, {NUMBER}\]"
 
@@ -37,7 +37,7 @@ def saved_cells(path: str, ratio: str) -> list[tuple[float, float, float]]:
 
 @pytest.mark.parametrize("label,ratio", [("GRPO/oracle", "grpo/oracleV"), ("vanilla/oracle", "naive/oracleV")])
 def test_the_real_llm_ratios_are_the_committed_runs(label, ratio):
-    block = readme()[readme().index("Its Figure-4 run (50 prompts") :]
+    block = readme()[readme().index("Its Figure-4 run (82 prompts") :]
     assert quoted_cells(block, label, 3) == saved_cells(POST_TRAINED, ratio)
 
 
@@ -50,5 +50,5 @@ def test_the_real_llm_training_change_is_the_committed_summary():
 
 
 def test_the_check_sees_a_stale_number():
-    text = "GRPO/oracle 1.53 [1.31, 1.77], 1.46 [1.18, 2.63], 1.21 [1.06, 1.68]"
+    text = "GRPO/oracle 1.38 [1.16, 1.60], 1.22 [1.12, 1.32], 1.08 [0.96, 1.20]"
     assert quoted_cells(text, "GRPO/oracle", 3) != saved_cells(POST_TRAINED, "grpo/oracleV")
