@@ -66,12 +66,10 @@ def bias_squared(difference, m: int) -> float:
 
     For a running sum T over model-sized vectors (>= PARTIAL_GRAM_MIN coordinates) ||mean d||^2 is
     <T, T> / n^2 in float64: no model-sized mean is allocated and only one vector is copied to float64."""
-    if isinstance(difference, SumTrace) and difference.terms is not None:  # deferred: <T, T> is known
-        return difference.total_sq / difference.count**2 - difference.trace() / m
-    if isinstance(difference, SumTrace) and sum(p.numel() for p in difference.shapes_like) >= PARTIAL_GRAM_MIN:
-        if difference.sums is None:
-            return 0.0 - difference.trace() / m
-        return float(gram64([difference.sums])[0, 0]) / difference.count**2 - difference.trace() / m
+    if isinstance(difference, SumTrace) and (
+        difference.terms is not None or sum(p.numel() for p in difference.shapes_like) >= PARTIAL_GRAM_MIN
+    ):
+        return difference.square() / difference.count**2 - difference.trace() / m
     mean = difference.mean()
     return dot64(mean, mean) - difference.trace() / m
 
@@ -223,8 +221,7 @@ def add_pass(
     instead of being allocated as model-sized zeros and copied to float64."""
     counted = bool(stats[labels[0]].count)
     large = sum(p.numel() for p in stats[labels[0]].shapes_like) >= PARTIAL_GRAM_MIN
-    held = [name for name in labels if stats[name].sums is not None or stats[name].terms is not None]
-    present = [name for name in labels if counted and (not large or name in held)]
+    present = [name for name in labels if counted and (not large or stats[name].held)]
     vectors = rows + [stats[name].total for name in present]
     empty = torch.zeros((0, 0), dtype=torch.float64)
     gram = gram64(vectors, rows=len(rows) if large else None).cpu() if vectors else empty

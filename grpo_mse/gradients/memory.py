@@ -20,8 +20,8 @@ CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per b
 
 
 # Gradient rows one prompt's statistics may hold at once (prompt_traces' keep_rows): at most KEPT_ROWS_BYTES and
-# KEPT_ROWS_SHARE of the memory available at the start. SmolLM2-135M on 24 GB: 8 GiB, 15 rows (M = 8 groups give
-# at most 16, most prompts fewer: groups of equal rewards have one row or none).
+# KEPT_ROWS_SHARE of the memory available at the start. SmolLM2-135M (538 MB a row) on a 24 GB machine with 17-20 GB
+# available: 12-14 rows (M = 8 groups give at most 16; a group of equal rewards has one row or none).
 KEPT_ROWS_BYTES = 8 << 30
 KEPT_ROWS_SHARE = 0.4
 C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per rank; the rest go to a file

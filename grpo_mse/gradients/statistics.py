@@ -193,6 +193,17 @@ class SumTrace:
             offset += p.numel()
         return views
 
+    @property
+    def held(self) -> bool:
+        """Whether T may be nonzero: formed, or deferred as terms."""
+        return self.sums is not None or self.terms is not None
+
+    def square(self) -> float:
+        """<T, T> in float64: the deferred pass's exact scalar, 0 for a T never added to, else from T itself."""
+        if self.terms is not None:
+            return self.total_sq
+        return 0.0 if self.sums is None else float(gram64([self.sums])[0, 0])
+
     def materialize(self) -> None:
         """Form a deferred T from its terms, by the additions an undeferred pass makes (the same bits)."""
         if self.terms is None:
