@@ -11,6 +11,12 @@ Two questions, two criteria:
   interval of independent runs expects; so the check is on the per-K numbers the results report. They agree
   when every cell's mean trace over the shared prompts is within ``rtol`` of the other's, relative.
   ``RERUN_RTOL`` is the tolerance the committed results hold to across machines (README, "Reproducible").
+
+A prompt is its ``id`` when no id repeats within a run's (estimator, K) cell, else its position in the run
+(``prompt_index``) with its id: a table whose ids repeat holds several prompts under one id, and pairing by id
+alone would keep one of them. Runs whose (estimator, K, prompt) sets differ do not agree (the report counts what
+only one run holds) unless ``shared_only``: a shorter run (a smaller --T, the same seed and table) compared with a
+longer one on the prompts both hold.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from grpo_mse.errors import UsageError, require
+from grpo_mse.errors import DataError, UsageError, require
 from grpo_mse.tables.records import SavedRecord
 
 LEVEL = 0.001
@@ -29,15 +35,39 @@ LEVEL = 0.001
 RERUN_RTOL = 0.01
 
 
-def read_traces(path: str) -> dict[tuple[str, int, str], float]:
-    """{(estimator, K, prompt id): trace} from a run's ``*_per_prompt.csv``."""
+def read_traces(path: str) -> dict[tuple[str, int, tuple], float]:
+    """{(estimator, K, (prompt_index, id)): trace} from a run's ``*_per_prompt.csv`` (prompt_index None when the
+    CSV has no such column); ``paired`` chooses what pairs two runs' prompts."""
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except FileNotFoundError:
         raise UsageError(f"file not found: {path}") from None
     require(bool(rows) and {"id", "K", "estimator", "trace"} <= set(rows[0]), f"{path}: not a per-prompt CSV")
-    return {(row["estimator"], int(row["K"]), row["id"]): float(row["trace"]) for row in rows}
+    traces: dict[tuple[str, int, tuple], float] = {}
+    for row in rows:
+        key = (row["estimator"], int(row["K"]), (row.get("prompt_index"), row["id"]))
+        if key in traces:
+            raise DataError(
+                f"{path}: two rows for estimator {key[0]}, K {key[1]}, prompt_index {key[2][0]}, id {key[2][1]}; "
+                "give each run its own per-prompt CSV"
+            )
+        traces[key] = float(row["trace"])
+    return traces
+
+
+def paired(a: dict, b: dict, where: str = "the runs") -> tuple[dict, dict]:
+    """Two runs' ``read_traces`` with their prompts keyed for pairing: by id when no id repeats within an
+    (estimator, K) cell of either run, else by position in the run and id (the module docstring)."""
+    by_id = all(len(set(ids_in(run))) == len(ids_in(run)) for run in (a, b))
+    if not by_id and any(key[2][0] is None for run in (a, b) for key in run):
+        raise DataError(f"{where}: ids repeat and a CSV has no prompt_index column, so the prompts cannot be paired")
+    return tuple({(*key[:2], key[2][1] if by_id else key[2]): v for key, v in run.items()} for run in (a, b))
+
+
+def ids_in(run: dict) -> list:
+    """(estimator, K, id) of each trace of a ``read_traces`` result."""
+    return [(*key[:2], key[2][1]) for key in run]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,11 +83,17 @@ class Agreement(SavedRecord):
     max_abs_relative_difference: float | None = None  # the largest relative difference (with rtol)
     a: str | None = None  # the first run's per-prompt CSV (set by the script)
     b: str | None = None  # the second's
+    only_a: int = 0  # (estimator, K, prompt) traces only the first run holds
+    only_b: int = 0  # ... only the second
+    shared_only: bool = False  # compared on the shared prompts; else differing prompt sets do not agree
 
 
-def compare(a: dict, b: dict, level: float = LEVEL, rtol: float | None = None) -> Agreement:
+def compare(a: dict, b: dict, level: float = LEVEL, rtol: float | None = None, shared_only: bool = False) -> Agreement:
     """The agreement report of two runs' per-prompt traces (see the module docstring): the paired z test, or,
-    with ``rtol``, the relative difference of each cell's mean trace (z still reported)."""
+    with ``rtol``, the relative difference of each cell's mean trace (z still reported). Runs whose prompt sets
+    differ do not agree unless ``shared_only``."""
+    only = {"only_a": len(a.keys() - b.keys()), "only_b": len(b.keys() - a.keys()), "shared_only": shared_only}
+    same = shared_only or not (only["only_a"] or only["only_b"])
     cells: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for key, value in a.items():
         if key in b:
@@ -88,14 +124,17 @@ def compare(a: dict, b: dict, level: float = LEVEL, rtol: float | None = None) -
         )
     worst = max(abs(cell["z"]) for cell in report)
     if rtol is None:
-        return Agreement(cells=report, max_abs_z=worst, z_limit=limit, level=level, agree=worst <= limit)
+        return Agreement(
+            cells=report, max_abs_z=worst, z_limit=limit, level=level, agree=same and worst <= limit, **only
+        )
     largest = max(abs(cell["relative_difference"]) for cell in report)
     return Agreement(
         cells=report,
         max_abs_z=worst,
         z_limit=limit,
         level=level,
-        agree=largest <= rtol,
+        agree=same and largest <= rtol,
         rtol=rtol,
         max_abs_relative_difference=largest,
+        **only,
     )

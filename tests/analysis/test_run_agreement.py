@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import bounded
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from grpo_mse.analysis import run_agreement as compare
 from grpo_mse.errors import UsageError
@@ -81,3 +84,97 @@ def test_a_rerun_agrees_within_the_stated_tolerance_and_not_beyond(tmp_path):
     assert json.loads(out.read_text())["rtol"] == 0.01
     with pytest.raises(UsageError, match="not a per-prompt CSV"):
         compare.read_traces(str(out))
+
+
+def tidy_csv(path, ids, traces, ks=(2,), names=("grpo",)):
+    """A run's per-prompt CSV as run_tracecov.py writes it: prompt_index the position in the run, then its id."""
+    lines = ["prompt_index,id,K,estimator,trace"]
+    lines += [f"{i},{ids[i]},{k},{name},{traces[i]!r}" for k in ks for i in range(len(ids)) for name in names]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run_script(*argv):
+    return subprocess.run(
+        [sys.executable, "scripts/compare_tracecov_runs.py", *map(str, argv)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@st.composite
+def repeating_ids(draw):
+    """A run's ids (at least one repeated: the docs support such tables) and each prompt's trace."""
+    ids = draw(st.lists(st.integers(0, 5), min_size=3, max_size=12))
+    assume(len(set(ids)) < len(ids))
+    traces = draw(st.lists(st.floats(1.0, 10.0), min_size=len(ids), max_size=len(ids)))
+    return ids, traces
+
+
+@bounded(12)
+@given(run=repeating_ids())
+def test_repeated_ids_pair_by_position_and_a_changed_first_occurrence_disagrees(tmp_path_factory, run):
+    """Issue 45 case 1: paired by id, a table whose ids repeat kept one prompt per id, and a copy with the first
+    occurrence of each id multiplied by 10 'agreed' (0.00%). Paired by position and id, every prompt is compared:
+    the mean trace is the run's over all its prompts, and the copy disagrees at --rtol 0.01 (exit 1)."""
+    ids, traces = run
+    first = {i: ids.index(i) for i in set(ids)}
+    changed = [t * 10 if position in first.values() else t for position, t in enumerate(traces)]
+    folder = tmp_path_factory.mktemp("runs")
+    a, b = folder / "copy.csv", folder / "run.csv"
+    tidy_csv(a, ids, changed)
+    tidy_csv(b, ids, traces)
+    report = compare.compare(*compare.paired(compare.read_traces(str(a)), compare.read_traces(str(b))), rtol=0.01)
+    (cell,) = report.cells
+    assert cell["prompts"] == len(ids) and cell["mean_b"] == pytest.approx(sum(traces) / len(ids))
+    assert cell["mean_a"] == pytest.approx(sum(changed) / len(ids)) and not report.agree
+    same = compare.compare(*compare.paired(compare.read_traces(str(b)), compare.read_traces(str(b))), rtol=0.01)
+    assert same.agree and same.cells[0]["prompts"] == len(ids)
+    done = run_script(a, b, "--rtol", "0.01")
+    assert done.returncode == 1 and "DISAGREE" in done.stdout and ": agree" not in done.stdout, done.stderr
+
+
+@bounded(12)
+@given(
+    ids=st.one_of(
+        st.lists(st.integers(0, 50), min_size=4, max_size=10, unique=True),
+        st.lists(st.integers(0, 3), min_size=4, max_size=10),
+    ),
+    data=st.data(),
+)
+def test_a_csv_holding_only_some_prompts_does_not_agree(tmp_path_factory, ids, data):
+    """Issue 45 case 1: a CSV holding only some of a run's prompts (or some of its K) 'agreed' with the full run.
+    Now it is reported (exit 1, the counts named) with and without --rtol; --shared_prompts compares a shorter
+    run on the prompts both hold."""
+    traces = [float(i % 7 + 1) for i in range(len(ids))]
+    kept = data.draw(st.sets(st.integers(0, len(ids) - 1), min_size=2, max_size=len(ids) - 1))
+    fewer_k = data.draw(st.booleans())
+    folder = tmp_path_factory.mktemp("runs")
+    part, full = folder / "part.csv", folder / "full.csv"
+    header = ["prompt_index,id,K,estimator,trace"]
+    full_lines = header + [f"{i},{ids[i]},{k},grpo,{traces[i]!r}" for k in (2, 4) for i in range(len(ids))]
+    if fewer_k:  # every prompt, at K 2 only
+        part_lines = header + [f"{i},{ids[i]},2,grpo,{traces[i]!r}" for i in range(len(ids))]
+    else:  # some prompts, at both K
+        part_lines = header + [f"{i},{ids[i]},{k},grpo,{traces[i]!r}" for k in (2, 4) for i in sorted(kept)]
+    full.write_text("\n".join(full_lines) + "\n")
+    part.write_text("\n".join(part_lines) + "\n")
+    a, b = compare.paired(compare.read_traces(str(part)), compare.read_traces(str(full)))
+    for rtol in (None, 0.01):
+        report = compare.compare(a, b, rtol=rtol)
+        assert not report.agree and report.only_a == 0 and report.only_b > 0
+        assert compare.compare(a, b, rtol=rtol, shared_only=True).agree
+    for extra in ((), ("--rtol", "0.01")):
+        done = run_script(part, full, *extra)
+        assert done.returncode == 1 and "DISAGREE" in done.stdout and "the runs differ" in done.stdout, done.stderr
+    assert run_script(part, full, "--shared_prompts").returncode == 0
+
+
+def test_a_csv_that_repeats_a_prompt_is_refused(tmp_path):
+    """Two rows for one (estimator, K, prompt): exit 2 with one line, not a silent pick of one of them."""
+    path = tmp_path / "twice.csv"
+    path.write_text("prompt_index,id,K,estimator,trace\n0,0,2,grpo,1.0\n0,0,2,grpo,2.0\n1,1,2,grpo,3.0\n")
+    done = run_script(path, path)
+    assert done.returncode == 2 and "two rows for estimator grpo, K 2, prompt_index 0" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
