@@ -122,6 +122,9 @@ def model_folders(folder: str) -> list[str]:
         return []
 
 
+RELATIVE_BASE = "a relative base_model_name_or_path in adapter_config.json is read relative to the adapter folder"
+
+
 def check_model_path(name: str) -> bool:
     """True when ``name`` is a local model folder; UsageError when it names a local path that is not one.
 
@@ -138,8 +141,11 @@ def check_model_path(name: str) -> bool:
     )
     if local and gguf_file_of(name) is not None:
         return True  # converted to an HF folder when loaded (policy/gguf_convert.py)
-    if local and is_adapter_folder(name):
-        check_model_path(adapter_base(name))  # merged into its base when loaded (policy/adapters.py)
+    if local and is_adapter_folder(name):  # merged into its base when loaded (policy/adapters.py)
+        try:
+            check_model_path(adapter_base(name))
+        except UsageError as error:
+            raise UsageError(f"{name}: its base model: {error}; {RELATIVE_BASE}") from None
         return True
     if local and not os.path.isdir(path):
         if os.path.exists(path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 from grpo_mse.errors import ModelError, first_line
@@ -23,10 +24,22 @@ from grpo_mse.tables.model_files import adapter_base
 from grpo_mse.tables.resume import model_fingerprint
 
 SOURCE_RECORD = "adapter_source.json"  # written last: a folder without it is an interrupted merge
+WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")  # PEFT's weights file, either format
+
+
+def require_weights(adapter_dir: str) -> None:
+    """ModelError (one line) when the adapter folder lacks its weights file: PEFT would look for it on the model
+    hub, taking the folder's path for a repository id."""
+    if not any(os.path.isfile(os.path.join(os.path.expanduser(adapter_dir), name)) for name in WEIGHTS):
+        raise ModelError(
+            f"adapter folder {adapter_dir} has adapter_config.json but no {WEIGHTS[0]} (the adapter's weights file "
+            "is missing); copy the whole adapter folder again"
+        )
 
 
 def merged_folder(adapter_dir: str, base_folder: str) -> str:
     """The cached merge of the adapter at ``adapter_dir`` into ``base_folder`` (an HF folder or hub id)."""
+    require_weights(adapter_dir)
     key = model_fingerprint(adapter_dir).removeprefix("sha256:")
     return cached_folder(
         os.path.join(cache_root(), "merged", key),
@@ -46,9 +59,33 @@ def _merge(adapter_dir: str, base_folder: str, out_dir: str) -> None:
         base = AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError) as error:
-        raise ModelError(f"cannot apply adapter {adapter_dir} to {base_folder}: {first_line(error)}") from None
+        raise ModelError(f"cannot apply adapter {adapter_dir} to {base_folder}: {failure(error)}") from None
     tokenizer.save_pretrained(out_dir)
     merged.save_pretrained(out_dir)
     record = {"adapter": os.path.abspath(adapter_dir), "base": adapter_base(adapter_dir), "base_folder": base_folder}
     with open(os.path.join(out_dir, SOURCE_RECORD), "w", encoding="utf-8") as handle:
         json.dump({**record, "fingerprint": model_fingerprint(adapter_dir)}, handle, indent=1)
+
+
+SIZE_MISMATCH = re.compile(
+    r"size mismatch for (\S+): copying a param with shape torch\.Size\((\[[^\]]*\])\) from checkpoint, "
+    r"the shape in current model is torch\.Size\((\[[^\]]*\])\)"
+)
+
+
+def failure(error: BaseException) -> str:
+    """The line that says why PEFT could not apply the adapter: for an adapter made for another architecture,
+    the first weight whose shape differs (PEFT's own first line ends at "Error(s) in loading state_dict") or the
+    modules it targets that the base lacks."""
+    text = str(error)
+    match = SIZE_MISMATCH.search(text)
+    if match:
+        name, theirs, ours = match.groups()
+        return (
+            f"the adapter was made for another architecture ({name} is {theirs} in the adapter, {ours} in the "
+            "base); name the base it was trained on in adapter_config.json (a relative base_model_name_or_path is read "
+            "relative to the adapter folder)"
+        )
+    if "not found in the base model" in text:
+        return f"the adapter was made for another architecture ({first_line(error)}); name the base it was trained on"
+    return first_line(error)

@@ -33,8 +33,9 @@ def model_folder(name: str) -> str:
 
         return converted_folder(gguf)
     if is_adapter_folder(name):
-        from grpo_mse.policy.adapters import merged_folder
+        from grpo_mse.policy.adapters import merged_folder, require_weights
 
+        require_weights(name)  # before its base is resolved (a GGUF base is converted)
         return merged_folder(name, model_folder(adapter_base(name)))
     return name
 
