@@ -112,11 +112,14 @@ def load_result(path: str) -> dict:
 
 def run_identity(result: dict) -> str:
     """What makes two main JSONs one run: the settings that change the numbers (model fingerprint and oracle table
-    included, ``TracecovConfig.RESULT_FIELDS``; not where the files went) and the numbers themselves."""
+    included, ``TracecovConfig.RESULT_FIELDS``; not where the files went) and the numbers themselves. With a
+    recorded model fingerprint the model is its fingerprint, not its name: a run resumed through a bit-identical
+    copy of its model (another path, the same files) is the same run."""
     from grpo_mse.config.gradient_evaluation import TracecovConfig
 
     config = result.get("config") if isinstance(result.get("config"), dict) else {}
-    settings = {name: config.get(name) for name in TracecovConfig.RESULT_FIELDS}
+    names = [n for n in TracecovConfig.RESULT_FIELDS if not (n == "model" and config.get("model_fingerprint"))]
+    settings = {name: config.get(name) for name in names}
     numbers = {key: result.get(key) for key in ("K_list", "conditional_on_x", "mse")}
     return json.dumps([settings, numbers], sort_keys=True, default=str)
 
@@ -129,8 +132,8 @@ def drop_repeated_runs(paths: list[str], results: list[dict]) -> list[int]:
         first = first_of.setdefault(run_identity(result), index)
         if first != index:
             print(
-                f"note: --tracecov {paths[index]} is the same run as {paths[first]} (same settings, model and "
-                "numbers); drawn once",
+                f"note: --tracecov {paths[index]} is the same run as {paths[first]} (same settings, model "
+                "fingerprint and numbers); drawn once",
                 file=sys.stderr,
             )
     return sorted(first_of.values())
@@ -248,6 +251,14 @@ def _parse(text, where: str, column: str, missing_ok: bool = False) -> float:
 RATIO_PAIR = {est.GRPO, est.ORACLE}  # the ratio panel's estimators; the advisor needs them too
 
 
+def recorded_warnings(result: dict) -> list[str]:
+    """What the run recorded as ``config.warnings`` (an oracle table made with other settings:
+    ``tables.inputs.settings_mismatch``); empty for runs that recorded none."""
+    config = result.get("config") if isinstance(result.get("config"), dict) else {}
+    found = config.get("warnings")
+    return [str(line) for line in found] if isinstance(found, list) else []
+
+
 def has_ratio(result: dict) -> bool:
     return RATIO_PAIR <= set(result["conditional_on_x"])
 
@@ -260,7 +271,10 @@ def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
     panels = len(runs) + ratio
     fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 4.0), squeeze=False)
     for ax, (label, result) in zip(axes[0], runs):
-        draw_mse_panel(ax, result, title=label, theory=result.get("theory"))
+        title = label + (
+            "\n(oracle table settings: see its warnings)" if recorded_warnings(result) else ""
+        )
+        draw_mse_panel(ax, result, title=title, theory=result.get("theory"))
     if ratio:
         draw_ratio_panel(axes[0][-1], runs)
     fig.tight_layout()
@@ -302,6 +316,8 @@ def main(argv=None) -> None:
     for index in drop_repeated_runs(args.tracecov, results):
         path, result = args.tracecov[index], results[index]
         label = args.labels[index] if args.labels else os.path.basename(str(result["config"].get("model", path)))
+        for line in recorded_warnings(result):
+            print(f"warning: {path} recorded: {line}", file=sys.stderr)
         if args.theory:
             theory = load_theory(args.theory)
             check_same_model(result, theory, label, args.theory)

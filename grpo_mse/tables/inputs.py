@@ -247,9 +247,18 @@ def oracle_settings(args, n_oracle) -> dict:
     }
 
 
-def settings_mismatch(rows: list[dict], run: dict) -> str | None:
+def settings_mismatch(rows: list[dict], run: dict, record: bool = False) -> str | None:
     """One line naming the sampling settings where the oracle table's rows differ from the run's (None if all
-    agree; tables without ``oracle_settings`` are reported as such)."""
+    agree; tables without ``oracle_settings`` are reported as such). With ``record`` the line is also kept in
+    ``run["warnings"]`` (a list, empty when all agree): ``run`` is the run's saved config, so the result JSON
+    records the mismatch and make_figures.py can show it, not only the run's stderr."""
+    line = _settings_mismatch(rows, run)
+    if record:
+        run["warnings"] = [line] if line else []
+    return line
+
+
+def _settings_mismatch(rows: list[dict], run: dict) -> str | None:
     stored = [row.get("oracle_settings") for row in rows]
     if not any(stored):
         return "oracle table records no sampling settings: V_oracle may come from another model or sampler"
