@@ -183,6 +183,8 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
     for table in (out["mean"], out["ratio"], out.get("trace_mean", {}), out.get("trace_ratio", {})):
         for name, series in table.items():
             table[name] = [bootstrap.at_least_zero(summary) for summary in series]
+    for name, per_k in out["ratio_by_V_band"]["ratio"].items():  # a band's mean MSE can be below 0 too
+        out["ratio_by_V_band"]["ratio"][name] = [[bootstrap.at_least_zero(s) for s in per_band] for per_band in per_k]
     for key in ("mean_score_sq", "oracle_noise"):
         if key in out:
             out[key] = [bootstrap.at_least_zero(summary) for summary in out[key]]
