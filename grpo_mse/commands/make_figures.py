@@ -271,9 +271,7 @@ def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
     panels = len(runs) + ratio
     fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 4.0), squeeze=False)
     for ax, (label, result) in zip(axes[0], runs):
-        title = label + (
-            "\n(oracle table settings: see its warnings)" if recorded_warnings(result) else ""
-        )
+        title = label + ("\n(oracle table settings: see its warnings)" if recorded_warnings(result) else "")
         draw_mse_panel(ax, result, title=title, theory=result.get("theory"))
     if ratio:
         draw_ratio_panel(axes[0][-1], runs)
