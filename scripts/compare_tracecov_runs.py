@@ -54,12 +54,18 @@ def main(argv=None) -> int:
             f"{cell['estimator']:>8s} K={cell['K']:<3d} {cell['prompts']} prompts: mean trace {cell['mean_a']:.4g} vs "
             f"{cell['mean_b']:.4g} ({cell['relative_difference']:+.1%}), paired z {cell['z']:+.2f}"
         )
+    differ = bool(report.only_a or report.only_b)
     verdict = "agree" if report.agree else "DISAGREE"
-    if report.only_a or report.only_b:
-        differ = (
+    if differ:
+        counts = (
             f"{report.only_a} (estimator, K, prompt) traces only in {args.run_a}, {report.only_b} only in {args.run_b}"
         )
-        print(f"{differ}: " + ("compared on the shared ones" if report.shared_only else "the runs differ"))
+        print(f"{counts}: " + ("compared on the shared ones" if report.shared_only else "the runs differ"))
+        verdict += (
+            ""
+            if report.shared_only or report.agree
+            else " (their prompts differ; --shared_prompts compares the shared ones)"
+        )
     if args.rtol is None:
         print(f"largest |z| {report.max_abs_z:.2f} (limit {report.z_limit:.2f}): {verdict}")
     else:
