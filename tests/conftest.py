@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 
 import pytest
 import torch
@@ -102,3 +103,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "sweep_full" in item.keywords:
             item.add_marker(skip)
+
+
+MEMORY_LINES = re.compile(r"memory: about ([\d.e+-]+) GB needed.*\n(?:.*\n)*?memory: peak ([\d.e+-]+) GB")
+
+
+def estimate_and_peak(stderr: str) -> tuple[float, float]:
+    """(the plan's GB, the measured peak's GB) from run_tracecov.py's two memory lines."""
+    found = MEMORY_LINES.search(stderr)
+    assert found, stderr[-2000:]
+    return float(found.group(1)), float(found.group(2))

@@ -16,6 +16,7 @@ import torch
 
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.estimators import ENGINES
+from grpo_mse.gradients.memory import PARTIAL_GRAM_MIN, groups_per_pass  # noqa: F401 - part of this module's API
 from grpo_mse.gradients.statistics import BufferPool, SumTrace, WelfordTrace, dot64, gram64
 
 
@@ -130,18 +131,6 @@ PASS_TOKEN_BUDGET = 4096
 PASS_ROW_TOKEN_BUDGET = 1 << 16
 
 
-def groups_per_pass(k: int, n_params: int, requested: int = 0, memory_bytes: float = 2**31) -> int:
-    """Groups whose gradients share one forward and one batched backward call.
-
-    ``requested`` > 0 is used as is; 0 (auto) packs up to 128 sequences per call (at most 64 groups),
-    within ``memory_bytes`` for the 2 fp32 gradient vectors per group.
-    """
-    if requested > 0:
-        return requested
-    by_memory = int(memory_bytes // (2 * 4 * max(n_params, 1)))
-    return max(1, min(64, 128 // k, by_memory))
-
-
 def pass_slices(
     groups: list[list[list[int]]],
     step: int,
@@ -201,12 +190,6 @@ def distinct_continuations(
     unique = [list(tokens) for tokens in first]
     merged = torch.zeros((len(cotangents), len(unique)), dtype=cotangents.dtype)
     return unique, merged.index_add_(1, column, cotangents)
-
-
-# Coordinates from which a pass's Gram matrix skips the running sums' cross terms (gram64's ``rows``): only at
-# model sizes does the thin float64 product cost seconds (Qwen2.5-0.5B: x2.4 less work); smaller models keep the
-# full product and the bits of their committed results.
-PARTIAL_GRAM_MIN = 1 << 20
 
 
 def add_pass(

@@ -204,11 +204,18 @@ class SumTrace:
             return self.total_sq
         return 0.0 if self.sums is None else float(gram64([self.sums])[0, 0])
 
-    def materialize(self) -> None:
-        """Form a deferred T from its terms, by the additions an undeferred pass makes (the same bits)."""
+    def materialize(self, in_place: bool = False) -> None:
+        """Form a deferred T from its terms, by the additions an undeferred pass makes (the same bits).
+
+        ``in_place``: T is formed in its first term's row (scaled, then the others added), not in a new
+        model-sized buffer; only for a caller that reads no other sum made of these rows afterwards."""
         if self.terms is None:
             return
         terms, self.terms, self.total_sq = self.terms, None, None
+        first_c, first = terms[0]
+        if in_place and self.sums is None and all(v.dtype == stats_dtype(p) for v, p in zip(first, self.shapes_like)):
+            self.sums = [torch.mul(v, first_c, out=v) for v in first]
+            terms = terms[1:]
         for c, vector in terms:
             self.accumulate(vector, c)
 

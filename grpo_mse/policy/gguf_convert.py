@@ -26,7 +26,11 @@ from grpo_mse.tables.resume import file_sha256
 
 SOURCE_RECORD = "gguf_source.json"  # written last: a folder without it is an interrupted conversion
 # Bumped when the conversion changes what it writes; a cached folder of another version is converted again.
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3  # 3: a head quantised a second time from the tied embedding is tied back (tie_head)
+# A separate output.weight this close to token_embd.weight (relative Frobenius distance) is the tied embedding
+# quantised twice (Qwen2.5-Coder-0.5B's Q4_K_M file: Q8_0 head, Q5_0 embedding, 4.4% apart); two trained matrices
+# of an untied model are about as far apart as their own norms.
+TIE_TOLERANCE = 0.1
 
 
 def cache_root() -> str:
@@ -87,6 +91,7 @@ def _convert(gguf_path: str, digest: str, out_dir: str) -> None:
     except (OSError, ValueError, RuntimeError, KeyError, NotImplementedError) as error:
         raise ModelError(f"cannot convert GGUF file {gguf_path} ({info.architecture}): {first_line(error)}") from None
     apply_special_tokens(info, tokenizer, model)
+    tied = tie_head(gguf_path, model)
     tokenizer.save_pretrained(out_dir)
     model.save_pretrained(out_dir)
     record = {
@@ -96,9 +101,41 @@ def _convert(gguf_path: str, digest: str, out_dir: str) -> None:
         "general_name": info.name,
         "special_tokens": {"bos": info.tokens.bos, "eos": info.tokens.eos, "pad": info.tokens.pad},
         "converter_version": CONVERTER_VERSION,
+        "tied_head": tied,
     }
     with open(os.path.join(out_dir, SOURCE_RECORD), "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1)
+
+
+def tie_head(gguf_path: str, model) -> dict | None:
+    """Tie the output head back to the input embedding when the file stores both and they are one matrix quantised
+    twice (within TIE_TOLERANCE): both then take the more precise copy (more bits per weight), as the original
+    model's one tied matrix. Returns what was done ({"relative_difference", "kept"}) or None (nothing to tie)."""
+    import gguf
+    import torch
+
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if head is None or head.weight is embedding.weight or head.weight.shape != embedding.weight.shape:
+        return None
+    with torch.no_grad():
+        distance = float(torch.linalg.norm(head.weight - embedding.weight) / torch.linalg.norm(embedding.weight))
+    if distance > TIE_TOLERANCE:
+        return None
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(gguf_path).tensors}
+
+    def bits(name: str) -> float:
+        block, size = gguf.GGML_QUANT_SIZES[types[name]]
+        return 8 * size / block
+
+    use_head = (
+        "output.weight" in types and "token_embd.weight" in types and bits("output.weight") > bits("token_embd.weight")
+    )
+    kept = "output.weight" if use_head else "token_embd.weight"
+    if use_head:
+        embedding.weight = torch.nn.Parameter(head.weight.detach().clone())
+    model.config.tie_word_embeddings = True
+    model.get_output_embeddings().weight = model.get_input_embeddings().weight
+    return {"relative_difference": round(distance, 5), "kept": f"{kept} ({types[kept].name})"}
 
 
 def apply_special_tokens(info: GGUFInfo, tokenizer, model) -> None:

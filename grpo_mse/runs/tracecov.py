@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 
@@ -20,11 +19,11 @@ from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.distributed import Shards
-from grpo_mse.errors import UsageError
 from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
 from grpo_mse.gradients.estimators import ORACLE
+from grpo_mse.gradients.memory import c1_memory_line, check_c1_disk, check_memory, peak_line
 from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTrace
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
@@ -66,6 +65,8 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
     records_by_k, batches_by_k = run.sweep()
     outcome = run.write_outputs(records_by_k, batches_by_k) if run.rank == 0 else None
     run.close()
+    if run.rank == 0:
+        print(peak_line(run.memory_plan, str(run.sampler.model.device)), file=sys.stderr)
     return outcome
 
 
@@ -94,12 +95,15 @@ class TracecovRun:
     batches: dict = field(default_factory=dict)  # {(K, c1 batch): C1BatchRecord}
     lock: object = None  # the progress log's lock, held until ``close``
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
-    keep_rows: int = 0  # gradient rows a prompt's statistics take at once (memory.kept_rows; engine.prompt_traces)
+    keep_rows: int = 0  # gradient rows a prompt's statistics take at once (memory.plan_run; engine.prompt_traces)
+    memory_plan: memory.MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
 
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
         """Rows, policy and checks (before any file is written), then a new run folder entry or the resumed one."""
         rank, world, device = distributed.init_from_env(config.device)
+        if device == "cpu":
+            memory.reuse_freed_memory()  # gradients' pages reused from prompt to prompt (system time)
         rows, keys = select_rows(config)
         model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
         lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
@@ -110,12 +114,13 @@ class TracecovRun:
             "world_size": world,
             "oracle_table_fingerprint": fingerprint(config.oracle_table),
         }
-        mismatch = settings_mismatch(rows, saved_config)
+        mismatch = settings_mismatch(rows, saved_config, record=True)
         if mismatch and rank == 0:
             print(f"warning: {mismatch}", file=sys.stderr)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        keep_rows = memory.kept_rows(trainable, memory.device_available(device)[0]) if config.engine == "fast" else 0
-        check_memory(trainable, config, device, keep_rows)
+        plan = check_memory(trainable, config, device, model.config, max(lengths))
+        if rank == 0:
+            print(plan.line(), file=sys.stderr)
         if config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             check_c1_disk(trainable, config, min(config.c1_batch, len(rows)))
         folder = RunFolder(
@@ -148,9 +153,9 @@ class TracecovRun:
             sampler.backend = make_vllm(config, sampler.settings)
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             largest = Shards.of(len(rows), config.c1_batch, rank, world).largest()
-            print(c1_memory_line(trainable, config, base, largest), file=sys.stderr)
+            print(c1_memory_line(trainable, config, base, largest, plan.c1_bytes), file=sys.stderr)
         args = (config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
-        return cls(*args, keep_rows=keep_rows)
+        return cls(*args, keep_rows=plan.kept_rows, memory_plan=plan)
 
     def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[C1BatchRecord]]]:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
@@ -186,9 +191,10 @@ class TracecovRun:
             and (saved is None or (config.c1_copies > 1 and saved.estimator_grams is None))
         )
         copies = config.c1_copies
-        # mean gradients beyond C1_HOST_BYTES (shared by the batches) go to files in the run folder
+        # mean gradients beyond the plan's c1 share of memory (shared by the batches) go to files in the run folder
         spills = [f"{self.base}.{label}.rank{self.rank}" if self.base else None for label in C1_FILES[:copies]]
-        host = memory.C1_HOST_BYTES // copies
+        plan = self.memory_plan
+        host = (memory.C1_HOST_BYTES if plan is None else plan.c1_bytes) // copies
         batches = [BetweenPromptBatch(spill, host, self.pool) for spill in spills] if need_c1 else []
         todo = [index for index in indices if batches or (k, index) not in self.done]
         # the batch's prompts are sampled together (up to --gen_bs sequences a decode batch, across prompts)
@@ -331,58 +337,6 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
     return chosen, [keys[i] for i in order]
 
 
-def c1_memory_line(params, config: TracecovConfig, base: str, batch: int | None = None) -> str:
-    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
-    batches of ``batch`` prompts (the largest batch the run has; default --c1_batch)."""
-    copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
-    plan, gb = memory.c1_memory(params, batch * copies, memory.C1_HOST_BYTES), 1e9
-    size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
-    line = (
-        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
-        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {memory.C1_HOST_BYTES / 2**30:g} GiB)"
-    )
-    if plan["on_disk"]:
-        line += (
-            f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
-            f"{os.path.dirname(base) or '.'}, removed after each batch)"
-        )
-    return line
-
-
-def check_memory(params, config: TracecovConfig, device: str, keep_rows: int = 0) -> None:
-    """UsageError (one line, before any file is written) when the engine's statistics and gradient rows
-    (grpo_mse.gradients.memory, an upper bound: every estimator, its bias helper and the score) exceed what
-    ``device`` has left beside the loaded model."""
-    from grpo_mse.gradients.engine import groups_per_pass
-
-    biased = [name for name in config.estimators if name in est.BIASED]
-    labels = len(config.estimators) + len(biased) + 2  # + the score and the std-GRPO helper sums
-    count = sum(p.numel() for p in params)
-    rows = 2 * min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
-    needed = memory.engine_bytes(params, config.engine, labels, rows, device, keep_rows)
-    memory.require_fits(needed, device, f"memory estimate of the {config.engine} engine beside the model")
-
-
-def check_c1_disk(params, config: TracecovConfig, batch: int) -> None:
-    """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
-    the free disk under --save_json; it names the largest --c1_batch that fits."""
-    copies = config.c1_copies  # mean gradients per prompt (--advisor_estimator grpo_std keeps three)
-    plan = memory.c1_memory(params, batch * copies, memory.C1_HOST_BYTES)
-    if not plan["disk_bytes"]:
-        return
-    where = memory.existing_parent(config.save_json)
-    free = shutil.disk_usage(where).free
-    if plan["disk_bytes"] <= free:
-        return
-    fitting = (memory.c1_batch_that_fits(params, batch * copies, free, memory.host_available()) or 0) // copies
-    fitting = fitting if fitting >= 2 else None
-    advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
-    raise UsageError(
-        f"--c1_batch {config.c1_batch}: c1 would write {plan['disk_bytes'] / 1e9:.3g} GB of mean gradients under "
-        f"{where}, which has {free / 1e9:.3g} GB free; {advice}, or --no_advisor"
-    )
-
-
 def score_fields(stats: PromptStats, row: dict) -> dict:
     """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
     with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
@@ -420,8 +374,11 @@ def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, flo
     for accumulator, trace in pairs:
         once = sum(other is accumulator for other, _ in pairs) == 1
         if once and isinstance(accumulator, SumTrace) and accumulator.count:
-            accumulator.materialize()  # a deferred sum (engine.prompt_traces' keep_rows) is formed here, once
-            if accumulator.flat is not None and sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN:
+            # a deferred sum (engine.prompt_traces' keep_rows) is formed here, once; in its own rows when it is the
+            # only sum read (they are released right after): one model-sized buffer less at the prompt's peak
+            accumulator.materialize(in_place=len(pairs) == 1)
+            large = accumulator.sums is not None and sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN
+            if large and (accumulator.flat is not None or len(pairs) == 1):
                 out.append((accumulator.hand_over(), trace, 1.0 / accumulator.count))
                 continue
         out.append((accumulator.mean(), trace, 1.0))

@@ -262,13 +262,13 @@ def test_tracecov_refuses_c1_that_the_disk_cannot_hold(tmp_path, monkeypatch):
 
     from grpo_mse.config.gradient_evaluation import TracecovConfig
     from grpo_mse.errors import UsageError
-    from grpo_mse.runs import tracecov
+    from grpo_mse.gradients import memory as tracecov
 
     params = [torch.empty(3 * 10**9, dtype=torch.bfloat16, device="meta")]  # 12 GB per mean gradient: all in files
     config = TracecovConfig(model="m", oracle_table="t", save_json=str(tmp_path / "new" / "run"), skip_plot=True)
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(tracecov.shutil, "disk_usage", lambda path: usage._replace(free=50 * 10**9))
-    monkeypatch.setattr(tracecov.memory, "host_available", lambda: 10**12)
+    monkeypatch.setattr(tracecov, "host_available", lambda: 10**12)
     with pytest.raises(UsageError) as error:
         tracecov.check_c1_disk(params, config, 16)
     message = str(error.value)
@@ -312,6 +312,12 @@ def test_tracecov_refuses_statistics_the_machine_cannot_hold(tmp_path, monkeypat
     monkeypatch.setattr(memory, "device_available", lambda device: (16 * 10**9, "available host memory"))
     config = TracecovConfig(model="m", oracle_table="t", save_json=str(tmp_path), skip_plot=True, engine="reference")
     big = [torch.empty(1_543_714_304, dtype=torch.bfloat16, device="meta")]
-    with pytest.raises(UsageError, match=r"^memory estimate of the reference engine beside the model: about \d+"):
+    with pytest.raises(UsageError) as error:
         tracecov.check_memory(big, config, "cpu")
-    tracecov.check_memory([torch.empty(270_000, device="meta")], config, "cpu")
+    message = str(error.value)
+    assert "\n" not in message and re.match(r"^memory: about \d+\.?\d* GB needed at the least, 16\.\d* GB", message)
+    for flag in ("--M", "--K_list", "--estimators", "--dtype bf16", "--no_advisor"):  # this command's own flags
+        assert flag in message
+    assert "repeats" not in message
+    plan = tracecov.check_memory([torch.empty(270_000, device="meta")], config, "cpu")
+    assert plan.line().startswith("memory: about ") and plan.kept_rows == 0

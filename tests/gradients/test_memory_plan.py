@@ -1,0 +1,124 @@
+"""The run's memory plan (grpo_mse.gradients.memory.plan_run): essentials decide whether a run fits; speed-ups (a
+prompt's rows kept together, c1's mean gradients in memory) take only what is left and never cause a refusal; the
+estimate printed by run_tracecov.py is within 25% of the peak the process measures."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import estimate_and_peak
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_mse.gradients import memory
+
+ROOT = Path(__file__).resolve().parents[2]
+GB = 10**9
+DEMO_TABLE = ROOT / "results" / "demo" / "oracle_v_n256_tiny_policy_20261201_225502.jsonl"  # the committed demo's
+
+
+def qwen_shape(m: int = 2, c1_vectors: int = 2, **changes) -> memory.RunShape:
+    """Qwen2.5-0.5B (494M parameters, fp32): 1.98 GB a row, the 545 MB tied embedding as its largest tensor."""
+    values = dict(
+        row=1_976_131_072,
+        vector=1_976_131_072,
+        largest=544_538_624,
+        labels=4,
+        rows_per_pass=2,
+        rows_per_prompt=2 * m,
+        activations=300_000_000,
+        c1_vectors=c1_vectors,
+        c1_reads=1,
+    )
+    return memory.RunShape(**{**values, **changes})
+
+
+shapes = st.builds(
+    memory.RunShape,
+    row=st.integers(1, 4 * GB),
+    vector=st.integers(1, 4 * GB),
+    largest=st.integers(0, GB),
+    labels=st.integers(1, 8),
+    rows_per_pass=st.sampled_from([2, 4, 8]),
+    rows_per_prompt=st.integers(2, 32).map(lambda n: 2 * n),
+    activations=st.integers(0, 4 * GB),
+    c1_vectors=st.integers(0, 48),
+    c1_reads=st.integers(1, 3),
+    engine=st.sampled_from(["fast", "reference"]),
+    large=st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes, st.integers(0, GB), st.integers(0, 200 * GB))
+def test_speed_ups_never_make_a_run_not_fit(shape, held, available):
+    plan = memory.plan_run(shape, held, available)
+    least = min(shape.statistics(0), shape.statistics(shape.rows_per_prompt) if shape.large else shape.statistics(0))
+    assert plan.essential == least
+    assert plan.fits() == (least <= available)  # only the essentials decide
+    assert 0 <= plan.kept_rows <= shape.rows_per_prompt  # never more rows than a prompt produces
+    assert plan.kept_rows == 0 or (shape.large and shape.engine == "fast")
+    assert 0 <= plan.c1_in_memory <= shape.c1_vectors
+    assert plan.c1_bytes == plan.c1_in_memory * shape.vector <= max(memory.C1_HOST_BYTES, 0)
+    if plan.fits():  # what the plan adds beyond the essentials stays within its share of the memory
+        assert plan.statistics == least or plan.statistics <= memory.PLAN_MARGIN * available
+        assert plan.needed - held <= max(memory.PLAN_MARGIN * available, least) + shape.vector
+
+
+def test_a_prompt_s_rows_are_kept_together_when_they_fit_and_fold_into_sums_when_not():
+    small = memory.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB)
+    assert small.kept_rows == 4 and small.fits()
+    # M = 8: 16 rows of 1.98 GB cannot be kept on a 24 GB machine; the running sums take them a pass at a time
+    big = memory.plan_run(qwen_shape(m=8), held=2 * GB, available=20 * GB)
+    assert big.fits() and big.kept_rows < 16
+    assert big.statistics <= memory.PLAN_MARGIN * 20 * GB
+    assert big.essential == qwen_shape(m=8).statistics(0)
+
+
+def test_c1_s_mean_gradients_go_to_files_when_memory_is_short():
+    roomy = memory.plan_run(qwen_shape(c1_vectors=16), held=2 * GB, available=40 * GB)
+    tight = memory.plan_run(qwen_shape(c1_vectors=16), held=2 * GB, available=12 * GB)
+    assert roomy.c1_bytes <= memory.C1_HOST_BYTES and roomy.c1_in_memory == memory.C1_HOST_BYTES // roomy_vector()
+    assert tight.c1_in_memory == 0 and tight.fits()
+    assert tight.needed < roomy.needed
+
+
+def roomy_vector() -> int:
+    return qwen_shape().vector
+
+
+def test_the_plan_line_is_one_line_with_its_parts():
+    plan = memory.plan_run(qwen_shape(), held=2_500_000_000, available=20 * GB)
+    line = plan.line()
+    assert "\n" not in line and re.match(r"^memory: about [\d.]+ GB needed, 22.5 GB available host memory \(", line)
+    assert "model and libraries 2.5" in line and "4 rows kept" in line
+
+
+def test_activations_grow_with_tokens_and_the_vocabulary():
+    class Config:
+        num_hidden_layers, hidden_size, intermediate_size, vocab_size = 24, 896, 4864, 151936
+
+    one = memory.activation_bytes(Config(), 40, 100, 4)
+    assert memory.activation_bytes(Config(), 80, 200, 4) == 2 * one
+    layer_part = 24 * (16 * 896 + 3 * 4864) * 4
+    assert one == 140 * layer_part + 100 * 4 * 151936 * 4  # logits of the continuation tokens only
+    assert memory.activation_bytes(object(), 40, 100, 4) == 0  # a model config without the sizes
+
+
+@pytest.mark.slow
+def test_the_printed_estimate_is_within_25_percent_of_the_measured_peak(tmp_path):
+    """The built-in tiny policy through the command line: the plan's line before the run, the peak (ru_maxrss) after;
+    at this size the process's own libraries dominate both."""
+    out = tmp_path / "tc"
+    command = [sys.executable, "Gradient_evaluation/run_tracecov.py", "--model", "assets/tiny_policy"]
+    command += ["--oracle_table", str(DEMO_TABLE), "--device", "cpu", "--dtype", "fp32"]
+    command += ["--T", "4", "--M", "4", "--K_list", "2", "4", "--skip_plot", "--save_json", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ})
+    assert result.returncode == 0, result.stderr[-2000:]
+    estimate, peak = estimate_and_peak(result.stderr)
+    assert 0.75 * peak <= estimate <= 1.25 * peak, (estimate, peak)
