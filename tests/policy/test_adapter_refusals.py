@@ -16,10 +16,10 @@ from unittest import mock
 import one_line_checks as checks
 import pytest
 import torch
+from adapter_files import write_adapter
 from conftest import BUILTIN_POLICY, bounded, tracecov_argv
 from hypothesis import given
 from hypothesis import strategies as st
-from test_adapters import write_adapter
 
 from grpo_mse import cli
 from grpo_mse.commands import oracle as oracle_command
