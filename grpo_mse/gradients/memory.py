@@ -351,13 +351,10 @@ def c1_memory_line(params, config, base: str, batch: int | None = None, host_byt
     return line
 
 
-def check_memory(params, config, device: str, model_config=None, prompt_tokens: int = 0) -> MemoryPlan:
-    """The run's memory plan (``plan_run``) for ``config`` (a TracecovConfig) beside the loaded model; UsageError (one
-    line, before any file is written, naming the flags that lower it) when its essentials exceed what ``device``
-    has. ``model_config`` and ``prompt_tokens`` (the longest prompt) size the activations: a pass's prompt once (the
-    fast engine shares it) and its K continuations of at most --max_new_tokens."""
-    import torch
-
+def run_shape(params, config, model_config=None, prompt_tokens: int = 0) -> RunShape:
+    """What a run of ``config`` (a TracecovConfig) on ``params`` holds (``RunShape``). ``model_config`` and
+    ``prompt_tokens`` (the longest prompt) size the activations: a pass's prompt once (the fast engine shares it)
+    and its K continuations of at most --max_new_tokens. Shapes only: ``params`` may be meta tensors."""
     biased = [name for name in config.estimators if name in est.BIASED]
     std = est.GRPO_STD in config.estimators
     labels = len(config.estimators) + len(biased) + 1 + std  # + the score and the std-GRPO helper sums
@@ -365,7 +362,7 @@ def check_memory(params, config, device: str, model_config=None, prompt_tokens: 
     per_pass = min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
     model_element = element_bytes(params[0].dtype) if params else 4
     batch = min(config.c1_batch, config.T) if config.with_advisor else 0
-    shape = RunShape(
+    return RunShape(
         row=count * model_element,
         vector=sum(p.numel() * element_bytes(stats_dtype(p)) for p in params),
         largest=max((p.numel() * model_element for p in params), default=0),
@@ -380,6 +377,23 @@ def check_memory(params, config, device: str, model_config=None, prompt_tokens: 
         engine=config.engine,
         large=count >= PARTIAL_GRAM_MIN,
     )
+
+
+def refusal(plan: MemoryPlan) -> str:
+    """The one line a run whose essentials do not fit is refused with, naming the flags that lower them."""
+    held, whole = plan.held / 1e9, (plan.held + plan.available) / 1e9
+    return (
+        f"memory: about {(plan.held + plan.essential) / 1e9:.3g} GB needed at the least, {whole:.3g} GB {plan.kind} "
+        f"(model and libraries {held:.3g}); too little memory: lower {REFUSAL_FLAGS}, or use a larger machine"
+    )
+
+
+def check_memory(params, config, device: str, model_config=None, prompt_tokens: int = 0) -> MemoryPlan:
+    """The run's memory plan (``plan_run`` of ``run_shape``) beside the loaded model; UsageError (``refusal``: one
+    line, before any file is written) when its essentials exceed what ``device`` has."""
+    import torch
+
+    shape = run_shape(params, config, model_config, prompt_tokens)
     if str(device).startswith("cuda"):
         held = int(torch.cuda.memory_allocated(torch.device(device)))
     else:
@@ -388,11 +402,7 @@ def check_memory(params, config, device: str, model_config=None, prompt_tokens: 
     available, kind = device_available(device)
     plan = plan_run(shape, held, available, kind)
     if not plan.fits():
-        essentials = f"about {(held + plan.essential) / 1e9:.3g} GB needed at the least"
-        raise UsageError(
-            f"memory: {essentials}, {(held + available) / 1e9:.3g} GB {kind} (model and libraries {held / 1e9:.3g}); "
-            f"too little memory: lower {REFUSAL_FLAGS}, or use a larger machine"
-        )
+        raise UsageError(refusal(plan))
     return plan
 
 

@@ -4,6 +4,7 @@ estimate printed by run_tracecov.py is within 25% of the peak the process measur
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -122,3 +123,36 @@ def test_the_printed_estimate_is_within_25_percent_of_the_measured_peak(tmp_path
     assert result.returncode == 0, result.stderr[-2000:]
     estimate, peak = estimate_and_peak(result.stderr)
     assert 0.75 * peak <= estimate <= 1.25 * peak, (estimate, peak)
+
+
+def sizing(tmp_path, *argv) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/memory_plan.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.slow
+def test_the_gpu_sizing_command_plans_qwen_shapes_from_meta_tensors(tmp_path):
+    """scripts/memory_plan.py (docs/gpu.md): Qwen2.5-0.5B's 494,032,768 parameters in bf16 are held (2 bytes each);
+    its plan is the engine's own (``run_shape`` + ``plan_run``) on what the GPU leaves; 7B's essentials (a 30 GB
+    float32 statistics vector per running sum) exceed 80 GB even at one estimator, and fit a GPU four times larger."""
+    out = tmp_path / "plan.json"
+    result = sizing(tmp_path, "--qwen_shapes", "0.5B", "7B", "--M", "4", "--K_list", "4", "8", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    runs = {run["shape"]: run for run in json.loads(out.read_text())["runs"]}
+    small, large = runs["0.5B"], runs["7B"]
+    assert small["parameters"] == 494_032_768 and small["fits_as_asked"] and small["fits_with"] == []
+    assert large["fits_with"] is None and min(p["essential_bytes"] for p in large["plans"]) > 80 * GB
+    assert f"does not fit: at least {min(p['essential_bytes'] for p in large['plans']) / 1e9:.3g} GB" in result.stdout
+    # held: the bf16 weights; the statistics: one float32 vector per running sum (3 estimators, 1 biased, the score)
+    held = 2 * 494_032_768
+    assert small["plans"][0]["line"].startswith("memory: about ")
+    assert f"model and libraries {held / 1e9:.3g}" in small["plans"][0]["line"]
+    larger = sizing(tmp_path, "--qwen_shapes", "7B", "--gpu_gb", "400", "--M", "4", "--K_list", "4", "8")
+    assert larger.returncode == 0 and "-> fits" in larger.stdout, larger.stdout + larger.stderr
+
+
+def test_the_gpu_sizing_command_refuses_a_wrong_run_flag_in_one_line(tmp_path):
+    result = sizing(tmp_path, "--qwen_shapes", "0.5B", "--M", "0")
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "--M" in result.stderr, result.stderr
+    assert result.stdout == ""

@@ -1,0 +1,121 @@
+"""GPU sizing: the memory plan run_tracecov.py would print for Qwen2.5-0.5B, 1.5B and 7B shapes on one GPU of
+--gpu_gb, from the shapes alone (meta tensors: no weights, no GPU, seconds on a laptop).
+
+Any other flag is a run_tracecov.py flag and sizes the run (default: its own defaults at --dtype bf16 on cuda).
+For each shape it prints the plan line the run would print, then whether it fits; when it does not, the first of
+the flags that lower the essentials (--no_advisor; then one estimator) with which it fits, or the essentials'
+size when none does (a larger GPU, or a smaller model, is then needed: the run keeps whole gradients on one GPU).
+
+  python scripts/memory_plan.py --gpu_gb 80 --qwen_shapes 0.5B 1.5B 7B --M 8 --K_list 4 8 16 --out plan.json
+
+The model's weights count as held; CUDA's own context (about CUDA_CONTEXT_GB) is taken off the GPU's memory
+before the plan; the activations are sized for prompts of --prompt_tokens tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from grpo_mse import cli
+from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES
+
+CUDA_CONTEXT_GB = 0.6  # what a CUDA context and the allocator's first blocks take before any tensor (measured ~0.5)
+# the flags tried in turn when the asked run does not fit: each lowers the essentials (running sums, c1 vectors)
+LADDER = ([], ["--no_advisor"], ["--no_advisor", "--estimators", "oracleV"])
+
+
+def parse(argv):
+    parser = cli.ArgumentParser(description=__doc__)
+    parser.add_argument("--gpu_gb", type=float, default=80.0, help="the GPU's memory in GB (1e9 bytes)")
+    parser.add_argument("--qwen_shapes", nargs="+", default=["0.5B", "1.5B", "7B"], choices=sorted(QWEN2_5_SHAPES))
+    parser.add_argument("--prompt_tokens", type=int, default=160, help="the longest prompt's tokens")
+    parser.add_argument("--out", help="also write the plans as JSON here")
+    args, run_flags = parser.parse_known_args(argv)
+    if args.gpu_gb <= CUDA_CONTEXT_GB:
+        raise cli.UsageError(
+            f"--gpu_gb {args.gpu_gb}: at most the CUDA context ({CUDA_CONTEXT_GB} GB); give the GPU's GB"
+        )
+    if args.prompt_tokens < 1:
+        raise cli.UsageError(f"--prompt_tokens {args.prompt_tokens}: give a positive token count")
+    return args, run_flags
+
+
+def tracecov_config(run_flags: list[str], extra: list[str]):
+    """The run's settings as run_tracecov.py would read them (no file is read or written)."""
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+
+    base = ["--oracle_table", "plan.jsonl", "--skip_plot", "--device", "cuda", "--dtype", "bf16"]
+    where = ["--save_json", os.path.join(tempfile.gettempdir(), "memory_plan")]
+    return TracecovConfig.from_argv(base + where + run_flags + extra)
+
+
+def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, prompt_tokens: int):
+    """(the plan, the run's settings) for Qwen2.5-``size`` with ``run_flags`` and ``extra``."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from grpo_mse.builtin.qwen_shapes import qwen2_5_config
+    from grpo_mse.gradients import memory
+
+    config = tracecov_config(run_flags, extra)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.dtype]
+    model_config = qwen2_5_config(size)
+    with torch.device("meta"):  # shapes only
+        params = list(Qwen2ForCausalLM(model_config).to(dtype).parameters())  # a tied embedding once
+    held = memory.model_bytes(params)
+    context = int(CUDA_CONTEXT_GB * memory.GB)
+    shape = memory.run_shape(params, config, model_config, prompt_tokens)
+    plan = memory.plan_run(shape, held, gpu_bytes - context - held, "on the GPU after the CUDA context")
+    return plan, sum(p.numel() for p in params)
+
+
+def main(argv=None) -> None:
+    args, run_flags = parse(sys.argv[1:] if argv is None else argv)
+    gpu_bytes = int(args.gpu_gb * 1e9)
+    tracecov_config(run_flags, [])  # a wrong run flag is refused before any model is built
+    records = []
+    for size in args.qwen_shapes:
+        tried = [(extra, *plan_for(size, run_flags, extra, gpu_bytes, args.prompt_tokens)) for extra in LADDER]
+        plan, count = tried[0][1], tried[0][2]
+        print(f"Qwen2.5-{size} ({count / 1e9:.3g}B parameters) on {args.gpu_gb:g} GB: {plan.line()}")
+        fitting = next((extra for extra, p, _ in tried if p.fits()), None)
+        if fitting == []:
+            verdict = "fits"
+        elif fitting is not None:
+            verdict = f"fits with {' '.join(fitting)}"
+        else:
+            least = min(p.held + p.essential for _, p, _ in tried)
+            verdict = f"does not fit: at least {least / 1e9:.3g} GB even with {' '.join(LADDER[-1])}"
+        print(f"  -> {verdict}")
+        records.append(
+            {
+                "shape": size,
+                "parameters": count,
+                "gpu_gb": args.gpu_gb,
+                "flags": run_flags,
+                "fits_as_asked": plan.fits(),
+                "fits_with": fitting,
+                "plans": [
+                    {
+                        "extra_flags": extra,
+                        "needed_bytes": p.needed,
+                        "essential_bytes": p.held + p.essential,
+                        "kept_rows": p.kept_rows,
+                        "c1_in_memory": p.c1_in_memory,
+                        "fits": p.fits(),
+                        "line": p.line(),
+                    }
+                    for extra, p, _ in tried
+                ],
+            }
+        )
+    if args.out:
+        from grpo_mse.tables.outputs import write_json
+
+        write_json(args.out, {"cuda_context_gb": CUDA_CONTEXT_GB, "prompt_tokens": args.prompt_tokens, "runs": records})
+
+
+if __name__ == "__main__":
+    cli.run(main)
