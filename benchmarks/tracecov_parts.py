@@ -1,13 +1,14 @@
 """Where a trace-of-covariance run's time goes, through the real command line, for this tree and an earlier commit.
 
-Each tree runs Gradient_evaluation/run_tracecov.py's ``main`` in a subprocess on one thread, with timers around
-the run's parts (only the outermost timed call counts, so nothing is counted twice):
+Each tree runs Gradient_evaluation/run_tracecov.py's ``main`` in a subprocess on --threads threads (default one),
+with timers around the run's parts (only the outermost timed call counts, so nothing is counted twice):
 - sampling: PromptSampler.draw and draw_all (the continuations);
 - forward: the sequence log-probabilities with gradients (PromptSampler.logprob_fn's function);
 - backward: the VJPs (engine._grad, engine.row_vjps);
 - statistics: the running sums and their Gram scalars (engine.add_pass, engine.bias_squared) and the advisor's
   c1 (tracecov.c1_vectors, BetweenPromptBatch.add and .result: the mean gradients and their float64 Gram matrix);
-- other: the rest of the run's wall time (imports, model load, rewards, outputs).
+- other: the rest of the run's wall time (imports, model load, rewards, outputs);
+- and the subprocess's user and system CPU seconds (the system share: page faults, allocations).
 The trees run alternately, --repeats times each; the fastest run of each is reported with its parts' shares.
 
   python benchmarks/tracecov_parts.py --model "$(python scripts/real_llm.py)" --oracle_table TABLE \\
@@ -16,6 +17,7 @@ The trees run alternately, --repeats times each; the fastest run of each is repo
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -27,7 +29,12 @@ from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def thread_env(threads: int) -> dict:
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 PARTS = ("sampling", "forward", "backward", "statistics")
 INNER = "TRACECOV_PARTS_INNER"  # {"out", "argv"}: the subprocess times one run_tracecov main(argv)
 
@@ -44,6 +51,7 @@ class TracecovPartsConfig(Flags):
     dtype: str = option("fp32", choices=("fp32", "bf16", "fp16"), help="model dtype")
     base: str | None = option(None, help="also time this earlier commit (git archive of it)")
     repeats: int = option(1, minimum=1, help="runs of each tree")
+    threads: int = option(1, minimum=1, help="torch threads of each run")
     out: str | None = option(None, help="write the report as JSON here")
 
 
@@ -114,12 +122,16 @@ def run_tree(tree: str, args, work: str) -> dict:
     save = tempfile.mkdtemp(dir=work)
     command = [sys.executable, os.path.abspath(__file__)]
     inner = json.dumps({"out": out, "argv": tracecov_argv(args, save)})
-    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": tree, INNER: inner}
+    env = {**os.environ, **thread_env(args.threads), "PYTHONPATH": tree, INNER: inner}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(out) as f:
         seconds = json.load(f)
     seconds["other"] = seconds["wall"] - sum(seconds[p] for p in PARTS)
     seconds["shares"] = {p: seconds[p] / seconds["wall"] for p in (*PARTS, "other")}
+    seconds["user_s"], seconds["system_s"] = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    seconds["system_share"] = seconds["system_s"] / max(seconds["user_s"] + seconds["system_s"], 1e-9)
     run = sorted(p for p in os.listdir(save) if p.endswith(".json") and "_K" not in p)[0]
     with open(os.path.join(save, run)) as f:
         seconds["traces"] = json.load(f)["conditional_on_x"]  # per estimator, per K: mean trace over prompts
@@ -148,8 +160,10 @@ def main(argv=None) -> None:
                 parts = ", ".join(f"{p} {runs[name][-1][p]:.1f} s" for p in (*PARTS, "other"))
                 print(f"{name} run {repeat}: {runs[name][-1]['wall']:.1f} s wall ({parts})")
     report = {
-        "command": "run_tracecov.py --device cpu (one thread), main() in-process with part timers",
-        "settings": {k: getattr(args, k) for k in ("model", "oracle_table", "T", "M", "K_list", "dtype", "base")},
+        "command": f"run_tracecov.py --device cpu ({args.threads} threads), main() in-process with part timers",
+        "settings": {
+            k: getattr(args, k) for k in ("model", "oracle_table", "T", "M", "K_list", "dtype", "base", "threads")
+        },
         "runs": {name: min(rs, key=lambda r: r["wall"]) for name, rs in runs.items()},
     }
     if "base" in runs:
