@@ -1,9 +1,9 @@
 """End to end through the real command lines: run_tracecov.py --engine fast against --engine reference:
-grpo_mse.commands.bench_cli (its flags: python benchmarks/bench_cli.py --help).
+studies.benchmarks.bench_cli (its flags: python benchmarks/bench_cli.py --help).
 """
 
 from grpo_mse import cli
-from grpo_mse.commands.bench_cli import main
+from studies.benchmarks.bench_cli import main
 
 if __name__ == "__main__":
     cli.run(main)

@@ -1,9 +1,9 @@
 """Throughput of the HF sampling path (grpo_mse.policy.sampling.HFSampler) at growing batch sizes, on a model with:
-grpo_mse.commands.bench_sampling (its flags: python benchmarks/bench_sampling.py --help).
+studies.benchmarks.bench_sampling (its flags: python benchmarks/bench_sampling.py --help).
 """
 
 from grpo_mse import cli
-from grpo_mse.commands.bench_sampling import main
+from studies.benchmarks.bench_sampling import main
 
 if __name__ == "__main__":
     cli.run(main)

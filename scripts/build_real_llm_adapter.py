@@ -18,15 +18,15 @@ from dataclasses import dataclass
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from grpo_mse import cli  # noqa: E402
-from grpo_mse.builtin.real_llm import AdapterRecipe  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
+from studies.builders.real_llm import AdapterRecipe  # noqa: E402
 
 RECIPE = AdapterRecipe()
 
 
 @dataclass(kw_only=True)
 class AdapterConfig(Flags):
-    """Where the adapter goes and how it is trained (the defaults: builtin.real_llm.AdapterRecipe)."""
+    """Where the adapter goes and how it is trained (the defaults: studies.builders.real_llm.AdapterRecipe)."""
 
     out_dir: str = option("assets/smollm2_arith_lora", help="output folder (files inside replaced)")
     overwrite: bool = option(False, help="replace files tracked by git in --out_dir")
@@ -57,7 +57,7 @@ def main(argv=None) -> None:
     cli.writable_file(args.checkpoint, "--checkpoint")
     import torch  # after the flags are checked
 
-    from grpo_mse.builtin.real_llm import build_adapter
+    from studies.builders.real_llm import build_adapter
 
     torch.set_num_threads(args.threads)
     recipe = AdapterRecipe(

@@ -15,8 +15,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.builtin.defaults import TINY_STEPS as DEFAULT_STEPS
 from grpo_mse.flags import Flags, option
+from studies.builders.defaults import TINY_STEPS as DEFAULT_STEPS
 
 
 @dataclass(kw_only=True)
@@ -45,7 +45,7 @@ def main(argv=None) -> None:
     cli.protect_tracked(args.out_dir, args.overwrite, "--out_dir")
     import torch  # after the flags are checked
 
-    from grpo_mse.builtin.tiny_policy import build_and_save, estimate_v, v_summary
+    from studies.builders.tiny_policy import build_and_save, estimate_v, v_summary
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,9 +1,9 @@
 """Build the training-demo policy (assets/train_policy) from the built-in one and print V(x) and greedy accuracy:
-grpo_mse.commands.build_train_policy (its flags: python scripts/build_train_policy.py --help).
+studies.builders.build_train_policy (its flags: python scripts/build_train_policy.py --help).
 """
 
 from grpo_mse import cli
-from grpo_mse.commands.build_train_policy import main
+from studies.builders.build_train_policy import main
 
 if __name__ == "__main__":
     cli.run(main)

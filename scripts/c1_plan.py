@@ -14,8 +14,8 @@ import shutil
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES
 from grpo_mse.flags import Flags, option
+from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
 
 GB = 1e9
 
@@ -40,9 +40,9 @@ def main(argv=None) -> None:
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from grpo_mse.builtin.qwen_shapes import qwen2_5_config
     from grpo_mse.gradients.memory import C1_HOST_BYTES, c1_batch_that_fits, c1_memory, host_available
     from grpo_mse.tables.outputs import write_json
+    from studies.benchmarks.qwen_shapes import qwen2_5_config
 
     with torch.device("meta"):  # shapes only: no memory
         params = [q for q in Qwen2ForCausalLM(qwen2_5_config(args.qwen_shapes)).to(torch.bfloat16).parameters()]

@@ -2,11 +2,11 @@
 committed CPU run (results/demo), on the prompts they share: paired z per estimator and K (0.1% false-alarm
 level, Bonferroni over the cells). With --rtol, a rerun of the same settings and seeds (another machine): every
 (estimator, K) mean trace within that relative tolerance of the other's (the committed results hold to
-grpo_mse.analysis.run_agreement.RERUN_RTOL = 1%). Also reported: each cell's mean traces and their relative
+studies.audits.run_agreement.RERUN_RTOL = 1%). Also reported: each cell's mean traces and their relative
 difference. Prompts pair by id, or, in a table whose ids repeat, by position in the run and id. Runs whose
 (estimator, K, prompt) sets differ do not agree (exit 1) unless --shared_prompts (a shorter run of the same table
 and seed against a longer one). Exit status 0 when they agree, 1 when they do not, 2 on bad input. The criteria:
-grpo_mse.analysis.run_agreement.
+studies.audits.run_agreement.
 
   python scripts/compare_tracecov_runs.py gpu/tracecov_x_per_prompt.csv results/demo/tracecov_y_per_prompt.csv \
       --shared_prompts
@@ -17,9 +17,9 @@ grpo_mse.analysis.run_agreement.
 from dataclasses import dataclass, replace
 
 from grpo_mse import cli
-from grpo_mse.analysis.run_agreement import compare, paired, read_traces
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
+from studies.audits.run_agreement import compare, paired, read_traces
 
 
 @dataclass(kw_only=True)

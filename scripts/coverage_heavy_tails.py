@@ -1,7 +1,7 @@
 """Coverage of the group-size advisor's 95% intervals (c1, c2, c3, K*) on heavy-tailed prompt populations.
 
 Population: 30 exact prompt types (3 outcomes, one rewarded, explicit 4-d scores centred under p: every MSE and
-c1, c3 is known in closed form, grpo_mse.analysis.theory); each prompt of a run draws a type uniformly and a score
+c1, c3 is known in closed form, studies.exact.theory); each prompt of a run draws a type uniformly and a score
 scale s independent of the type, so its MSEs are s^2 times its type's. Scale families (TAIL = FAMILY:PARAMETER):
 lognormal:sigma (s = exp(sigma Z)), pareto:alpha (s = U^(-1/alpha) >= 1; alpha > 2), gamma:shape (s ~ Gamma(shape)),
 student:nu (s = |t_nu|, nu > 2). Truth: c2 = E[s^2] mean_t sigma_O,t^2, c3 = E[s^2] mean_t c3_t,
@@ -26,7 +26,9 @@ import os
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.analysis.heavy_tails import (
+from grpo_mse.flags import Flags, option
+from grpo_mse.tables.outputs import write_json
+from studies.advisor.heavy_tails import (
     TARGET_MISS,
     Tail,
     calibration_cells,
@@ -35,8 +37,6 @@ from grpo_mse.analysis.heavy_tails import (
     describe_check,
     fit_widening,
 )
-from grpo_mse.flags import Flags, option
-from grpo_mse.tables.outputs import write_json
 
 
 def tail(text: str) -> Tail:

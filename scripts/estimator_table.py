@@ -4,7 +4,7 @@ For each K and estimator (naive, grpo, oracleV, grpo_std, drgrpo): tr Cov, bias^
 with the run's 95% half-widths and a paired z-score per quantity; then the advisor's c1, c2, c3, K* against
 their exact values. The run must use the theory's prompts with --max_new_tokens 1 --top_p 1 (same temperature).
 
-  OUT_DIR/estimator_table.csv   one row per (K, estimator): grpo_mse.analysis.estimator_table.COLUMNS
+  OUT_DIR/estimator_table.csv   one row per (K, estimator): studies.exact.estimator_table.COLUMNS
   OUT_DIR/estimator_table.md    the same as markdown, plus the advisor table
   OUT_DIR/advisor_check.json    exact vs estimated constants and whether each exact value is inside its interval
 """
@@ -32,7 +32,7 @@ class EstimatorTableConfig(Flags):
 
 def main(argv=None) -> None:
     args = EstimatorTableConfig.from_argv(argv, description=__doc__)
-    from grpo_mse.analysis import estimator_table as table  # torch loads after the flags are checked
+    from studies.exact import estimator_table as table  # torch loads after the flags are checked
 
     theory = read_json(args.theory, ("K_list", "per_prompt", "scaling_constants"), "theory")
     run = read_json(args.tracecov, ("K_list", "conditional_on_x"), "run_tracecov.py main")

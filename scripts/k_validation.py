@@ -7,8 +7,8 @@
   python scripts/k_validation.py adaptive adaptive_runs.csv sweep_runs.csv --name S --out_dir DIR
 
 Per run the metric is the mean held-out greedy accuracy over the validation steps after step 0; which runs count
-is grpo_mse.training.runs_table's one rule (select_runs). The statistics are grpo_mse.analysis.k_validation's
-(described there), the figures grpo_mse.figures.k_validation's, the subsets grpo_mse.training.data's.
+is grpo_mse.training.runs_table's one rule (select_runs). The statistics are studies.advisor.k_validation's
+(described there), the figures studies.advisor.k_validation_figures's, the subsets grpo_mse.training.data's.
 """
 
 from __future__ import annotations
@@ -93,11 +93,11 @@ COMMANDS = {
 def main(argv=None) -> int:
     command, args = parse_command(COMMANDS, argv, description=__doc__)
     # numpy, pandas and matplotlib load after the flags are checked (--help stays fast)
-    from grpo_mse.analysis import k_validation as kv
-    from grpo_mse.analysis.sweep_stats import best_k_draws, best_k_shares
-    from grpo_mse.figures.k_validation import plot_adaptive, plot_setting, plot_settings
     from grpo_mse.tables.outputs import read_json, to_json, write_atomic, write_csv
     from grpo_mse.training.runs_table import ADAPTIVE_FIELDS, adaptive_k, pilot_gain, read_training, run_means
+    from studies.advisor import k_validation as kv
+    from studies.advisor.k_validation_figures import plot_adaptive, plot_setting, plot_settings
+    from studies.advisor.sweep_stats import best_k_draws, best_k_shares
 
     if command == "subset":
         counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 from grpo_mse import cli
-from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES
+from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
 
 CUDA_CONTEXT_GB = 0.6  # what a CUDA context and the allocator's first blocks take before any tensor (measured ~0.5)
 # the flags tried in turn when the asked run does not fit: each lowers the essentials (running sums, c1 vectors)
@@ -56,8 +56,8 @@ def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, 
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from grpo_mse.builtin.qwen_shapes import qwen2_5_config
     from grpo_mse.gradients import memory
+    from studies.benchmarks.qwen_shapes import qwen2_5_config
 
     config = tracecov_config(run_flags, extra)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.dtype]

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_mse import cli
-from grpo_mse.analysis.validation_power import (
+from grpo_mse.flags import Flags, option
+from grpo_mse.tables.outputs import write_json
+from studies.advisor.validation_power import (
     best_contrast,
     calibration,
     map_settings,
@@ -28,8 +30,6 @@ from grpo_mse.analysis.validation_power import (
     seeds_for_power,
     separated_pairs,
 )
-from grpo_mse.flags import Flags, option
-from grpo_mse.tables.outputs import write_json
 
 SWEEPS = {  # the committed sweeps and predictions that give sigma and beta (same regime, 8 seeds x 4 K each)
     "train_mixed": (

@@ -27,11 +27,11 @@ class RealLLMConfig(Flags):
 def main(argv=None) -> None:
     config = RealLLMConfig.from_argv(argv, description=__doc__)
     if config.model == "qwen":
-        from grpo_mse.builtin.qwen import qwen_gguf
+        from studies.builders.qwen import qwen_gguf
 
         print(qwen_gguf())
     else:
-        from grpo_mse.builtin.real_llm import smollm2_gguf
+        from studies.builders.real_llm import smollm2_gguf
 
         print(smollm2_gguf())
 

@@ -1,9 +1,9 @@
 """Algorithm 1 on CPU: SGD (or, with --optimizer adamw, AdamW) ascent with the vanilla, GRPO or oracle-baseline:
-grpo_mse.commands.simulate_algorithm1 (its flags: python scripts/simulate_algorithm1.py --help).
+studies.simulation.simulate_algorithm1 (its flags: python scripts/simulate_algorithm1.py --help).
 """
 
 from grpo_mse import cli
-from grpo_mse.commands.simulate_algorithm1 import main
+from studies.simulation.simulate_algorithm1 import main
 
 if __name__ == "__main__":
     cli.run(main)

@@ -5,7 +5,7 @@
 #
 # Every step uses the project's own tools: Policy_Optimization/prepare_data.py, sweep_group_size.py
 # (one TRAINER=trl grpo_train.sh run per K and seed), collect_runs.py, plots/make_figures.py, and
-# python -m grpo_mse.training.demo_summary. Settings (environment, DEMO_ prefix):
+# python -m studies.train_demo_summary. Settings (environment, DEMO_ prefix):
 #   DEMO_MODEL (assets/train_policy; an HF folder, a GGUF file or a LoRA adapter folder)
 #   DEMO_K_LIST ("2 4 8 16 32")  DEMO_SEEDS ("0 1 2")  DEMO_BUDGET (256)
 #   DEMO_STEPS (20)  DEMO_LR (3e-5)  DEMO_N_TRAIN (4096)  DEMO_N_TEST (500)  DEMO_MAX_RESPONSE_LENGTH (16)
@@ -102,7 +102,7 @@ TRAIN_SECONDS=$(( $(date +%s) - START ))
 echo "== collect, Figure 5, Table 2"
 "${PY}" Policy_Optimization/collect_runs.py "${WORK}/runs/wandb" --out "${RESULTS}/training_runs.csv"
 "${PY}" plots/make_figures.py --training_csv "${RESULTS}/training_runs.csv" --out_dir "${RESULTS}"
-"${PY}" -m grpo_mse.training.demo_summary "${RESULTS}/training_runs.csv" --out "${RESULTS}/summary.md"
+"${PY}" -m studies.train_demo_summary "${RESULTS}/training_runs.csv" --out "${RESULTS}/summary.md"
 if [[ "${ADVISOR}" == 1 ]]; then
   echo "== group-size advisor: same policy, held-out prompts, temperature 1, top-p 1, ${MAX_RESPONSE_LENGTH} new tokens"
   ADV_START=$(date +%s)

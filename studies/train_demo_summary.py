@@ -1,6 +1,6 @@
 """Start and end held-out accuracy of a group-size sweep, per K and pooled, with 95% intervals over seeds.
 
-  python -m grpo_mse.training.demo_summary results/training_demo/training_runs.csv [--out summary.md]
+  python -m studies.train_demo_summary results/training_demo/training_runs.csv [--out summary.md]
 
 Per run: the accuracy at its first logged step and at the common step of Figure 5 and Table 2 (the last step
 every included run reached; grpo_mse.training.runs_table.select_runs, which also leaves out runs that did not

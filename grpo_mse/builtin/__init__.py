@@ -1,2 +1,2 @@
-"""The built-in defaults: the arithmetic data generator and the builders of the tiny, training-demo and paper-regime
-policies."""
+"""The built-in arithmetic data (the paper's Section 5.1). The built-in policies' builders are studies:
+studies/builders/."""

@@ -131,7 +131,7 @@ def population(rng) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
 
 def truth(types, scale: Tail) -> Truth:
     """Exact c1, c2, c3 and K*_exact of the population with score scales from ``scale``."""
-    from grpo_mse.analysis import theory  # imports torch: after the flags are parsed
+    from studies.exact import theory  # imports torch: after the flags are parsed
 
     moments = [theory.exact_moments(p, G, s @ s.T) for p, G, s in types]
     gradients = np.stack([(p * G) @ s for p, G, s in types])

@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from grpo_mse.analysis import error_model
-from grpo_mse.analysis.sweep_stats import predicted_error, spearman, welch_interval
 from grpo_mse.errors import require
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import ACCURACY, mean_t_interval
 from grpo_mse.tables.records import SavedRecord
+from studies.advisor.sweep_stats import predicted_error, spearman, welch_interval
 
 CONSTANTS = ("c1", "c2", "c3")  # the pooled constants a prediction carries
 

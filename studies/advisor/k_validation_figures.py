@@ -1,6 +1,6 @@
 """The figures of the group-size advisor against training (scripts/k_validation.py): one setting's sweep with the
 advisor's K*, all settings on one axis, adaptive K against the fixed-K sweep. They draw saved summaries
-(grpo_mse.analysis.k_validation) and compute nothing.
+(studies.advisor.k_validation) and compute nothing.
 """
 
 from __future__ import annotations

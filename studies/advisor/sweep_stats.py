@@ -1,6 +1,6 @@
 """Statistics of a training sweep over K (numpy on per-run metrics): Welch intervals of a difference of means,
 Spearman's rank correlation, the advisor's predicted budgeted error c1 K + c2 + c3/(K - 1), and the bootstrap of
-the best K (seeds resampled within each K). The k-validation summaries (grpo_mse.analysis.k_validation) use them.
+the best K (seeds resampled within each K). The k-validation summaries (studies.advisor.k_validation) use them.
 """
 
 from __future__ import annotations

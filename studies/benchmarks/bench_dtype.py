@@ -4,7 +4,7 @@ Both dtypes run calculate_oracle_v.py on the first T rows of --oracle_table and 
 (the same seed, one thread each, alternately). Reported: each command's wall seconds and the fp32 / bf16 ratio;
 the oracle's V per prompt and the mean paired difference bf16 - fp32 with its 95% normal interval; for every
 (estimator, K) the two runs' mean traces, their relative difference, the paired z of
-grpo_mse.analysis.run_agreement, and the fp32 run's own 95% half-width (relative), so that "within the
+studies.audits.run_agreement, and the fp32 run's own 95% half-width (relative), so that "within the
 intervals" can be read off: a dtype whose difference is inside the fp32 run's own interval changes no result.
 
   python benchmarks/bench_dtype.py --model "$(python scripts/real_llm.py)" \
@@ -21,10 +21,10 @@ import tempfile
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.analysis import run_agreement
-from grpo_mse.commands.bench_cli import ORACLE, ROOT, TRACECOV, latest, timed
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
+from studies.audits import run_agreement
+from studies.benchmarks.bench_cli import ORACLE, ROOT, TRACECOV, latest, timed
 
 DTYPES = ("fp32", "bf16")
 Z95 = 1.959963984540054

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import torch
 
 from grpo_mse import cli
-from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
@@ -39,6 +38,7 @@ from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.records import V_ORACLE, oracle_value
+from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 # The engines agree when their per-prompt traces differ by at most this (relative) in the model's dtype: both
@@ -50,8 +50,8 @@ def qwen_shaped_model(device: str, dtype: str, seed: int = 0, size: str = "0.5B"
     """A randomly initialised model with Qwen2.5-``size``'s shapes (no download); device "meta" holds no memory."""
     from transformers import Qwen2ForCausalLM
 
-    from grpo_mse.builtin.qwen_shapes import qwen2_5_config
     from grpo_mse.policy.loading import DTYPES
+    from studies.benchmarks.qwen_shapes import qwen2_5_config
 
     config = qwen2_5_config(size)
     torch.manual_seed(seed)

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.builtin.qwen_shapes import QWEN2_5_SHAPES, qwen2_5_config
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import memory
+from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES, qwen2_5_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}

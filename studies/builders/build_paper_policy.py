@@ -4,7 +4,7 @@ Stage 1 fine-tunes the tiny policy on zero-shot arithmetic whose targets put a f
 random words before the correct answer (" the final with each problem in ONLY and: 42"); stage 2 on the same
 problems where a problem's share q of targets is correct and the rest end in its slip answer (+-10); stage 3
 (optional) continues stage 2 at a learning rate decaying to 0; see
-grpo_mse/builtin/paper_policy.py and docs/paper_regime.md. One thread: ~15 + ~8 + ~9 min on a 2-core CPU.
+studies/builders/paper_policy.py and docs/paper_regime.md. One thread: ~15 + ~8 + ~9 min on a 2-core CPU.
 The fine-tuning problems are the demo's own (the policy is meant to have the paper's range of V on them, not to
 generalise). The summary uses the demo's prompts
 (data/arithmetic_zero_shot.jsonl = make_rows(n, seed=0)) and its sampling (temperature 1, top-p 0.95).
@@ -21,10 +21,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
 
 from grpo_mse import cli
-from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.cli import require
 from grpo_mse.flags import Flags, option
+from studies.builders import defaults
 
 
 @dataclass(kw_only=True)
@@ -67,8 +67,8 @@ def main(argv=None) -> None:
     args = PaperPolicyConfig.from_argv(argv, description=__doc__)
     import torch  # after the flags are parsed
 
-    from grpo_mse.builtin import paper_policy as pp
-    from grpo_mse.builtin.tiny_policy import sample_answers, save_policy, share_correct, v_summary
+    from studies.builders import paper_policy as pp
+    from studies.builders.tiny_policy import sample_answers, save_policy, share_correct, v_summary
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,7 +1,7 @@
 """Build the training-demo policy (assets/train_policy) from the built-in one and print V(x) and greedy accuracy.
 
 The shipped policy is fine-tuned briefly on zero-shot arithmetic in which a fixed share of the
-targets carries a spurious trailing digit ("42 7"); see grpo_mse/builtin/train_policy.py and
+targets carries a spurious trailing digit ("42 7"); see studies/builders/train_policy.py and
 docs/training.md. The summary uses the training demo's held-out prompts (make_rows(n, seed=0)) and
 its sampling (temperature 1, top-p 1, 16 new tokens).
 
@@ -17,10 +17,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (numerics unchanged)
 
 from grpo_mse import cli
-from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.rules import score
+from studies.builders import defaults
 
 
 @dataclass(kw_only=True)
@@ -48,9 +48,9 @@ def main(argv=None) -> None:
     args = TrainPolicyConfig.from_argv(argv, description=__doc__)
     import torch  # after the flags are parsed
 
-    from grpo_mse.builtin import train_policy as trp
-    from grpo_mse.builtin.tiny_policy import estimate_v, v_summary
     from grpo_mse.training.trl_backend import greedy_accuracy
+    from studies.builders import train_policy as trp
+    from studies.builders.tiny_policy import estimate_v, v_summary
 
     if args.threads:
         torch.set_num_threads(args.threads)

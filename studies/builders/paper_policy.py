@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import random
 
-from grpo_mse.builtin import defaults
-from grpo_mse.builtin import tiny_policy as tp
 from grpo_mse.builtin.arithmetic import make_rows
+from studies.builders import defaults
+from studies.builders import tiny_policy as tp
 
 # Sixteen words of the prompts' vocabulary; each is one token (with its leading space) of the tiny tokenizer.
 WORDS = (

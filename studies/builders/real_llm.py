@@ -106,7 +106,8 @@ def build_adapter(out_dir: str, recipe: AdapterRecipe, checkpoint: str | None = 
     import torch
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
-    from grpo_mse.builtin.tiny_policy import (
+    from grpo_mse.policy.loading import load_policy
+    from studies.builders.tiny_policy import (
         batch_loss,
         draw_batch,
         encode_example,
@@ -115,7 +116,6 @@ def build_adapter(out_dir: str, recipe: AdapterRecipe, checkpoint: str | None = 
         lr_multiplier,
         v_summary,
     )
-    from grpo_mse.policy.loading import load_policy
 
     torch.manual_seed(recipe.seed)
     model, tokenizer = load_policy(smollm2_gguf())

@@ -18,12 +18,12 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import DynamicCache, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.policy.loading import eos_token_ids
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import prompt_ids
+from studies.builders import defaults
 
 PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import random
 
-from grpo_mse.builtin import defaults
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.builtin.tiny_policy import TRAIN_DATA_SEED, fine_tune_and_save
+from studies.builders import defaults
+from studies.builders.tiny_policy import TRAIN_DATA_SEED, fine_tune_and_save
 
 FLAW_FRACTION = defaults.FLAW_FRACTION
 FLAW_SEPARATOR = " "

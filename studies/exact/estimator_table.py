@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_mse.analysis.error_model import interval_of, k_star, paper_k_star
-from grpo_mse.analysis.one_token import batch_c1_target
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import Z95, mean_ci
 from grpo_mse.tables.records import SavedRecord
+from studies.exact.one_token import batch_c1_target
 
 COLUMNS = [
     "K",

@@ -75,7 +75,7 @@ def parse_args(argv=None) -> ExactTheoryConfig:
 
 def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool) -> list[dict]:
     """The first ``count`` rows (only those with a one-token correct answer when ``reachable_only``)."""
-    from grpo_mse.analysis import one_token as ot
+    from studies.exact import one_token as ot
 
     chosen = [row for row in rows if not reachable_only or ot.reachable(texts, row["ground_truth"])][:count]
     cli.require(bool(chosen), "no row has a ground truth that a single token can produce")
@@ -84,9 +84,9 @@ def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool)
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from grpo_mse.analysis import one_token as ot  # torch loads after the flags are checked
-    from grpo_mse.analysis.theory import gradient_gram
     from grpo_mse.policy.loading import load_policy, model_basename_tag
+    from studies.exact import one_token as ot  # torch loads after the flags are checked
+    from studies.exact.theory import gradient_gram
 
     rows = load_rows(args.dataset, args.split)
     check_prompts(rows, args.dataset)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from grpo_mse.analysis import theory
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.sampling import decode
 from grpo_mse.rewards.rules import last_integer_reward
 from grpo_mse.tables.inputs import prompt_ids
 from grpo_mse.tables.records import OracleValues, SavedRecord
+from studies.exact import theory
 
 # Estimator MSE, tr Cov and bias^2 are means over prompts of these per-prompt quantities.
 QUANTITIES = ("mse", "trace_cov", "bias2")

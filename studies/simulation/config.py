@@ -1,4 +1,4 @@
-"""Settings of the Algorithm-1 simulation (grpo_mse.runs.simulation); every field is a flag of
+"""Settings of the Algorithm-1 simulation (studies.simulation.run); every field is a flag of
 scripts/simulate_algorithm1.py. Importing this module is cheap (no torch), so ``--help`` is fast."""
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ import torch
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.logprobs import prompts_logprobs, shared_prompt_logprobs
@@ -38,6 +37,7 @@ from grpo_mse.policy.sampling import HFSampler, SamplingSettings, stream_seed
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import prompt_ids
 from grpo_mse.tables.records import SimulationRecord
+from studies.simulation.config import SimulationConfig
 
 STREAM_PROMPTS, STREAM_TRAIN, STREAM_VALUE, STREAM_EVAL = 11, 12, 13, 14
 SHARED_PREFILL_MIN = 12  # group size from which per-prompt sampling (shared prompt cache) is faster on CPU

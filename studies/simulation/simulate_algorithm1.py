@@ -20,10 +20,10 @@ import time
 from dataclasses import asdict, dataclass
 
 from grpo_mse import cli
-from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.flags import option
 from grpo_mse.tables.outputs import write_csv, write_json
 from grpo_mse.tables.records import SIMULATION_COLUMNS, SimulationRecord
+from studies.simulation.config import SimulationConfig
 
 
 @dataclass
@@ -143,8 +143,8 @@ def log2_k_axis(ax, K_list) -> None:
 
 def draw_final_panel(ax, summary: dict, K_list, ylabel: str) -> None:
     """Final held-out metric against K, one line per estimator with its 95% band over seeds; K* dashed."""
-    from grpo_mse.analysis import simulation as sim
     from grpo_mse.figures.tracecov import style
+    from studies.simulation import summary as sim
 
     for name, by_k in summary["final_reward"].items():
         ks = [int(k) for k in by_k]
@@ -179,7 +179,7 @@ def draw_final_panel(ax, summary: dict, K_list, ylabel: str) -> None:
 
 def draw_paired_panel(ax, summary: dict, K_list) -> None:
     """Paired differences a - b of the final metric at the same (K, seed) against K, 95% t error bars."""
-    from grpo_mse.analysis import simulation as sim
+    from studies.simulation import summary as sim
 
     pairs = summary.get("paired_differences", {})
     for shift, (pair, by_k) in zip((0.94, 1.0, 1.06), pairs.items()):
@@ -205,7 +205,7 @@ def run(args) -> dict:
     import torch
     from tqdm import tqdm
 
-    from grpo_mse.runs.simulation import SimulationRun
+    from studies.simulation.run import SimulationRun
 
     torch.set_num_threads(args.threads)
     config = args
@@ -235,7 +235,7 @@ def read_records(path: str) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from grpo_mse.analysis import simulation as sim  # torch loads after the flags are checked
+    from studies.simulation import summary as sim  # torch loads after the flags are checked
 
     path = advisor_path(args.advisor_json)
     if args.advisor_json and path is None:
@@ -263,7 +263,7 @@ def main(argv=None) -> dict:
 
 def print_summary(summary: dict) -> None:
     """Final reward per estimator and K, best K and the K* statement."""
-    from grpo_mse.analysis import simulation as sim
+    from studies.simulation import summary as sim
 
     print(f"starting policy: held-out reward {summary['initial_reward']:.4f}; wall {summary['wall_s']} s")
     for name, by_k in summary["final_reward"].items():

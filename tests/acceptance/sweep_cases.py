@@ -485,7 +485,7 @@ def cases() -> list[Case]:
     add(
         "train",
         "ok",
-        "$PY -m grpo_mse.training.demo_summary c_wandb.csv --out s1.md",
+        "$PY -m studies.train_demo_summary c_wandb.csv --out s1.md",
         check_summary("s1.md", "sweep1/logs/*.log"),
     )
     # a run whose name says another K and seed; a longer run; an interrupted one
@@ -509,7 +509,7 @@ def cases() -> list[Case]:
     add(
         "train",
         "ok",
-        "$PY -m grpo_mse.training.demo_summary c_int.csv --out s2.md",
+        "$PY -m studies.train_demo_summary c_int.csv --out s2.md",
         check_summary("s2.md", "sweep3/logs/*.log"),
     )
     add(
@@ -714,11 +714,11 @@ def cases() -> list[Case]:
     add(
         "table",
         "ok",
-        "$PY -m grpo_mse.training.demo_summary inputs/t_short.csv --out s2.md && cat s2.md",
+        "$PY -m studies.train_demo_summary inputs/t_short.csv --out s2.md && cat s2.md",
         check_output(r"55\.0|0\.55"),
     )
-    add("table", "err", "$PY -m grpo_mse.training.demo_summary inputs/t_conflict.csv --out s3.md")
-    add("table", "err", "$PY -m grpo_mse.training.demo_summary inputs/missing.csv --out s3.md")
+    add("table", "err", "$PY -m studies.train_demo_summary inputs/t_conflict.csv --out s3.md")
+    add("table", "err", "$PY -m studies.train_demo_summary inputs/missing.csv --out s3.md")
     add(
         "table",
         "ok",

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.analysis import error_model, prompt_constants, theory
+from grpo_mse.analysis import error_model, prompt_constants
 from grpo_mse.errors import InputError
 from grpo_mse.gradients.statistics import BetweenPromptBatch
 from grpo_mse.tables.records import C1BatchRecord
+from studies.exact import theory
 
 SEED, PROMPTS, OUTCOMES, DIM, BUDGET = 16, 3, 3, 3, 1024  # seed 16: c3/c1 = 6.6 (found by a search)
 

@@ -5,7 +5,7 @@ copied COPIES times under different ids (independent samples), and arranged so t
 ``--c1_batch 4`` consecutive rows holds the four prompts once. The run is exactly run_tracecov.py's:
 TracecovRun.run_batch (evaluate_prompt + BetweenPromptBatch) per batch and K, then advisor.advise.
 
-Exact targets, prompts held fixed (grpo_mse.analysis.theory / one_token):
+Exact targets, prompts held fixed (studies.exact.theory / one_token):
 - c2 = mean sigma_O^2, c3 = 2 mean tr Var zeta_2 (theory.scaling_constants; copies weigh the prompts equally);
 - c1: a batch's c1 is unbiased for sum_i ||g_i - mean g||^2 / (n - 1) over its n prompts, which is n / (n - 1)
   times theory.scaling_constants' c1 (1/n) of the four prompts (one_token.batch_c1_target).
@@ -19,11 +19,11 @@ import pytest
 import torch
 from conftest import one_token_sampler
 
-from grpo_mse.analysis import one_token, theory
 from grpo_mse.analysis.advisor import advise
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.analysis.prompt_constants import per_prompt_constants
 from grpo_mse.builtin.arithmetic import make_rows
+from studies.exact import one_token, theory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POLICY = os.path.join(ROOT, "assets", "tiny_policy")

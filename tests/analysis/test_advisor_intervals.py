@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import advisor, advisor_report, bootstrap, coverage_calibration, heavy_tails, prompt_constants
+from grpo_mse.analysis import advisor, advisor_report, bootstrap, coverage_calibration, prompt_constants
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord
+from studies.advisor import heavy_tails
 
 coverage_heavy_tails = heavy_tails
 

@@ -16,14 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import advisor, advisor_report, error_model, simulation, sweep_stats
-from grpo_mse.analysis import k_validation as kv
+from grpo_mse.analysis import advisor, advisor_report, error_model
 from grpo_mse.analysis.coverage_calibration import read_calibration
-from grpo_mse.figures import k_validation as kv_figures
 from grpo_mse.tables.outputs import to_json
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from grpo_mse.training import adaptive_k
 from grpo_mse.training.runs_table import run_means
+from studies.advisor import k_validation as kv
+from studies.advisor import k_validation_figures as kv_figures
+from studies.advisor import sweep_stats
+from studies.simulation import summary as simulation
 
 ALLOWED, BUDGET = [2, 4, 8, 16], 128
 SPECIAL = [0.0, -0.0, -1.5, math.inf, -math.inf, math.nan, None, "inf", "-inf", "nan", "abc"]

@@ -13,9 +13,11 @@ large-T approximation; docs/statistics.md.)
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import bootstrap, heavy_tails, paired, theory
+from grpo_mse.analysis import bootstrap, paired
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from studies.advisor import heavy_tails
+from studies.exact import theory
 
 HEAVY_TAILS = heavy_tails  # the same simulated traces as the heavy-tail study
 

@@ -10,22 +10,17 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from grpo_mse.analysis import (
-    bootstrap,
-    coverage_calibration,
-    error_model,
-    heavy_tails,
-    one_token,
-    run_agreement,
-    simulation,
-    theory,
-)
-from grpo_mse.analysis import k_validation as kv
+from grpo_mse.analysis import bootstrap, coverage_calibration, error_model
 from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.analysis.measured_curve import MeasuredCurve
 from grpo_mse.analysis.paired import PairedSummary, RunStatistics
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from studies.advisor import heavy_tails
+from studies.advisor import k_validation as kv
+from studies.audits import run_agreement
+from studies.exact import one_token, theory
+from studies.simulation import summary as simulation
 
 RESULTS = os.path.join(ROOT, "results")
 

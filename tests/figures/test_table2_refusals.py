@@ -16,7 +16,7 @@ from grpo_mse.tables.inputs import DataError
 
 def test_one_seed_says_n_a_and_a_bad_csv_is_one_line(tmp_path):
     from grpo_mse.figures.training import table2
-    from grpo_mse.training.demo_summary import summary
+    from studies.train_demo_summary import summary
 
     frame = pd.DataFrame(
         {

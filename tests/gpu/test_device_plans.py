@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from grpo_mse import cli, distributed
-from grpo_mse.builtin.qwen_shapes import qwen2_5_config
 from grpo_mse.gradients import statistics
 from grpo_mse.policy.logprobs import FAR, token_log_probs
 from grpo_mse.policy.sampling import nucleus_mask
+from studies.benchmarks.qwen_shapes import qwen2_5_config
 
 # ---------------------------------------------------------------- Gram blocks by device
 

@@ -5,7 +5,7 @@
   seconds and JSON, the vLLM/VERL steps "skipped: not installed", the others "ok" (slow: a few minutes).
 - Memory: each engine's estimate against the peak resident memory measured in a fresh process; the sampler's
   key/value cache formula against the cache it builds; the c1 disk check and the batch chosen to fit.
-(compare_tracecov_runs: tests/analysis/test_run_agreement.py.)
+(compare_tracecov_runs: tests/studies/test_run_agreement.py.)
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_mse.commands import bench_engines as bench_engines_command
-from grpo_mse.commands import bench_sampling as bench_sampling_command
+from studies.benchmarks import bench_engines as bench_engines_command
+from studies.benchmarks import bench_sampling as bench_sampling_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -146,7 +146,7 @@ def test_emulation_results(emulated):
 MEASURE = r"""
 import json, os, sys, threading, time, torch
 from transformers import Qwen2ForCausalLM
-from grpo_mse.builtin.qwen_shapes import qwen2_5_config
+from studies.benchmarks.qwen_shapes import qwen2_5_config
 from grpo_mse.gradients import estimators as est, memory
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.policy.logprobs import sequence_logprobs

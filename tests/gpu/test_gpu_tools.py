@@ -10,8 +10,8 @@ import pytest
 import torch
 from gpu_paths import ROOT
 
-from grpo_mse.commands import bench_engines as bench_engines_command
-from grpo_mse.commands import compare_oracle_tables as compare_oracle_tables_command
+from studies.audits import compare_oracle_tables as compare_oracle_tables_command
+from studies.benchmarks import bench_engines as bench_engines_command
 
 # ---------------------------------------------------------------- HF vs vLLM: do two oracle tables agree?
 

@@ -30,7 +30,7 @@ GB = 1e9
 def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
     from transformers import Qwen2ForCausalLM
 
-    from grpo_mse.builtin.qwen_shapes import qwen2_5_config
+    from studies.benchmarks.qwen_shapes import qwen2_5_config
 
     config = qwen2_5_config("1.5B")
     with torch.device("meta"):

@@ -155,8 +155,8 @@ def test_the_real_smollm2_file_through_the_command_lines(tmp_path):
     """The installed SmolLM2-135M-Instruct (requirements-models.txt) at a tiny size: eos <|im_end|> (id 2) and pad 2
     from the file, an oracle table and a tracecov run named after the model. Uses the user's GGUF cache, so the
     conversion (about 45 s on 2 cores) happens once per machine."""
-    from grpo_mse.builtin.real_llm import smollm2_gguf
     from grpo_mse.errors import ModelError
+    from studies.builders.real_llm import smollm2_gguf
 
     gguf, env = installed_or_skip(smollm2_gguf, ModelError)
     folder = run(["-m", "grpo_mse.training.model_folder", gguf], env).stdout.strip()
@@ -178,8 +178,8 @@ def test_the_qwen_file_through_the_command_lines(tmp_path):
     its head tied back to the embedding (494M parameters, the paper's model's count), eos <|im_end|>, outputs named
     after the model, and the memory plan bounding the measured peak. The conversion (about 75 s) happens once
     per machine, in the user's GGUF cache."""
-    from grpo_mse.builtin.qwen import qwen_gguf
     from grpo_mse.errors import ModelError
+    from studies.builders.qwen import qwen_gguf
 
     gguf, env = installed_or_skip(qwen_gguf, ModelError)
     folder = run(["-m", "grpo_mse.training.model_folder", gguf], env).stdout.strip()

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.analysis import theory
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
 from grpo_mse.runs.tracecov import score_fields
+from studies.exact import theory
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 

@@ -1,6 +1,6 @@
 """End-to-end exactness on the built-in policy: with ONE generated token, temperature 1 and top_p 1, a
 prompt's continuation space is the vocabulary, so every estimator's exact trace of covariance is known
-(grpo_mse.analysis.theory). The real pipeline (run_tracecov.py -> tracecov_job.evaluate_prompt -> engine) must
+(studies.exact.theory). The real pipeline (run_tracecov.py -> tracecov_job.evaluate_prompt -> engine) must
 agree with it within its Monte Carlo interval, and the estimators' mean gradients must match E[X]."""
 
 import json
@@ -12,14 +12,14 @@ import pytest
 import torch
 from conftest import BUILTIN_POLICY, one_token_sampler, tracecov_argv
 
-from grpo_mse.analysis import theory
-from grpo_mse.analysis.one_token import token_texts
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.commands import tracecov as tracecov_command
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.rewards.rules import last_integer, last_integer_reward
 from grpo_mse.tables.inputs import prompt_ids
+from studies.exact import theory
+from studies.exact.one_token import token_texts
 
 pytestmark = [
     pytest.mark.slow,

@@ -10,7 +10,16 @@ import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FOLDERS = ("grpo_mse", "tests", "scripts", "Gradient_evaluation", "Policy_Optimization", "plots", "benchmarks")
+FOLDERS = (
+    "grpo_mse",
+    "studies",
+    "tests",
+    "scripts",
+    "Gradient_evaluation",
+    "Policy_Optimization",
+    "plots",
+    "benchmarks",
+)
 
 
 def imports():

@@ -4,8 +4,8 @@ exactly (measured = predicted in every bootstrap row) and on records that do not
 import numpy as np
 import pytest
 
-from grpo_mse.commands import advisor_check as advisor_check_command
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from studies.advisor import advisor_check as advisor_check_command
 
 check = advisor_check_command
 FIT, CHECK, BUDGET, T = (2, 4, 8), (16, 32), 512, 12

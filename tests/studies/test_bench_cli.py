@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from grpo_mse.commands import bench_cli as bench_cli_command
+from studies.benchmarks import bench_cli as bench_cli_command
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 
@@ -70,7 +70,7 @@ def test_bench_dtype_runs_both_dtypes_and_pairs_their_results(tmp_path):
     on the same prompts, the speed ratios from the recorded seconds, each cell's fp32 interval check."""
     from conftest import BUILTIN_POLICY, ROOT
 
-    from grpo_mse.commands import bench_dtype
+    from studies.benchmarks import bench_dtype
 
     out = tmp_path / "dtype.json"
     (table,) = glob.glob(os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_*.jsonl"))
@@ -93,7 +93,7 @@ def test_bench_dtype_runs_both_dtypes_and_pairs_their_results(tmp_path):
 
 
 def test_paired_difference_known_answer():
-    from grpo_mse.commands.bench_dtype import paired_difference
+    from studies.benchmarks.bench_dtype import paired_difference
 
     result = paired_difference({"a": 0.1, "b": 0.5, "c": 0.2}, {"a": 0.2, "b": 0.5, "c": 0.5, "d": 1.0})
     # differences 0.1, 0.0, 0.3 over the shared keys: mean 0.4/3, sd 0.1528, se 0.0882

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from grpo_mse.commands import bench_engines as bench_engines_command
+from studies.benchmarks import bench_engines as bench_engines_command
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 

@@ -1,6 +1,6 @@
 """scripts/compare_baseline.py: the Assumption-2 table from explain_baseline summaries."""
 
-from grpo_mse.commands import compare_baseline as compare_baseline_command
+from studies.audits import compare_baseline as compare_baseline_command
 
 script = compare_baseline_command
 

@@ -10,13 +10,13 @@ import pytest
 from conftest import BUILTIN_POLICY, ROOT
 
 from grpo_mse import cli
-from grpo_mse.analysis import estimator_table as table
-from grpo_mse.analysis import one_token, theory
-from grpo_mse.commands import exact_theory as exact_theory_command
 from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
 from grpo_mse.gradients.estimators import ALL, UNBIASED
 from grpo_mse.tables.inputs import load_rows
+from studies.exact import estimator_table as table
+from studies.exact import exact_theory as exact_theory_command
+from studies.exact import one_token, theory
 
 pytestmark = pytest.mark.slow  # model runs or whole command lines (see --durations)
 

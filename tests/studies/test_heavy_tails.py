@@ -1,11 +1,12 @@
-"""The heavy-tail study's simulated traces (grpo_mse.analysis.heavy_tails, weights from the estimator registry)
-against the exact MSEs of analysis.theory: a plausible slip in the weights (GRPO's K-1, the oracle's V, a
+"""The heavy-tail study's simulated traces (studies.advisor.heavy_tails, weights from the estimator registry)
+against the exact MSEs of studies.exact.theory: a plausible slip in the weights (GRPO's K-1, the oracle's V, a
 missing 1/K) moves a mean trace by far more than the Monte Carlo error allowed here."""
 
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import heavy_tails, theory
+from studies.advisor import heavy_tails
+from studies.exact import theory
 
 HEAVY_TAILS = heavy_tails
 

@@ -1,6 +1,6 @@
 """scripts/k_map.py: one row per setting from the runs' advisor, and the widest pair with separated intervals."""
 
-from grpo_mse.commands import k_map as k_map_command
+from studies.advisor import k_map as k_map_command
 
 script = k_map_command
 

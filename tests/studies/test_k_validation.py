@@ -1,4 +1,4 @@
-"""The advisor-vs-training check: its summaries (grpo_mse.analysis.k_validation), the runs that count
+"""The advisor-vs-training check: its summaries (studies.advisor.k_validation), the runs that count
 (grpo_mse.training.runs_table), its data subsets (grpo_mse.training.data) and its CLI (scripts/k_validation.py)."""
 
 import json
@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from grpo_mse.analysis import k_validation as kv
 from grpo_mse.errors import DataError
 from grpo_mse.training.data import subset
 from grpo_mse.training.runs_table import pilot_gain, run_means, select_runs
+from studies.advisor import k_validation as kv
 
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "k_validation.py"

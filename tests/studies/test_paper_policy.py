@@ -11,11 +11,11 @@ import pytest
 import torch
 from conftest import BUILTIN_POLICY, ROOT
 
-from grpo_mse.builtin import paper_policy as pp
-from grpo_mse.builtin import tiny_policy as tp
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.commands import build_paper_policy as build_paper_policy_command
 from grpo_mse.rewards.rules import last_integer_reward
+from studies.builders import build_paper_policy as build_paper_policy_command
+from studies.builders import paper_policy as pp
+from studies.builders import tiny_policy as tp
 
 PAPER_POLICY = os.path.join(ROOT, "assets", "paper_policy")
 needs_tiny = pytest.mark.skipif(

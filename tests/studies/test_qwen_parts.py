@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.builtin import qwen
 from grpo_mse.errors import ModelError
+from studies.builders import qwen
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,8 @@ import os
 import pytest
 
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.builtin.real_llm import (
+from grpo_mse.errors import ModelError
+from studies.builders.real_llm import (
     ADAPTER_SEED,
     SMOLLM2_BASE,
     VALIDATION_SEED,
@@ -17,7 +18,6 @@ from grpo_mse.builtin.real_llm import (
     evaluation_problems,
     problem_of,
 )
-from grpo_mse.errors import ModelError
 
 
 def test_the_evaluation_problems_are_those_of_the_shipped_data():
@@ -47,9 +47,9 @@ def test_training_and_validation_problems_are_disjoint_from_evaluation_and_each_
 def test_a_tiny_build_resumes_and_writes_an_adapter_that_loads_as_the_merged_model(tmp_path, monkeypatch):
     import torch
 
-    from grpo_mse.builtin.real_llm import AdapterRecipe, build_adapter, smollm2_gguf
     from grpo_mse.policy.loading import load_policy
     from grpo_mse.tables.resume import model_fingerprint
+    from studies.builders.real_llm import AdapterRecipe, build_adapter, smollm2_gguf
 
     try:
         smollm2_gguf()
@@ -64,7 +64,7 @@ def test_a_tiny_build_resumes_and_writes_an_adapter_that_loads_as_the_merged_mod
     straight = (out / "adapter_model.safetensors").read_bytes()
 
     # interrupted after step 1's checkpoint (at step 2's validation), then started again: the same weights
-    from grpo_mse.builtin import tiny_policy
+    from studies.builders import tiny_policy
 
     calls, real = [], tiny_policy.estimate_v
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import BUILTIN_POLICY, ROOT
 
 from grpo_mse.commands import oracle as oracle_command
-from grpo_mse.commands import reward_audit as reward_audit_command
+from studies.audits import reward_audit as reward_audit_command
 
 AUDIT = reward_audit_command
 DATA = f"{ROOT}/data/arithmetic_zero_shot.jsonl"

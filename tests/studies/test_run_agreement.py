@@ -1,4 +1,4 @@
-"""grpo_mse.analysis.run_agreement (scripts/compare_tracecov_runs.py): independent runs by the paired z test
+"""studies.audits.run_agreement (scripts/compare_tracecov_runs.py): independent runs by the paired z test
 (agreeing runs agree, a shifted run does not), a rerun by the relative tolerance of its per-K mean traces."""
 
 import json
@@ -12,8 +12,8 @@ from conftest import bounded
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import run_agreement as compare
 from grpo_mse.errors import UsageError
+from studies.audits import run_agreement as compare
 
 ROOT = Path(__file__).resolve().parents[2]
 

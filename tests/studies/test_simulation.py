@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.analysis import simulation as sim
-from grpo_mse.analysis import theory
-from grpo_mse.commands import simulate_algorithm1 as simulate_algorithm1_command
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
-from grpo_mse.runs import simulation as run_sim
+from studies.exact import theory
+from studies.simulation import run as run_sim
+from studies.simulation import simulate_algorithm1 as simulate_algorithm1_command
+from studies.simulation import summary as sim
 
 PROMPT = [1, 5, 7, 3]
 LR = 0.1
@@ -163,7 +163,7 @@ def tiny_model_dir(tmp_path_factory):
     """A saved 1-layer Qwen2 (hidden 16) with a BPE tokenizer trained on a few arithmetic rows."""
     from transformers import GenerationConfig
 
-    from grpo_mse.builtin import tiny_policy as tp
+    from studies.builders import tiny_policy as tp
 
     rows = tp.training_rows(200)
     tokenizer = tp.build_tokenizer(tp.tokenizer_texts(rows), vocab_size=128)

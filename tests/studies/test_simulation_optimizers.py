@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.analysis import simulation as sim
-from grpo_mse.config.simulation import SimulationConfig
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
-from grpo_mse.runs import simulation as run_sim
 from grpo_mse.tables.records import SimulationRecord
+from studies.simulation import run as run_sim
+from studies.simulation import summary as sim
+from studies.simulation.config import SimulationConfig
 
 
 def linear_with_grads(grads: list[torch.Tensor]) -> torch.nn.Linear:

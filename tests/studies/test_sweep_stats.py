@@ -1,4 +1,4 @@
-"""grpo_mse.analysis.sweep_stats: rank correlation, Welch intervals, the predicted budgeted error and the best-K
+"""studies.advisor.sweep_stats: rank correlation, Welch intervals, the predicted budgeted error and the best-K
 bootstrap, against scipy and exact answers."""
 
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from grpo_mse.analysis import sweep_stats
+from studies.advisor import sweep_stats
 
 
 def test_ranks_average_ties_and_spearman_matches_scipy():

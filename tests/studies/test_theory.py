@@ -1,4 +1,4 @@
-"""Exact MSE formulas of grpo_mse.analysis.theory against brute-force enumeration of all K-tuples and Monte Carlo."""
+"""Exact MSE formulas of studies.exact.theory against brute-force enumeration of all K-tuples and Monte Carlo."""
 
 import itertools
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.analysis import theory
 from grpo_mse.gradients import estimators as est
+from studies.exact import theory
 
 
 def _case(seed: int, rewards=(1.0, 0.0, 1.0, 0.0), dim: int = 5):

@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import BUILTIN_POLICY
 
-from grpo_mse.builtin import tiny_policy as tp
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.rewards.rules import last_integer
+from studies.builders import tiny_policy as tp
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(os.path.join(BUILTIN_POLICY, "model.safetensors")),

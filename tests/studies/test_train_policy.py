@@ -8,11 +8,11 @@ import pytest
 import torch
 from conftest import BUILTIN_POLICY, ROOT
 
-from grpo_mse.builtin import tiny_policy as tp
-from grpo_mse.builtin import train_policy as trp
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.commands import build_train_policy as build_train_policy_command
 from grpo_mse.rewards.rules import last_integer_reward
+from studies.builders import build_train_policy as build_train_policy_command
+from studies.builders import tiny_policy as tp
+from studies.builders import train_policy as trp
 
 TRAIN_POLICY = os.path.join(ROOT, "assets", "train_policy")
 

@@ -1,4 +1,4 @@
-"""grpo_mse.analysis.validation_power (scripts/power_analysis.py): the power formula against simulated experiments,
+"""studies.advisor.validation_power (scripts/power_analysis.py): the power formula against simulated experiments,
 the normal approximation at large n, the relative errors, the calibration and the contrast on known inputs, and
 its refusals."""
 
@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from scipy import stats
 
-from grpo_mse.analysis import validation_power as power
+from studies.advisor import validation_power as power
 
 
 @pytest.mark.parametrize("effect, sigma, alpha", [(0.012, 0.016, 0.025), (0.02, 0.014, 0.05)])

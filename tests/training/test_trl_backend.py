@@ -90,7 +90,7 @@ def test_trl_smoke_run_is_logged_collected_and_drawn(tmp_path):
     assert pd.read_csv(both).equals(frame)
 
     from grpo_mse.figures.training import main_training, parse_args
-    from grpo_mse.training.demo_summary import summary
+    from studies.train_demo_summary import summary
 
     text = summary(frame)
     assert "| 4 | 1 | " in text and "| all | 1 | " in text and "Best K by end accuracy: K = 4" in text
