@@ -132,7 +132,7 @@ def run_tree(tree: str, args, work: str) -> dict:
     seconds["shares"] = {p: seconds[p] / seconds["wall"] for p in (*PARTS, "other")}
     seconds["user_s"], seconds["system_s"] = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     seconds["system_share"] = seconds["system_s"] / max(seconds["user_s"] + seconds["system_s"], 1e-9)
-    run = sorted(p for p in os.listdir(save) if p.endswith(".json") and "_K" not in p)[0]
+    run = sorted(p for p in os.listdir(save) if p.endswith(".json") and not p.endswith("_detailed.json"))[0]
     with open(os.path.join(save, run)) as f:
         seconds["traces"] = json.load(f)["conditional_on_x"]  # per estimator, per K: mean trace over prompts
     return seconds
