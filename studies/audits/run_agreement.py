@@ -10,7 +10,7 @@ Two questions, two criteria:
   where a float difference flips a sampled token, and a flipped token moves a prompt's trace far more than any
   interval of independent runs expects; so the check is on the per-K numbers the results report. They agree
   when every cell's mean trace over the shared prompts is within ``rtol`` of the other's, relative.
-  ``RERUN_RTOL`` is the tolerance the committed results hold to across machines (README, "Reproducible").
+  ``RERUN_RTOL`` is the tolerance the committed results hold to across machines (docs/experiments.md, "Reproducible").
 
 A prompt is its ``id`` when no id repeats within a run's (estimator, K) cell, else its position in the run
 (``prompt_index``) with its id: a table whose ids repeat holds several prompts under one id, and pairing by id
