@@ -1,12 +1,12 @@
 """GPU sizing: the memory plan run_tracecov.py would print for Qwen2.5-0.5B, 1.5B and 7B shapes on one GPU of
 --gpu_gb, from the shapes alone (meta tensors: no weights, no GPU, seconds on a laptop).
 
-Any other flag is a run_tracecov.py flag and sizes the run (default: its own defaults at --dtype bf16 on cuda).
+--tracecov_flags holds run_tracecov.py's flags of the run (default: its own defaults at --dtype bf16 on cuda).
 For each shape it prints the plan line the run would print, then whether it fits; when it does not, the first of
 the flags that lower the essentials (--no_advisor; then one estimator) with which it fits, or the essentials'
 size when none does (a larger GPU, or a smaller model, is then needed: the run keeps whole gradients on one GPU).
 
-  python scripts/memory_plan.py --gpu_gb 80 --qwen_shapes 0.5B 1.5B 7B --M 8 --K_list 4 8 16 --out plan.json
+  python scripts/memory_plan.py --gpu_gb 80 --tracecov_flags "--M 8 --K_list 4 8 16" --out plan.json
 
 The model's weights count as held; CUDA's own context (about CUDA_CONTEXT_GB) is taken off the GPU's memory
 before the plan; the activations are sized for prompts of --prompt_tokens tokens.
@@ -15,10 +15,12 @@ before the plan; the activations are sized for prompts of --prompt_tokens tokens
 from __future__ import annotations
 
 import os
-import sys
+import shlex
 import tempfile
+from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.flags import Flags, option
 from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
 
 CUDA_CONTEXT_GB = 0.6  # what a CUDA context and the allocator's first blocks take before any tensor (measured ~0.5)
@@ -26,20 +28,15 @@ CUDA_CONTEXT_GB = 0.6  # what a CUDA context and the allocator's first blocks ta
 LADDER = ([], ["--no_advisor"], ["--no_advisor", "--estimators", "oracleV"])
 
 
-def parse(argv):
-    parser = cli.ArgumentParser(description=__doc__)
-    parser.add_argument("--gpu_gb", type=float, default=80.0, help="the GPU's memory in GB (1e9 bytes)")
-    parser.add_argument("--qwen_shapes", nargs="+", default=["0.5B", "1.5B", "7B"], choices=sorted(QWEN2_5_SHAPES))
-    parser.add_argument("--prompt_tokens", type=int, default=160, help="the longest prompt's tokens")
-    parser.add_argument("--out", help="also write the plans as JSON here")
-    args, run_flags = parser.parse_known_args(argv)
-    if args.gpu_gb <= CUDA_CONTEXT_GB:
-        raise cli.UsageError(
-            f"--gpu_gb {args.gpu_gb}: at most the CUDA context ({CUDA_CONTEXT_GB} GB); give the GPU's GB"
-        )
-    if args.prompt_tokens < 1:
-        raise cli.UsageError(f"--prompt_tokens {args.prompt_tokens}: give a positive token count")
-    return args, run_flags
+@dataclass(kw_only=True)
+class MemoryPlanConfig(Flags):
+    """The GPU, the model shapes, the run's run_tracecov.py flags and the output."""
+
+    gpu_gb: float = option(80.0, minimum=1, help="the GPU's memory in GB (1e9 bytes)")
+    qwen_shapes: list[str] = option(["0.5B", "1.5B", "7B"], choices=sorted(QWEN2_5_SHAPES), help="model shapes")
+    tracecov_flags: str = option("", help='run_tracecov.py flags of the run, in one string (e.g. "--M 8 --K_list 4 8")')
+    prompt_tokens: int = option(160, minimum=1, help="the longest prompt's tokens")
+    out: str | None = option(None, help="also write the plans as JSON here")
 
 
 def tracecov_config(run_flags: list[str], extra: list[str]):
@@ -72,7 +69,8 @@ def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, 
 
 
 def main(argv=None) -> None:
-    args, run_flags = parse(sys.argv[1:] if argv is None else argv)
+    args = MemoryPlanConfig.from_argv(argv, description=__doc__)
+    run_flags = shlex.split(args.tracecov_flags)
     gpu_bytes = int(args.gpu_gb * 1e9)
     tracecov_config(run_flags, [])  # a wrong run flag is refused before any model is built
     records = []

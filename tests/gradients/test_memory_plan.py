@@ -137,7 +137,9 @@ def test_the_gpu_sizing_command_plans_qwen_shapes_from_meta_tensors(tmp_path):
     its plan is the engine's own (``run_shape`` + ``plan_run``) on what the GPU leaves; 7B's essentials (a 30 GB
     float32 statistics vector per running sum) exceed 80 GB even at one estimator, and fit a GPU four times larger."""
     out = tmp_path / "plan.json"
-    result = sizing(tmp_path, "--qwen_shapes", "0.5B", "7B", "--M", "4", "--K_list", "4", "8", "--out", str(out))
+    result = sizing(
+        tmp_path, "--qwen_shapes", "0.5B", "7B", "--tracecov_flags", "--M 4 --K_list 4 8", "--out", str(out)
+    )
     assert result.returncode == 0, result.stderr
     runs = {run["shape"]: run for run in json.loads(out.read_text())["runs"]}
     small, large = runs["0.5B"], runs["7B"]
@@ -148,11 +150,11 @@ def test_the_gpu_sizing_command_plans_qwen_shapes_from_meta_tensors(tmp_path):
     held = 2 * 494_032_768
     assert small["plans"][0]["line"].startswith("memory: about ")
     assert f"model and libraries {held / 1e9:.3g}" in small["plans"][0]["line"]
-    larger = sizing(tmp_path, "--qwen_shapes", "7B", "--gpu_gb", "400", "--M", "4", "--K_list", "4", "8")
+    larger = sizing(tmp_path, "--qwen_shapes", "7B", "--gpu_gb", "400", "--tracecov_flags", "--M 4 --K_list 4 8")
     assert larger.returncode == 0 and "-> fits" in larger.stdout, larger.stdout + larger.stderr
 
 
 def test_the_gpu_sizing_command_refuses_a_wrong_run_flag_in_one_line(tmp_path):
-    result = sizing(tmp_path, "--qwen_shapes", "0.5B", "--M", "0")
+    result = sizing(tmp_path, "--qwen_shapes", "0.5B", "--tracecov_flags", "--M 0")
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "--M" in result.stderr, result.stderr
     assert result.stdout == ""
