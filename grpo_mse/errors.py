@@ -1,10 +1,11 @@
 """The package's error types and the one error boundary of every command line.
 
 ``InputError`` (and its kinds) means "the user's input cannot work"; its message is one line. ``describe``
-turns the failures a library raises on bad input (a full disk, a file that is not UTF-8, a corrupt parquet or
-safetensors file, a tokenizer or template that cannot load, malformed YAML or JSON) into one line that names
-the file and what to do; anything else is a bug and keeps its traceback. ``require(condition, message)`` raises
-a UsageError unless the condition holds. Importing this module is cheap.
+turns the failures a library raises on bad input (a full disk, also in safetensors' or tokenizers' own words, a
+file that is not UTF-8, a corrupt parquet or safetensors file, a tokenizer or template that cannot load,
+malformed YAML or JSON) into one line that names the file and what to do; anything else is a bug and keeps its
+traceback. ``require(condition, message)`` raises a UsageError unless the condition holds. Importing this module
+is cheap.
 """
 
 from __future__ import annotations
@@ -47,9 +48,22 @@ def _library(error: BaseException) -> str:
     return type(error).__module__.split(".")[0]
 
 
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+# How libraries that raise no OSError report a full disk: safetensors ("I/O error: No space left on device (os
+# error 28)"), tokenizers (a bare Exception with the same text).
+FULL_DISK_TEXT = ("No space left on device", "Disk quota exceeded", "(os error 28)", "(os error 122)")
+
+
+def is_full_disk(error: BaseException) -> bool:
+    """True for a full disk (or quota), whether raised as an OSError or in a library's own exception."""
+    if isinstance(error, OSError) and error.errno in FULL_DISK:
+        return True
+    return any(text in str(error) for text in FULL_DISK_TEXT)
+
+
 def _os_line(error: OSError, resume_hint: str | None) -> str:
     where = f": {error.filename}" if error.filename not in (None, "") else ""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+    if error.errno in FULL_DISK:
         return f"no space left on the device{where}; free some space, then {resume_hint or 'rerun the command'}"
     if error.errno == errno.EROFS:
         return f"read-only file system{where}; choose another output folder"
@@ -93,6 +107,9 @@ def describe(error: BaseException, resume_hint: str | None = None) -> str | None
         return f"an input file is not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
     if isinstance(error, json.JSONDecodeError):
         return f"malformed JSON in an input ({error.msg}, line {error.lineno}); repair or regenerate it"
+    if is_full_disk(error) and not isinstance(error, OSError):  # written by safetensors or tokenizers
+        then = resume_hint or "rerun the command"
+        return f"no space left on the device ({first_line(error)}); free some space, then {then}"
     library = _library(error)
     if library == "pyarrow":
         return f"cannot read a parquet/arrow input: {first_line(error)}; is the file complete?"

@@ -9,18 +9,18 @@ metadata on the tokenizer, the model config and the generation config, and saves
 every later load is an ordinary ``from_pretrained`` of a folder (seconds, not a dequantisation).
 
 The cache is ``$GRPO_MSE_GGUF_CACHE``, else ``$XDG_CACHE_HOME/grpo_mse/gguf`` (``~/.cache`` by default), never the
-repository; each entry is ``<sha256 of the file>/`` with a ``gguf_source.json`` that records where it came from.
+repository; each entry is ``<sha256 of the file>/`` with a ``gguf_source.json`` that records where it came from
+(``policy/model_cache.py``: one build at a time, leftovers of a killed build removed, damaged entries rebuilt).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 from grpo_mse.errors import ModelError, first_line
+from grpo_mse.policy.model_cache import cache_root, cached_folder
 from grpo_mse.tables.model_files import GGUFInfo, read_gguf_info
 from grpo_mse.tables.resume import file_sha256
 
@@ -33,39 +33,14 @@ CONVERTER_VERSION = 3  # 3: a head quantised a second time from the tied embeddi
 TIE_TOLERANCE = 0.1
 
 
-def cache_root() -> str:
-    if os.environ.get("GRPO_MSE_GGUF_CACHE"):
-        return os.path.expanduser(os.environ["GRPO_MSE_GGUF_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "grpo_mse", "gguf")
-
-
-def cached_folder(folder: str, build, is_done) -> str:
-    """``folder`` once ``is_done(folder)``; otherwise ``build(staging)`` writes it in a staging folder beside it,
-    renamed into place (an interrupted or outdated folder is replaced; a folder another process finished first
-    is kept)."""
-    if is_done(folder):
-        return folder
-    parent = os.path.dirname(folder)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=f".tmp_{os.path.basename(folder)[:12]}_")
-    try:
-        build(staging)
-        shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.replace(staging, folder)
-        except OSError:
-            if not is_done(folder):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
-
-
 def converted_folder(gguf_path: str) -> str:
-    """The cached HF folder of the GGUF file at ``gguf_path``, converting it first when it is not cached."""
+    """The cached HF folder of the GGUF file at ``gguf_path``, converting it first when it is not cached (its
+    header is read first: a cut or damaged file is refused before the cache is touched)."""
+    info = read_gguf_info(gguf_path)
     digest = file_sha256(gguf_path)
-    return cached_folder(os.path.join(cache_root(), digest), lambda out: _convert(gguf_path, digest, out), is_current)
+    return cached_folder(
+        os.path.join(cache_root(), digest), lambda out: _convert(gguf_path, info, digest, out), is_current
+    )
 
 
 def is_current(folder: str) -> bool:
@@ -77,11 +52,10 @@ def is_current(folder: str) -> bool:
         return False
 
 
-def _convert(gguf_path: str, digest: str, out_dir: str) -> None:
+def _convert(gguf_path: str, info: GGUFInfo, digest: str, out_dir: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    info = read_gguf_info(gguf_path)
     where, file = os.path.split(os.path.abspath(gguf_path))
     # stderr: the launcher reads the folder from this module's caller's stdout
     print(f"converting {gguf_path} to an HF folder (once; cached in {cache_root()})", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from grpo_mse.errors import ModelError
+from grpo_mse.errors import ModelError, first_line
 
 GGUF_SUFFIX = ".gguf"
 ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: marks a LoRA adapter folder
@@ -119,8 +119,11 @@ def read_gguf_info(path: str) -> GGUFInfo:
 
     try:
         reader = gguf.GGUFReader(path)
-    except (ValueError, OSError, KeyError) as error:
-        raise ModelError(f"{path} is not a readable GGUF file ({error}); copy or download it again") from None
+    except (ValueError, OSError, KeyError, IndexError) as error:  # IndexError: a file cut inside its header
+        raise ModelError(
+            f"{path} is not a readable GGUF file ({os.path.getsize(path)} bytes, cut or damaged: {first_line(error)}); "
+            "copy or download it again"
+        ) from None
 
     def field(key: str):
         entry = reader.fields.get(key)
