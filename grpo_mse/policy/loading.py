@@ -65,6 +65,11 @@ def load_policy(
         ):
             raise
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if name != source:  # a GGUF file's conversion or an adapter's merge: the cached folder is what failed
+            raise ModelError(
+                f"cannot load model {source!r} from its cached folder {name}: {first}; remove that folder to build "
+                "it again"
+            ) from None
         where = "" if local else f" (no local folder {name!r} either)"
         raise ModelError(f"cannot load model {source!r}{where}: {first}") from None
     if tokenizer.pad_token_id is None:
