@@ -108,5 +108,11 @@ def test_a_default_tracecov_run_passes_through_few_files(tmp_path):
     files = project_files(modules)
     assert len(files) <= MAX_RUN_FILES, "\n".join(files)
     # what a default run does not use stays unimported
-    lazy = {"policy.gguf_convert", "policy.adapters", "policy.vllm_sampler", "rewards.worker_pool"}
+    lazy = {
+        "policy.gguf_convert",
+        "policy.model_cache",
+        "policy.adapters",
+        "policy.vllm_sampler",
+        "rewards.worker_pool",
+    }
     assert not {f"grpo_mse.{name}" for name in lazy} & set(modules)
