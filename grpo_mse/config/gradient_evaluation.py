@@ -239,6 +239,13 @@ class TracecovConfig(ModelConfig):
         False, help="draw M*max(K) continuations once per prompt and form every K's groups from them"
     )
     no_advisor: bool = option(False, help="skip the group-size advisor (c1, c2, c3, K*)")
+    max_memory_gb: float | None = option(
+        None,
+        type=float,
+        above=0,
+        help="memory the run plans for, the model included (GB; default: all that is available): the rest is left "
+        "to other jobs on the machine",
+    )
     c1_batch: int = option(
         16,
         type=int,

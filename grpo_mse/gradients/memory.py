@@ -389,8 +389,9 @@ def refusal(plan: MemoryPlan) -> str:
 
 
 def check_memory(params, config, device: str, model_config=None, prompt_tokens: int = 0) -> MemoryPlan:
-    """The run's memory plan (``plan_run`` of ``run_shape``) beside the loaded model; UsageError (``refusal``: one
-    line, before any file is written) when its essentials exceed what ``device`` has."""
+    """The run's memory plan (``plan_run`` of ``run_shape``) beside the loaded model, within what ``device`` has
+    (at most --max_memory_gb with the model); UsageError (``refusal``: one line, before any file is written) when
+    its essentials exceed it."""
     import torch
 
     shape = run_shape(params, config, model_config, prompt_tokens)
@@ -400,6 +401,9 @@ def check_memory(params, config, device: str, model_config=None, prompt_tokens: 
         make_resident(params)  # counted as held, not left to appear in the peak later
         held = process_resident()
     available, kind = device_available(device)
+    cap = getattr(config, "max_memory_gb", None)
+    if cap is not None and held + available > cap * GB:  # other jobs keep the rest
+        available, kind = max(0, int(cap * GB) - held), "allowed by --max_memory_gb"
     plan = plan_run(shape, held, available, kind)
     if not plan.fits():
         raise UsageError(refusal(plan))

@@ -158,3 +158,25 @@ def test_the_gpu_sizing_command_refuses_a_wrong_run_flag_in_one_line(tmp_path):
     result = sizing(tmp_path, "--qwen_shapes", "0.5B", "--tracecov_flags", "--M 0")
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "--M" in result.stderr, result.stderr
     assert result.stdout == ""
+
+
+def test_max_memory_gb_caps_the_plan_and_refuses_below_the_essentials(tmp_path):
+    """--max_memory_gb: the plan fills at most that much with the model and what the process holds; a cap below the
+    essentials is refused in the one refusal line (exit 2 through the command line)."""
+    import torch
+
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+    from grpo_mse.errors import UsageError
+
+    params = [torch.zeros(1 << 20) for _ in range(4)]  # 16 MB of float32 "weights", above PARTIAL_GRAM_MIN
+    held = memory.process_resident()
+
+    def config(cap: float):
+        argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", str(tmp_path), "--M", "4", "--T", "2"]
+        return TracecovConfig.from_argv(argv + ["--max_memory_gb", str(cap)])
+
+    plan = memory.check_memory(params, config(held / GB + 0.5), "cpu")
+    assert plan.kind == "allowed by --max_memory_gb" and abs(plan.held + plan.available - held - 0.5 * GB) < 0.2 * GB
+    assert plan.needed <= plan.held + plan.available
+    with pytest.raises(UsageError, match=r"^memory: about .* GB needed at the least, .* allowed by --max_memory_gb"):
+        memory.check_memory(params, config(held / GB * 0.5), "cpu")
