@@ -141,12 +141,17 @@ def installed_or_skip(find, error_type) -> tuple[str, dict]:
 def tiny_tracecov(gguf: str, table: str, out, env) -> None:
     """run_tracecov.py at T 1, M 2, K 2; its printed memory plan bounds the peak it measures (an upper bound: how many
     gradient rows a prompt produces depends on its rewards, and V = 0 prompts produce none)."""
-    result = run(
-        ["Gradient_evaluation/run_tracecov.py", "--model", gguf, "--oracle_table", table, "--device", "cpu"]
-        + ["--dtype", "fp32", "--T", "1", "--M", "2", "--K_list", "2", "--max_new_tokens", "4", "--skip_plot"]
-        + ["--no_advisor", "--save_json", str(out)],
-        env,
-    )
+    argv = ["Gradient_evaluation/run_tracecov.py", "--model", gguf, "--oracle_table", table, "--device", "cpu"]
+    argv += ["--dtype", "fp32", "--T", "1", "--M", "2", "--K_list", "2", "--max_new_tokens", "4", "--skip_plot"]
+    argv += ["--no_advisor", "--save_json", str(out)]
+    result = subprocess.run([sys.executable, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if result.returncode == 2 and "too little memory" in result.stderr:
+        # what is free depends on the machine's other jobs, not on this code: the refusal is the plan's one line and
+        # nothing is written
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: memory: about ") and not (os.path.isdir(out) and os.listdir(out)), line
+        pytest.skip(f"too little free memory on this machine now ({line})")
+    assert result.returncode == 0, result.stderr[-3000:]
     estimate, peak = estimate_and_peak(result.stderr)
     assert peak <= 1.05 * estimate, (estimate, peak)
 
