@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import re
+import sys
 
 import pytest
 import torch
