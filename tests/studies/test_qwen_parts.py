@@ -106,3 +106,18 @@ def test_real_llm_qwen_prints_the_checked_file(tmp_path):
 
     info = read_gguf_info(path)
     assert (info.architecture, info.name, info.tokens.eos) == ("qwen2", "Qwen2.5 Coder 0.5B Instruct AWQ", 151645)
+
+
+def test_a_killed_join_s_leftover_is_removed_by_the_next_join(tmp_path, monkeypatch, capsys):
+    """A join killed mid-write leaves its hidden staging file; the next join (holding the folder's lock, so no other
+    join is running) removes it, says so on stderr, and writes the whole file."""
+    contents = [b"GGUF" + bytes(range(40)), b"tail" * 5]
+    parts, whole, _ = fake_parts(tmp_path, contents, monkeypatch)
+    target = tmp_path / "cache" / "model.gguf"
+    target.parent.mkdir()
+    leftover = target.parent / f"{qwen.STAGING}killed"
+    leftover.write_bytes(b"x" * 1000)
+    assert qwen.qwen_gguf(parts, whole, str(target)) == str(target)
+    assert target.read_bytes() == b"".join(contents) and not leftover.exists()
+    assert "removed 1 unfinished join(s)" in capsys.readouterr().err
+    assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
