@@ -314,7 +314,16 @@ def make_resident(tensors) -> None:
 
 
 def process_peak() -> int:
-    """The process's resident high-water mark in bytes (ru_maxrss, KiB on Linux)."""
+    """The process's resident high-water mark in bytes: VmHWM of /proc/self/status (this program's own memory).
+    ru_maxrss is only the fallback: Linux carries it across exec, so a command started by a large process (a test
+    runner of 1.8 GB) reported its parent's size as its own peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

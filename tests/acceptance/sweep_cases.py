@@ -914,7 +914,7 @@ def cases() -> list[Case]:
             "--out x.json --fit inputs/obj.json",
             "--out inputs/small.jsonl --fit tc/tracecov_*[0-9].json",
         ],
-        "c1_plan.py": ["--c1_batch 0", "--qwen_shapes 7B", "--margin -1"],
+        "c1_plan.py": ["--c1_batch 0", "--qwen_shapes 3B", "--margin -1"],
         "compare_baseline.py": [
             "--diagnostics inputs/obj.json --labels a --out x.json",
             "--diagnostics inputs/missing.json --labels a --out x.json",

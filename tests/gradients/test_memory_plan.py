@@ -180,3 +180,14 @@ def test_max_memory_gb_caps_the_plan_and_refuses_below_the_essentials(tmp_path):
     assert plan.needed <= plan.held + plan.available
     with pytest.raises(UsageError, match=r"^memory: about .* GB needed at the least, .* allowed by --max_memory_gb"):
         memory.check_memory(params, config(held / GB * 0.5), "cpu")
+
+
+def test_the_peak_is_the_command_s_own_not_its_parent_s():
+    """A command started by a large process (a test runner, a notebook): Linux carries ru_maxrss across exec, so it
+    gave the parent's size; process_peak reads the command's own high-water mark."""
+    parent = bytearray(600 * 2**20)
+    parent[::4096] = b"\1" * len(parent[::4096])  # resident, not just reserved
+    probe = "from grpo_mse.gradients.memory import process_peak; print(process_peak())"
+    child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert child.returncode == 0, child.stderr
+    assert int(child.stdout) < 400 * 2**20 < len(parent)
