@@ -310,12 +310,11 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     from grpo_mse.figures.tracecov import plot_advisor, theory_overlay  # matplotlib loads after the flags are checked
 
-    runs, results = [], [load_result(path) for path in args.tracecov]
+    runs, results, warnings = [], [load_result(path) for path in args.tracecov], []
     for index in drop_repeated_runs(args.tracecov, results):
         path, result = args.tracecov[index], results[index]
         label = args.labels[index] if args.labels else os.path.basename(str(result["config"].get("model", path)))
-        for line in recorded_warnings(result):
-            print(f"warning: {path} recorded: {line}", file=sys.stderr)
+        warnings += [f"warning: {path} recorded: {line}" for line in recorded_warnings(result)]
         if args.theory:
             theory = load_theory(args.theory)
             check_same_model(result, theory, label, args.theory)
@@ -333,6 +332,8 @@ def main(argv=None) -> None:
 
         training = read_training(args.training_csv, args.metric)
         select_runs(training, args.metric, args.steps, args.include_incomplete)  # refusals before any file is written
+    for line in warnings:  # after every input is checked: a refused command prints its one line only
+        print(line, file=sys.stderr)
     if runs:
         for path in figure4(runs, os.path.join(args.out_dir, args.name)):
             print(f"wrote {path}")
