@@ -16,9 +16,8 @@ from grpo_mse import cli, distributed
 from grpo_mse.config.gradient_evaluation import OracleConfig, make_sampler
 from grpo_mse.policy.loading import load_policy, model_basename_tag
 from grpo_mse.policy.sampling import Sampler, SamplingSettings, decode
-from grpo_mse.rewards.rules import check_answer_rule, row_reward
+from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
-    check_answers,
     check_prompt_lengths,
     check_prompts,
     has_unique_ids,

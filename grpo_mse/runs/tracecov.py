@@ -28,9 +28,8 @@ from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTra
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
-from grpo_mse.rewards.rules import check_answer_rule, row_reward
+from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
-    check_answers,
     check_oracle_agreement,
     check_oracle_counts,
     check_oracle_values,
