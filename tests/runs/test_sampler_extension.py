@@ -55,7 +55,7 @@ def fixed_backend(tmp_path, monkeypatch, builtin_policy):
     import throwaway_sampler
 
     yield throwaway_sampler
-    monkeypatch.delitem(sys.modules, "throwaway_sampler")  # a later test's tmp_path module is imported afresh
+    sys.modules.pop("throwaway_sampler")  # a later test imports its own tmp_path module afresh
 
 
 def test_an_unregistered_backend_is_refused():
