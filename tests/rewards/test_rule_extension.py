@@ -4,6 +4,7 @@ reading of a solution, its comparison, the ground truth written as an answer) pl
 starts with "words": they are scored by it, their ground truth checked by it (no other file learns it), and the
 oracle run scores its samples with it; the built-in rules keep their data sources."""
 
+import importlib
 import json
 import sys
 import textwrap
@@ -46,9 +47,7 @@ def last_word_rule(tmp_path, monkeypatch):
     (tmp_path / "throwaway_rule.py").write_text(textwrap.dedent(THROWAWAY))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(RULES, "last_word", "throwaway_rule:RULE")
-    import throwaway_rule
-
-    yield throwaway_rule
+    yield importlib.import_module("throwaway_rule")  # the module written above (not a dependency)
     sys.modules.pop("throwaway_rule")  # a later test imports its own tmp_path module afresh
 
 

@@ -3,6 +3,7 @@
 under the name ``fixed`` and run through both command lines on the shipped tiny policy: --backend accepts the
 new name, the oracle and tracecov runs take their samples from it (and give its factory their batch sizes)."""
 
+import importlib
 import json
 import sys
 import textwrap
@@ -52,9 +53,7 @@ def fixed_backend(tmp_path, monkeypatch, builtin_policy):
     (tmp_path / "throwaway_sampler.py").write_text(textwrap.dedent(THROWAWAY) + f"\nTEXTS = {texts!r}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(SAMPLERS, "fixed", SamplerBackend("throwaway_sampler:make_fixed"))
-    import throwaway_sampler
-
-    yield throwaway_sampler
+    yield importlib.import_module("throwaway_sampler")  # the module written above (not a dependency)
     sys.modules.pop("throwaway_sampler")  # a later test imports its own tmp_path module afresh
 
 
