@@ -13,8 +13,8 @@ import numpy as np
 from grpo_mse import cli
 from grpo_mse.analysis import bootstrap
 from grpo_mse.flags import Flags, option
-from grpo_mse.rewards.rules import row_reward
-from grpo_mse.tables.inputs import check_answers, check_oracle_values, check_prompts, load_rows
+from grpo_mse.rewards.rules import check_answers, row_reward
+from grpo_mse.tables.inputs import check_oracle_values, check_prompts, load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.records import V_ORACLE, oracle_value
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from grpo_mse import cli
 from grpo_mse.cli import require
@@ -23,7 +25,6 @@ from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIA
 from grpo_mse.rewards.rules import ANSWER_RULES
 
 DTYPES = ("fp16", "bf16", "fp32")
-BACKENDS = ("hf", "vllm")
 # logits / T overflows float32 and the score grows like 1/T: below 0.01 traces turn NaN (docs/safety.md)
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
 MAX_SEED = 2**32 - 1  # random streams take 32-bit words: a negative or larger seed would alias another
@@ -31,14 +32,11 @@ MAX_SEED = 2**32 - 1  # random streams take 32-bit words: a negative or larger s
 VLLM_TEMPERATURE = (0.01, 2.0)
 
 
-def check_backend(
-    backend: str, device: str, gpu_util: float, temperature: float = 1.0, max_model_len: int | None = None
-) -> None:
+def check_vllm(config: ModelConfig) -> None:
     """Refuse what vLLM would reject or silently change, before any model or vLLM import: no CUDA, a device
     other than the first visible GPU, a temperature outside vLLM's range, a memory share outside (0, 1], and
     vLLM under torchrun (one GPU per rank)."""
-    if backend != "vllm":
-        return
+    device, temperature, max_model_len = config.device, config.temperature, config.vllm_max_model_len
     require(device.startswith("cuda"), "--backend vllm needs --device cuda")
     index = device.partition(":")[2]
     require(
@@ -52,7 +50,7 @@ def check_backend(
         f"--backend vllm needs {low} <= --temperature <= {high:g} (vLLM raises above {high:g} and silently "
         f"clamps below {low} up to {low}); got {temperature:g}: use --backend hf",
     )
-    cli.check_range("--vllm_gpu_util", gpu_util, above=0, maximum=1)
+    cli.check_range("--vllm_gpu_util", config.vllm_gpu_util, above=0, maximum=1)
     if max_model_len is not None:
         cli.check_range("--vllm_max_model_len", max_model_len, minimum=1)
     require(
@@ -60,6 +58,30 @@ def check_backend(
         "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
         "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf",
     )
+
+
+class SamplerBackend(NamedTuple):
+    """A sampling backend (``--backend``): ``factory`` is "module:function", imported only when a run uses it, and
+    called as ``function(config, model, settings, batch_size, requests_per_call)`` (the run's ModelConfig, the HF
+    policy whose gradients are taken, its ``policy.sampling.SamplingSettings``, sequences per generation batch,
+    requests per engine call); it returns an object with ``policy.sampling.Sampler``'s ``stream`` and ``sample``.
+    ``check(config)``, if given, refuses flags the backend cannot serve when the config is built (no torch yet)."""
+
+    factory: str
+    check: Callable[[ModelConfig], None] | None = None
+
+
+# The sampler factory's registry: a new backend is its module (its factory function) plus one entry here.
+SAMPLERS: dict[str, SamplerBackend] = {
+    "hf": SamplerBackend("grpo_mse.policy.sampling:hf_sampler"),  # our seeded sampler (CPU/GPU)
+    "vllm": SamplerBackend("grpo_mse.policy.vllm_sampler:make_vllm", check_vllm),  # vLLM's offline engine (GPU only)
+}
+
+
+def make_sampler(config: ModelConfig, model, settings, batch_size: int, requests_per_call: int = 1):
+    """The sampler of ``config.backend`` (see ``SamplerBackend``); the one place where a run's sampler is built."""
+    module, _, function = SAMPLERS[config.backend].factory.partition(":")
+    return getattr(importlib.import_module(module), function)(config, model, settings, batch_size, requests_per_call)
 
 
 @dataclass(kw_only=True)
@@ -74,7 +96,7 @@ class ModelConfig(Flags):
     device: str = option("cuda", help="torch device; under torchrun each rank takes cuda:LOCAL_RANK")
     dtype: str = option("fp16", choices=DTYPES, help="model weights' dtype")
     trust_remote_code: bool = option(False, help="allow the model's own code (off by default)")
-    backend: str = option("hf", choices=BACKENDS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
+    backend: str = option("hf", choices=SAMPLERS, help="sampler: hf (our seeded sampler, CPU/GPU) or vllm (GPU only)")
     vllm_gpu_util: float = option(0.4, type=float, help="vLLM gpu_memory_utilization")
     vllm_enforce_eager: bool = option(
         False, help="vLLM: no torch.compile or CUDA graphs (starts in seconds, samples slower; for short runs)"
@@ -97,7 +119,9 @@ class ModelConfig(Flags):
     def __post_init__(self) -> None:
         cli.check_device(self.device)
         cli.launch_env()  # a WORLD_SIZE without RANK (not torchrun) is refused before any work
-        check_backend(self.backend, self.device, self.vllm_gpu_util, self.temperature, self.vllm_max_model_len)
+        sampler = SAMPLERS.get(self.backend)  # an unknown name is refused with the other choices below
+        if sampler is not None and sampler.check is not None:
+            sampler.check(self)
         cli.check_model_path(self.model)
         super().__post_init__()  # choices and bounds
 

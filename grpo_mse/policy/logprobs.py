@@ -272,8 +272,8 @@ def prompts_logprobs(
 
 @dataclass
 class PromptSampler:
-    """Draw and score the continuations of one prompt: sampling through ``backend`` (an HFSampler of
-    ``model``, or a VLLMSampler) with ``settings``, log-probabilities with gradients through the HF ``model``."""
+    """Draw and score the continuations of one prompt: sampling through ``backend`` (a ``sampling.Sampler``: by
+    default an HFSampler of ``model``) with ``settings``, log-probabilities with gradients through the HF ``model``."""
 
     model: object
     tokenizer: object
@@ -282,7 +282,7 @@ class PromptSampler:
     seed: int
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
-    backend: object = None  # a policy sampler (HFSampler or VLLMSampler); None: an HFSampler of ``model``
+    backend: object = None  # a ``sampling.Sampler`` (a run's: config.gradient_evaluation.make_sampler); None: HF
     score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
 
     def __post_init__(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -186,10 +187,30 @@ def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens
     return outputs
 
 
+class Sampler(Protocol):
+    """What the runs ask of a sampling backend (``config.gradient_evaluation.SAMPLERS`` builds one per run):
+    sample j of a request draws from random stream (*key, j); a continuation is its token ids, a sampled EOS kept
+    at the end."""
+
+    settings: SamplingSettings
+
+    def stream(self, requests: list[Request]) -> Iterator[tuple[int, list[int]]]:
+        """(request position, continuation) for every sample (the oracle run writes a prompt's line when its last
+        sample comes)."""
+
+    def sample(self, requests: list[Request]) -> list[list[list[int]]]:
+        """Per request, its n continuations in order (the tracecov run's groups)."""
+
+
+def hf_sampler(config, model, settings: SamplingSettings, batch_size: int, requests_per_call: int = 1) -> HFSampler:
+    """--backend hf's factory (``config.gradient_evaluation.SAMPLERS``): batches of ``batch_size`` sequences of
+    ``model`` across requests."""
+    return HFSampler(model, settings, batch_size)
+
+
 @dataclass
 class HFSampler:
-    """The seeded HF sampler. Interface shared with ``vllm_sampler.VLLMSampler``: ``settings``,
-    ``stream(requests)`` and ``sample(requests)``.
+    """The seeded HF sampler (``Sampler``; ``vllm_sampler.VLLMSampler`` is the other backend).
 
     Rows of all requests are sampled in batches of ``batch_size`` sequences that may cross request
     boundaries (a caller that wants one batch per prompt makes one call per prompt)."""

@@ -4,17 +4,16 @@ Same interface as ``sampling.HFSampler`` (``settings``, ``stream``, ``sample``):
 token ids with a sampled EOS kept at the end. Each request carries its own seed, stream_seed(*key), so no two
 prompts share a random stream. Log-probabilities for gradients are always recomputed by the HF model.
 This module imports neither torch nor vLLM at load time; the configs refuse a backend vLLM cannot serve
-(``config.gradient_evaluation.check_backend``) before any work.
+(``config.gradient_evaluation.check_vllm``) before any work.
 """
 
 from __future__ import annotations
 
 
-def make_vllm(config, settings, requests_per_call: int = 1):
-    """A VLLMSampler when ``config.backend`` is vllm, else None (``config``: a ModelConfig; ``settings``: the
-    run's ``sampling.SamplingSettings``)."""
-    if config.backend != "vllm":
-        return None
+def make_vllm(config, model, settings, batch_size: int = 1, requests_per_call: int = 1):
+    """--backend vllm's factory (``config.gradient_evaluation.SAMPLERS``): a VLLMSampler (``config``: a ModelConfig;
+    ``settings``: the run's ``sampling.SamplingSettings``; ``requests_per_call`` prompts per engine call; vLLM loads
+    its own copy of the weights, so ``model`` and ``batch_size`` are not used)."""
     from grpo_mse.policy.loading import model_folder
 
     return VLLMSampler(

@@ -1,7 +1,8 @@
 """Answer-checking rules of training and gradient evaluation: arithmetic (last number), GSM8K ("####"), MATH (boxed).
 
-``score(data_source, solution, ground_truth)`` picks the rule from the data source and returns
-1.0 or 0.0; anything that cannot be parsed scores 0.0. Arithmetic and GSM8K answers are checked
+Each rule is one ``RewardRule`` object (its parsing and comparison, and its check of a row's ground truth), named in
+the registry ``RULES``. ``score(data_source, solution, ground_truth)`` picks the rule from the data source and
+returns 1.0 or 0.0; anything that cannot be parsed scores 0.0. Arithmetic and GSM8K answers are checked
 in process (regular expressions and exact fractions). MATH answers are compared with math-verify
 when it is installed (exact normalised string match otherwise), in a worker process with a
 limit on its own compute (grpo_mse.rewards.worker_pool): sympy can hold the GIL for ever on an answer
@@ -11,8 +12,11 @@ such as ``9^{9^{9^{9}}}``, which no thread-side timeout interrupts. An answer th
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 
 from grpo_mse.errors import DataError
@@ -222,25 +226,79 @@ def math_reward(solution: str, gold) -> float:
     return float(math_equal(predicted, gold_text))
 
 
+@dataclass(frozen=True)
+class RewardRule:
+    """A 0/1 reward rule as one object: ``reward(solution, ground_truth)`` reads the solution's answer and compares
+    it with the row's (1.0 or 0.0); ``answer(ground_truth)`` writes the ground truth as a solution the rule should
+    score 1, so a row whose own answer scores 0 is refused before any sampling (``check_answers``: every sample
+    would score 0), with ``gold_problem(ground_truth)``'s reason when it gives one; ``claims(data_source)`` (lower
+    case) says which rows it judges."""
+
+    name: str
+    reward: Callable[[str, object], float]
+    answer: Callable[[object], str]
+    claims: Callable[[str], bool] = lambda data_source: False
+    gold_problem: Callable[[object], str | None] = lambda ground_truth: None
+
+
+def integer_answer(gold) -> str:
+    """The gold written as the integer rules read it ("1,234" -> "1234"), or as given when they read none."""
+    value = parse_gold(gold)
+    return str(gold) if value is None else str(value)
+
+
+ARITHMETIC_RULE = RewardRule(
+    "arithmetic",
+    last_integer_reward,
+    integer_answer,
+    claims=lambda source: source.startswith("arithmetic"),
+    gold_problem=gold_problem,
+)
+GSM8K_RULE = RewardRule(
+    "gsm8k",
+    gsm8k_reward,
+    lambda gold: f"#### {extract_gsm8k(str(gold)) or str(gold).strip()}",
+    claims=lambda source: "gsm8k" in source,
+)
+MATH_RULE = RewardRule(
+    "math",
+    math_reward,
+    lambda gold: f"\\boxed{{{last_boxed(str(gold)) or str(gold).strip()}}}",
+    claims=lambda source: "math" in source,
+)
+# --answer_rule final_answer's rule: in place of the rows' rules, on rows of the arithmetic rule (check_answer_rule)
+FINAL_ANSWER_RULE = RewardRule("final_answer", final_answer_reward, integer_answer, gold_problem=gold_problem)
+
+# The rules of the rows, by name, in the order they claim a data source; a data source none claims takes the
+# arithmetic rule when its ground truth is a number, else the math rule. A new rule is one module holding its
+# RewardRule plus one entry here, "module:attribute" (imported at the first lookup); it judges the data sources no
+# rule before it claims, so the rows of the rules above are scored as before.
+RULES: dict[str, RewardRule | str] = {"arithmetic": ARITHMETIC_RULE, "gsm8k": GSM8K_RULE, "math": MATH_RULE}
+
+
+def reward_rule(name: str) -> RewardRule:
+    """The rule registered under ``name`` in RULES (its module imported when the entry names one)."""
+    rule = RULES[name]
+    if isinstance(rule, str):
+        module, _, attribute = rule.partition(":")
+        rule = getattr(importlib.import_module(module), attribute)
+    return rule
+
+
 def rule_for(data_source: str, ground_truth=None) -> str:
-    """Rule name for a data source: ``arithmetic``, ``gsm8k`` or ``math``."""
+    """Rule name for a data source: the first rule of RULES that claims it (``arithmetic``, ``gsm8k``, ``math``),
+    else ``arithmetic`` or ``math`` by the ground truth."""
     source = str(data_source or "").lower()
-    if source.startswith("arithmetic"):
-        return "arithmetic"
-    if "gsm8k" in source:
-        return "gsm8k"
-    if "math" in source:
-        return "math"
+    for name in RULES:
+        if reward_rule(name).claims(source):
+            return name
     return "arithmetic" if _number(str(ground_truth)) is not None else "math"
-
-
-RULES = {"arithmetic": last_integer_reward, "gsm8k": gsm8k_reward, "math": math_reward}
 
 
 def score(data_source: str, solution: str, ground_truth) -> float:
     """0/1 reward of ``solution`` against ``ground_truth`` under the rule of ``data_source``."""
     try:
-        return float(RULES[rule_for(data_source, ground_truth)](solution or "", ground_truth))
+        return float(reward_rule(rule_for(data_source, ground_truth)).reward(solution or "", ground_truth))
     except Exception:
         return 0.0
 
@@ -257,8 +315,24 @@ def row_reward(row: dict, solution: str, answer_rule: str = "row") -> float:
     """0/1 reward of ``solution`` for a table row: ``score`` under its ``data_source`` (else DEFAULT_SOURCE), or
     the final-answer rule when ``answer_rule`` is ``final_answer``."""
     if answer_rule == "final_answer":
-        return final_answer_reward(solution or "", row["ground_truth"])
+        return FINAL_ANSWER_RULE.reward(solution or "", row["ground_truth"])
     return score(row.get("data_source") or DEFAULT_SOURCE, solution, row["ground_truth"])
+
+
+def check_answers(rows: list[dict], source: str) -> None:
+    """DataError for a ground truth that the row's reward rule (from its data_source, by default the
+    last-integer rule) can never match: its own written answer (``RewardRule.answer``) scores 0, and so would
+    every sample."""
+    for index, row in enumerate(rows):
+        data_source, gold = row.get("data_source") or DEFAULT_SOURCE, row["ground_truth"]
+        name = rule_for(data_source, gold)
+        rule = reward_rule(name)
+        if row_reward(row, rule.answer(gold)) != 1.0:
+            why = rule.gold_problem(gold)  # a rule that can say what is wrong (the arithmetic rule) does
+            raise DataError(
+                f"{source}: row {index} has ground_truth {gold!r}, {why + ', ' if why else ''}which the {name} reward "
+                f"rule (data_source {data_source!r}) can never match; every sample would score 0"
+            )
 
 
 def check_answer_rule(rows: list[dict], answer_rule: str, source: str) -> None:

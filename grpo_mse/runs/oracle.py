@@ -13,12 +13,11 @@ import time
 from dataclasses import dataclass, field
 
 from grpo_mse import cli, distributed
-from grpo_mse.config.gradient_evaluation import OracleConfig
+from grpo_mse.config.gradient_evaluation import OracleConfig, make_sampler
 from grpo_mse.policy.loading import load_policy, model_basename_tag
-from grpo_mse.policy.sampling import HFSampler, SamplingSettings, decode
-from grpo_mse.rewards.rules import check_answer_rule, row_reward
+from grpo_mse.policy.sampling import Sampler, SamplingSettings, decode
+from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
-    check_answers,
     check_prompt_lengths,
     check_prompts,
     has_unique_ids,
@@ -66,14 +65,14 @@ class OracleRun:
     ``close`` (rank 0 merges the torchrun shards).
 
     Sample j of row i uses random stream (seed, key_i, j). HF: batches of --batch_size sequences cross
-    prompt boundaries. vLLM: --batch_size prompts per engine call.
+    prompt boundaries. vLLM: --batch_size prompts per engine call (the factory is given both).
     """
 
     config: OracleConfig
     rows: list[dict]
     keys: list[int]  # each row's random-stream key (its id, or its position)
     ids: list[list[int]]  # each row's prompt token ids
-    sampler: object  # HFSampler or VLLMSampler
+    sampler: Sampler  # --backend's (config.gradient_evaluation.make_sampler)
     tokenizer: object
     path: str  # the output table
     shard_path: str  # this rank's file (the table itself without torchrun)
@@ -128,11 +127,7 @@ class OracleRun:
             print(f"resuming {path}: {len(done_keys)} prompts already done", file=sys.stderr)
         os.makedirs(config.out_dir, exist_ok=True)
         sampling = SamplingSettings.of_run(config, model, tokenizer)
-        sampler = HFSampler(model, sampling, config.batch_size)
-        if config.backend == "vllm":  # the vLLM sampler's module only when asked
-            from grpo_mse.policy.vllm_sampler import make_vllm
-
-            sampler = make_vllm(config, sampling, requests_per_call=config.batch_size)
+        sampler = make_sampler(config, model, sampling, config.batch_size, requests_per_call=config.batch_size)
         return cls(
             config, rows, keys, ids, sampler, tokenizer, path, shard_path, key_field, todo, rank, world, run_lock
         )

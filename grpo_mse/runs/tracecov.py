@@ -17,7 +17,7 @@ from grpo_mse import cli, distributed
 from grpo_mse.analysis import advisor_report, measured_curve, paired
 from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
 from grpo_mse.analysis.coverage_calibration import read_calibration
-from grpo_mse.config.gradient_evaluation import TracecovConfig
+from grpo_mse.config.gradient_evaluation import TracecovConfig, make_sampler
 from grpo_mse.distributed import Shards
 from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
@@ -28,9 +28,8 @@ from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTra
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
-from grpo_mse.rewards.rules import check_answer_rule, row_reward
+from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
-    check_answers,
     check_oracle_agreement,
     check_oracle_counts,
     check_oracle_values,
@@ -137,20 +136,18 @@ class TracecovRun:
         done, batches = load_progress(base)
         if done:
             print(f"resuming {base}: {len(done)} prompt results already done", file=sys.stderr)
+        settings = SamplingSettings.of_run(config, model, tokenizer)
         sampler = PromptSampler(
             model,
             tokenizer,
-            SamplingSettings.of_run(config, model, tokenizer),
+            settings,
             config.gen_bs,
             config.seed,
             include_eos=not config.drop_eos,
             shared_prompt=config.engine == "fast",
+            backend=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
             score_distribution=config.score_distribution,
         )
-        if config.backend == "vllm":  # the vLLM sampler's module only when asked
-            from grpo_mse.policy.vllm_sampler import make_vllm
-
-            sampler.backend = make_vllm(config, sampler.settings)
         if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
             largest = Shards.of(len(rows), config.c1_batch, rank, world).largest()
             print(c1_memory_line(trainable, config, base, largest, plan.c1_bytes), file=sys.stderr)

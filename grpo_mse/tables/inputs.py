@@ -330,34 +330,6 @@ def check_prompts(rows: list[dict], source: str) -> None:
             raise DataError(f"{source}: row {index} has an empty prompt")
 
 
-def correct_solution(rule: str, gold) -> str:
-    """A solution the reward ``rule`` should score 1 against ``gold`` (the answer written as the rule expects)."""
-    from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, parse_gold
-
-    if rule == "arithmetic":
-        value = parse_gold(gold)
-        return str(gold) if value is None else str(value)
-    if rule == "gsm8k":
-        return f"#### {extract_gsm8k(str(gold)) or str(gold).strip()}"
-    return f"\\boxed{{{last_boxed(str(gold)) or str(gold).strip()}}}"
-
-
-def check_answers(rows: list[dict], source: str) -> None:
-    """DataError for a ground truth that the row's reward rule (from its data_source, by default the
-    last-integer rule) can never match: every sample would score 0."""
-    from grpo_mse.rewards.rules import DEFAULT_SOURCE, gold_problem, row_reward, rule_for
-
-    for index, row in enumerate(rows):
-        data_source, gold = row.get("data_source") or DEFAULT_SOURCE, row["ground_truth"]
-        rule = rule_for(data_source, gold)
-        if row_reward(row, correct_solution(rule, gold)) != 1.0:
-            why = gold_problem(gold) if rule == "arithmetic" else None  # the arithmetic rule can say what is wrong
-            raise DataError(
-                f"{source}: row {index} has ground_truth {gold!r}, {why + ', ' if why else ''}which the {rule} reward "
-                f"rule (data_source {data_source!r}) can never match; every sample would score 0"
-            )
-
-
 def check_oracle_values(rows: list[dict], source: str) -> None:
     """DataError unless every V_oracle is a finite number in [0, 1]; one that is not a number at all (a quoted
     "0.5", a bool, a list) is named by its type, the problem to fix."""

@@ -23,7 +23,8 @@ import os
 import sys
 
 from grpo_mse.cli import InputError
-from grpo_mse.tables.inputs import check_answers, load_rows
+from grpo_mse.rewards.rules import check_answers
+from grpo_mse.tables.inputs import load_rows
 from grpo_mse.training.budget import budget_settings
 
 UPDATES_PER_STEP = 4  # VERL: ppo_mini_batch_size = train_batch_size / 4

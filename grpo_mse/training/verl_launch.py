@@ -140,7 +140,8 @@ def check_data_files(overrides: list[str]) -> str | None:
     from omegaconf import OmegaConf
 
     from grpo_mse.errors import DataError
-    from grpo_mse.tables.inputs import check_answers, load_rows
+    from grpo_mse.rewards.rules import check_answers
+    from grpo_mse.tables.inputs import load_rows
 
     config = compose(overrides)
     for key in DATA_KEYS:

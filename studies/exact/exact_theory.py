@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
-from grpo_mse.tables.inputs import check_answers, check_prompts, load_rows, oracle_settings, prompt_ids
+from grpo_mse.rewards.rules import check_answers
+from grpo_mse.tables.inputs import check_prompts, load_rows, oracle_settings, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
 from grpo_mse.tables.resume import claim
 

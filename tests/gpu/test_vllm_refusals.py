@@ -111,7 +111,7 @@ def test_vllm_sampler_gets_engine_settings(tmp_path, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(vllm_sampler, "VLLMSampler", lambda *args, **kwargs: seen.update(args=args, **kwargs))
-    vllm_sampler.make_vllm(vllm_config(tmp_path, vllm_enforce_eager=True, vllm_max_model_len=256), None)
+    vllm_sampler.make_vllm(vllm_config(tmp_path, vllm_enforce_eager=True, vllm_max_model_len=256), None, None)
     assert seen["enforce_eager"] is True and seen["max_model_len"] == 256 and seen["args"][1] == "fp16"
 
 

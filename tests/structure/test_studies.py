@@ -2,7 +2,8 @@
 
 - every module of ``grpo_mse/`` is reached by a product command line: ``calculate_oracle_v.py``,
   ``run_tracecov.py``, ``plots/make_figures.py``, the files under ``Policy_Optimization/`` and the modules
-  ``grpo_train.sh`` runs with ``python -m``; a module that none of them reaches belongs under ``studies/``;
+  ``grpo_train.sh`` runs with ``python -m``; a module that none of them reaches belongs under ``studies/``
+  (a registry's entry "grpo_mse.module:attribute", such as a sampling backend's factory, reaches its module);
 - nothing in the package imports a study, and the studies import one another without a cycle."""
 
 from __future__ import annotations
@@ -43,6 +44,25 @@ def entry_modules(root: str = ROOT) -> set[str]:
     return {name for name in names if name.split(".")[0] == "grpo_mse"}
 
 
+REGISTERED = re.compile(r"^(grpo_mse(?:\.\w+)+):\w+$")  # "module:attribute", imported when the entry is used
+
+
+def registered_modules(root: str) -> dict[str, set[str]]:
+    """{module: the package modules its registry entries name} (string constants "grpo_mse.a.b:attribute")."""
+    found = {}
+    for path in glob.glob(os.path.join(root, "grpo_mse", "**", "*.py"), recursive=True):
+        module = os.path.relpath(path, root)[: -len(".py")].replace(os.sep, ".").removesuffix(".__init__")
+        tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+        names = {
+            REGISTERED.match(node.value).group(1)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and REGISTERED.match(node.value)
+        }
+        if names:
+            found[module] = names
+    return found
+
+
 def reached(graph: dict[str, set[str]], starts: set[str]) -> set[str]:
     """The modules of ``graph`` that ``starts`` reach (a name that is an attribute of a module gives the module)."""
     seen, todo = set(), [name for name in starts if name in graph]
@@ -58,6 +78,8 @@ def reached(graph: dict[str, set[str]], starts: set[str]) -> set[str]:
 def unreached_modules(root: str = ROOT) -> list[str]:
     """The package's modules (docstring-only ``__init__`` files aside) that no product command line reaches."""
     graph = import_graph(os.path.join(root, "grpo_mse"))
+    for module, names in registered_modules(root).items():
+        graph[module] = graph[module] | {name for name in names if name in graph}
     found = reached(graph, entry_modules(root))
     packages = {name for name in graph if any(module.startswith(name + ".") for module in found)}  # a.b.c: a, a.b
     return sorted(set(graph) - found - packages)
@@ -121,6 +143,20 @@ def test_the_check_finds_a_module_no_command_line_reaches(tmp_path):
     assert unreached_modules(root) == ["grpo_mse.commands.bench"]
     os.remove(os.path.join(root, "grpo_mse", "commands", "bench.py"))
     assert unreached_modules(root) == []
+
+
+def test_a_registry_entry_reaches_its_module(tmp_path):
+    """A backend named only in a registry ("module:attribute", imported when used) is reached through it."""
+    root = fake_repo(
+        tmp_path,
+        {
+            "grpo_mse/commands/job.py": "from grpo_mse.commands import registry\n",
+            "grpo_mse/commands/registry.py": 'BACKENDS = {"x": "grpo_mse.commands.backend_x:make"}\n',
+            "grpo_mse/commands/backend_x.py": "",
+            "grpo_mse/commands/backend_y.py": "",
+        },
+    )
+    assert unreached_modules(root) == ["grpo_mse.commands.backend_y"]
 
 
 def test_the_check_finds_a_package_import_of_a_study(tmp_path):
