@@ -314,9 +314,8 @@ def make_resident(tensors) -> None:
 
 
 def process_peak() -> int:
-    """The process's resident high-water mark in bytes: VmHWM of /proc/self/status (this program's own memory).
-    ru_maxrss is only the fallback: Linux carries it across exec, so a command started by a large process (a test
-    runner of 1.8 GB) reported its parent's size as its own peak."""
+    """The process's resident high-water mark in bytes (VmHWM); not ru_maxrss, which Linux carries across exec
+    from the process that started this one (the fallback)."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
