@@ -28,9 +28,9 @@ def env(tmp_path):
     return {**os.environ, "GRPO_MSE_GGUF_CACHE": str(tmp_path / "gguf_cache"), "OMP_NUM_THREADS": "1"}
 
 
-def run(args, env, timeout=600):
+def run(args, env, timeout=600, check=True):
     result = subprocess.run([sys.executable, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0 or not check, result.stderr[-3000:]
     return result
 
 
@@ -144,7 +144,7 @@ def tiny_tracecov(gguf: str, table: str, out, env) -> None:
     argv = ["Gradient_evaluation/run_tracecov.py", "--model", gguf, "--oracle_table", table, "--device", "cpu"]
     argv += ["--dtype", "fp32", "--T", "1", "--M", "2", "--K_list", "2", "--max_new_tokens", "4", "--skip_plot"]
     argv += ["--no_advisor", "--save_json", str(out)]
-    result = subprocess.run([sys.executable, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = run(argv, env, check=False)
     if result.returncode == 2 and "too little memory" in result.stderr:
         # what is free depends on the machine's other jobs, not on this code: the refusal is the plan's one line and
         # nothing is written
