@@ -6,7 +6,7 @@ with timers around the run's parts (only the outermost timed call counts, so not
 - forward: the sequence log-probabilities with gradients (PromptSampler.logprob_fn's function);
 - backward: the VJPs (engine._grad, engine.row_vjps);
 - statistics: the running sums and their Gram scalars (engine.add_pass, engine.bias_squared) and the advisor's
-  c1 (tracecov.c1_vectors, BetweenPromptBatch.add and .result: the mean gradients and their float64 Gram matrix);
+  c1 (advisor_hook.c1_vectors, BetweenPromptBatch.add and .result: the mean gradients and their float64 Gram matrix);
 - other: the rest of the run's wall time (imports, model load, rewards, outputs);
 - and the subprocess's user and system CPU seconds (the system share: page faults, allocations).
 The trees run alternately, --repeats times each; the fastest run of each is reported with its parts' shares.
@@ -15,6 +15,7 @@ The trees run alternately, --repeats times each; the fastest run of each is repo
       --T 2 --M 2 --K_list 2 4 --base eb19bf9~1 --out results/benchmarks/cpu_tracecov_parts.json
 """
 
+import importlib
 import json
 import os
 import resource
@@ -88,7 +89,9 @@ def timed_run(argv: list[str], out: str) -> None:
     engine.row_vjps = timer("backward", engine.row_vjps)
     engine.add_pass = timer("statistics", engine.add_pass)
     engine.bias_squared = timer("statistics", engine.bias_squared)
-    tracecov.c1_vectors = timer("statistics", tracecov.c1_vectors)
+    # c1_vectors moved to the advisor's hook (runs/advisor_hook.py); earlier trees have it in runs/tracecov.py
+    holder = tracecov if hasattr(tracecov, "c1_vectors") else importlib.import_module("grpo_mse.runs.advisor_hook")
+    holder.c1_vectors = timer("statistics", holder.c1_vectors)
     batch = statistics.BetweenPromptBatch
     batch.add, batch.result = timer("statistics", batch.add), timer("statistics", batch.result)
     start = time.perf_counter()

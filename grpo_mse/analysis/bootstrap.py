@@ -12,12 +12,13 @@ prompts carry much of the sum (docs/statistics.md: coverage table).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
 
-from grpo_mse.tables.records import SavedRecord
+from grpo_mse.tables.records import PromptRecord, SavedRecord
 
 NORMAL = NormalDist()
 
@@ -266,3 +267,39 @@ def at_least_zero(summary: Summary) -> Summary:
 def below_zero_flag(summary: Summary) -> str:
     """The printed mark of an ``at_least_zero`` summary: " (unreliable: below 0)", " (clipped at 0)" or ""."""
     return " (unreliable: below 0)" if summary.unreliable else " (clipped at 0)" if summary.clipped else ""
+
+
+# The bootstrap's units (one column per prompt) and saved numbers read back
+
+
+def prompt_columns(records_by_k: dict[int, list[PromptRecord]]) -> tuple[list, dict]:
+    """(sorted prompt indices, {prompt_index: column}) over every K (the bootstrap's units)."""
+    prompts = sorted({r.prompt_index for records in records_by_k.values() for r in records})
+    return prompts, {p: i for i, p in enumerate(prompts)}
+
+
+def column(records: list[PromptRecord], position: dict, value_fn) -> np.ndarray:
+    """[n_prompts] value_fn(record) at each prompt's column, nan where the prompt has no record."""
+    values = np.full(len(position), np.nan)
+    for r in records:
+        values[position[r.prompt_index]] = value_fn(r)
+    return values
+
+
+def number(value) -> float:
+    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf; None, other text, bools and other types
+    -> nan (undefined)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, np.integer, np.floating)):
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
+
+
+def rounded(value, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures ('-' for None / nan, 'inf' for +infinity or "inf")."""
+    value = number(value)
+    if math.isnan(value):
+        return "-"
+    return f"{value:.{digits}g}"

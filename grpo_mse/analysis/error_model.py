@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from grpo_mse.analysis.bootstrap import number
 from grpo_mse.errors import InputError
 from grpo_mse.tables.inputs import whole
 from grpo_mse.tables.records import SavedRecord
@@ -215,17 +216,6 @@ def json_value(value):
     return value
 
 
-def number(value) -> float:
-    """A saved advisor number back as a float: "inf"/"-inf" -> +-inf; None, other text, bools and other types
-    -> nan (undefined)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str, np.integer, np.floating)):
-        return math.nan
-    try:
-        return float(value)
-    except ValueError:
-        return math.nan
-
-
 def interval_of(ci) -> list[float] | None:
     """A saved 95% interval as two floats ("inf" -> inf); None when absent or malformed (not two numbers, an end
     undefined, low > high, or an infinite end on the wrong side)."""
@@ -233,14 +223,6 @@ def interval_of(ci) -> list[float] | None:
         return None
     low, high = (number(v) for v in ci)
     return [low, high] if low <= high and low < math.inf and high > -math.inf else None
-
-
-def rounded(value, digits: int = 3) -> str:
-    """``value`` to ``digits`` significant figures ('-' for None / nan, 'inf' for +infinity or "inf")."""
-    value = number(value)
-    if math.isnan(value):
-        return "-"
-    return f"{value:.{digits}g}"
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def error_at(records, batches, k: int, budget: int, position: dict, weights: np.
     std, own = grams_of(batches, GRPO_STD), grams_of(batches, BIAS_GRAM)
     if not std or not own:
         return None
-    trace = bootstrap.weighted_mean(weights, prompt_constants.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
+    trace = bootstrap.weighted_mean(weights, bootstrap.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
     variance = k / budget * (prompt_constants.batch_c1(weights, std, position) + trace)
     bias2 = pair_mean(weights, own, position)
     return BudgetedError(variance, bias2, variance + bias2)
@@ -92,7 +92,7 @@ def error_at(records, batches, k: int, budget: int, position: dict, weights: np.
 def measured_curve(records_by_k: dict, batches_by_k: dict, budget: int, allowed, weights: np.ndarray) -> MeasuredCurve:
     """Std-GRPO's budgeted error at each measured K with 95% BCa intervals, the best K over those that divide N
     (``allowed`` when given), its bootstrap frequency, and whether its intervals identify it."""
-    prompts, position = prompt_constants.prompt_columns(records_by_k)
+    prompts, position = bootstrap.prompt_columns(records_by_k)
     measured = {}
     for k in sorted(records_by_k):
         curve = error_at(records_by_k[k], batches_by_k.get(k, []), k, budget, position, weights)
@@ -156,9 +156,7 @@ def describe(curve: MeasuredCurve) -> str:
     for k in curve.K:
         e = curve.per_K[str(k)]["error"]
         low, high = e["ci95"] or (None, None)
-        parts.append(
-            f"K={k}: {error_model.rounded(e['estimate'])} [{error_model.rounded(low)}, {error_model.rounded(high)}]"
-        )
+        parts.append(f"K={k}: {bootstrap.rounded(e['estimate'])} [{bootstrap.rounded(low)}, {bootstrap.rounded(high)}]")
     return (
         "  std-normalised GRPO, the run's estimator (budgeted error against its own target, measured at each K; "
         "no decomposition):\n    " + ", ".join(parts) + f"\n    {curve.message}"

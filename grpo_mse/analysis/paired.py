@@ -15,20 +15,16 @@ mean MSEs are paired: a replicate resamples prompts once and recomputes every st
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from grpo_mse.analysis import bootstrap
-from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
-from grpo_mse.analysis.coverage_calibration import Calibration
-from grpo_mse.analysis.error_model import rounded
-from grpo_mse.analysis.measured_curve import measured_curve
-from grpo_mse.analysis.prompt_constants import column, prompt_columns
+from grpo_mse.analysis.bootstrap import column, prompt_columns, rounded
 from grpo_mse.errors import DataError
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, VANILLA
 from grpo_mse.tables.inputs import whole
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord, saved
+from grpo_mse.tables.records import PromptRecord, SavedRecord, saved
 
 V_BANDS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))  # the last band includes V = 1
 
@@ -64,7 +60,9 @@ class RunStatistics(SavedRecord):
     """What run_tracecov adds to its main JSON from one set of bootstrap replicates (``run_statistics``)."""
 
     paired: PairedSummary
-    group_size_advisor: GroupSizeAdvice | None = None  # None: no advice (fewer than 2 prompts, or not asked)
+    group_size_advisor: object = (
+        None  # analysis.advisor.GroupSizeAdvice; None: no advice (fewer than 2 prompts, or not asked)
+    )
 
 
 def oracle_value_variance(value: float, n_oracle) -> float:
@@ -217,38 +215,19 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
 
 
 def run_statistics(
-    records_by_k: dict[int, list[PromptRecord]],
-    batches_by_k: dict[int, list[C1BatchRecord]],
-    k_list,
-    names,
-    seed: int = 0,
-    n_boot: int = 2000,
-    with_advisor: bool = True,
-    budget: int = 1024,
-    allowed=None,
-    advisor_estimator: str = GRPO,
-    calibration: Calibration | None = None,
+    records_by_k: dict[int, list[PromptRecord]], k_list, names, seed: int = 0, n_boot: int = 2000, advice=None
 ) -> RunStatistics:
-    """``paired_summary`` and ``advise`` from ONE set of bootstrap replicates; with
-    ``advisor_estimator`` grpo_std the advice also holds std-GRPO's ``measured_curve``. ``calibration``: the
-    advisor's coverage calibration table as the caller read it (needed with ``with_advisor``)."""
+    """``paired_summary`` and, with ``advice`` (a function of the bootstrap weights returning the group-size
+    advisor's ``GroupSizeAdvice``: ``runs.advisor_hook.AdvisorHook.advice``), the advice, from ONE set of bootstrap
+    replicates. The advice needs two prompts or more."""
     prompts, _ = prompt_columns({k: records_by_k[k] for k in k_list})
     weights = bootstrap.prompt_weights(len(prompts), n_boot, seed)
     paired = paired_summary(records_by_k, k_list, names, weights)
-    if with_advisor and len(prompts) < 2:  # c1 and every interval need two prompts or more
+    if advice is not None and len(prompts) < 2:  # c1 and every interval need two prompts or more
         print("note: the group-size advisor needs 2 or more prompts (--T 2+); skipped", file=sys.stderr)
-    if not with_advisor or len(prompts) < 2:
+    if advice is None or len(prompts) < 2:
         return RunStatistics(paired=paired)
-    if calibration is None:
-        raise TypeError("run_statistics with the advisor needs calibration= (coverage_calibration.read_calibration)")
-    advice = advise(
-        records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights, calibration=calibration
-    )
-    curve = (
-        measured_curve(records_by_k, batches_by_k, budget, allowed, weights) if advisor_estimator == GRPO_STD else None
-    )
-    advice = replace(advice, estimator=advisor_estimator, measured_curve=curve)
-    return RunStatistics(paired=paired, group_size_advisor=advice)
+    return RunStatistics(paired=paired, group_size_advisor=advice(weights))
 
 
 def _cell(label: str, saved_summary: dict) -> str:

@@ -58,20 +58,6 @@ def batch_c1(weights: np.ndarray, batches: list[C1BatchRecord], position: dict, 
     return value, np.where(np.isfinite(value)[:, None], derivative, np.nan)
 
 
-def prompt_columns(records_by_k: dict[int, list[PromptRecord]]) -> tuple[list, dict]:
-    """(sorted prompt indices, {prompt_index: column}) over every K (the bootstrap's units)."""
-    prompts = sorted({r.prompt_index for records in records_by_k.values() for r in records})
-    return prompts, {p: i for i, p in enumerate(prompts)}
-
-
-def column(records: list[PromptRecord], position: dict, value_fn) -> np.ndarray:
-    """[n_prompts] value_fn(record) at each prompt's column, nan where the prompt has no record."""
-    values = np.full(len(position), np.nan)
-    for r in records:
-        values[position[r.prompt_index]] = value_fn(r)
-    return values
-
-
 def slope(ks, values_by_k: np.ndarray) -> np.ndarray:
     """[R] least-squares slope of per-K values [R, n_K] against K (0 under the 1/(K(K-1)) law for c3)."""
     x = np.asarray(ks, dtype=np.float64) - np.mean(ks)

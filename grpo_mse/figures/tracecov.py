@@ -167,11 +167,11 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     overrides N (the allowed K are then the powers of two dividing it) and the title says so."""
     import numpy as np
 
-    from grpo_mse.analysis import error_model
+    from grpo_mse.analysis import bootstrap, error_model
 
     advice = result["group_size_advisor"]
     pooled, ci = advice["pooled"], advice["ci95"]
-    c1, c2, c3 = (error_model.number(pooled[name]) for name in ("c1", "c2", "c3"))
+    c1, c2, c3 = (bootstrap.number(pooled[name]) for name in ("c1", "c2", "c3"))
     saved = advice.get("budget", 1024)
     overridden = budget is not None and budget != saved
     budget = float(budget if budget is not None else saved)

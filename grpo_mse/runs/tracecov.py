@@ -6,25 +6,23 @@ sharding behind ``distributed.Shards``; the helpers of each step follow the run.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
 from grpo_mse import cli, distributed
-from grpo_mse.analysis import advisor_report, measured_curve, paired
+from grpo_mse.analysis import paired
 from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
-from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.config.gradient_evaluation import TracecovConfig, make_sampler
 from grpo_mse.distributed import Shards
-from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients.engine import OWN, PromptStats, prompt_traces
-from grpo_mse.gradients.estimators import ORACLE
-from grpo_mse.gradients.memory import c1_memory_line, check_c1_disk, check_memory, peak_line
-from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTrace
+from grpo_mse.gradients import memory
+from grpo_mse.gradients.engine import PromptStats, prompt_traces
+from grpo_mse.gradients.memory import check_memory, peak_line
+from grpo_mse.gradients.statistics import BufferPool
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
@@ -46,7 +44,6 @@ from grpo_mse.tables.outputs import append_jsonl, write_csv, write_json
 from grpo_mse.tables.records import (
     TIDY_COLUMNS,
     V_ORACLE,
-    C1BatchRecord,
     PromptRecord,
     detailed,
     oracle_count,
@@ -61,8 +58,8 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
     """The whole run of run_tracecov.py; on rank 0 returns {"base", "result"} (the saved results' stem and the
     main JSON's content, from which the script draws the PNG)."""
     run = TracecovRun.start(config)
-    records_by_k, batches_by_k = run.sweep()
-    outcome = run.write_outputs(records_by_k, batches_by_k) if run.rank == 0 else None
+    records_by_k = run.sweep()
+    outcome = run.write_outputs(records_by_k) if run.rank == 0 else None
     run.close()
     if run.rank == 0:
         print(peak_line(run.memory_plan, str(run.sampler.model.device)), file=sys.stderr)
@@ -73,12 +70,15 @@ def run_tracecov(config: TracecovConfig) -> dict | None:
 class TracecovRun:
     """One trace-of-covariance run, read top to bottom: ``start`` (rows, policy, run folder, progress log),
     ``sweep`` (per K: this rank's prompt batches -> ``run_batch`` -> ``evaluate_prompt``, then every rank's
-    records merged and the per-K file), ``write_outputs`` (main JSON with the advisor, CSV), ``close``.
+    records merged and the per-K file), ``write_outputs`` (main JSON, CSV), ``close``. The group-size advisor,
+    when on, observes the run (``advisor``: ``runs.advisor_hook.AdvisorHook``, told where each batch starts, handed
+    each finished prompt, asked for the advice at the end).
 
     Progress: each finished prompt's record (and each c1 batch's record) is appended to this rank's log
-    ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` and ``batches`` hold what is finished, so a resumed
-    run skips it. torchrun gives each rank a contiguous range of prompts, equal in length up to one, cut into
-    its own c1 batches (``distributed.Shards``). Resume: ``resume.open_progress`` and ``resume.load_progress``.
+    ``{base}.progress.rank{rank}.jsonl`` at once; ``done`` (and the advisor's ``batches``) hold what is finished,
+    so a resumed run skips it. torchrun gives each rank a contiguous range of prompts, equal in length up to one,
+    cut into batches of --c1_batch prompts, sampled together (``distributed.Shards``). Resume:
+    ``resume.open_progress`` and ``resume.load_progress``.
     """
 
     config: TracecovConfig
@@ -91,7 +91,7 @@ class TracecovRun:
     world: int = 1
     progress: str | None = None  # this rank's progress log (None: keep records in memory only)
     done: dict = field(default_factory=dict)  # {(K, prompt_index): PromptRecord}
-    batches: dict = field(default_factory=dict)  # {(K, c1 batch): C1BatchRecord}
+    advisor: object = None  # runs.advisor_hook.AdvisorHook, or None when the advisor is off
     lock: object = None  # the progress log's lock, held until ``close``
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
     keep_rows: int = 0  # gradient rows a prompt's statistics take at once (memory.plan_run; engine.prompt_traces)
@@ -120,8 +120,9 @@ class TracecovRun:
         plan = check_memory(trainable, config, device, model.config, max(lengths))
         if rank == 0:
             print(plan.line(), file=sys.stderr)
-        if config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
-            check_c1_disk(trainable, config, min(config.c1_batch, len(rows)))
+        hook = advisor_hook() if config.with_advisor else None  # its modules load only when it is on
+        if hook is not None:
+            hook.check(trainable, config, len(rows))
         folder = RunFolder(
             config.save_json,
             "tracecov_",
@@ -148,17 +149,21 @@ class TracecovRun:
             backend=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
             score_distribution=config.score_distribution,
         )
-        if rank == 0 and config.with_advisor and min(config.c1_batch, len(rows)) >= 2:
-            largest = Shards.of(len(rows), config.c1_batch, rank, world).largest()
-            print(c1_memory_line(trainable, config, base, largest, plan.c1_bytes), file=sys.stderr)
-        args = (config, sampler, rows, keys, base, saved_config, rank, world, progress, done, batches, run_lock)
-        return cls(*args, keep_rows=plan.kept_rows, memory_plan=plan)
+        run = cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, lock=run_lock)
+        run.keep_rows, run.memory_plan = plan.kept_rows, plan
+        if hook is not None:
+            layout = Shards.of(len(rows), config.c1_batch, rank, world).batches
+            run.advisor = hook(config, layout, base, rank, plan.c1_bytes, run.pool, batches)
+            line = run.advisor.memory_line(trainable)
+            if rank == 0 and line:
+                print(line, file=sys.stderr)
+        return run
 
-    def sweep(self) -> tuple[dict[int, list[PromptRecord]], dict[int, list[C1BatchRecord]]]:
+    def sweep(self) -> dict[int, list[PromptRecord]]:
         """Every K of the run: this rank's batches, then all ranks' records merged from the progress logs."""
         shards = Shards.of(len(self.rows), self.config.c1_batch, self.rank, self.world)
         all_batches = shards.batches  # batch id = position here
-        records_by_k, batches_by_k = {}, {}
+        records_by_k = {}
         for k in cli.progress(self.config.K_list, desc="K", disable=self.rank > 0):
             bar = cli.progress(total=shards.my_prompts(), desc=f"K={k} prompts", leave=False, disable=self.rank > 0)
             for b in shards.mine:
@@ -167,35 +172,22 @@ class TracecovRun:
             distributed.barrier()
             latest_done, latest_batches = load_progress(self.base)
             self.done.update(latest_done)
-            self.batches.update(latest_batches)
+            if self.advisor is not None:
+                self.advisor.batches.update(latest_batches)
             records_by_k[k] = [r for (rk, _), r in self.done.items() if rk == k]
-            batches_by_k[k] = [self.batches[(k, tuple(b))] for b in all_batches if (k, tuple(b)) in self.batches]
             if self.rank == 0:
                 write_json(f"{self.base}_K{k}_detailed.json", detailed(records_by_k[k], k, self.config.estimators))
-        return records_by_k, batches_by_k
+        return records_by_k
 
     def run_batch(self, batch_id: int, indices: list[int], k: int, on_prompt=None) -> None:
         """Evaluate one batch of prompts at group size K, appending new records to the progress log.
 
-        Finished prompts are skipped, except that a batch whose c1 record is missing (advisor on) is
-        evaluated whole (results are deterministic per prompt, so nothing is duplicated in the outputs).
-        """
-        config = self.config
-        saved = self.batches.get((k, tuple(indices)))
-        need_c1 = (
-            config.with_advisor
-            and len(indices) >= 2
-            and (saved is None or (config.c1_copies > 1 and saved.estimator_grams is None))
-        )
-        copies = config.c1_copies
-        # mean gradients beyond the plan's c1 share of memory (shared by the batches) go to files in the run folder
-        spills = [f"{self.base}.{label}.rank{self.rank}" if self.base else None for label in C1_FILES[:copies]]
-        plan = self.memory_plan
-        host = (memory.C1_HOST_BYTES if plan is None else plan.c1_bytes) // copies
-        batches = [BetweenPromptBatch(spill, host, self.pool) for spill in spills] if need_c1 else []
-        todo = [index for index in indices if batches or (k, index) not in self.done]
+        Finished prompts are skipped, except that the advisor may ask for the whole batch (its c1 record needs
+        every prompt's mean gradient; results are deterministic per prompt, so nothing is duplicated)."""
+        whole = self.advisor is not None and self.advisor.batch_started(k, indices)
+        todo = [index for index in indices if whole or (k, index) not in self.done]
         # the batch's prompts are sampled together (up to --gen_bs sequences a decode batch, across prompts)
-        drawn = self.sampler.draw_all([(self.rows[i], self.stream(i, k)) for i in todo], config.M * k)
+        drawn = self.sampler.draw_all([(self.rows[i], self.random_key(i, k)) for i in todo], self.config.M * k)
         drawn = dict(zip(todo, drawn))
         try:
             for index in indices:
@@ -204,23 +196,18 @@ class TracecovRun:
                     if (k, index) not in self.done:
                         self.append(record.to_json())
                         self.done[(k, index)] = record
-                    if batches:  # the c1 vectors need the oracle's statistics: only a run with the advisor has them
-                        for batch, (vector, trace, scale) in zip(batches, c1_vectors(stats, record)):
-                            batch.add(vector, trace, config.M, index, owned=True, scale=scale)  # stats end here
+                    if whole:
+                        self.advisor.prompt_done(index, record, stats)
                     stats.release()  # its running sums' buffers go to the next prompt
                 if on_prompt:
                     on_prompt()
-            if batches:
-                # with copies > 1 also std-GRPO's mean gradients and their difference from its own target
-                results = [batch.result() for batch in batches]
-                entry = C1BatchRecord.of_results(batch_id, k, results[0], dict(zip(C1_GRAMS, results[1:])))
-                self.batches[(k, tuple(indices))] = entry
-                self.append(entry.to_json())
+            if whole:
+                self.append(self.advisor.batch_done(batch_id, k, indices).to_json())
         finally:  # an interrupted batch is evaluated whole on resume: its mean gradients' files are not kept
-            for batch in batches:
-                batch.discard()
+            if self.advisor is not None:
+                self.advisor.discard()
 
-    def stream(self, index: int, k: int) -> tuple[int, int]:
+    def random_key(self, index: int, k: int) -> tuple[int, int]:
         """Sample j of a prompt comes from stream (seed, K, key, j), or (seed, 0, key, j) with ``shared_samples``:
         then every K uses the first M*K samples of one sequence (nested groups)."""
         return (0, self.keys[index]) if self.config.shared_samples else (k, self.keys[index])
@@ -229,7 +216,7 @@ class TracecovRun:
         """Sample M*K continuations of row ``index`` (or take ``drawn``, ``PromptSampler.draw``'s result), score
         them; return its record (tr_cov per estimator) and stats."""
         config, row, m = self.config, self.rows[index], self.config.M
-        ids, continuations, texts = drawn or self.sampler.draw(row, self.stream(index, k), m * k)
+        ids, continuations, texts = drawn or self.sampler.draw(row, self.random_key(index, k), m * k)
         rewards = torch.tensor([row_reward(row, t, config.answer_rule) for t in texts])
         groups = [continuations[g * k : (g + 1) * k] for g in range(m)]
         params = [p for p in self.sampler.model.parameters() if p.requires_grad]
@@ -281,24 +268,15 @@ class TracecovRun:
                 {n[:6]: f"{sum(r.tr_cov[n] for r in finished) / len(finished):.3g}" for n in self.config.estimators}
             )
 
-    def write_outputs(self, records_by_k: dict, batches_by_k: dict) -> dict:
-        """The main JSON (with the advisor's constants) and the per-prompt CSV."""
+    def write_outputs(self, records_by_k: dict) -> dict:
+        """The main JSON (with the advisor's advice) and the per-prompt CSV."""
         config, base = self.config, self.base
         result = summary(records_by_k, config.K_list, config.estimators, self.saved_config)
-        result.update(
-            paired.run_statistics(
-                records_by_k,
-                batches_by_k,
-                config.K_list,
-                config.estimators,
-                config.seed,
-                with_advisor=config.with_advisor,
-                budget=config.budget,
-                allowed=config.allowed_K,
-                advisor_estimator=config.advisor_estimator,
-                calibration=read_calibration() if config.with_advisor else None,  # the committed table
-            ).to_json()
-        )
+        advice = None
+        if self.advisor is not None:  # the advice, a function of the bootstrap weights the paired section uses
+            advice = partial(self.advisor.advice, records_by_k)
+        statistics = paired.run_statistics(records_by_k, config.K_list, config.estimators, config.seed, advice=advice)
+        result.update(statistics.to_json())
         write_json(f"{base}.json", result)
         all_records = [r for k in config.K_list for r in records_by_k[k]]
         write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
@@ -309,7 +287,7 @@ class TracecovRun:
         lock and the process group."""
         distributed.barrier()
         if self.rank == 0:
-            spilled = [path for label in C1_FILES for path in glob.glob(f"{glob.escape(self.base)}.{label}.rank*.bin")]
+            spilled = self.advisor.spilled_files(self.base) if self.advisor is not None else []
             for path in progress_paths(self.base) + spilled:
                 os.remove(path)
         if self.lock is not None:
@@ -350,38 +328,6 @@ def score_fields(stats: PromptStats, row: dict) -> dict:
     return fields
 
 
-C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, std-GRPO's and its bias' mean gradients
-C1_GRAMS = (est.GRPO_STD, measured_curve.BIAS_GRAM)  # estimator_grams keys of the second and third copies
-
-
-def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, float, float]]:
-    """(vector, trace of one group's estimate, scale) for c1 and the measured curve, the vector times the scale
-    being the mean gradient over the M groups: the oracle's; std-GRPO's (when traced); and x_std - x_oracle /
-    sqrt(V (1 - V)), whose mean estimates std-GRPO's bias against its own target g / sqrt(V (1 - V)) (for a
-    prompt with V_hat 0 or 1 the target is 0: x_std).
-
-    A pooled model-sized running sum (>= PARTIAL_GRAM_MIN coordinates) used once here is handed over as it is,
-    T with scale 1 / n (its Gram entries are scaled instead of computing T / n: one model-sized pass less per
-    vector); otherwise the vector is the mean and the scale 1 (the built-in policies' results keep their bits)."""
-    pairs = [(stats.accumulators[ORACLE], record.tr_cov[ORACLE])]
-    if est.GRPO_STD in stats.accumulators:
-        own = stats.accumulators.get(OWN, stats.accumulators[est.GRPO_STD])
-        pairs += [(stats.accumulators[est.GRPO_STD], record.tr_cov[est.GRPO_STD]), (own, own.trace())]
-    out = []
-    for accumulator, trace in pairs:
-        once = sum(other is accumulator for other, _ in pairs) == 1
-        if once and isinstance(accumulator, SumTrace) and accumulator.count:
-            # a deferred sum (engine.prompt_traces' keep_rows) is formed here, once; in its own rows when it is the
-            # only sum read (they are released right after): one model-sized buffer less at the prompt's peak
-            accumulator.materialize(in_place=len(pairs) == 1)
-            large = accumulator.sums is not None and sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN
-            if large and (accumulator.flat is not None or len(pairs) == 1):
-                out.append((accumulator.hand_over(), trace, 1.0 / accumulator.count))
-                continue
-        out.append((accumulator.mean(), trace, 1.0))
-    return out
-
-
 def summary_lines(result: dict) -> list[str]:
     """What run_tracecov.py prints: each K's MSE (tr Cov + bias², the quantity of the figure and the paired ratios;
     tr Cov when the run has no bias) with 95% half-widths, the paired ratios, the advisor."""
@@ -400,5 +346,14 @@ def summary_lines(result: dict) -> list[str]:
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
     if "group_size_advisor" in result:
-        lines.append(advisor_report.describe(result["group_size_advisor"]))
+        from grpo_mse.analysis import advisor  # the advisor's modules load only with its advice
+
+        lines.append(advisor.describe(result["group_size_advisor"]))
     return lines
+
+
+def advisor_hook():
+    """The group-size advisor's hook class (``runs.advisor_hook``), imported only by a run with the advisor on."""
+    from grpo_mse.runs.advisor_hook import AdvisorHook
+
+    return AdvisorHook

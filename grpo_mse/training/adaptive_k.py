@@ -135,7 +135,7 @@ def chosen_k(advice: dict, current: int) -> int:
     when c1 and c3 are finite and > 0; ``current`` otherwise (undefined, infinite, <= 0 or tied: no K from
     constants that name none). Advice on std-normalised GRPO: its measured curve's point argmin
     (``K_best_point``, a K it measured) when that error is > 0, else ``current``."""
-    from grpo_mse.analysis.error_model import number
+    from grpo_mse.analysis.bootstrap import number
 
     curve = advice.get("measured_curve")
     if advice.get("estimator") == est.GRPO_STD:

@@ -34,7 +34,7 @@ def constants_at(records: list, batches: list, position: dict, weights: np.ndarr
     c2, c3 = (
         bootstrap.weighted_mean(
             weights,
-            prompt_constants.column(records, position, lambda r, j=j: prompt_constants.per_prompt_constants(r)[j]),
+            bootstrap.column(records, position, lambda r, j=j: prompt_constants.per_prompt_constants(r)[j]),
         )
         for j in (0, 1)
     )
@@ -48,9 +48,9 @@ def budgeted_error(c1, c2, c3, k: int, budget: int):
 
 def extrapolation(records_by_k, batches_by_k, fit, check, budget: int, n_boot: int, seed: int) -> dict:
     """Predicted and measured budgeted error at each K of ``check`` from the constants fitted on ``fit``."""
-    from grpo_mse.analysis import bootstrap, prompt_constants
+    from grpo_mse.analysis import bootstrap
 
-    prompts, position = prompt_constants.prompt_columns(records_by_k)
+    prompts, position = bootstrap.prompt_columns(records_by_k)
     weights = bootstrap.prompt_weights(len(prompts), n_boot, seed)
     per_k = {k: constants_at(records_by_k[k], batches_by_k.get(k, []), position, weights) for k in (*fit, *check)}
     with np.errstate(invalid="ignore"):
@@ -100,8 +100,9 @@ def main(argv=None) -> None:
     from grpo_mse.runs.tracecov import TracecovRun  # torch loads after the flags are checked
 
     run = TracecovRun.start(config)
-    records_by_k, batches_by_k = run.sweep()
-    outcome = run.write_outputs(records_by_k, batches_by_k)
+    records_by_k = run.sweep()
+    batches_by_k = run.advisor.batches_by_k()
+    outcome = run.write_outputs(records_by_k)
     run.close()
     result = extrapolation(records_by_k, batches_by_k, args.fit, args.check, config.budget, args.n_boot, config.seed)
     result.update(
@@ -123,7 +124,7 @@ def main(argv=None) -> None:
 
 
 def adv_text(summary: dict) -> str:
-    from grpo_mse.analysis.error_model import rounded
+    from grpo_mse.analysis.bootstrap import rounded
 
     low, high = summary["ci95"] or (None, None)
     return f"{rounded(summary['estimate'])} [{rounded(low)}, {rounded(high)}]"

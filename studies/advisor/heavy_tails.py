@@ -189,7 +189,7 @@ def run_row(advice: GroupSizeAdvice, true: Truth) -> list:
     for nan). z = (T - truth) / se on the scale of its studentized interval (q = c1/c3 for K*; log or natural) and
     t_lo, t_hi the interval's t quantiles: any widening's coverage follows from them (``misses``). below / above:
     the saved interval lies above / below the truth, used only where it is not studentized (z = None)."""
-    from grpo_mse.analysis import error_model
+    from grpo_mse.analysis import bootstrap, error_model
 
     found = advice.simulated_coverage
     row = [found["largest_prompt_share"], found["tail_index"]]
@@ -198,9 +198,9 @@ def run_row(advice: GroupSizeAdvice, true: Truth) -> list:
         target = true.c1 / true.c3 if name == "K_star_exact" else getattr(true, name)
         z = t_low = t_high = None
         if pieces:
-            value, error = error_model.number(pieces["value"]), error_model.number(pieces["error"])
+            value, error = bootstrap.number(pieces["value"]), bootstrap.number(pieces["error"])
             z = (value - (math.log(target) if pieces["scale"] == "log" else target)) / error
-            t_low, t_high = (error_model.number(t) for t in pieces["t"])
+            t_low, t_high = (bootstrap.number(t) for t in pieces["t"])
         ci = error_model.interval_of(advice.ci95[name])
         value = getattr(true, name)
         row += [z, t_low, t_high, int(ci is None or value < ci[0]), int(ci is None or value > ci[1])]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from grpo_mse.analysis import error_model
+from grpo_mse.analysis import bootstrap, error_model
 from grpo_mse.errors import require
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import ACCURACY, mean_t_interval
@@ -125,8 +125,8 @@ def describe_prediction(prediction: Prediction) -> str:
     low, high = error_model.interval_of(prediction.ci95) or (math.nan, math.nan)
     best = now.K_best if now.K_best is not None else "a tie"
     return (
-        f"K*_exact = {error_model.rounded(now.K_star_exact)} "
-        f"[{error_model.rounded(low)}, {error_model.rounded(high)}], "
+        f"K*_exact = {bootstrap.rounded(now.K_star_exact)} "
+        f"[{bootstrap.rounded(low)}, {bootstrap.rounded(high)}], "
         f"best allowed K = {best}"
     )
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.analysis import error_model
+from grpo_mse.analysis import bootstrap, error_model
 
 
 def plot_setting(summary: dict, path: str, runs=None) -> None:
@@ -103,7 +103,7 @@ def plot_settings(summaries: list, path: str) -> None:
             k_star,
             color=color,
             ls="--",
-            label=f"advisor K* = {k_star:.2f} [{error_model.rounded(ci[0])}, {error_model.rounded(ci[1])}]",
+            label=f"advisor K* = {k_star:.2f} [{bootstrap.rounded(ci[0])}, {bootstrap.rounded(ci[1])}]",
         )
     ax.axhline(0, color="0.7", lw=0.8)
     ax.set_xscale("log", base=2)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from grpo_mse.analysis import error_model
+from grpo_mse.analysis import bootstrap, error_model
 from grpo_mse.tables.outputs import t975
 
 
@@ -56,7 +56,7 @@ def predicted_error(prediction: dict, k: int) -> float:
     """c1 K + c2 + c3/(K - 1): N times the exact budgeted error of the GRPO step; nan when a constant is
     undefined, infinite or saved as text."""
     try:
-        c1, c2, c3 = (error_model.number(prediction.get(c)) for c in ("c1", "c2", "c3"))
+        c1, c2, c3 = (bootstrap.number(prediction.get(c)) for c in ("c1", "c2", "c3"))
     except (TypeError, ValueError):
         return math.nan
     if not all(map(math.isfinite, (c1, c2, c3))):

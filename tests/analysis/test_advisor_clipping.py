@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import advisor, advisor_report, bootstrap, error_model
+from grpo_mse.analysis import advisor, bootstrap
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.gradients.estimators import GRPO, ORACLE
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
@@ -47,14 +47,14 @@ def advice_of(records, batches, clip: bool = True) -> dict:
 
 
 def numbers(interval):
-    return None if interval is None else [error_model.number(v) for v in interval]
+    return None if interval is None else [bootstrap.number(v) for v in interval]
 
 
 def expected(estimate, raw) -> tuple[list | None, str | None]:
     """(interval, flag) that clipping a raw interval of a quantity >= 0 must give."""
     if raw is None:
         return None, "unreliable" if estimate is not None and estimate < 0 else None
-    low, high = (error_model.number(v) for v in raw)  # "inf" -> inf
+    low, high = (bootstrap.number(v) for v in raw)  # "inf" -> inf
     flag = "unreliable" if (estimate is not None and estimate < 0) or high < 0 else "clipped" if low < 0 else None
     return [max(low, 0.0), max(high, 0.0)], flag
 
@@ -78,7 +78,7 @@ def test_constants_intervals_are_clipped_to_their_range_and_flagged(runs):
     assert clipped["recommendation"] == raw["recommendation"]
     assert clipped["ci95"]["K_star_exact"] == raw["ci95"]["K_star_exact"]
     assert "ci95_below_zero" not in raw or raw["ci95_below_zero"] == {}
-    line = advisor_report.describe(clipped).splitlines()[1]
+    line = advisor.describe(clipped).splitlines()[1]
     for name in CONSTANTS:
         low = re.search(rf"{name}=\S+ \[(\S+), ", line).group(1)
         assert low == "-" or float(low) >= 0, line
@@ -99,6 +99,6 @@ def test_advice_saved_before_the_clipping_is_printed_clipped():
         "pooled": {**advice["pooled"], "c1": -0.5},
         "ci95": {**advice["ci95"], "c1": [-0.9, -0.1], "c2": [-0.2, 3.0]},
     }
-    line = advisor_report.describe(old).splitlines()[1]
+    line = advisor.describe(old).splitlines()[1]
     assert "c1=-0.5 [0, 0] (unreliable: below 0)" in line, line
     assert re.search(r"c2=\S+ \[0, 3\] \(clipped at 0\)", line), line

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, tracecov_argv
 
-from grpo_mse.analysis import advisor_report, bootstrap, error_model, paired
+from grpo_mse.analysis import advisor, bootstrap, error_model, paired
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.commands import tracecov as tracecov_command
@@ -74,7 +74,7 @@ def test_all_v_zero_is_a_tie_not_a_best_k(runs):
     assert advice["pooled"]["K_best"] is None and advice["K_best_frequency"] == {"undefined": 1.0}
     assert all(v["estimate"] is None for v in advice["relative_error_at_allowed_K"].values())  # no 0/0
     assert advice["pooled"]["K_star_exact"] is None  # undefined (null), not infinite
-    assert "not identified" in advisor_report.describe(advice) and "best K in" not in advisor_report.describe(advice)
+    assert "not identified" in advisor.describe(advice) and "best K in" not in advisor.describe(advice)
 
 
 def test_v_one_with_wrong_baseline_recommends_nothing(runs):
@@ -196,8 +196,8 @@ def test_recommendation_only_where_both_intervals_clear_zero():
 
 def test_json_keeps_infinity_apart_from_undefined():
     assert error_model.json_value({"a": [math.inf, math.nan, -math.inf, 2.0]}) == {"a": ["inf", None, "-inf", 2.0]}
-    assert error_model.number("inf") == math.inf and math.isnan(error_model.number(None))
-    assert error_model.rounded("inf") == "inf" and error_model.rounded(None) == "-"
+    assert bootstrap.number("inf") == math.inf and math.isnan(bootstrap.number(None))
+    assert bootstrap.rounded("inf") == "inf" and bootstrap.rounded(None) == "-"
 
 
 def test_ratio_by_v_band_is_the_ratio_of_means_within_the_band():

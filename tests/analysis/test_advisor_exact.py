@@ -62,6 +62,7 @@ def _run_advisor(model, tokenizer, rows, progress):
     """run_tracecov's advisor path: run_batch over c1 batches of PROMPTS consecutive rows per K, then advise."""
     from grpo_mse.config.gradient_evaluation import TracecovConfig
     from grpo_mse.distributed import rank_batches
+    from grpo_mse.runs.advisor_hook import AdvisorHook
     from grpo_mse.runs.tracecov import TracecovRun
 
     sampler = one_token_sampler(model, tokenizer)
@@ -69,11 +70,12 @@ def _run_advisor(model, tokenizer, rows, progress):
         oracle_table="rows", save_json="unused", skip_plot=True, M=M, estimators=["grpo", "oracleV"], engine="fast"
     )
     keys = [row["id"] for row in rows]
-    run = TracecovRun(config, sampler, rows, keys, progress=progress)
+    layout = rank_batches(len(rows), PROMPTS, 1)[0]
+    run = TracecovRun(config, sampler, rows, keys, progress=progress, advisor=AdvisorHook(config, layout))
     for k in K_LIST:
-        for batch_id, indices in enumerate(rank_batches(len(rows), PROMPTS, 1)[0]):
+        for batch_id, indices in enumerate(layout):
             run.run_batch(batch_id, indices, k)
-    done, batches = run.done, run.batches
+    done, batches = run.done, run.advisor.batches
     records = {k: [r for (rk, _), r in done.items() if rk == k] for k in K_LIST}
     batch_records = {k: [b for (bk, _), b in batches.items() if bk == k] for k in K_LIST}
     return records, batch_records

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import advisor, advisor_report, bootstrap, coverage_calibration, prompt_constants
+from grpo_mse.analysis import advisor, bootstrap, coverage_calibration, prompt_constants
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord
 from studies.advisor import heavy_tails
@@ -218,17 +218,17 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
         "interval_widening": {"c1": [0.0, 2.0], "c2": [0.0, 0.0], "c3": [0.5, 1.5], "K_star_exact": [0.0, 0.0]},
         "degenerate_replicates": {"n_boot": 10, "c1<=0": 0, "c3<=0": 0},
     }
-    text = advisor_report.describe(advice)
+    text = advisor.describe(advice)
     assert "c1=1 [0.5, 2] (simulated coverage 60-95% +-7.8%) c2=2 [-, -] (simulated coverage 100%" in text
     assert "c3=4 [2, 8] (simulated coverage 100%" in text
     assert "3 [2.5, 4] (simulated coverage 0%" in text and "tail shapes that fit (heavy, light;" in text
     assert "tail index of c2 1 (largest prompt's share 0.3)" in text
     assert "bootstrap; c1, c3 widened for heavy tails," in text
-    text = advisor_report.describe(
+    text = advisor.describe(
         {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(1.0, 96, str(path)).to_json()}
     )
     assert "coverage simulated at T=48 and 192 (this T lies between)" in text
-    text = advisor_report.describe(
+    text = advisor.describe(
         {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(3.0, 30, str(path)).to_json()}
     )
     assert "(coverage unknown)" in text and "no calibration cell at T = 30" in text and "simulated coverage" not in text

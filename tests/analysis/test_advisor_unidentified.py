@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.analysis import advisor, advisor_report, error_model
+from grpo_mse.analysis import advisor, error_model
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.outputs import to_json
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
@@ -83,7 +83,7 @@ def test_identified_constants_still_give_a_k():
     """The control: c1, c3 > 0 with intervals off 0 name K* = 1 + sqrt(c3/c1) and the best allowed K."""
     now = error_model.advice_status(IDENTIFIED)
     assert now.identified and now.K_star_exact == pytest.approx(1 + math.sqrt(380 / 15)) and now.K_best == 8
-    assert "best K in [2, 4, 8, 16] = 8" in advisor_report.describe(IDENTIFIED)
+    assert "best K in [2, 4, 8, 16] = 8" in advisor.describe(IDENTIFIED)
     pred = kv.predict({"group_size_advisor": IDENTIFIED}, "s", written_at="t")
     assert pred.best_allowed_K == 8 and pred.K_star_exact == pytest.approx(now.K_star_exact)
     assert adaptive_k.chosen_k(IDENTIFIED, current=2) == 8
@@ -94,7 +94,7 @@ def test_identified_constants_still_give_a_k():
 def test_no_consumer_states_a_k_from_unidentified_constants(advice):
     now = error_model.advice_status(advice)
     assert not now.identified and now.K_star_exact is None and now.K_best is None
-    text = advisor_report.describe(advice)
+    text = advisor.describe(advice)
     assert "not identified" in text and "best K in [2, 4, 8, 16] =" not in text and "K* = 1+sqrt(c3/c1) =" not in text
     pred = kv.predict({"group_size_advisor": advice}, "s", written_at="t")
     assert pred.K_star_exact is None and pred.best_allowed_K is None and pred.ci95 is None

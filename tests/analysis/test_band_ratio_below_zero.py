@@ -37,7 +37,7 @@ def test_a_band_ratio_below_zero_is_clipped_and_marked(prompts):
         ]
         for k in (2, 4)
     }
-    out = paired.run_statistics(records, {}, [2, 4], ["naive", "oracleV"], n_boot=200, with_advisor=False)
+    out = paired.run_statistics(records, [2, 4], ["naive", "oracleV"], n_boot=200)
     bands = out.paired.to_json()["ratio_by_V_band"]
     for per_band in bands["ratio"]["naive/oracleV"]:
         for (low, high), summary in zip(V_BANDS, per_band):

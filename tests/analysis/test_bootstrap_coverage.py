@@ -10,10 +10,13 @@ at least as often). (With T = 48 prompts the same simulation covers the ratios 9
 large-T approximation; docs/statistics.md.)
 """
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 from grpo_mse.analysis import bootstrap, paired
+from grpo_mse.analysis.advisor import run_advice
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from studies.advisor import heavy_tails
@@ -56,16 +59,11 @@ def _simulated_run(rng, types):
             between = (np.trace(gram) - gram.sum() / BATCH) / (BATCH - 1)
             spread = (between, np.mean(within), between - np.mean(within))
             batches[k].append(C1BatchRecord(0, k, BATCH, index, gram.tolist(), within, *spread))
-    return paired.run_statistics(
-        records,
-        batches,
-        list(K_LIST),
-        ["naive", "grpo", "oracleV"],
-        seed=int(rng.integers(1 << 30)),
-        n_boot=N_BOOT,
-        budget=64,
-        calibration=read_calibration(),
-    ).to_json()
+    advice = partial(
+        run_advice, records, batches, budget=64, allowed=None, estimator="grpo", calibration=read_calibration()
+    )
+    seed = int(rng.integers(1 << 30))
+    return paired.run_statistics(records, list(K_LIST), ["naive", "grpo", "oracleV"], seed, N_BOOT, advice).to_json()
 
 
 def _unwidened(pieces: dict, name: str) -> list[float]:
@@ -124,7 +122,7 @@ def test_interval_always_contains_its_estimate():
 
 
 def test_advisor_flags_k_star_below_two():
-    from grpo_mse.analysis import advisor_report
+    from grpo_mse.analysis import advisor
 
     def advice(k_star):  # identified constants (intervals clear of 0) whose K* = 1 + sqrt(c3/c1) is k_star
         c3 = (k_star - 1) ** 2
@@ -137,5 +135,5 @@ def test_advisor_flags_k_star_below_two():
             "budget": 64,
         }
 
-    assert "use the smallest allowed K" in advisor_report.describe(advice(1.5))
-    assert "use the smallest allowed K" not in advisor_report.describe(advice(3.0))
+    assert "use the smallest allowed K" in advisor.describe(advice(1.5))
+    assert "use the smallest allowed K" not in advisor.describe(advice(3.0))

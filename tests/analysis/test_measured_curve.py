@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import bootstrap, measured_curve, prompt_constants
+from grpo_mse.analysis import bootstrap, measured_curve
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients.estimators import GRPO_STD
@@ -54,7 +54,7 @@ def test_measured_error_is_unbiased_for_the_known_budgeted_error():
     estimates = []
     for _ in range(400):
         records, batches = dataset(rng, k, spread, noise, centre)
-        _, position = prompt_constants.prompt_columns({k: records})
+        _, position = bootstrap.prompt_columns({k: records})
         weights = bootstrap.prompt_weights(len(records), 1, 0)[:1]  # the data row only
         estimates.append(float(measured_curve.error_at(records, batches, k, BUDGET, position, weights).error[0]))
     mean, se = np.mean(estimates), np.std(estimates, ddof=1) / np.sqrt(len(estimates))
@@ -105,7 +105,7 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
     estimator and carries the measured curve, which the printout shows."""
     from conftest import tracecov_argv
 
-    from grpo_mse.analysis.advisor_report import describe
+    from grpo_mse.analysis.advisor import describe
     from grpo_mse.runs.tracecov import TracecovRun
 
     table = demo_oracle_table()
@@ -113,8 +113,9 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
     extra = ["--estimators", "grpo", "oracleV", "grpo_std", "--advisor_estimator", "grpo_std"]
     config = TracecovConfig.from_argv(tracecov_argv(table, tmp_path, *extra, **flags))
     run = TracecovRun.start(config)
-    records_by_k, batches_by_k = run.sweep()
-    result = run.write_outputs(records_by_k, batches_by_k)["result"]
+    records_by_k = run.sweep()
+    batches_by_k = run.advisor.batches_by_k()
+    result = run.write_outputs(records_by_k)["result"]
     run.close()
     for k, batches in batches_by_k.items():
         traces = {r.prompt_index: r.tr_cov[GRPO_STD] for r in records_by_k[k]}
@@ -145,12 +146,14 @@ def test_a_resumed_run_adds_the_std_grams_its_batches_lack(tmp_path):
     flags = dict(T=4, M=2, K_list=(2,), max_new_tokens=6, c1_batch=4, budget=64)
     extra = ["--estimators", "grpo", "oracleV", "grpo_std"]
     first = TracecovRun.start(TracecovConfig.from_argv(tracecov_argv(table, tmp_path, *extra, **flags)))
-    records_before, batches_before = first.sweep()
+    records_before = first.sweep()
+    batches_before = first.advisor.batches_by_k()
     first.lock.close()  # "interrupted": the progress log stays, no outputs
     assert batches_before[2][0].estimator_grams is None
     resumed_argv = tracecov_argv(table, tmp_path, *extra, "--advisor_estimator", "grpo_std", "--resume", **flags)
     second = TracecovRun.start(TracecovConfig.from_argv(resumed_argv))
-    records_after, batches_after = second.sweep()
+    records_after = second.sweep()
+    batches_after = second.advisor.batches_by_k()
     second.close()
     assert set(batches_after[2][0].estimator_grams) == {GRPO_STD, measured_curve.BIAS_GRAM}
     assert batches_after[2][0].gram == batches_before[2][0].gram  # the same samples, the same oracle Gram

@@ -22,6 +22,7 @@ from grpo_mse.gradients.memory import c1_memory
 from grpo_mse.gradients.statistics import BetweenPromptBatch
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
+from grpo_mse.runs import advisor_hook
 from grpo_mse.runs import tracecov as tracecov_job
 
 GB = 1e9
@@ -47,7 +48,7 @@ def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
     assert plan["host_bytes"] <= 32 * GB
     assert plan["in_memory"] == statistics.C1_HOST_BYTES // plan["vector_bytes"] == 1
     assert plan["in_memory"] + plan["on_disk"] == batch and plan["disk_bytes"] == 15 * 4 * count
-    line = tracecov_job.c1_memory_line(
+    line = memory.c1_memory_line(
         params, tracecov_job.TracecovConfig(oracle_table="t.jsonl", save_json="out", skip_plot=True), "out/tracecov_x"
     )
     assert "\n" not in line and "c1 memory per rank:" in line and f"{plan['host_bytes'] / GB:.3g} GB host" in line
@@ -152,9 +153,11 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
     def batch_record(name):
         settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, 1.0, 0.95, 4)
         sampler = PromptSampler(model, tokenizer, settings, 64, 0)
-        run = tracecov_job.TracecovRun(config, sampler, rows, [r["id"] for r in rows], base=str(tmp_path / name))
+        base = str(tmp_path / name)
+        hook = advisor_hook.AdvisorHook(config, [[0, 1, 2]], base, host_bytes=memory.C1_HOST_BYTES)
+        run = tracecov_job.TracecovRun(config, sampler, rows, [r["id"] for r in rows], base=base, advisor=hook)
         run.run_batch(0, [0, 1, 2], 2)
-        return run.batches[(2, (0, 1, 2))]
+        return run.advisor.batches[(2, (0, 1, 2))]
 
     kept = batch_record("memory")
     written = []
@@ -183,7 +186,7 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
 def test_c1_memory_line_is_sized_to_the_run_s_largest_batch():
     vectors = _vectors(1)[0]
     config = tracecov_job.TracecovConfig(oracle_table="t.jsonl", save_json="out", skip_plot=True)
-    default, two = (tracecov_job.c1_memory_line(vectors, config, "out/x", batch) for batch in (None, 2))
+    default, two = (memory.c1_memory_line(vectors, config, "out/x", batch) for batch in (None, 2))
     for line, batch in ((default, config.c1_batch), (two, 2)):
         plan = c1_memory(vectors, batch * config.c1_copies)
         assert f"{plan['host_bytes'] / GB:.3g} GB host ({plan['in_memory']} of" in line
@@ -238,10 +241,10 @@ def test_a_handed_over_running_sum_with_its_scale_gives_the_mean_gradients_recor
         for stats in (oracle, std):
             for vector in vectors[2 * i : 2 * i + 2]:
                 stats.update([3.0 * t for t in vector] if stats is std else vector)
-        prompt = PromptStats({}, {tracecov_job.ORACLE: oracle, tracecov_job.est.GRPO_STD: std}, {})
-        record = type("Record", (), {"tr_cov": {tracecov_job.ORACLE: 0.5, tracecov_job.est.GRPO_STD: 0.25}})()
+        prompt = PromptStats({}, {advisor_hook.ORACLE: oracle, advisor_hook.est.GRPO_STD: std}, {})
+        record = type("Record", (), {"tr_cov": {advisor_hook.ORACLE: 0.5, advisor_hook.est.GRPO_STD: 0.25}})()
         expected = [t / 2 for t in oracle.sums]
-        out = tracecov_job.c1_vectors(prompt, record)
+        out = advisor_hook.c1_vectors(prompt, record)
         assert [scale for _, _, scale in out] == [0.5, 1.0, 1.0]  # std-GRPO is used twice: its mean, twice
         assert oracle.sums is None and std.sums is not None  # the oracle's sum was handed over
         handed.add(out[0][0], out[0][1], 2, i, owned=True, scale=out[0][2])

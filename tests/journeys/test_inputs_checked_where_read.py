@@ -158,9 +158,7 @@ def test_intervals_of_quantities_at_least_zero_are_clipped_and_flagged_at_small_
         ]
         for k in (2, 4)
     }
-    out = paired.run_statistics(
-        records, {}, [2, 4], ["grpo", "oracleV"], n_boot=200, with_advisor=False
-    ).paired.to_json()
+    out = paired.run_statistics(records, [2, 4], ["grpo", "oracleV"], n_boot=200).paired.to_json()
     for summary in out["mean_score_sq"]:
         assert summary["estimate"] < 0 and summary["unreliable"] and summary["ci95"][0] == 0.0
     assert all(s["ci95"][0] >= 0 for series in out["ratio"].values() for s in series)
