@@ -64,7 +64,7 @@ class SamplerBackend(NamedTuple):
     """A sampling backend (``--backend``): ``factory`` is "module:function", imported only when a run uses it, and
     called as ``function(config, model, settings, batch_size, requests_per_call)`` (the run's ModelConfig, the HF
     policy whose gradients are taken, its ``policy.sampling.SamplingSettings``, sequences per generation batch,
-    requests per engine call); it returns an object with ``policy.sampling.Sampler``'s ``stream`` and ``sample``.
+    requests per engine call); it returns an object with ``policy.sampling.Sampler``'s ``iter_samples`` and ``sample``.
     ``check(config)``, if given, refuses flags the backend cannot serve when the config is built (no torch yet)."""
 
     factory: str

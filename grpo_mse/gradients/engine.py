@@ -1,7 +1,8 @@
 """Per-prompt trace of covariance of each estimator over M groups of K continuations.
 
-Every estimator here is affine in the rewards within a group, w_k = (c1 G_k + c0) / K, so its
-gradient is x = c1 a + c0 s with a = grad (1/K) sum_k G_k lp_k and s = grad (1/K) sum_k lp_k.
+Every estimator here is affine in the rewards within a group, w_k = (reward_coef G_k + score_coef) / K,
+so its gradient is x = reward_coef a + score_coef s with a = grad (1/K) sum_k G_k lp_k and
+s = grad (1/K) sum_k lp_k.
 - ``reference``: one backward pass per estimator (sum_k w_k lp_k), Welford statistics.
 - ``fast``: a and s (only s when all rewards are equal) of several groups from one forward pass over
   their distinct continuations and one batched backward call (``is_grads_batched``), running sums
@@ -21,18 +22,19 @@ from grpo_mse.gradients.statistics import BufferPool, SumTrace, WelfordTrace, do
 
 
 def affine_coefficients(weights: torch.Tensor, rewards: torch.Tensor) -> tuple[float, float]:
-    """(c1, c0) with K w_k = c1 G_k + c0 for every k; raises if the weights are not affine in G."""
+    """(reward_coef, score_coef) with K w_k = reward_coef G_k + score_coef for every k; raises if the weights
+    are not affine in G."""
     k = rewards.shape[-1]
     scaled, g = (k * weights).double(), rewards.double()
     high, low = int(g.argmax()), int(g.argmin())
     if g[high] > g[low]:
-        c1 = float((scaled[high] - scaled[low]) / (g[high] - g[low]))
-        c0 = float(scaled[low] - c1 * g[low])
+        reward_coef = float((scaled[high] - scaled[low]) / (g[high] - g[low]))
+        score_coef = float(scaled[low] - reward_coef * g[low])
     else:
-        c1, c0 = 0.0, float(scaled[0])
-    if not torch.allclose(scaled, c1 * g + c0, rtol=1e-9, atol=1e-12):
+        reward_coef, score_coef = 0.0, float(scaled[0])
+    if not torch.allclose(scaled, reward_coef * g + score_coef, rtol=1e-9, atol=1e-12):
         raise ValueError("estimator weights are not affine in the rewards within a group")
-    return c1, c0
+    return reward_coef, score_coef
 
 
 @dataclass
@@ -153,14 +155,16 @@ def pass_slices(
 
 
 def group_plan(weights: dict[str, torch.Tensor], rewards: torch.Tensor) -> tuple[list[str], dict[str, list[float]]]:
-    """Which of a, s a group needs, and each estimator's coefficients on them: x = c1 a + c0 s.
+    """Which of a, s a group needs, and each estimator's coefficients on them: x = reward_coef a + score_coef s.
 
-    With equal rewards a = G_1 s, so x = (c0 + c1 G_1) s; a vector whose coefficient is 0 for every
-    estimator is not computed (e.g. all rewards 0 with V = 0: every estimator is exactly 0)."""
+    With equal rewards a = G_1 s, so x = (score_coef + reward_coef G_1) s; a vector whose coefficient is 0 for
+    every estimator is not computed (e.g. all rewards 0 with V = 0: every estimator is exactly 0)."""
     equal = bool(rewards.max() == rewards.min())
     pairs = {name: affine_coefficients(w, rewards) for name, w in weights.items()}
     if equal:
-        folded = {name: [c0 + c1 * float(rewards[0])] for name, (c1, c0) in pairs.items()}
+        folded = {
+            name: [score_coef + reward_coef * float(rewards[0])] for name, (reward_coef, score_coef) in pairs.items()
+        }
         return (["s"], folded) if any(c[0] != 0.0 for c in folded.values()) else ([], {n: [] for n in pairs})
     kinds = [kind for index, kind in enumerate("as") if any(pair[index] != 0.0 for pair in pairs.values())]
     return kinds, {name: [pair["as".index(kind)] for kind in kinds] for name, pair in pairs.items()}

@@ -60,7 +60,7 @@ def drgrpo_weights(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean(-1, keepdim=True)) / rewards.shape[-1]
 
 
-# Exact MSEs from the moments m of ``analysis.theory.exact_moments`` (an ``ExactMoments``; E[s] = 0, K >= 2).
+# Exact MSEs from the moments m of ``studies.exact.theory.exact_moments`` (an ``ExactMoments``; E[s] = 0, K >= 2).
 
 
 def vanilla_exact_mse(m, K: int) -> float:

@@ -272,8 +272,9 @@ def prompts_logprobs(
 
 @dataclass
 class PromptSampler:
-    """Draw and score the continuations of one prompt: sampling through ``backend`` (a ``sampling.Sampler``: by
-    default an HFSampler of ``model``) with ``settings``, log-probabilities with gradients through the HF ``model``."""
+    """Draw and score the continuations of one prompt: the continuations come from ``source`` (a
+    ``sampling.Sampler``: by default an HFSampler of ``model``) with ``settings``, log-probabilities with gradients
+    through the HF ``model``."""
 
     model: object
     tokenizer: object
@@ -282,12 +283,12 @@ class PromptSampler:
     seed: int
     include_eos: bool = True
     shared_prompt: bool = True  # run the prompt once per group (fast) or once per sequence (reference)
-    backend: object = None  # a ``sampling.Sampler`` (a run's: config.gradient_evaluation.make_sampler); None: HF
+    source: object = None  # the ``sampling.Sampler`` the continuations come from (a run's: make_sampler); None: HF
     score_distribution: str = "model"  # model: grad log pi_T (untruncated); sampling: grad log q (nucleus)
 
     def __post_init__(self) -> None:
-        if self.backend is None:
-            self.backend = HFSampler(self.model, self.settings, self.gen_bs)
+        if self.source is None:
+            self.source = HFSampler(self.model, self.settings, self.gen_bs)
 
     def draw(self, row: dict, stream: tuple[int, ...], count: int) -> tuple[list[int], list[list[int]], list[str]]:
         """(prompt ids, ``count`` continuations, their texts) from random stream (seed, *stream)."""
@@ -299,7 +300,7 @@ class PromptSampler:
         batches; every sample keeps its own random stream, so the continuations are those of ``draw``)."""
         ids = [prompt_ids(self.tokenizer, row["prompt"]) for row, _ in rows_and_streams]
         requests = [(i, count, (self.seed, *stream)) for i, (_, stream) in zip(ids, rows_and_streams)]
-        drawn = self.backend.sample(requests)
+        drawn = self.source.sample(requests)
         return [(i, continuations, decode(self.tokenizer, continuations)) for i, continuations in zip(ids, drawn)]
 
     def logprob_fn(self, ids: list[int]):

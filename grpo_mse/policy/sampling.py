@@ -194,7 +194,7 @@ class Sampler(Protocol):
 
     settings: SamplingSettings
 
-    def stream(self, requests: list[Request]) -> Iterator[tuple[int, list[int]]]:
+    def iter_samples(self, requests: list[Request]) -> Iterator[tuple[int, list[int]]]:
         """(request position, continuation) for every sample (the oracle run writes a prompt's line when its last
         sample comes)."""
 
@@ -219,7 +219,7 @@ class HFSampler:
     settings: SamplingSettings
     batch_size: int = 64
 
-    def stream(self, requests: list[Request]) -> Iterator[tuple[int, list[int]]]:
+    def iter_samples(self, requests: list[Request]) -> Iterator[tuple[int, list[int]]]:
         """(request position, continuation) for every sample, in order, one batch at a time."""
         rows = [(position, ids, (*key, j)) for position, (ids, n, key) in enumerate(requests) for j in range(n)]
         s = self.settings
@@ -240,7 +240,7 @@ class HFSampler:
 
     def sample(self, requests: list[Request]) -> list[list[list[int]]]:
         """Per request, its n continuations (token ids, a sampled EOS kept)."""
-        return collect(self.stream(requests), len(requests))
+        return collect(self.iter_samples(requests), len(requests))
 
 
 def collect(pairs, count: int) -> list[list[list[int]]]:

@@ -1,6 +1,6 @@
 """Sampling with vLLM's offline API (GPU only; vLLM is imported only when ``--backend vllm`` is asked).
 
-Same interface as ``sampling.HFSampler`` (``settings``, ``stream``, ``sample``): per request, the continuation
+Same interface as ``sampling.HFSampler`` (``settings``, ``iter_samples``, ``sample``): per request, the continuation
 token ids with a sampled EOS kept at the end. Each request carries its own seed, stream_seed(*key), so no two
 prompts share a random stream. Log-probabilities for gradients are always recomputed by the HF model.
 This module imports neither torch nor vLLM at load time; the configs refuse a backend vLLM cannot serve
@@ -33,7 +33,7 @@ def make_vllm(config, model, settings, batch_size: int = 1, requests_per_call: i
 class VLLMSampler:
     """A vLLM engine next to the training model (set ``gpu_memory_utilization`` to leave room for it).
 
-    ``stream`` sends ``requests_per_call`` requests to the engine at a time and yields after each call."""
+    ``iter_samples`` sends ``requests_per_call`` requests to the engine at a time and yields after each call."""
 
     def __init__(
         self,
@@ -64,7 +64,7 @@ class VLLMSampler:
             enable_prefix_caching=True,
         )
 
-    def stream(self, requests):
+    def iter_samples(self, requests):
         """(request position, continuation) for every sample, in order, one engine call at a time."""
         for first in range(0, len(requests), self.requests_per_call):
             outputs = self._generate(requests[first : first + self.requests_per_call])

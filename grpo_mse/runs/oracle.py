@@ -140,7 +140,7 @@ class OracleRun:
         remaining = dict.fromkeys(self.todo, config.n_oracle)
         requests = [(self.ids[i], config.n_oracle, (config.seed, self.keys[i])) for i in self.todo]
         bar = cli.progress(total=len(self.todo), desc="prompts", disable=self.rank > 0)
-        for position, continuation in self.sampler.stream(requests):
+        for position, continuation in self.sampler.iter_samples(requests):
             i = self.todo[position]
             text = decode(self.tokenizer, [continuation])[0]
             correct[i] += int(row_reward(self.rows[i], text, config.answer_rule))

@@ -25,8 +25,7 @@ from grpo_mse import cli  # noqa: E402
 from grpo_mse.cli import require  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
 from grpo_mse.gradients import estimators as est  # noqa: E402
-from grpo_mse.training import adaptive_k  # noqa: E402
-from grpo_mse.training import trl_backend as backend  # noqa: E402
+from grpo_mse.training import adaptive_k, trl_backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
 
 LOGGERS = ("console", "wandb")
@@ -149,7 +148,7 @@ class RunLogger:
     def log(self, step: int, metrics: dict) -> None:
         self.last_step = step
         if self.console:
-            print(backend.console_line(step, metrics), flush=True)
+            print(trl_backend.console_line(step, metrics), flush=True)
         if self.run is not None:
             self.run.log(metrics, step=step)
 
@@ -179,20 +178,20 @@ def make_callback(logger: RunLogger, evaluate, test_freq: int):
             self.pending = {}
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            step, at_end = -(-state.global_step // backend.UPDATES_PER_STEP), state.global_step >= state.max_steps
-            if at_end or (state.global_step % backend.UPDATES_PER_STEP == 0 and step % test_freq == 0):
+            step, at_end = -(-state.global_step // trl_backend.UPDATES_PER_STEP), state.global_step >= state.max_steps
+            if at_end or (state.global_step % trl_backend.UPDATES_PER_STEP == 0 and step % test_freq == 0):
                 self.pending = {**self.pending, **evaluate(model)}
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            step = -(-state.global_step // backend.UPDATES_PER_STEP)
-            metrics = {**backend.verl_metrics(logs or {}), **self.pending}
+            step = -(-state.global_step // trl_backend.UPDATES_PER_STEP)
+            metrics = {**trl_backend.verl_metrics(logs or {}), **self.pending}
             if "critic/score/mean" in metrics or self.pending:
                 logger.log(step, metrics)
                 self.pending = {}
 
         def on_train_end(self, args, state, control, **kwargs):
             if self.pending:
-                logger.log(-(-state.global_step // backend.UPDATES_PER_STEP), self.pending)
+                logger.log(-(-state.global_step // trl_backend.UPDATES_PER_STEP), self.pending)
                 self.pending = {}
 
     return VerlStyleLog()
@@ -256,20 +255,20 @@ def run(args: TrlTrainConfig) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     set_seed(args.seed)
-    compute_score = backend.load_reward(args.reward_path, args.reward_name)
-    train_rows, val_rows = backend.verl_rows(args.train_file), backend.verl_rows(args.val_file)
+    compute_score = trl_backend.load_reward(args.reward_path, args.reward_name)
+    train_rows, val_rows = trl_backend.verl_rows(args.train_file), trl_backend.verl_rows(args.val_file)
     from grpo_mse.policy.loading import model_folder
 
     model_path = model_folder(args.model)  # a GGUF file: its converted folder (special tokens from the file)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_rows, train_dropped = backend.fit_prompt_length(
+    train_rows, train_dropped = trl_backend.fit_prompt_length(
         train_rows, val_rows, tokenizer, args.max_prompt_length, args.val_file
     )
-    config = backend.grpo_config(args, len(train_rows))  # refuses fewer rows than prompts per step
+    config = trl_backend.grpo_config(args, len(train_rows))  # refuses fewer rows than prompts per step
     settings = budget_settings(args.group_size, args.budget)
-    steps = config.max_steps // backend.UPDATES_PER_STEP
+    steps = config.max_steps // trl_backend.UPDATES_PER_STEP
     if args.adaptive_k_every:
         cli.require(
             args.adaptive_k_T <= len(train_rows),
@@ -318,7 +317,7 @@ def run(args: TrlTrainConfig) -> dict:
     history = []
 
     def evaluate(m):
-        result = backend.greedy_accuracy(m, tokenizer, val_rows, compute_score, args.max_response_length)
+        result = trl_backend.greedy_accuracy(m, tokenizer, val_rows, compute_score, args.max_response_length)
         history.append(result)
         return result
 
@@ -329,7 +328,7 @@ def run(args: TrlTrainConfig) -> dict:
         trainer_class = adaptive_k.make_trainer_class()
     trainer = trainer_class(
         model=model,
-        reward_funcs=[backend.trl_reward(compute_score)],
+        reward_funcs=[trl_backend.trl_reward(compute_score)],
         args=config,
         train_dataset=Dataset.from_list(train_rows),
         processing_class=tokenizer,

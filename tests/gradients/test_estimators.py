@@ -43,8 +43,8 @@ def test_every_estimator_is_affine_in_rewards_within_a_group():
             rewards = torch.tensor(pattern, dtype=torch.float64)
             for name in est.ALL:
                 w = est.weights(name, rewards, 0.3)
-                c1, c0 = affine_coefficients(w, rewards)
-                assert torch.allclose(k * w, c1 * rewards + c0)
+                reward_coef, score_coef = affine_coefficients(w, rewards)
+                assert torch.allclose(k * w, reward_coef * rewards + score_coef)
 
 
 def test_non_affine_weights_are_rejected():

@@ -30,7 +30,7 @@ class FixedSampler:
     def continuation(self, j):
         return [*self.texts[j % len(self.texts)], self.settings.eos_ids[0]]
 
-    def stream(self, requests):
+    def iter_samples(self, requests):
         for position, (_, n, _) in enumerate(requests):
             yield from ((position, self.continuation(j)) for j in range(n))
 
