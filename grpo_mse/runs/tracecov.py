@@ -146,7 +146,7 @@ class TracecovRun:
             config.seed,
             include_eos=not config.drop_eos,
             shared_prompt=config.engine == "fast",
-            backend=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
+            source=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
             score_distribution=config.score_distribution,
         )
         run = cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, lock=run_lock)
