@@ -37,6 +37,9 @@ class FiguresConfig(Flags):
         None, help="theory JSON of scripts/exact_theory.py: dashed exact curves on the --tracecov panels"
     )
     paper: str | None = option(None, help="paper_figure4.csv: add the published Figure 4 panels")
+    paper_models: list[str] | None = option(
+        None, nargs="+", help="with --paper: only these models' panels, e.g. Instruct (default: every model)"
+    )
     training_csv: str | None = option(None, help="CSV of training runs written by collect_runs.py")
     metric: str | None = option(None, help="metric of --training_csv to plot (default: first val accuracy)")
     steps: list[int] | None = option(
@@ -55,6 +58,7 @@ class FiguresConfig(Flags):
             "give --tracecov files, --paper, --advisor and/or --training_csv",
         )
         cli.require(self.theory is None or bool(self.tracecov), "--theory needs --tracecov runs to overlay")
+        cli.require(self.paper_models is None or bool(self.paper), "--paper_models needs --paper")
         cli.require(self.labels is None or len(self.labels) == len(self.tracecov), "--labels needs one label per file")
         cli.require(
             self.advisor is None or self.budget is None or self.budget % 2 == 0,
@@ -194,10 +198,11 @@ def check_same_model(result: dict, theory: dict, label: str, theory_path: str) -
 PAPER_COLUMNS = ("model", "K", "estimator", "mse")
 
 
-def paper_results(path: str) -> list[tuple[str, dict]]:
-    """Published Figure-4 values as run-like dicts, one per model; every line is checked (a one-line UsageError
-    names the line: a missing column, an unknown estimator, a K that is not a whole number >= 1, an mse or
-    ci_halfwidth that is not a finite number >= 0, no data lines)."""
+def paper_results(path: str, models: list[str] | None = None) -> list[tuple[str, dict]]:
+    """Published Figure-4 values as run-like dicts, one per model (only ``models`` when given; a name the file lacks
+    is refused); every line is checked (a one-line UsageError names the line: a missing column, an unknown
+    estimator, a K that is not a whole number >= 1, an mse or ci_halfwidth that is not a finite number >= 0, no data
+    lines)."""
     from grpo_mse.figures.tracecov import PAPER_NAMES
 
     table: dict[str, dict] = {}
@@ -223,8 +228,12 @@ def paper_results(path: str) -> list[tuple[str, dict]]:
     except UnicodeDecodeError:
         raise cli.UsageError(f"--paper {path}: not UTF-8 text; save it as UTF-8") from None
     cli.require(bool(table), f"--paper {path}: no data lines under the header")
+    unknown = [m for m in models or [] if m not in table]
+    cli.require(not unknown, f"--paper_models: {path} has no model {', '.join(unknown)} (it has {', '.join(table)})")
     runs = []
     for model, by_name in table.items():
+        if models and model not in models:
+            continue
         ks = sorted({k for values in by_name.values() for k in values})
         result = {
             "K_list": ks,
@@ -322,7 +331,7 @@ def main(argv=None) -> None:
             result["theory"] = theory_overlay(theory, result["conditional_on_x"])
         runs.append((label, result))
     if args.paper:
-        runs += paper_results(args.paper)
+        runs += paper_results(args.paper, args.paper_models)
     advisor = load_result(args.advisor) if args.advisor else None  # every input is read before any figure
     if advisor is not None:
         check_advisor(advisor, args.advisor)

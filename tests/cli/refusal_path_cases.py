@@ -85,6 +85,12 @@ PATH_CASES = [
         setup=(("p.csv", "model,K,estimator,mse,ci_halfwidth\n"),),
     ),
     Case(
+        "make_figures --paper_models of a model the file lacks",
+        ["plots/make_figures.py", "--paper", "{tmp}/p.csv", "--paper_models", "Chat", "--out_dir", "{tmp}"],
+        "has no model Chat (it has Instruct)",
+        setup=(("p.csv", "model,K,estimator,mse,ci_halfwidth\nInstruct,4,grpo,1.6e5,\n"),),
+    ),
+    Case(
         "make_figures --advisor --budget 7",
         ["plots/make_figures.py", "--advisor", "{tmp}/r.json", "--budget", "7", "--out_dir", "{tmp}"],
         "--budget 7 is odd",

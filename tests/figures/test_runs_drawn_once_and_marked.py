@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from unittest import mock
 
 from conftest import bounded
@@ -15,6 +16,8 @@ from one_line_checks import FIGURES, boundary
 
 from grpo_mse.figures.tracecov import draw_mse_panel, plt, style
 from grpo_mse.gradients.estimators import UNBIASED, VANILLA
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MSE_VALUES = st.one_of(
     st.floats(1e-3, 1e6),
@@ -79,3 +82,20 @@ def test_a_run_given_twice_is_drawn_once_with_a_note(tmp_path):
     assert len(drawn) == 2
     (note,) = [line for line in stderr.splitlines() if line.startswith("note:")]
     assert paths[1] in note and paths[0] in note and paths[2] not in note
+
+
+def test_paper_models_keeps_only_the_named_rows_of_the_published_values():
+    """--paper_models Instruct: the Instruct row of paper_figure4.csv alone, its values as published."""
+    import csv
+
+    from grpo_mse.commands.make_figures import paper_results
+
+    path = os.path.join(ROOT, "results", "paper_figure4.csv")
+    runs = paper_results(path, ["Instruct"])
+    assert [label for label, _ in runs] == ["paper: Instruct"]
+    with open(path, encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r["model"] == "Instruct" and r["estimator"] == "oracle"]
+    result = runs[0][1]
+    assert result["K_list"] == sorted({int(r["K"]) for r in rows}) == [4, 8, 16, 32, 64]
+    assert result["conditional_on_x"]["oracleV"] == [float(r["mse"]) for r in sorted(rows, key=lambda r: int(r["K"]))]
+    assert len(paper_results(path)) == 3  # every model without the filter
