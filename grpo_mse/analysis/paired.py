@@ -9,7 +9,8 @@ mean MSEs are paired: a replicate resamples prompts once and recomputes every st
   exceeds the baselined estimators' by V E_q[s], so MSE = tr Cov + V^2 ||E_q s||^2 (``vanilla_bias2``);
 - ||E s||^2 per prompt (unbiased, from the group-mean scores): 0 when the score is that of the sampled law;
 - oracle noise: the bias Var(V_hat) tr Cov(s_bar) that the estimated V adds to the oracle's trace;
-- std-normalised GRPO against its own per-prompt target g / sqrt(V (1 - V)) (Appendix A).
+- an estimator with an own target in the registry against it: std-normalised GRPO against its per-prompt
+  target g / sqrt(V (1 - V)) (Appendix A).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.bootstrap import column, prompt_columns, rounded
 from grpo_mse.errors import DataError
-from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, VANILLA
+from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients.estimators import GRPO, ORACLE, VANILLA
 from grpo_mse.tables.inputs import whole
 from grpo_mse.tables.records import PromptRecord, SavedRecord, saved
 
@@ -52,6 +54,7 @@ class PairedSummary(SavedRecord):
     oracle_noise_mean_over_K: dict | None = None  # its mean over K
     oracle_noise_relative: list[dict] | None = None  # oracle noise over the oracle's mean MSE, per K
     grpo_std_own_target: dict | None = None  # std-GRPO against its own target: mse, bias2 series, n_prompts, note
+    # (one such field, "<name>_own_target", per estimator with an own target in the registry)
     note: str  # how the numbers were computed
 
 
@@ -187,20 +190,21 @@ def paired_summary(records_by_k: dict[int, list[PromptRecord]], k_list, names, w
         if key in out:
             out[key] = [bootstrap.at_least_zero(summary) for summary in out[key]]
             out[f"{key}_mean_over_K"] = bootstrap.at_least_zero(out[f"{key}_mean_over_K"])
-    own = {
-        key: [
-            column(records_by_k[k], position, lambda r, part=part: (part(r) or {}).get(GRPO_STD, np.nan))
-            for k in k_list
-        ]
-        for key, part in (("mse_own", lambda r: r.mse_own), ("bias2_own", lambda r: r.bias2_own))
-    }
-    if GRPO_STD in names and any(np.isfinite(c).any() for c in own["mse_own"]):
-        out["grpo_std_own_target"] = {
-            "mse": _series([bootstrap.weighted_mean(weights, c) for c in own["mse_own"]], weights),
-            "bias2": _series([bootstrap.weighted_mean(weights, c) for c in own["bias2_own"]], weights),
-            "n_prompts": [int(np.isfinite(c).sum()) for c in own["mse_own"]],
-            "note": "MSE against g(x)/sqrt(V(1-V)), the gradient of E[2 arcsin sqrt(V)]; prompts with V in (0, 1) only",
+    for name in est.own_targets(names):  # the registry's own targets (std-GRPO: "grpo_std_own_target")
+        own = {
+            key: [
+                column(records_by_k[k], position, lambda r, part=part, name=name: (part(r) or {}).get(name, np.nan))
+                for k in k_list
+            ]
+            for key, part in (("mse_own", lambda r: r.mse_own), ("bias2_own", lambda r: r.bias2_own))
         }
+        if any(np.isfinite(c).any() for c in own["mse_own"]):
+            out[f"{name}_own_target"] = {
+                "mse": _series([bootstrap.weighted_mean(weights, c) for c in own["mse_own"]], weights),
+                "bias2": _series([bootstrap.weighted_mean(weights, c) for c in own["bias2_own"]], weights),
+                "n_prompts": [int(np.isfinite(c).sum()) for c in own["mse_own"]],
+                "note": est.get(name).own_target.note,
+            }
     out["note"] = (
         "Joint prompt bootstrap (one resample of prompts per replicate, shared by every statistic and "
         "by group_size_advisor); estimate = the data, ci95 = BCa 95% interval, except ratio: studentized "

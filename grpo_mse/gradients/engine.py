@@ -46,7 +46,7 @@ class PromptStats:
     bias2: dict[str, float]  # biased estimators only: unbiased estimate of ||E x_e - g||^2
     mean_score_sq: float = float("nan")  # unbiased ||E s||^2 from the group-mean scores s_g = (1/K) sum_k s_k
     score_trace: float = float("nan")  # tr Cov(s_g)
-    bias2_own: dict[str, float] | None = None  # grpo_std: ||E x - g / sqrt(V (1 - V))||^2 (unbiased)
+    bias2_own: dict[str, float] | None = None  # estimators with an own target t: ||E x - t||^2 (unbiased)
 
     def release(self) -> None:
         """Hand the running sums' buffers back to their pool (the statistics' vectors are gone afterwards)."""
@@ -56,7 +56,12 @@ class PromptStats:
 
 
 SCORE = "score"  # accumulator of s_g = (1/K) sum_k grad lp_k (weights 1/K)
-OWN = "grpo_std-own"  # x_std - x_oracle / sqrt(V (1 - V)): its mean estimates the bias against std-GRPO's own target
+
+
+def own_label(name: str) -> str:
+    """Accumulator of x_name - scale(V) x_oracle (the registry's ``own_target``), whose mean estimates the bias of
+    ``name`` against its own target scale(V) g; "grpo_std-own" for std-GRPO."""
+    return f"{name}-own"
 
 
 def bias_label(name: str) -> str:
@@ -304,8 +309,9 @@ def prompt_traces(
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     biased = [name for name in names if name in est.BIASED]
-    own = est.GRPO_STD in names and value is not None and 0.0 < float(value) < 1.0
-    labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score + [OWN] * own
+    own = est.own_targets(names) if value is not None and 0.0 < float(value) < 1.0 else []
+    labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score
+    labels += [own_label(name) for name in own]
     stats = {label: WelfordTrace(params) if engine == "reference" else SumTrace(params, pool) for label in labels}
 
     def group_weights(group_rewards):
@@ -313,9 +319,9 @@ def prompt_traces(
         if biased:
             oracle = est.oracle_weights(group_rewards, value)
             weights.update({bias_label(name): weights[name] - oracle for name in biased})
-        if own:
-            scale = (float(value) * (1.0 - float(value))) ** -0.5
-            weights[OWN] = weights[est.GRPO_STD] - scale * est.oracle_weights(group_rewards, value)
+        for name in own:
+            scale = est.get(name).own_target.scale(float(value))
+            weights[own_label(name)] = weights[name] - scale * est.oracle_weights(group_rewards, value)
         if measure_score:
             weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
         return weights
@@ -351,9 +357,8 @@ def prompt_traces(
             add_pass(stats, labels, *kept.take(), defer=True)
     traces = {name: stats[name].trace() for name in names}
     bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
-    out = PromptStats(
-        traces, stats, bias2, bias2_own={est.GRPO_STD: bias_squared(stats[OWN], len(groups))} if own else None
-    )
+    bias2_own = {name: bias_squared(stats[own_label(name)], len(groups)) for name in own}
+    out = PromptStats(traces, stats, bias2, bias2_own=bias2_own or None)
     if measure_score:
         out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], len(groups)), stats[SCORE].trace()
     return out

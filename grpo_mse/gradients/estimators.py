@@ -2,8 +2,9 @@
 
 Every estimator of a group of K samples is ``sum_k w_k * grad lp_k``: the weight functions below return
 ``w`` (shape ``[..., K]``) from the rewards ``G`` (and the oracle value ``V``). ``REGISTRY`` holds one
-``Estimator`` per JSON key (weights, bias, exact closed-form MSE, label, colour, matching trainer setting);
-every other module reads these facts from it. Torch is imported lazily, so figures can read labels without it.
+``Estimator`` per JSON key (weights, bias, exact closed-form MSE, label, colour, matching trainer setting, and
+the own target a run also measures it against); every other module reads these facts from it. Torch is imported
+lazily, so figures can read labels without it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,20 @@ def drgrpo_exact_mse(m, K: int) -> float:
     return ((K - 1) / K) ** 2 * grpo_exact_mse(m, K) + m.g_sq / K**2
 
 
+def std_own_target_scale(value: float) -> float:
+    """1 / sqrt(V (1 - V)), 0 < V < 1: std-GRPO's own target g / sqrt(V (1 - V)) over g (Appendix A)."""
+    return (value * (1.0 - value)) ** -0.5
+
+
+@dataclass(frozen=True)
+class OwnTarget:
+    """The per-prompt target scale(V) g (0 < V < 1) a biased estimator is also measured against: a run records its
+    bias^2 and MSE against it (``bias2_own``, ``mse_own``) and the paired summary ``<name>_own_target``."""
+
+    scale: Callable[[float], float]  # V -> the target over g
+    note: str  # the paired summary's note on the target
+
+
 @dataclass(frozen=True)
 class Estimator:
     """One registry entry: X = sum_k w_k grad lp_k with w = ``weights(G)`` or ``weights(G, V)``."""
@@ -95,6 +110,7 @@ class Estimator:
     needs_value: bool  # the weights use the oracle value V(x)
     closed_form: Callable[[object, int], float] | None  # (exact moments, K) -> exact MSE; None: by conditioning only
     trainer: str  # the VERL / TRL setting whose advantage gives the same gradient
+    own_target: OwnTarget | None = None  # also measured against this per-prompt target; None: against g only
 
 
 REGISTRY: dict[str, Estimator] = {
@@ -139,6 +155,10 @@ REGISTRY: dict[str, Estimator] = {
             needs_value=False,
             closed_form=None,
             trainer='VERL adv_estimator=grpo (default), TRL scale_rewards="group" (default)',
+            own_target=OwnTarget(
+                std_own_target_scale,
+                "MSE against g(x)/sqrt(V(1-V)), the gradient of E[2 arcsin sqrt(V)]; prompts with V in (0, 1) only",
+            ),
         ),
         Estimator(
             DRGRPO,
@@ -156,6 +176,11 @@ ALL = tuple(REGISTRY)
 UNBIASED = tuple(name for name, e in REGISTRY.items() if not e.biased)
 BIASED = tuple(name for name, e in REGISTRY.items() if e.biased)
 CLOSED_FORMS = tuple(name for name, e in REGISTRY.items() if e.closed_form is not None)
+
+
+def own_targets(names) -> list[str]:
+    """The estimators among ``names`` (registry keys) that a run also measures against their own target, in order."""
+    return [name for name in names if name in REGISTRY and REGISTRY[name].own_target is not None]
 
 
 def get(name: str) -> Estimator:

@@ -364,8 +364,8 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0) -> RunS
     ``prompt_tokens`` (the longest prompt) size the activations: a pass's prompt once (the fast engine shares it)
     and its K continuations of at most --max_new_tokens. Shapes only: ``params`` may be meta tensors."""
     biased = [name for name in config.estimators if name in est.BIASED]
-    std = est.GRPO_STD in config.estimators
-    labels = len(config.estimators) + len(biased) + 1 + std  # + the score and the std-GRPO helper sums
+    own = est.own_targets(config.estimators)  # their helper sums (engine.own_label)
+    labels = len(config.estimators) + len(biased) + 1 + len(own)  # + the score and the own-target helper sums
     count = sum(p.numel() for p in params)
     per_pass = min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
     model_element = element_bytes(params[0].dtype) if params else 4

@@ -20,7 +20,7 @@ from grpo_mse.analysis.measured_curve import BIAS_GRAM
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients.engine import OWN, PromptStats
+from grpo_mse.gradients.engine import PromptStats, own_label
 from grpo_mse.gradients.estimators import ORACLE
 from grpo_mse.gradients.memory import c1_memory_line, check_c1_disk
 from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTrace
@@ -125,7 +125,7 @@ def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, flo
     vector); otherwise the vector is the mean and the scale 1 (the built-in policies' results keep their bits)."""
     pairs = [(stats.accumulators[ORACLE], record.tr_cov[ORACLE])]
     if est.GRPO_STD in stats.accumulators:
-        own = stats.accumulators.get(OWN, stats.accumulators[est.GRPO_STD])
+        own = stats.accumulators.get(own_label(est.GRPO_STD), stats.accumulators[est.GRPO_STD])
         pairs += [(stats.accumulators[est.GRPO_STD], record.tr_cov[est.GRPO_STD]), (own, own.trace())]
     out = []
     for accumulator, trace in pairs:

@@ -314,8 +314,8 @@ def select_rows(config: TracecovConfig) -> tuple[list[dict], list[int]]:
 
 def score_fields(stats: PromptStats, row: dict) -> dict:
     """||E s||^2 (unbiased; nan unless measured, i.e. 0 < V < 1), the oracle-noise bias Var(V_hat) tr Cov(s_g)
-    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and std-GRPO against
-    its own target g / sqrt(V (1 - V))."""
+    with Var(V_hat) estimated by V_hat (1 - V_hat) / (n_oracle - 1) (0 for an exact V), and the estimators with an
+    own target in the registry (std-GRPO: g / sqrt(V (1 - V))) against it."""
     value = oracle_value(row)
     noise = paired.oracle_value_variance(value, oracle_count(row))
     fields = {
