@@ -52,9 +52,11 @@ stage_output() {
 }
 
 # publish_output STAGE DIR: replace DIR by the finished STAGE; the staging path that the runs recorded in their
-# text outputs (configs, tables, logs) becomes DIR, so every recorded path points at the published files
+# text outputs (configs, tables, logs) becomes DIR, so every recorded path points at the published files. A
+# README.md in DIR (the experiment's log, written by people) is kept when the demo writes none.
 publish_output() {
   local old="$2.old.$$"
+  if [ -f "$2/README.md" ] && [ ! -e "$1/README.md" ]; then cp "$2/README.md" "$1/README.md"; fi
   { grep -rlIF --null "$1" "$1" 2> /dev/null || true; } \
     | FROM=$1 TO=$2 xargs -0 -r perl -pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/g'
   if [ -e "$2" ]; then mv "$2" "$old"; fi

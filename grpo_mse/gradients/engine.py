@@ -314,14 +314,13 @@ def prompt_traces(
     labels += [own_label(name) for name in own]
     stats = {label: WelfordTrace(params) if engine == "reference" else SumTrace(params, pool) for label in labels}
 
+    own_scales = {name: est.get(name).own_target.scale(float(value)) for name in own}  # once per prompt
+
     def group_weights(group_rewards):
         weights = {name: est.weights(name, group_rewards, value) for name in names}
-        if biased:
-            oracle = est.oracle_weights(group_rewards, value)
-            weights.update({bias_label(name): weights[name] - oracle for name in biased})
-        for name in own:
-            scale = est.get(name).own_target.scale(float(value))
-            weights[own_label(name)] = weights[name] - scale * est.oracle_weights(group_rewards, value)
+        oracle = est.oracle_weights(group_rewards, value) if biased or own else None  # once per group
+        weights.update({bias_label(name): weights[name] - oracle for name in biased})
+        weights.update({own_label(name): weights[name] - scale * oracle for name, scale in own_scales.items()})
         if measure_score:
             weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
         return weights

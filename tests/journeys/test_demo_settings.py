@@ -113,6 +113,10 @@ def test_staged_output_is_published_only_on_success(tmp_path):
     done = subprocess.run(["bash", "-c", script, "x", guard, str(out), "ok"], cwd=tmp_path, timeout=60)
     assert done.returncode == 0 and sorted(os.listdir(out)) == [".grpo_mse_demo", "new.txt"]
     assert sorted(os.listdir(tmp_path)) == ["out"]
+    (out / "README.md").write_text("the experiment's log")  # written by people beside the results: kept
+    again = subprocess.run(["bash", "-c", script, "x", guard, str(out), "ok"], cwd=tmp_path, timeout=60)
+    assert again.returncode == 0 and sorted(os.listdir(out)) == [".grpo_mse_demo", "README.md", "new.txt"]
+    assert (out / "README.md").read_text() == "the experiment's log"
 
 
 @PROPERTY

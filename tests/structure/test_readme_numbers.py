@@ -1,5 +1,6 @@
-"""The README's real-LLM sentence quotes the committed runs: its ratios and intervals, rounded to 2 decimals, are
-those of the saved JSON files (a rerun or a hand edit that leaves the README stale fails here)."""
+"""The README's real-LLM sentences quote the committed runs (the Qwen Figure-4 run, SmolLM2's training): its
+ratios and intervals, rounded to 2 decimals, are those of the saved JSON files (a rerun or a hand edit that leaves
+the README stale fails here)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POST_TRAINED = "results/real_llm/post_trained_v3/figure4/tracecov_smollm2_arith_lora_v3_20261203_200057.json"
+QWEN = "results/real_llm/qwen_coder_05b/figure4/tracecov_Qwen2.5_Coder_0.5B_Instruct_AWQ.Q4_K_M_20261205_183509.json"
 TRAINING_SUMMARY = "results/real_llm/post_trained_v3/training/summary.md"
 NUMBER = r"(-?\d+\.\d+)"
 CELL = rf"{NUMBER} \[{NUMBER}, {NUMBER}\]"
@@ -37,8 +39,8 @@ def saved_cells(path: str, ratio: str) -> list[tuple[float, float, float]]:
 
 @pytest.mark.parametrize("label,ratio", [("GRPO/oracle", "grpo/oracleV"), ("vanilla/oracle", "naive/oracleV")])
 def test_the_real_llm_ratios_are_the_committed_runs(label, ratio):
-    block = readme()[readme().index("Its Figure-4 run (82 prompts") :]
-    assert quoted_cells(block, label, 3) == saved_cells(POST_TRAINED, ratio)
+    block = readme()[readme().index("Its Figure-4 run (48 prompts") :]
+    assert quoted_cells(block, label, 3) == saved_cells(QWEN, ratio)
 
 
 def test_the_real_llm_training_change_is_the_committed_summary():
