@@ -3,7 +3,8 @@
 Measured here, on one thread by default (the time of the best of --repeats):
 - matrix-product throughput at the model's linear shapes (hidden -> q/o, k/v, MLP up/gate, MLP down, vocabulary
   head), for decode batches of --batches rows and for a forward pass of --tokens rows, in fp32 and bf16;
-- memory bandwidth: reading a --stream_mb tensor (sum) and copying it (read + write).
+- memory bandwidth: reading a --stream_mb tensor (sum) and copying it (read + write); the system time of touching its
+  fresh pages the first time (a run's floor for system time: its page faults times this, per GiB).
 Floors derived from them (a floor is what the measured limits allow, not a prediction):
 - one decode step at batch B: max(weights' bytes / read bandwidth, 2 P B flops / the decode matmul rate at B);
 - one group's forward + two VJPs over N tokens: 2 P N flops forward, 4 P N each VJP (input and weight
@@ -14,6 +15,7 @@ P counts the linear layers' weights (attention, MLP, vocabulary head): the matri
 """
 
 import json
+import resource
 import time
 from dataclasses import dataclass
 
@@ -82,12 +84,19 @@ def matmul_rates(shapes, rows: int, dtype, repeats: int) -> dict:
 def bandwidth(megabytes: int, repeats: int) -> dict:
     import torch
 
-    x = torch.ones(megabytes * (1 << 20) // 4)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    x = torch.ones(megabytes * (1 << 20) // 4)  # fresh pages: the kernel faults in and zeroes each one
+    first_touch = resource.getrusage(resource.RUSAGE_SELF).ru_stime - before
     y = torch.empty_like(x)
     nbytes = x.numel() * 4
     read = best_seconds(lambda: x.sum(), repeats)
     copy = best_seconds(lambda: y.copy_(x), repeats)
-    return {"read_gb_s": nbytes / read / 1e9, "copy_gb_s": 2 * nbytes / copy / 1e9, "bytes": nbytes}
+    return {
+        "read_gb_s": nbytes / read / 1e9,
+        "copy_gb_s": 2 * nbytes / copy / 1e9,
+        "first_touch_system_s_per_gib": first_touch / (nbytes / 2**30),
+        "bytes": nbytes,
+    }
 
 
 def main(argv=None) -> None:
