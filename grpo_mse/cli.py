@@ -105,15 +105,6 @@ def check_device(device: str) -> None:
     require(bool(DEVICE.match(device)), f"unknown device {device!r} (use cpu, cuda, cuda:N or mps)")
 
 
-def device_name(text: str) -> str:
-    """argparse ``type``: cpu, mps, cuda or cuda:N."""
-    try:
-        check_device(text)
-    except UsageError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
 def model_folders(folder: str) -> list[str]:
     """Names of the subfolders of ``folder`` that hold a ``config.json`` (none when it is not a folder)."""
     try:
@@ -258,38 +249,6 @@ def writable_file(path: str, flag: str) -> None:
     require(not os.path.isdir(target), f"{flag} {path} is a folder, not a file")
     require(not os.path.exists(target) or os.access(target, os.W_OK), f"{flag} {path} is not writable")
     writable_dir(os.path.dirname(target), flag)
-
-
-def tracked_files(path: str) -> list[str]:
-    """Files under ``path`` (a file or folder) that git tracks and that exist; [] outside a git checkout."""
-    import subprocess
-
-    target = os.path.abspath(os.path.expanduser(path))
-    probe = target if os.path.isdir(target) else os.path.dirname(target)
-    while not os.path.isdir(probe):
-        probe = os.path.dirname(probe)
-    try:
-        listed = subprocess.run(
-            ["git", "ls-files", "-z", "--", target], cwd=probe, capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if listed.returncode != 0:
-        return []
-    return [name for name in listed.stdout.split("\0") if name and os.path.isfile(os.path.join(probe, name))]
-
-
-def protect_tracked(path: str, overwrite: bool, flag: str) -> None:
-    """UsageError when writing ``path`` would replace files tracked by git, unless ``overwrite``."""
-    if overwrite:
-        return
-    tracked = tracked_files(path)
-    shown = ", ".join(tracked[:3]) + (", ..." if len(tracked) > 3 else "")
-    require(
-        not tracked,
-        f"{flag} {path} would replace files tracked by git ({shown}); choose another {flag}, "
-        "or pass --overwrite to replace them",
-    )
 
 
 def progress(items=None, **kwargs):

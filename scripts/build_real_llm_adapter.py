@@ -20,6 +20,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from grpo_mse import cli  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
 from studies.builders.real_llm import AdapterRecipe  # noqa: E402
+from studies.command_line import protect_tracked  # noqa: E402
 
 RECIPE = AdapterRecipe()
 
@@ -53,7 +54,7 @@ class AdapterConfig(Flags):
 def main(argv=None) -> None:
     args = AdapterConfig.from_argv(argv, description=__doc__)
     cli.writable_dir(args.out_dir, "--out_dir")
-    cli.protect_tracked(args.out_dir, args.overwrite, "--out_dir")
+    protect_tracked(args.out_dir, args.overwrite, "--out_dir")
     cli.writable_file(args.checkpoint, "--checkpoint")
     import torch  # after the flags are checked
 

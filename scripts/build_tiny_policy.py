@@ -17,6 +17,7 @@ from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.flags import Flags, option
 from studies.builders.defaults import TINY_STEPS as DEFAULT_STEPS
+from studies.command_line import protect_tracked
 
 
 @dataclass(kw_only=True)
@@ -42,7 +43,7 @@ class TinyPolicyConfig(Flags):
 def main(argv=None) -> None:
     args = TinyPolicyConfig.from_argv(argv, description=__doc__)
     cli.writable_dir(args.out_dir, "--out_dir")
-    cli.protect_tracked(args.out_dir, args.overwrite, "--out_dir")
+    protect_tracked(args.out_dir, args.overwrite, "--out_dir")
     import torch  # after the flags are checked
 
     from studies.builders.tiny_policy import build_and_save, estimate_v, v_summary

@@ -8,7 +8,8 @@
 
 Per run the metric is the mean held-out greedy accuracy over the validation steps after step 0; which runs count
 is grpo_mse.training.runs_table's one rule (select_runs). The statistics are studies.advisor.k_validation's
-(described there), the figures studies.advisor.k_validation_figures's, the subsets grpo_mse.training.data's.
+(described there), the figures studies.advisor.k_validation_figures's, the subsets and per-run means
+studies.advisor.training_runs's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option, parse_command
-from grpo_mse.training.data import KINDS, subset
+from studies.advisor.training_runs import KINDS, subset
 
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
 
@@ -94,10 +95,11 @@ def main(argv=None) -> int:
     command, args = parse_command(COMMANDS, argv, description=__doc__)
     # numpy, pandas and matplotlib load after the flags are checked (--help stays fast)
     from grpo_mse.tables.outputs import read_json, to_json, write_atomic, write_csv
-    from grpo_mse.training.runs_table import ADAPTIVE_FIELDS, adaptive_k, pilot_gain, read_training, run_means
+    from grpo_mse.training.runs_table import read_training
     from studies.advisor import k_validation as kv
     from studies.advisor.k_validation_figures import plot_adaptive, plot_setting, plot_settings
     from studies.advisor.sweep_stats import best_k_draws, best_k_shares
+    from studies.advisor.training_runs import ADAPTIVE_FIELDS, adaptive_k, pilot_gain, run_means
 
     if command == "subset":
         counts = subset(args.data_dir, args.out_dir, args.kinds, args.n_test)

@@ -54,6 +54,7 @@ def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, 
     from transformers import Qwen2ForCausalLM
 
     from grpo_mse.gradients import memory
+    from studies.benchmarks.memory_estimates import model_bytes
     from studies.benchmarks.qwen_shapes import qwen2_5_config
 
     config = tracecov_config(run_flags, extra)
@@ -61,7 +62,7 @@ def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, 
     model_config = qwen2_5_config(size)
     with torch.device("meta"):  # shapes only
         params = list(Qwen2ForCausalLM(model_config).to(dtype).parameters())  # a tied embedding once
-    held = memory.model_bytes(params)
+    held = model_bytes(params)
     context = int(CUDA_CONTEXT_GB * memory.GB)
     shape = memory.run_shape(params, config, model_config, prompt_tokens)
     plan = memory.plan_run(shape, held, gpu_bytes - context - held, "on the GPU after the CUDA context")

@@ -47,7 +47,8 @@ CORE_SECONDS_PER_RUN = 90.0  # committed train_mixed sweep: 32 runs in 24 min on
 
 def sweep_cells(csv: str, prediction: dict) -> tuple[dict, np.ndarray]:
     """({K: per-seed metric values}, the advisor's relative errors at the sorted K) of one committed sweep."""
-    from grpo_mse.training.runs_table import read_training, run_means
+    from grpo_mse.training.runs_table import read_training
+    from studies.advisor.training_runs import run_means
 
     runs = run_means(read_training(csv, METRIC), METRIC)
     cells = {int(k): group["value"].to_numpy() for k, group in runs.groupby("K")}

@@ -28,9 +28,7 @@ def accuracy_by_k(frame, metric: str, step: int):
     return [(int(k), *interval(list(group["value"])), len(group)) for k, group in sorted(sub.groupby("K"))]
 
 
-def plot_figure5(
-    frame, out_path: str, metric: str | None = None, steps=None, title: str | None = None, include_incomplete=False
-) -> list[str]:
+def plot_figure5(frame, out_path: str, metric: str | None = None, steps=None, include_incomplete=False) -> list[str]:
     """Test accuracy against K (log2 axis) at several steps, mean and 95% band over the runs of ``select_runs``;
     writes PNG and PDF."""
     import matplotlib
@@ -60,7 +58,7 @@ def plot_figure5(
     ax.set_xticks(all_k, [str(k) for k in all_k])
     ax.set_xlabel("group size K (fixed budget)")
     ax.set_ylabel(f"test accuracy\n({metric})")
-    ax.set_title(title or "Test accuracy against group size")
+    ax.set_title("Test accuracy against group size")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

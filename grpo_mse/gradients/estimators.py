@@ -175,7 +175,6 @@ REGISTRY: dict[str, Estimator] = {
 ALL = tuple(REGISTRY)
 UNBIASED = tuple(name for name, e in REGISTRY.items() if not e.biased)
 BIASED = tuple(name for name, e in REGISTRY.items() if e.biased)
-CLOSED_FORMS = tuple(name for name, e in REGISTRY.items() if e.closed_form is not None)
 
 
 def own_targets(names) -> list[str]:

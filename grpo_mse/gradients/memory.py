@@ -19,8 +19,6 @@ from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
 
 GB = 1e9
-CPU_BLOCK_BYTES = 4 << 20  # gram64's float64 block buffer on the CPU (statistics.CPU_BLOCK_BYTES)
-CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per block on CUDA
 
 
 # Gradient rows one prompt's statistics may hold at once (prompt_traces' keep_rows): at most KEPT_ROWS_BYTES and
@@ -69,30 +67,6 @@ def kept_rows(params, available: int) -> int:
     return int(min(KEPT_ROWS_BYTES, KEPT_ROWS_SHARE * available) // max(row, 1))
 
 
-def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = "cpu", kept: int = 0) -> int:
-    """Peak bytes of one engine's statistics and gradients for ``params`` (not counting the model itself), with
-    ``kept`` more gradient rows held for the statistics (``kept_rows``)."""
-
-    count = sum(p.numel() for p in params)
-    if not count:
-        return 0
-    model = element_bytes(params[0].dtype)
-    stats = element_bytes(stats_dtype(params[0]))
-    largest = max(p.numel() for p in params)
-    if engine == "reference":
-        return 2 * labels * count * stats + count * model + 4 * largest * stats
-    vectors = rows + labels
-    blocks = CPU_BLOCK_BYTES if str(device) == "cpu" else vectors * CUDA_BLOCK_COORDINATES * 8
-    # the gradient rows twice: a batched backward's intermediate per-parameter gradients are as large as the
-    # rows it returns, and both are alive at its end (measured: tests/gpu/test_gpu_check.py); before the float64
-    # Gram blocks became cache-sized, a 128 MiB block term happened to cover them
-    return labels * count * stats + (2 * rows + kept) * count * model + min(blocks, vectors * count * 8)
-
-
-def model_bytes(params) -> int:
-    return sum(p.numel() * p.element_size() for p in params)
-
-
 def host_available() -> int:
     """Bytes of host memory available now (MemAvailable; the physical total where /proc is missing)."""
     try:
@@ -113,15 +87,6 @@ def device_available(device: str) -> tuple[int, str]:
         free, _total = torch.cuda.mem_get_info(torch.device(device))
         return int(free), f"free memory on {device}"
     return host_available(), "available host memory"
-
-
-def require_fits(needed: int, device: str, what: str, available: int | None = None) -> str:
-    """The estimate as one line; UsageError (one line) when ``needed`` bytes exceed what ``device`` has."""
-    have, kind = device_available(device) if available is None else (available, "available memory")
-    line = f"{what}: about {needed / GB:.3g} GB needed, {have / GB:.3g} GB {kind}"
-    if needed > have:
-        raise UsageError(line + "; too little memory: use smaller shapes, fewer repeats or a larger machine")
-    return line
 
 
 def c1_batch_that_fits(params, requested: int, disk_free: int, host_free: int, margin: float = 0.1) -> int | None:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from grpo_mse.gradients import memory
-from grpo_mse.gradients.memory import C1_HOST_BYTES, element_bytes, stats_dtype
+from grpo_mse.gradients.memory import C1_HOST_BYTES, stats_dtype
 
 # Coordinates per float64 block of a Gram matrix (``block_coordinates``): on CUDA at least 2^24 (a few
 # dozen blocks at 0.5B, each one large matrix product: launch overhead vanishes). On the CPU vectors of at most
@@ -96,12 +96,6 @@ def gram64(vectors: list[list[torch.Tensor]], block: int | None = None, rows: in
     return gram
 
 
-def blocks_per_gram(vectors: list[list[torch.Tensor]], block: int | None = None) -> int:
-    """How many float64 blocks (matrix products) ``gram64`` runs for these vectors."""
-    count, device, sizes = len(vectors), vectors[0][0].device, [t.numel() for t in vectors[0]]
-    return len(block_plan(sizes, block or block_coordinates(count, device, sum(sizes))))
-
-
 def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int | None = None) -> float:
     """<left, right> in float64."""
     return float(gram64([left, right], block)[0, 1])
@@ -132,9 +126,6 @@ class WelfordTrace:
 
     def mean(self) -> list[torch.Tensor]:
         return self.running_mean
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.running_mean + self.m2)
 
 
 def _ends(tensors: list[torch.Tensor]) -> list[int]:
@@ -312,9 +303,6 @@ class SumTrace:
             )
             return [flat[offset - t.numel() : offset].view(t.shape) for t, offset in zip(self.sums, _ends(self.sums))]
         return [t / self.count for t in self.total]
-
-    def nbytes(self) -> int:
-        return sum(p.numel() * element_bytes(stats_dtype(p)) for p in self.shapes_like)
 
 
 def spill_to_file(vector: list[torch.Tensor], path: str) -> list[torch.Tensor]:

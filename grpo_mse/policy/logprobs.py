@@ -240,36 +240,6 @@ def cached_prompt_logprobs(
     return (token_logp * continuation_mask(continuations, eos_ids, include_eos).to(device)).sum(-1)
 
 
-def prompts_logprobs(
-    model,
-    prompts: list[list[int]],
-    groups: list[list[list[int]]],
-    *,
-    eos_ids: list[int],
-    pad_id: int,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """[B, K] lp_bk of group b's continuations given prompt b, every group in one forward pass (EOS included).
-
-    Rows are [left-padded prompt | right-padded continuation], so every continuation starts at the same
-    column; same values as ``shared_prompt_logprobs`` group by group (faster for many small groups).
-    """
-    device = next(model.parameters()).device
-    rows = [(prompt, y) for prompt, group in zip(prompts, groups) for y in group]
-    left, width = max(len(p) for p in prompts), max(len(y) for _, y in rows)
-    ids = torch.full((len(rows), left + width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, (prompt, y) in enumerate(rows):
-        ids[row, left - len(prompt) : left + len(y)] = torch.tensor(prompt + y)
-        mask[row, left - len(prompt) : left + len(y)] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=width + 1).logits
-    token_lp = token_log_probs(logits[:, :-1, :], temperature).gather(-1, ids[:, left:].unsqueeze(-1)).squeeze(-1)
-    real = continuation_mask([y for _, y in rows], eos_ids, include_eos=True).to(device)
-    return (token_lp * real).sum(-1).view(len(prompts), -1)
-
-
 @dataclass
 class PromptSampler:
     """Draw and score the continuations of one prompt: the continuations come from ``source`` (a

@@ -130,7 +130,6 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._started = 0
         self.timeouts = 0  # calls whose own compute overran their limit
-        self.start_failures = 0  # calls that scored ``default`` because no worker could be started
 
     def _acquire(self) -> _Worker | None:
         """An idle worker, else a new one, else the first one freed (waiting as long as it takes); None only
@@ -149,7 +148,6 @@ class WorkerPool:
                 with self._lock:
                     alone = self._started == 0
                 if alone and failures >= START_ATTEMPTS:
-                    self.start_failures += 1
                     return None
             try:
                 return self._idle.get(timeout=POLL_SECONDS)

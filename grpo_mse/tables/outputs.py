@@ -191,14 +191,6 @@ def mean_t_interval(values) -> tuple[float, float]:
     return mean, t975(n - 1) * sd / math.sqrt(n)
 
 
-def mean_t_ci(values: list[float]) -> dict:
-    """``mean_ci`` with the Student-t half-width t_{0.975, n-1} sd / sqrt(n) (for a few seeds)."""
-    out = mean_ci(values)
-    if out["n"] > 1:
-        out["ci95"] = t975(out["n"] - 1) * out["sd"] / math.sqrt(out["n"])
-    return out
-
-
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion."""
     if trials == 0:

@@ -2,7 +2,6 @@
 
 - ``PromptRecord``: one prompt's result at one group size K (run_tracecov's progress logs, ``prompt_results`` of
   the per-K files): tr Cov per estimator, and for biased estimators bias^2 and MSE = tr Cov + bias^2;
-- ``SimulationRecord``: the held-out reward of one Algorithm-1 run (K, seed, estimator) after ``step`` steps;
 - ``OracleValues``: what the oracle adds to a dataset row (V_oracle, its count of samples and 95% interval);
 - ``C1BatchRecord``: one c1 batch of prompts at one K (run_tracecov's progress logs): the Gram matrix of their
   mean gradients, within-prompt variances and c1 = between - within.
@@ -105,11 +104,6 @@ class PromptRecord(SavedRecord):
 
     NULLABLE = ("mean_score_sq", "oracle_noise")  # saved null stands for nan
 
-    @classmethod
-    def simulated(cls, K: int, prompt_index: int, tr_cov: dict, V_oracle: float = math.nan, **optional):
-        """A record of a simulated prompt: traces only, no text and no rewards (mean_reward nan)."""
-        return cls(K, prompt_index, prompt_index, None, None, V_oracle, math.nan, tr_cov, **optional)
-
     @staticmethod
     def holds(data: dict) -> bool:
         """True when a saved JSON object (a progress-log line) is a prompt record."""
@@ -139,26 +133,6 @@ class PromptRecord(SavedRecord):
 
 
 @dataclass
-class SimulationRecord(SavedRecord):
-    """The held-out reward (expected reward or greedy accuracy) of run (K, seed, estimator) after ``step`` steps."""
-
-    K: int
-    seed: int
-    estimator: str
-    step: int
-    heldout_reward: float
-
-    @classmethod
-    def from_csv(cls, row: dict, where: str | None = None) -> SimulationRecord:
-        """The record of a CSV row (every value a string); ``to_json`` gives algorithm1.csv's row."""
-        record = cls.from_json(row, where)
-        return cls(int(record.K), int(record.seed), record.estimator, int(record.step), float(record.heldout_reward))
-
-
-SIMULATION_COLUMNS = [f.name for f in fields(SimulationRecord)]  # the columns of algorithm1.csv
-
-
-@dataclass
 class OracleValues(SavedRecord):
     """V_oracle of one prompt with the samples behind it (n_oracle, correct_count; None for an exact V) and its
     95% interval; merged into the dataset row after its own keys."""
@@ -170,11 +144,6 @@ class OracleValues(SavedRecord):
     V_ci95_high: float
     V_method: str | None = None
     oracle_settings: dict | None = None
-
-    @classmethod
-    def exact(cls, value: float, method: str, settings: dict | None = None) -> OracleValues:
-        """An exact V: no samples (n_oracle and correct_count null), interval [V, V]."""
-        return cls(value, None, None, value, value, method, settings or None)
 
     def merged_into(self, row: dict) -> dict:
         """The table line: ``row`` with these values (a key the row already has keeps its place)."""
@@ -198,13 +167,6 @@ class C1BatchRecord(SavedRecord):
     within: float
     c1: float
     estimator_grams: dict[str, dict] | None = None
-
-    @classmethod
-    def simulated(cls, K: int, prompt_indices: list[int], gram: list, within_each: list, estimator_grams=None):
-        """A batch of a simulation (batch 0): what the advisor reads (indices, Gram matrix, within_each, any
-        estimator_grams); between, within and c1 nan (not computed)."""
-        nan = [math.nan] * 3
-        return cls(0, K, len(prompt_indices), list(prompt_indices), gram, within_each, *nan, estimator_grams)
 
     @classmethod
     def of_results(cls, c1_batch: int, K: int, oracle: dict, others: dict[str, dict]) -> C1BatchRecord:

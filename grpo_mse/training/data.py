@@ -190,43 +190,6 @@ def _same(path: str, content: bytes) -> bool:
         return handle.read() == content
 
 
-# k-validation's settings train on some problem kinds only
-KINDS = ("mixed", "division", "nodivision")
-
-
-def is_division(prompt_text: str) -> bool:
-    """True for an exact-division problem: the last line of the prompt holds ' / '."""
-    return " / " in prompt_text.strip().split("\n")[-1]
-
-
-def keep_row(prompt_text: str, kinds: str) -> bool:
-    if kinds not in KINDS:
-        raise cli.InputError(f"--kinds {kinds!r}: choose from {', '.join(KINDS)}")
-    return kinds == "mixed" or is_division(prompt_text) == (kinds == "division")
-
-
-def subset(data_dir: str, out_dir: str, kinds: str, n_test: int) -> dict:
-    """train.parquet and test.parquet of ``data_dir`` (Policy_Optimization/prepare_data.py) restricted to ``kinds``
-    (k-validation's settings: exact divisions, the other problems, or both); the first ``n_test`` test rows."""
-    import pandas as pd
-
-    counts = {}
-    os.makedirs(out_dir, exist_ok=True)
-    for split in ("train", "test"):
-        path = os.path.join(data_dir, f"{split}.parquet")
-        require(os.path.isfile(path), f"{path} not found (run Policy_Optimization/prepare_data.py)")
-        frame = pd.read_parquet(path)
-        mask = [keep_row(p[-1]["content"], kinds) for p in frame["prompt"]]
-        kept = frame[mask]
-        if split == "test":
-            require(len(kept) >= n_test, f"only {len(kept)} {kinds} test rows, fewer than --n_test {n_test}")
-            kept = kept.head(n_test)
-        require(len(kept) > 0, f"no {kinds} rows in {path}")
-        kept.reset_index(drop=True).to_parquet(os.path.join(out_dir, f"{split}.parquet"))
-        counts[split] = len(kept)
-    return counts
-
-
 @dataclass(kw_only=True)
 class PrepareDataConfig(Flags):
     """Policy_Optimization/prepare_data.py: which data to convert to VERL parquet files, and where."""

@@ -2,16 +2,16 @@
 trainer, status), read and checked, and the runs a comparison of K includes.
 
 Which runs count is one rule, ``select_runs``, for every reader (Figure 5 and Table 2 in grpo_mse.figures.training,
-the train demo's summary, k-validation's pilot, sweep and adaptive summaries): a run counts when its completeness
-is recorded as complete or was not recorded (interrupted, failed and truncated runs are left out and listed
-unless ``include_incomplete``) and it logged the metric at every step the statistic reads; a run that did not is
-left out and listed, never compared at a step of its own. The steps read are the statistic's: Table 2 and the
-pilot's gain read the common step S (the last step every included run logged the metric, or the largest of
-``steps``); k-validation's per-run metric (``run_means``) is a mean over every validation step after step 0 that
-the sweep logged, so a run that stopped early is left out rather than averaged over fewer, earlier steps (which
-would bias its K towards the untrained policy), and every run averages the same steps. A table with runs at
-several budgets, learning rates or trainers is refused. Intervals are 95% Student-t intervals of the mean over
-seeds; a single seed has none.
+the train demo's summary, k-validation's pilot, sweep and adaptive summaries in studies.advisor.training_runs): a
+run counts when its completeness is recorded as complete or was not recorded (interrupted, failed and truncated runs
+are left out and listed unless ``include_incomplete``) and it logged the metric at every step the statistic reads; a
+run that did not is left out and listed, never compared at a step of its own. The steps read are the statistic's:
+Table 2 and the pilot's gain read the common step S (the last step every included run logged the metric, or the
+largest of ``steps``); k-validation's per-run metric (``training_runs.run_means``) is a mean over every validation
+step after step 0 that the sweep logged, so a run that stopped early is left out rather than averaged over fewer,
+earlier steps (which would bias its K towards the untrained policy), and every run averages the same steps. A table
+with runs at several budgets, learning rates or trainers is refused. Intervals are 95% Student-t intervals of the
+mean over seeds; a single seed has none.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 
 from grpo_mse.tables.outputs import ACCURACY, mean_t_interval
@@ -131,68 +130,6 @@ def select_runs(frame, metric: str | None = None, steps=None, include_incomplete
     included = sub[[key in candidates for key in zip(sub["K"].astype(int), sub["seed"].astype(int))]]
     figure_steps = drawn if chosen else default_steps(included[included["step"].isin(drawn)])
     return Selection(included, metric, drawn[-1], figure_steps, chosen, excluded, incomplete, unrecorded)
-
-
-def note_left_out(selection: Selection) -> None:
-    """The runs ``selection`` left out, one note on stderr."""
-    if selection.excluded:
-        print(f"note: left out {len(selection.excluded)} run(s): {'; '.join(selection.excluded)}", file=sys.stderr)
-
-
-def run_means(frame, metric: str):
-    """Per run that counts (K, seed): the mean of ``metric`` over the validation steps after step 0 (columns K,
-    seed, value). The runs are ``select_runs``'s asked for every such step the table holds, so a run that stopped
-    early or is recorded interrupted, failed or truncated is left out (a note on stderr): every run averages the
-    same steps. Empty when the table has no value after step 0."""
-    import pandas as pd
-
-    later = frame[(frame["metric"] == metric) & (frame["step"] > 0)]
-    if later.empty:
-        return pd.DataFrame({"K": [], "seed": [], "value": []})
-    selection = select_runs(later, metric, steps=sorted(set(later["step"])))
-    note_left_out(selection)
-    return selection.frame.groupby(["K", "seed"])["value"].mean().reset_index()
-
-
-def pilot_gain(frame, metric: str) -> float:
-    """Mean over the pilot runs of (accuracy at the common step S - accuracy at the first step every run logged),
-    the runs ``select_runs``'s at its default steps (Table 2's S: the last step every included run reached), so a
-    run that stopped early is compared at S, not at its own last step."""
-    import numpy as np
-
-    selection = select_runs(frame, metric)
-    note_left_out(selection)
-    sub = selection.frame
-    runs = sub.groupby(["K", "seed"])
-    first = min(set.intersection(*(set(run["step"]) for _, run in runs)))
-    at = sub.set_index(["K", "seed", "step"])["value"]
-    return float(np.mean([at[(k, seed, selection.step)] - at[(k, seed, first)] for (k, seed), _ in runs]))
-
-
-ADAPTIVE_FIELDS = ("K", "K_star_exact", "c1", "c2", "c3", "identified", "seconds")
-
-
-@dataclass
-class AdaptiveK:
-    """What adaptive-K runs chose, from their ``adaptive_k/*`` and ``trl/group_size`` rows."""
-
-    choices: list  # per (seed, re-estimate step): {"seed", "step", *ADAPTIVE_FIELDS} (None where not logged)
-    share_of_steps: dict  # {"K": share of the training steps run at K}
-    per_step: dict  # {"seed": [K of steps 1, 2, ...]}
-
-
-def adaptive_k(frame) -> AdaptiveK:
-    """The K chosen at each re-estimate with the advisor's numbers (K* is missing where it was infinite or
-    undefined), and the K in force at each step (``trl/group_size``)."""
-    sub = frame[frame["metric"].str.startswith("adaptive_k/")]
-    choices = []
-    for (seed, step), group in sub.groupby(["seed", "step"]):
-        values = dict(zip(group["metric"].str.removeprefix("adaptive_k/"), group["value"]))
-        choices.append({"seed": int(seed), "step": int(step), **{f: values.get(f) for f in ADAPTIVE_FIELDS}})
-    steps = frame[frame["metric"] == "trl/group_size"]
-    share = {str(int(k)): float(n / len(steps)) for k, n in steps["value"].value_counts().sort_index().items()}
-    per_step = {str(int(seed)): [int(v) for v in g.sort_values("step")["value"]] for seed, g in steps.groupby("seed")}
-    return AdaptiveK(choices, share, per_step)
 
 
 def interval(values) -> tuple[float, float | None]:

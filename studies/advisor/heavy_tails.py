@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from grpo_mse.gradients import estimators as est
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord
+from grpo_mse.tables.records import SavedRecord
+from studies.advisor.simulated_records import simulated_batch, simulated_prompt
 
 if TYPE_CHECKING:
     from grpo_mse.analysis.advisor import GroupSizeAdvice
@@ -172,7 +173,7 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
     for k in K_LIST:
         per_prompt, means = traces(rng, types, chosen, scales, k)
         records[k] = [
-            PromptRecord.simulated(k, i, {n: float(v[i]) for n, v in per_prompt.items()}, V_oracle=0.5)
+            simulated_prompt(k, i, {n: float(v[i]) for n, v in per_prompt.items()}, V_oracle=0.5)
             for i in range(n_prompts)
         ]
         batches[k] = []
@@ -180,7 +181,7 @@ def simulated_records(rng, types, n_prompts: int, scale: Tail) -> tuple[dict, di
             index = list(range(start, min(start + BATCH, n_prompts)))
             gram = means[index] @ means[index].T
             within = (per_prompt[est.ORACLE][index] / M).tolist()
-            batches[k].append(C1BatchRecord.simulated(k, index, gram.tolist(), within))
+            batches[k].append(simulated_batch(k, index, gram.tolist(), within))
     return records, batches
 
 

@@ -2,7 +2,7 @@
 prediction, one setting's sweep summary, the comparison of two settings, adaptive K against the fixed-K sweep.
 
 Every function takes per-run values, one row per run that counts (K, seed, value: the metric's mean over the
-run's validation steps after step 0, as ``grpo_mse.training.runs_table.run_means`` returns them), so which runs
+run's validation steps after step 0, as ``studies.advisor.training_runs.run_means`` returns them), so which runs
 count is decided in one place. Per K: the mean over seeds with a 95% Student-t interval. Two K are "separated"
 when the 95% Welch interval of the difference of their means excludes 0. The advisor's predicted budgeted error
 at K is c1 K + c2 + c3/(K - 1) (times 1/N, which does not change ranks); the check is Spearman's rank
@@ -202,7 +202,7 @@ class Comparison(SavedRecord):
 
 def sweep_summary(runs, metric: str, started_at: str) -> SweepSummary:
     """The "sweep" block of summary.json from one setting's per-run values (columns K, seed, value: the runs
-    that count, as ``training.runs_table.run_means`` returns them)."""
+    that count, as ``training_runs.run_means`` returns them)."""
     require(not runs.empty, f"no {metric} values after step 0")
     per_k, values = {}, {}
     for k, group in runs.groupby("K"):
@@ -300,7 +300,7 @@ class AdaptiveSummary(SavedRecord):
     fixed: dict[str, Arm]  # {K: the sweep's runs at K}, K as text
     best_fixed_K: int  # the sweep's best K (chosen on the sweep alone)
     adaptive_minus_fixed: dict[str, dict]  # {K: {"difference", "welch_ci95", "separated"}}
-    K_chosen: list[dict]  # the advisor's choices (``training.runs_table.adaptive_k``), one per re-estimate
+    K_chosen: list[dict]  # the advisor's choices (``training_runs.adaptive_k``), one per re-estimate
     K_share_of_steps: dict[str, float]  # {K: share of the training steps run at K}
     K_per_step: dict  # {seed: [K of steps 1, 2, ...]}
     identified_share: float  # the share of choices where the advice identified K
@@ -332,7 +332,7 @@ def adaptive_summary(runs, fixed, adaptive_k, metric: str, name: str, started_at
     """Adaptive K against every fixed K of the sweep (the same metric per run): means, 95% t-intervals, and the
     95% Welch interval of (adaptive - fixed); the best fixed K is the sweep's, chosen on the sweep alone.
     ``runs`` and ``fixed``: the per-run values of the adaptive runs and of the sweep (K, seed, value);
-    ``adaptive_k``: what the adaptive runs chose (``training.runs_table.adaptive_k``)."""
+    ``adaptive_k``: what the adaptive runs chose (``training_runs.adaptive_k``)."""
     require(not runs.empty, f"no {metric} values after step 0 in the adaptive runs")
     require(not fixed.empty, f"no {metric} values after step 0 in the sweep runs")
     ours = runs.sort_values("seed")["value"].to_numpy(float)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
+from studies.command_line import protect_tracked
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 TRACECOV = os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py")
@@ -70,7 +71,7 @@ class BenchCliConfig(Flags):
 
 def parse_args(argv=None) -> BenchCliConfig:
     args = BenchCliConfig.from_argv(argv, description=__doc__)
-    cli.protect_tracked(args.out, args.overwrite, "--out")
+    protect_tracked(args.out, args.overwrite, "--out")
     # the benchmark runs the command lines on a local model (a folder, a GGUF file or an adapter folder, as they
     # take it), never a hub download inside a timed run
     cli.require(cli.check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")

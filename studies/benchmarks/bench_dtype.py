@@ -25,6 +25,7 @@ from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 from studies.audits import run_agreement
 from studies.benchmarks.bench_cli import ORACLE, ROOT, TRACECOV, latest, timed
+from studies.command_line import protect_tracked
 
 DTYPES = ("fp32", "bf16")
 Z95 = 1.959963984540054
@@ -48,7 +49,7 @@ class BenchDtypeConfig(Flags):
 
 def parse_args(argv=None) -> BenchDtypeConfig:
     args = BenchDtypeConfig.from_argv(argv, description=__doc__)
-    cli.protect_tracked(args.out, args.overwrite, "--out")
+    protect_tracked(args.out, args.overwrite, "--out")
     cli.require(cli.check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
     cli.require(os.path.isfile(args.oracle_table), f"--oracle_table not found: {args.oracle_table}")
     return args

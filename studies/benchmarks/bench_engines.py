@@ -27,10 +27,10 @@ import torch
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
-from grpo_mse.gradients import engine, memory
+from grpo_mse.gradients import engine
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
-from grpo_mse.gradients.statistics import blocks_per_gram
+from grpo_mse.gradients.statistics import block_coordinates, block_plan
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
@@ -38,7 +38,9 @@ from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.records import V_ORACLE, oracle_value
+from studies.benchmarks import memory_estimates as estimates
 from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
+from studies.command_line import device_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 # The engines agree when their per-prompt traces differ by at most this (relative) in the model's dtype: both
@@ -66,9 +68,9 @@ def memory_needed(params, device: str, groups_per_pass: int, with_model: bool, g
     labels = len(est.UNBIASED)  # the statistics prompt_traces keeps for est.UNBIASED (no std-GRPO helper)
     step = min(groups, engine.groups_per_pass(2, sum(p.numel() for p in params), groups_per_pass))
     needed = {
-        "model": memory.model_bytes(params) if with_model else 0,
-        "fast": memory.engine_bytes(params, "fast", labels, rows=2 * step, device=device),
-        "reference": memory.engine_bytes(params, "reference", labels, device=device),
+        "model": estimates.model_bytes(params) if with_model else 0,
+        "fast": estimates.engine_bytes(params, "fast", labels, rows=2 * step, device=device),
+        "reference": estimates.engine_bytes(params, "reference", labels, device=device),
     }
     needed["peak"] = needed["model"] + max(needed["fast"], needed["reference"])
     return needed
@@ -79,9 +81,11 @@ def check_memory(params, args, float64_check: bool, with_model: bool) -> dict:
     needed = memory_needed(params, args.device, args.groups_per_pass, with_model, args.M)
     if float64_check:  # a float64 copy of the model and its engines' statistics, run after the timings
         doubled = [torch.empty(p.shape, dtype=torch.float64, device="meta") for p in params]
-        needed["float64_check"] = memory.model_bytes(doubled) + memory_needed(doubled, "cpu", 0, False, args.M)["peak"]
+        needed["float64_check"] = (
+            estimates.model_bytes(doubled) + memory_needed(doubled, "cpu", 0, False, args.M)["peak"]
+        )
         needed["peak"] += needed["float64_check"]
-    print(memory.require_fits(needed["peak"], args.device, "memory estimate (model + the larger engine)"))
+    print(estimates.require_fits(needed["peak"], args.device, "memory estimate (model + the larger engine)"))
     return needed
 
 
@@ -119,6 +123,12 @@ class PromptOnlyTokenizer:
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def blocks_per_gram(vectors: list[list[torch.Tensor]], block: int | None = None) -> int:
+    """How many float64 blocks (matrix products) ``gram64`` runs for these vectors."""
+    count, device, sizes = len(vectors), vectors[0][0].device, [t.numel() for t in vectors[0]]
+    return len(block_plan(sizes, block or block_coordinates(count, device, sum(sizes))))
 
 
 class PassCounter:
@@ -228,7 +238,7 @@ def run_case(
                 if peak is not None:
                     peak_bytes[name] = max(peak_bytes.get(name, 0), peak)
                 traces[name] = stats.traces
-                stats_bytes[name] = sum(acc.nbytes() for acc in stats.accumulators.values())
+                stats_bytes[name] = sum(estimates.statistics_bytes(acc) for acc in stats.accumulators.values())
                 del stats  # free this engine's statistics before timing the other (large models)
             for n in est.UNBIASED:
                 scale = max(abs(traces["reference"][n]), 1e-30)
@@ -274,7 +284,7 @@ class BenchEnginesConfig(Flags):
         help="random model with Qwen2.5's shapes at this size (no value: 0.5B; toy: Qwen's vocabulary and layout "
         "at a tiny width, for CPU checks)",
     )
-    device: str = option("cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
+    device: str = option("cpu", type=device_name, help="cpu, cuda, cuda:N or mps")
     dtype: str = option("fp32", choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
     cases: list[str] = option(["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"], help="built-in prompt sets")
     T: int = option(3, minimum=1, help="prompts per case")

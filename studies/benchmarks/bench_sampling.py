@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import memory
+from studies.benchmarks import memory_estimates as estimates
 from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES, qwen2_5_config
+from studies.command_line import device_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -38,7 +40,7 @@ class BenchSamplingConfig(Flags):
     """The model shapes, the batch sizes to try and for how long, and the output."""
 
     qwen_shapes: str = option("0.5B", choices=sorted(QWEN2_5_SHAPES), help="model shapes")
-    device: str = option("cpu", type=cli.device_name, help="cpu, cuda, cuda:N or mps")
+    device: str = option("cpu", type=device_name, help="cpu, cuda, cuda:N or mps")
     dtype: str = option("fp32", choices=sorted(DTYPE_BYTES), help="model weights' dtype")
     max_new_tokens: int = option(64, minimum=1, help="tokens per row")
     batch_start: int = option(16, minimum=1, help="first batch size")
@@ -62,12 +64,12 @@ def main(argv=None) -> None:
     with torch.device("meta"):
         from transformers import Qwen2ForCausalLM
 
-        weights = memory.model_bytes(list(Qwen2ForCausalLM(config).to(DTYPES[args.dtype]).parameters()))
+        weights = estimates.model_bytes(list(Qwen2ForCausalLM(config).to(DTYPES[args.dtype]).parameters()))
     _, tokenizer = load_policy(os.path.join(ROOT, "assets", "tiny_policy"), "cpu", "fp32")
     prompt = prompt_ids(tokenizer, load_rows(os.path.join(ROOT, "data", "arithmetic_zero_shot.jsonl"))[0]["prompt"])
     tokens = len(prompt) + args.max_new_tokens
     first = weights + batch_bytes(config, args.dtype, args.batch_start, tokens)
-    print(memory.require_fits(first, args.device, f"memory estimate (weights + batch {args.batch_start})"))
+    print(estimates.require_fits(first, args.device, f"memory estimate (weights + batch {args.batch_start})"))
     torch.manual_seed(0)
     with torch.device(args.device):
         model = Qwen2ForCausalLM(config).to(DTYPES[args.dtype]).eval()

@@ -142,7 +142,8 @@ def enumerate_row(
 
 def oracle_record(row: dict, value: float, settings: dict | None = None) -> dict:
     """A calculate_oracle_v.py line with the exact V: n_oracle/correct_count null, interval [V, V]."""
-    return OracleValues.exact(value, "exact one-token enumeration", settings).merged_into(row)
+    exact = OracleValues(value, None, None, value, value, "exact one-token enumeration", settings or None)
+    return exact.merged_into(row)
 
 
 def prompt_curves(enum: theory.OneTokenEnumeration, k_list, names) -> Curves:

@@ -23,6 +23,8 @@ import torch
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.records import SavedRecord
 
+CLOSED_FORMS = tuple(name for name, e in est.REGISTRY.items() if e.closed_form is not None)  # exact_mse's estimators
+
 
 @dataclass(frozen=True)
 class ExactMoments:
@@ -109,7 +111,7 @@ def closed_form_mse(moments: ExactMoments, K: int, name: str) -> float:
         raise ValueError("K must be >= 2")
     closed_form = est.get(name).closed_form
     if closed_form is None:
-        raise ValueError(f"no closed form for {name!r}; choose from {', '.join(est.CLOSED_FORMS)}")
+        raise ValueError(f"no closed form for {name!r}; choose from {', '.join(CLOSED_FORMS)}")
     return closed_form(moments, K)
 
 

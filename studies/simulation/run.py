@@ -32,12 +32,12 @@ from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import load_policy
-from grpo_mse.policy.logprobs import prompts_logprobs, shared_prompt_logprobs
+from grpo_mse.policy.logprobs import continuation_mask, shared_prompt_logprobs, token_log_probs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, stream_seed
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import prompt_ids
-from grpo_mse.tables.records import SimulationRecord
 from studies.simulation.config import SimulationConfig
+from studies.simulation.records import SimulationRecord
 
 STREAM_PROMPTS, STREAM_TRAIN, STREAM_VALUE, STREAM_EVAL = 11, 12, 13, 14
 SHARED_PREFILL_MIN = 12  # group size from which per-prompt sampling (shared prompt cache) is faster on CPU
@@ -195,6 +195,36 @@ def draw_groups(
 def group_rewards(pool: PromptPool, indices: list[int], groups: list[list[list[int]]]) -> torch.Tensor:
     """[B, K] rewards G_bk of the groups."""
     return torch.tensor([pool.reward(index, group) for index, group in zip(indices, groups)], dtype=torch.float64)
+
+
+def prompts_logprobs(
+    model,
+    prompts: list[list[int]],
+    groups: list[list[list[int]]],
+    *,
+    eos_ids: list[int],
+    pad_id: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """[B, K] lp_bk of group b's continuations given prompt b, every group in one forward pass (EOS included).
+
+    Rows are [left-padded prompt | right-padded continuation], so every continuation starts at the same
+    column; same values as ``shared_prompt_logprobs`` group by group (faster for many small groups).
+    """
+    device = next(model.parameters()).device
+    rows = [(prompt, y) for prompt, group in zip(prompts, groups) for y in group]
+    left, width = max(len(p) for p in prompts), max(len(y) for _, y in rows)
+    ids = torch.full((len(rows), left + width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, (prompt, y) in enumerate(rows):
+        ids[row, left - len(prompt) : left + len(y)] = torch.tensor(prompt + y)
+        mask[row, left - len(prompt) : left + len(y)] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=width + 1).logits
+    token_lp = token_log_probs(logits[:, :-1, :], temperature).gather(-1, ids[:, left:].unsqueeze(-1)).squeeze(-1)
+    real = continuation_mask([y for _, y in rows], eos_ids, include_eos=True).to(device)
+    return (token_lp * real).sum(-1).view(len(prompts), -1)
 
 
 def group_logprobs(prompts: list[list[int]], groups: list[list[list[int]]], sampler: HFSampler) -> torch.Tensor:

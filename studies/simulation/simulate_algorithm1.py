@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass
 from grpo_mse import cli
 from grpo_mse.flags import option
 from grpo_mse.tables.outputs import write_csv, write_json
-from grpo_mse.tables.records import SIMULATION_COLUMNS, SimulationRecord
+from studies.command_line import protect_tracked
 from studies.simulation.config import SimulationConfig
+from studies.simulation.records import SIMULATION_COLUMNS, SimulationRecord
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Args(SimulationConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         cli.writable_dir(self.out_dir, "--out_dir")
-        cli.protect_tracked(self.out_dir, self.overwrite, "--out_dir")
+        protect_tracked(self.out_dir, self.overwrite, "--out_dir")
         cli.check_model_path(self.model)
 
 

@@ -6,13 +6,16 @@ the run itself: ``runs.simulation``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from grpo_mse.analysis.error_model import advice_status
 from grpo_mse.gradients import estimators as est
-from grpo_mse.tables.records import SavedRecord, SimulationRecord
+from grpo_mse.tables.outputs import mean_ci, t975
+from grpo_mse.tables.records import SavedRecord
+from studies.simulation.records import SimulationRecord
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,10 +94,16 @@ def final_table(records: list[SimulationRecord]) -> dict[str, dict[str, TStats]]
     return {name: {str(K): t_stats(by_k[K]) for K in sorted(by_k)} for name, by_k in values.items()}
 
 
+def mean_t_ci(values: list[float]) -> dict:
+    """``mean_ci`` with the Student-t half-width t_{0.975, n-1} sd / sqrt(n) (for a few seeds)."""
+    out = mean_ci(values)
+    if out["n"] > 1:
+        out["ci95"] = t975(out["n"] - 1) * out["sd"] / math.sqrt(out["n"])
+    return out
+
+
 def t_stats(values: list[float]) -> TStats:
     """mean, sd, Student-t 95% half-width and n of ``values`` (NaN -> None, for JSON)."""
-    from grpo_mse.tables.outputs import mean_t_ci
-
     return TStats(**{key: (None if value != value else value) for key, value in mean_t_ci(values).items()})
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from grpo_mse.analysis import advisor, bootstrap
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.gradients.estimators import GRPO, ORACLE
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from studies.advisor.simulated_records import simulated_batch, simulated_prompt
 
 CONSTANTS = ("c1", "c2", "c3")
 
@@ -28,13 +28,12 @@ def small_runs(draw):
     records, batches = {}, {}
     for k in (2, 4):
         records[k] = [
-            PromptRecord.simulated(k, i, {GRPO: draw(value), ORACLE: draw(value)}, oracle_noise=draw(value))
-            for i in range(n)
+            simulated_prompt(k, i, {GRPO: draw(value), ORACLE: draw(value)}, oracle_noise=draw(value)) for i in range(n)
         ]
         gram = np.array(draw(st.lists(st.floats(-3.0, 3.0), min_size=n * n, max_size=n * n))).reshape(n, n)
         gram = (gram + gram.T) / 2
         within = draw(st.lists(value, min_size=n, max_size=n))
-        batches[k] = [C1BatchRecord.simulated(k, list(range(n)), gram.tolist(), within)]
+        batches[k] = [simulated_batch(k, list(range(n)), gram.tolist(), within)]
     return records, batches
 
 
@@ -90,9 +89,9 @@ def test_advice_saved_before_the_clipping_is_printed_clipped():
     """A run JSON written before the clipping (no ci95_below_zero, an interval wholly below 0) is still printed
     inside the parameter's range, flagged."""
     records = {
-        2: [PromptRecord.simulated(2, i, {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}) for i in range(6)],
+        2: [simulated_prompt(2, i, {GRPO: 2.0 + i, ORACLE: 1.0 + i % 2}) for i in range(6)],
     }
-    batches = {2: [C1BatchRecord.simulated(2, list(range(6)), np.eye(6).tolist(), [0.5] * 6)]}
+    batches = {2: [simulated_batch(2, list(range(6)), np.eye(6).tolist(), [0.5] * 6)]}
     advice = advisor.advise(records, batches, n_boot=60, seed=0, budget=64, calibration=read_calibration()).to_json()
     old = {
         **{key: value for key, value in advice.items() if key != "ci95_below_zero"},

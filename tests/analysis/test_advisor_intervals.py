@@ -10,8 +10,8 @@ import pytest
 
 from grpo_mse.analysis import advisor, bootstrap, coverage_calibration, prompt_constants
 from grpo_mse.analysis.coverage_calibration import read_calibration
-from grpo_mse.tables.records import C1BatchRecord
 from studies.advisor import heavy_tails
+from studies.advisor.simulated_records import simulated_batch
 
 coverage_heavy_tails = heavy_tails
 
@@ -21,7 +21,7 @@ def _batches(rng, n_prompts, size):
     within = rng.random(n_prompts)
     gram = vectors @ vectors.T
     return [
-        C1BatchRecord.simulated(2, index, gram[np.ix_(index, index)].tolist(), within[index].tolist())
+        simulated_batch(2, index, gram[np.ix_(index, index)].tolist(), within[index].tolist())
         for index in (list(range(s, min(s + size, n_prompts))) for s in range(0, n_prompts, size))
     ]
 

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from grpo_mse.analysis import advisor, error_model
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.tables.outputs import to_json
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from grpo_mse.training import adaptive_k
-from grpo_mse.training.runs_table import run_means
 from studies.advisor import k_validation as kv
 from studies.advisor import k_validation_figures as kv_figures
 from studies.advisor import sweep_stats
+from studies.advisor.simulated_records import simulated_batch, simulated_prompt
+from studies.advisor.training_runs import run_means
 from studies.simulation import summary as simulation
 
 ALLOWED, BUDGET = [2, 4, 8, 16], 128
@@ -192,7 +192,7 @@ def test_advise_checks_allowed_k_against_the_budget():
     one line, instead of answering "best K = 3"."""
     from grpo_mse.errors import InputError
 
-    records = {2: [PromptRecord.simulated(2, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}) for i in range(4)]}
+    records = {2: [simulated_prompt(2, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}) for i in range(4)]}
     with pytest.raises(InputError, match=re.escape("allowed K [3, 256] do not fit the budget 128")):
         advisor.advise(records, {}, n_boot=50, budget=128, allowed=[3, 256], calibration=read_calibration())
     with pytest.raises(InputError, match="budget must be a whole number"):
@@ -208,7 +208,7 @@ def test_a_higher_level_widens_the_studentized_intervals():
     rng = np.random.default_rng(3)
     records = {
         k: [
-            PromptRecord.simulated(k, i, {"oracleV": o, "grpo": o + g / (k * (k - 1))})
+            simulated_prompt(k, i, {"oracleV": o, "grpo": o + g / (k * (k - 1))})
             for i, (o, g) in enumerate(zip(rng.uniform(1, 3, 32), rng.uniform(2, 9, 32)))
         ]
         for k in (2, 4)
@@ -216,7 +216,7 @@ def test_a_higher_level_widens_the_studentized_intervals():
     means = rng.normal(size=(32, 3)) + 1.0
     batches = {
         k: [
-            C1BatchRecord.simulated(k, idx, (means[idx] @ means[idx].T).tolist(), [0.05] * 8)
+            simulated_batch(k, idx, (means[idx] @ means[idx].T).tolist(), [0.05] * 8)
             for idx in (list(range(s, s + 8)) for s in range(0, 32, 8))
         ]
         for k in (2, 4)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from grpo_mse.analysis import bootstrap, paired
 from grpo_mse.analysis.paired import V_BANDS
-from grpo_mse.tables.records import PromptRecord
+from studies.advisor.simulated_records import simulated_prompt
 
 PROMPT = st.tuples(
     st.sampled_from([0.1, 0.3, 0.6, 0.8, 1.0]),  # V_oracle: one value per band, and V = 1 in the last
@@ -25,7 +25,7 @@ PROMPT = st.tuples(
 def test_a_band_ratio_below_zero_is_clipped_and_marked(prompts):
     records = {
         k: [
-            PromptRecord.simulated(
+            simulated_prompt(
                 k,
                 i,
                 {"naive": 1.0, "oracleV": oracle},

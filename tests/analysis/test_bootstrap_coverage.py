@@ -18,8 +18,9 @@ import pytest
 from grpo_mse.analysis import bootstrap, paired
 from grpo_mse.analysis.advisor import run_advice
 from grpo_mse.analysis.coverage_calibration import read_calibration
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from grpo_mse.tables.records import C1BatchRecord
 from studies.advisor import heavy_tails
+from studies.advisor.simulated_records import simulated_prompt
 from studies.exact import theory
 
 HEAVY_TAILS = heavy_tails  # the same simulated traces as the heavy-tail study
@@ -50,7 +51,7 @@ def _simulated_run(rng, types):
     records, batches = {}, {}
     for k in K_LIST:
         traces, means = HEAVY_TAILS.traces(rng, types, chosen, np.ones(len(chosen)), k)  # unit score scales
-        records[k] = [PromptRecord.simulated(k, i, {n: float(v[i]) for n, v in traces.items()}) for i in range(T)]
+        records[k] = [simulated_prompt(k, i, {n: float(v[i]) for n, v in traces.items()}) for i in range(T)]
         batches[k] = []
         for start in range(0, T, BATCH):
             index = list(range(start, start + BATCH))

@@ -13,7 +13,7 @@ from grpo_mse.analysis import bootstrap, measured_curve
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients.estimators import GRPO_STD
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
+from studies.advisor.simulated_records import simulated_batch, simulated_prompt
 
 DIM, M, BUDGET = 3, 4, 64
 
@@ -34,7 +34,7 @@ def dataset(rng, k, spread, noise, bias_centre, n_prompts=24, batch=6):
     d = bias_centre + rng.normal(0.0, 0.5, size=(n_prompts, DIM))
     x_mean, x_trace = group_means(rng, m, noise)
     d_mean, d_trace = group_means(rng, d, 0.7)
-    records = [PromptRecord.simulated(k, i, {GRPO_STD: float(x_trace[i])}) for i in range(n_prompts)]
+    records = [simulated_prompt(k, i, {GRPO_STD: float(x_trace[i])}) for i in range(n_prompts)]
     batches = []
     for start in range(0, n_prompts, batch):
         members = list(range(start, start + batch))
@@ -43,7 +43,7 @@ def dataset(rng, k, spread, noise, bias_centre, n_prompts=24, batch=6):
             measured_curve.BIAS_GRAM: gram_entry(d_mean, d_trace, members),
         }
         oracle = gram_entry(x_mean, x_trace, members)  # the oracle's place; unused here
-        batches.append(C1BatchRecord.simulated(k, members, oracle["gram"], oracle["within_each"], grams))
+        batches.append(simulated_batch(k, members, oracle["gram"], oracle["within_each"], grams))
     return records, batches
 
 
@@ -171,9 +171,9 @@ def test_a_negative_smallest_error_identifies_no_k():
         gram = [[1.0, off_diagonal], [off_diagonal, 1.0]]
         zero = {"gram": [[0.0, 0.0], [0.0, 0.0]], "within_each": [0.0, 0.0]}
         grams = {GRPO_STD: zero, measured_curve.BIAS_GRAM: {"gram": gram, "within_each": [0.0, 0.0]}}
-        return C1BatchRecord.simulated(k, [0, 1], zero["gram"], zero["within_each"], grams)
+        return simulated_batch(k, [0, 1], zero["gram"], zero["within_each"], grams)
 
-    records = {k: [PromptRecord.simulated(k, i, {GRPO_STD: 0.0}) for i in (0, 1)] for k in (2, 4)}
+    records = {k: [simulated_prompt(k, i, {GRPO_STD: 0.0}) for i in (0, 1)] for k in (2, 4)}
     batches = {2: [batch(2, -1.0)], 4: [batch(4, 0.5)]}
     curve = measured_curve.measured_curve(records, batches, BUDGET, None, bootstrap.prompt_weights(2, 50, 0))
     assert curve.per_K["2"]["error"]["estimate"] == pytest.approx(-1.0)  # the pair mean <d_0, d_1>

@@ -15,9 +15,9 @@ from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.analysis.measured_curve import MeasuredCurve
 from grpo_mse.analysis.paired import PairedSummary, RunStatistics
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from studies.advisor import heavy_tails
 from studies.advisor import k_validation as kv
+from studies.advisor.simulated_records import simulated_batch, simulated_prompt
 from studies.audits import run_agreement
 from studies.exact import one_token, theory
 from studies.simulation import summary as simulation
@@ -55,12 +55,12 @@ def simulated_run():
     for k in (2, 4):
         values = rng.uniform(0.1, 0.9, size=12)
         records[k] = [
-            PromptRecord.simulated(k, i, {"grpo": 5 * v * (1 - v) / (k - 1) + rng.gamma(2), "oracleV": v}, V_oracle=v)
+            simulated_prompt(k, i, {"grpo": 5 * v * (1 - v) / (k - 1) + rng.gamma(2), "oracleV": v}, V_oracle=v)
             for i, v in enumerate(values)
         ]
         gram = rng.normal(size=(12, 3)) @ rng.normal(size=(3, 12))
         gram = (gram @ gram.T / 12).tolist()
-        batches[k] = [C1BatchRecord.simulated(k, list(range(12)), gram, [0.1] * 12)]
+        batches[k] = [simulated_batch(k, list(range(12)), gram, [0.1] * 12)]
     return records, batches
 
 

@@ -1,4 +1,4 @@
-"""grpo_mse/flags.py: dataclass fields as flags, checks in __post_init__, generated doc tables, fast --help."""
+"""grpo_mse/flags.py: dataclass fields as flags, checks in __post_init__, their doc tables, fast --help."""
 
 from __future__ import annotations
 
@@ -16,50 +16,15 @@ import pytest
 from grpo_mse import flags
 from grpo_mse.cli import UsageError, require
 from grpo_mse.flags import Flags, option
+from studies.flag_tables import markdown
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md", "docs/engines.md", "docs/commands.md"]
 ENTRY_POINTS = sorted(
     glob.glob("Gradient_evaluation/*.py", root_dir=ROOT)
     + glob.glob("Policy_Optimization/*.py", root_dir=ROOT)
     + ["plots/make_figures.py", "grpo_mse/training/trl_train.py"]
     + glob.glob("scripts/*.py", root_dir=ROOT)
 )
-# every generated table each doc must hold (the check below also catches a table that is stale)
-TABLES = {
-    "docs/training.md": [
-        "grpo_mse.training.data:PrepareDataConfig",
-        "grpo_mse.training.sweep:SweepConfig",
-        "grpo_mse.training.logs:CollectConfig",
-        "grpo_mse.training.trl_train:TrlTrainConfig",
-    ],
-    "docs/engines.md": [
-        "studies.benchmarks.bench_cli:BenchCliConfig",
-        "benchmarks/bench_oracle_trees.py:BenchOracleTreesConfig",
-        "benchmarks/tracecov_parts.py:TracecovPartsConfig",
-        "benchmarks/bench_floor.py:BenchFloorConfig",
-        "studies.benchmarks.bench_dtype:BenchDtypeConfig",
-    ],
-    "docs/commands.md": [
-        *(f"scripts/k_validation.py:{name}Config" for name in ("Subset", "Predict", "Pilot", "Summarize")),
-        "scripts/k_validation.py:AdaptiveConfig",
-        "grpo_mse.figures.training:TrainingFiguresConfig",
-        "studies.train_demo_summary:DemoSummaryConfig",
-        "grpo_mse.training.budget:BudgetConfig",
-        "grpo_mse.training.verl_launch:VerlDryRunConfig",
-        "studies.advisor.advisor_check:AdvisorCheckConfig",
-        "scripts/coverage_heavy_tails.py:CoverageConfig",
-        "scripts/power_analysis.py:PowerConfig",
-        "studies.audits.compare_oracle_tables:CompareOracleConfig",
-        "scripts/compare_tracecov_runs.py:CompareRunsConfig",
-        *(f"scripts/gpu_check_steps.py:{name}Config" for name in ("Versions", "Installed", "Advisor")),
-        "scripts/c1_plan.py:C1PlanConfig",
-        "studies.benchmarks.bench_engines:BenchEnginesConfig",
-        "studies.benchmarks.bench_sampling:BenchSamplingConfig",
-        "scripts/build_tiny_policy.py:TinyPolicyConfig",
-        "grpo_mse.flags:TablesConfig",
-    ],
-}
 
 
 @dataclass(kw_only=True)
@@ -173,7 +138,7 @@ def test_bounds_after_parse_are_checked_by_the_config(argv, message):
     with pytest.raises(UsageError) as error:
         CheckedLater.from_argv(argv)
     assert str(error.value) == message
-    assert "| `--count` | `3` | a bounded count; >= 1 |" in flags.markdown(CheckedLater)  # the table shows them
+    assert "| `--count` | `3` | a bounded count; >= 1 |" in markdown(CheckedLater)  # the table shows them
 
 
 @dataclass(kw_only=True)
@@ -193,7 +158,7 @@ class Count(Flags):
 
 def test_an_optional_bool_is_a_three_state_switch():
     assert [Pick.from_argv(["f", *flag]).check for flag in ([], ["--check"], ["--no-check"])] == [None, True, False]
-    assert "| `--check` | - | check it (default: by kind); `--no-check` turns it off |" in flags.markdown(Pick)
+    assert "| `--check` | - | check it (default: by kind); `--no-check` turns it off |" in markdown(Pick)
 
 
 def test_subcommands_each_parse_with_their_own_config(capsys):
@@ -304,8 +269,8 @@ def test_positional_fields():
 
 
 def test_markdown_of_positionals_switches_and_bars():
-    assert flags.markdown(Positional).splitlines()[2] == "| `paths` (positional) | required | inputs |"
-    assert flags.markdown(Switches).splitlines()[2] == (
+    assert markdown(Positional).splitlines()[2] == "| `paths` (positional) | required | inputs |"
+    assert markdown(Switches).splitlines()[2] == (
         "| `--save` | on | save the result; `--no-save` clears it (`--save 1` and `--save 0` also work) |"
     )
 
@@ -313,11 +278,11 @@ def test_markdown_of_positionals_switches_and_bars():
     class Bars(Flags):
         pattern: str = option("a|b", help="x|y")
 
-    assert flags.markdown(Bars).splitlines()[2] == "| `--pattern` | `a\\|b` | x\\|y |"  # a bar would end the cell
+    assert markdown(Bars).splitlines()[2] == "| `--pattern` | `a\\|b` | x\\|y |"  # a bar would end the cell
 
 
 def test_markdown_table_lists_every_field():
-    table = flags.markdown(Example).splitlines()
+    table = markdown(Example).splitlines()
     assert table[:2] == ["| flag | default | meaning |", "|---|---|---|"]
     assert len(table) == 2 + 11
     rows = {line.split(" | ")[0].strip("| "): line for line in table[2:]}
@@ -330,36 +295,6 @@ def test_markdown_table_lists_every_field():
     assert rows["`--limit`"] == "| `--limit` | - | optional |"
     assert rows["`--fast`"] == "| `--fast` | off | a switch |" and "| on |" in rows["`--color`"]
     assert rows["`--out`, `-o`"] == "| `--out`, `-o` | `o` | output |"
-
-
-def test_docs_flag_tables_are_generated_from_the_code(monkeypatch):
-    monkeypatch.chdir(ROOT)
-    for doc in DOCS:
-        text = (ROOT / doc).read_text(encoding="utf-8")
-        assert flags.BLOCK.search(text), f"{doc} has no generated flag table"
-        assert flags.refresh(text) == text, f"{doc}: run python -m grpo_mse.flags --update {doc}"
-    for doc, classes in TABLES.items():
-        text = (ROOT / doc).read_text(encoding="utf-8")
-        for name in classes:
-            assert f"<!-- flags: {name} -->" in text, f"{doc} lacks the flag table of {name}"
-    tracecov = (ROOT / "docs/gradient_evaluation.md").read_text(encoding="utf-8")
-    for flag in ("--score_distribution", "--budget", "--allowed_K", "--estimators", "--resume"):
-        assert f"| `{flag}` |" in tracecov
-    assert "`paired`" in tracecov
-
-
-def test_check_fails_on_a_stale_table_and_update_repairs_it(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    doc = tmp_path / "doc.md"
-    fresh = "# t\n\n<!-- flags: grpo_mse.config.gradient_evaluation:OracleConfig -->\n<!-- end flags -->\n\ntext\n"
-    doc.write_text(fresh)
-    assert flags.main(["--check", str(doc)]) == 1
-    assert flags.main(["--update", str(doc)]) == 0
-    updated = doc.read_text()
-    assert "| `--n_oracle` | `1000` | samples per prompt; >= 1 |" in updated and updated.endswith("\n\ntext\n")
-    assert flags.main(["--check", str(doc)]) == 0
-    doc.write_text(updated.replace("`1000`", "`100`"))  # a table edited by hand
-    assert flags.main(["--check", str(doc)]) == 1
 
 
 def test_help_of_every_entry_point_is_fast_and_loads_no_torch():

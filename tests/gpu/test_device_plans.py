@@ -10,6 +10,7 @@ from grpo_mse import cli, distributed
 from grpo_mse.gradients import statistics
 from grpo_mse.policy.logprobs import FAR, token_log_probs
 from grpo_mse.policy.sampling import nucleus_mask
+from studies.benchmarks.bench_engines import blocks_per_gram
 from studies.benchmarks.qwen_shapes import qwen2_5_config
 
 # ---------------------------------------------------------------- Gram blocks by device
@@ -59,7 +60,7 @@ def test_gram64_exact_with_device_blocks(dtype):
     flat = torch.stack([torch.cat([t.double().reshape(-1) for t in v]) for v in vectors])
     for block in (None, 1, 6, 13, 1000):
         torch.testing.assert_close(statistics.gram64(vectors, block), flat @ flat.T, rtol=1e-13, atol=1e-13)
-    assert statistics.blocks_per_gram(vectors, 13) == -(-flat.shape[1] // 13)
+    assert blocks_per_gram(vectors, 13) == -(-flat.shape[1] // 13)
 
 
 # ---------------------------------------------------------------- torchrun

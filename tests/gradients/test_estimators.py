@@ -90,7 +90,6 @@ def test_registry_weights_equal_explicit_formulas_on_random_rewards(name, k):
 def test_registry_facts_and_derived_tuples():
     assert est.ALL == ("naive", "grpo", "oracleV", "grpo_std", "drgrpo")  # JSON keys of the original
     assert est.UNBIASED == ("naive", "grpo", "oracleV") and est.BIASED == ("grpo_std", "drgrpo")
-    assert est.CLOSED_FORMS == ("naive", "grpo", "oracleV", "drgrpo")  # std-normalised GRPO: by conditioning only
     assert [n for n in est.ALL if est.REGISTRY[n].needs_value] == ["oracleV"]
     assert est.REGISTRY["naive"].label == "vanilla"
     labels = [e.label for e in est.REGISTRY.values()]

@@ -16,6 +16,7 @@ from grpo_mse.gradients.engine import own_label, prompt_traces
 from grpo_mse.policy.logprobs import sequence_logprobs
 from grpo_mse.runs import tracecov
 from grpo_mse.tables.records import PromptRecord
+from studies.advisor.simulated_records import simulated_prompt
 
 TOY = "toy_std"  # twice std-GRPO, with twice its own target: bias^2 against it four times std-GRPO's
 
@@ -83,7 +84,7 @@ def _records(with_own: bool) -> dict[int, list[PromptRecord]]:
         tr_cov = {est.ORACLE: float(rng.uniform(1, 2)), est.GRPO_STD: float(rng.uniform(1, 2))}
         own = {est.GRPO_STD: float(rng.uniform(0, 1))} if with_own else None
         mse_own = {est.GRPO_STD: tr_cov[est.GRPO_STD] + own[est.GRPO_STD]} if with_own else None
-        records.append(PromptRecord.simulated(2, i, tr_cov, 0.5, bias2_own=own, mse_own=mse_own))
+        records.append(simulated_prompt(2, i, tr_cov, 0.5, bias2_own=own, mse_own=mse_own))
     return {2: records}
 
 

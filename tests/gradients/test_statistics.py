@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
+from studies.benchmarks.memory_estimates import statistics_bytes
 
 
 def _as_params(flat: np.ndarray, shapes) -> list[torch.Tensor]:
@@ -32,7 +33,7 @@ def test_trace_statistics_equal_numpy_trace_of_sample_covariance():
         np.testing.assert_allclose(
             torch.cat([t.reshape(-1) for t in sums.mean()]).numpy(), samples.mean(0), rtol=1e-5, atol=1e-5
         )
-    assert sums.nbytes() * 2 == welford.nbytes()
+    assert statistics_bytes(sums) * 2 == statistics_bytes(welford)
 
 
 def test_pass_of_combinations_equals_explicit_vectors():
@@ -140,7 +141,7 @@ def test_running_sum_is_written_by_its_first_addition_and_equals_a_zero_started_
         assert lazy.sums[0].dtype == torch.float32
         for a, b in zip(lazy.total, zero_started.total):
             assert torch.equal(a, b)
-    assert lazy.m2 == zero_started.m2 and lazy.nbytes() == zero_started.nbytes() == 11 * 4
+    assert lazy.m2 == zero_started.m2 and statistics_bytes(lazy) == statistics_bytes(zero_started) == 11 * 4
 
 
 def test_pooled_running_sums_reuse_released_buffers_and_keep_every_bit():

@@ -13,7 +13,7 @@ import pytest
 from grpo_mse import cli
 from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.commands import oracle as oracle_command
-from grpo_mse.tables.records import PromptRecord
+from studies.advisor.simulated_records import simulated_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "Policy_Optimization" / "grpo_train.sh"
@@ -153,8 +153,7 @@ def test_intervals_of_quantities_at_least_zero_are_clipped_and_flagged_at_small_
     values = [-0.5, -0.2, -0.4, 0.1, -0.3, -0.6]
     records = {
         k: [
-            PromptRecord.simulated(k, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}, mean_score_sq=v)
-            for i, v in enumerate(values)
+            simulated_prompt(k, i, {"grpo": 2.0 + i, "oracleV": 1.0 + i}, mean_score_sq=v) for i, v in enumerate(values)
         ]
         for k in (2, 4)
     }

@@ -92,7 +92,7 @@ def test_enumeration_is_consistent(case):
     assert abs(moments.mean_score_sq) < 1e-12 * np.trace(enum.Q)
     assert float(enum.g @ enum.g) == pytest.approx(moments.g_sq, rel=1e-4)
     for k in K_LIST:
-        for name in est.CLOSED_FORMS:
+        for name in theory.CLOSED_FORMS:
             assert case["exact"][k][name].mse == pytest.approx(
                 theory.exact_mse(enum.p, enum.G, enum.Q, k, name), rel=1e-8
             )

@@ -4,8 +4,8 @@ exactly (measured = predicted in every bootstrap row) and on records that do not
 import numpy as np
 import pytest
 
-from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 from studies.advisor import advisor_check as advisor_check_command
+from studies.advisor.simulated_records import simulated_batch, simulated_prompt
 
 check = advisor_check_command
 FIT, CHECK, BUDGET, T = (2, 4, 8), (16, 32), 512, 12
@@ -21,11 +21,11 @@ def records(c3_at=lambda k, c3: c3):
     for k in (*FIT, *CHECK):
         c3_k = c3_at(k, c3)
         by_k[k] = [
-            PromptRecord.simulated(k, i, {"oracleV": c2[i] / k, "grpo": c2[i] / k + c3_k[i] / (k * (k - 1))})
+            simulated_prompt(k, i, {"oracleV": c2[i] / k, "grpo": c2[i] / k + c3_k[i] / (k * (k - 1))})
             for i in range(T)
         ]
         batches[k] = [
-            C1BatchRecord.simulated(k, idx, (means[idx] @ means[idx].T).tolist(), [0.1] * 6)
+            simulated_batch(k, idx, (means[idx] @ means[idx].T).tolist(), [0.1] * 6)
             for idx in (list(range(6)), list(range(6, 12)))
         ]
     return by_k, batches, c2, c3

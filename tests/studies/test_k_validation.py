@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from grpo_mse.errors import DataError
-from grpo_mse.training.data import subset
-from grpo_mse.training.runs_table import pilot_gain, run_means, select_runs
+from grpo_mse.training.runs_table import select_runs
 from studies.advisor import k_validation as kv
+from studies.advisor.training_runs import pilot_gain, run_means, subset
 
 METRIC = "val-core/arithmetic_zero_shot/acc/mean@1"
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "k_validation.py"

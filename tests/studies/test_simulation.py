@@ -109,7 +109,8 @@ def test_biased_estimator_is_detected(one_token_case):
 
 def test_batched_logprobs_equal_shared_prompt_logprobs(random_lm):
     """One padded pass over prompts of different lengths gives the per-group log-probabilities and gradients."""
-    from grpo_mse.policy.logprobs import prompts_logprobs, shared_prompt_logprobs
+    from grpo_mse.policy.logprobs import shared_prompt_logprobs
+    from studies.simulation.run import prompts_logprobs
 
     prompts = [[1, 5, 7], [4, 2, 9, 9, 3]]
     groups = [[[3, 22], [8, 8, 8]], [[5], [6, 7, 22]]]

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
-from grpo_mse.tables.records import SimulationRecord
 from studies.simulation import run as run_sim
 from studies.simulation import summary as sim
 from studies.simulation.config import SimulationConfig
+from studies.simulation.records import SimulationRecord
 
 
 def linear_with_grads(grads: list[torch.Tensor]) -> torch.nn.Linear:

@@ -95,10 +95,14 @@ def test_drgrpo_mean_is_shrunk_gradient(K):
         np.testing.assert_allclose(mean_coef @ scores, (K - 1) / K * (p * G) @ scores, rtol=1e-12, atol=1e-14)
 
 
+def test_the_closed_forms_are_the_registry_entries_with_one():
+    assert theory.CLOSED_FORMS == ("naive", "grpo", "oracleV", "drgrpo")  # std-normalised GRPO: by conditioning only
+
+
 def test_closed_forms_equal_conditioning_for_large_K():
     p, G, Q, _ = _case(5)
     for k in (5, 16, 64):
-        for name in est.CLOSED_FORMS:
+        for name in theory.CLOSED_FORMS:
             assert theory.exact_mse(p, G, Q, k, name) == pytest.approx(
                 theory.exact_estimator(p, G, Q, k, name).mse, rel=1e-9
             )

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 
@@ -15,12 +13,10 @@ from hypothesis import strategies as st
 from grpo_mse.errors import DataError
 from grpo_mse.tables.outputs import to_json
 from grpo_mse.tables.records import (
-    SIMULATION_COLUMNS,
     TIDY_COLUMNS,
     C1BatchRecord,
     OracleValues,
     PromptRecord,
-    SimulationRecord,
     oracle_count,
     oracle_value,
 )
@@ -44,9 +40,8 @@ SAVED_PROMPT_LINES = [
     '{"naive": 0.0, "grpo": 0.0, "oracleV": 0.0}, "bias2": {"naive": 0.0}, "mse": {"naive": 0.0, "grpo": 0.0, '
     '"oracleV": 0.0}, "mean_score_sq": null, "oracle_noise": 0.0}',
 ]
-# Rows of results/simulation/algorithm1.csv, and the fields calculate_oracle_v.py (results/demo) and the exact
-# one-token oracle (results/theory) add to a dataset row.
-SAVED_SIMULATION_CSV = "K,seed,estimator,step,heldout_reward\n2,0,naive,0,0.1708984375\n2,0,naive,30,0.1669921875\n"
+# The fields calculate_oracle_v.py (results/demo) and the exact one-token oracle (results/theory) add to a dataset
+# row.
 SETTINGS = {"model": "assets/tiny_policy", "n_oracle": 256}
 SAVED_ORACLE_LINE = (
     '{"id": 0, "prompt": "24 / 8 =", "ground_truth": 3, "V_oracle": 0.73828125, "n_oracle": 256, "correct_count": '
@@ -197,57 +192,12 @@ def test_holds_tells_prompt_records_from_the_other_progress_lines():
     assert not PromptRecord.holds({"config": {}}) and not PromptRecord.holds({"c1_batch": 0, "K": 2})
 
 
-def test_a_simulated_record_has_traces_only():
-    """PromptRecord.simulated: no text, no rewards (nan mean reward), V nan unless given."""
-    record = PromptRecord.simulated(4, 3, {"grpo": 1.5}, oracle_noise=0.25)
-    assert (record.K, record.prompt_index, record.id, record.prompt, record.gold) == (4, 3, 3, None, None)
-    assert math.isnan(record.V_oracle) and math.isnan(record.mean_reward) and record.oracle_noise == 0.25
-    assert PromptRecord.simulated(4, 3, {"grpo": 1.5}, V_oracle=0.5).V_oracle == 0.5
-
-
-simulation_records = st.builds(
-    SimulationRecord,
-    K=st.integers(1, 4096),
-    seed=st.integers(0, 10**6),
-    estimator=names,
-    step=st.integers(0, 10**5),
-    heldout_reward=st.floats(0.0, 1.0),
-)
-
-
-@given(st.lists(simulation_records, max_size=5))
-def test_simulation_records_survive_json_and_the_csv(records):
-    """to_json -> JSON -> from_json, and algorithm1.csv's rows -> from_csv, give the records back."""
-    for record in records:
-        assert SimulationRecord.from_json(json.loads(to_json(record.to_json()))) == record
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SIMULATION_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(r.to_json() for r in records)
-    assert [SimulationRecord.from_csv(row) for row in csv.DictReader(io.StringIO(buffer.getvalue()))] == records
-
-
-def test_saved_simulation_rows_are_read_with_their_types():
-    """Rows of a saved algorithm1.csv; its header is SIMULATION_COLUMNS; a row lacking a column is refused."""
-    rows = list(csv.DictReader(io.StringIO(SAVED_SIMULATION_CSV)))
-    assert list(rows[0]) == SIMULATION_COLUMNS == ["K", "seed", "estimator", "step", "heldout_reward"]
-    assert [SimulationRecord.from_csv(row) for row in rows] == [
-        SimulationRecord(2, 0, "naive", 0, 0.1708984375),
-        SimulationRecord(2, 0, "naive", 30, 0.1669921875),
-    ]
-    assert list(SimulationRecord(2, 0, "naive", 0, 0.5).to_json()) == SIMULATION_COLUMNS
-    with pytest.raises(DataError, match="^algorithm1.csv: row 1: SimulationRecord lacks step$"):
-        SimulationRecord.from_csv({k: v for k, v in rows[0].items() if k != "step"}, "algorithm1.csv: row 1")
-
-
 def test_oracle_values_are_added_after_the_row_in_the_saved_order():
-    """A Monte Carlo line and an exact line as calculate_oracle_v.py and exact_theory.py wrote them."""
+    """A Monte Carlo line as calculate_oracle_v.py wrote it (the exact line of exact_theory.py:
+    tests/studies/test_one_token_oracle_line.py)."""
     row = {"id": 0, "prompt": "24 / 8 =", "ground_truth": 3}
     values = OracleValues(0.73828125, 256, 189, 0.6811957065092896, 0.7883213619127559, oracle_settings=SETTINGS)
     assert to_json(values.merged_into(row)) == SAVED_ORACLE_LINE
-    exact = OracleValues.exact(0.7112545919612724, "exact one-token enumeration", SETTINGS)
-    assert to_json(exact.merged_into(row)) == SAVED_EXACT_LINE
-    assert "oracle_settings" not in OracleValues.exact(0.5, "exact", {}).to_json()  # no settings: no key
     again = OracleValues(0.25, 4, 1, 0.0, 0.5).merged_into(json.loads(SAVED_ORACLE_LINE))
     assert list(again) == list(json.loads(SAVED_ORACLE_LINE)) and again["V_oracle"] == 0.25  # keys keep places
     line = json.loads(SAVED_ORACLE_LINE)
@@ -312,13 +262,6 @@ def test_a_c1_batch_with_an_estimators_gram_and_zeroed():
     assert record.within_each == [0.1392406691492325, 2.832625386532134, 0.0]
     assert bias.zeroed().within_each == [13.380882461172362, 248.74877345574214, 0.0]
     assert record.zeroed().within_each == [0.5343061365624466, 19.001643184953718, 0.0]
-
-
-def test_a_simulated_c1_batch_holds_what_the_advisor_reads():
-    """C1BatchRecord.simulated: batch 0, n from the indices, between/within/c1 nan (not computed)."""
-    record = C1BatchRecord.simulated(4, [5, 6], [[1.0, 0.5], [0.5, 2.0]], [0.1, 0.2])
-    assert (record.c1_batch, record.K, record.n, record.prompt_indices) == (0, 4, 2, [5, 6])
-    assert all(math.isnan(v) for v in (record.between, record.within, record.c1)) and record.estimator_grams is None
 
 
 def test_a_c1_batch_with_an_unknown_key_is_refused():

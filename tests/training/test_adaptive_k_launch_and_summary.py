@@ -85,8 +85,8 @@ def test_adaptive_summary_compares_means_with_welch_intervals(tmp_path):
     import numpy as np
     from scipy import stats
 
-    from grpo_mse.training.runs_table import adaptive_k, run_means
     from studies.advisor import k_validation as kv
+    from studies.advisor.training_runs import adaptive_k, run_means
 
     rng = np.random.default_rng(0)
     fixed = {(k, s): [0.05, *(0.1 + 0.01 * (k == 8) + rng.normal(0, 0.01, 2))] for k in (2, 4, 8) for s in range(5)}
