@@ -71,6 +71,8 @@ def load_class(target: str):
     where, sep, name = target.rpartition(":")
     require(bool(sep and where and name), f"expected module:Class or script.py:Class, got {target!r}")
     if where.endswith(".py"):
+        if not os.path.isabs(where) and not os.path.exists(where):  # a docs block's path, from another directory
+            where = os.path.join(REPOSITORY, where)
         spec = importlib.util.spec_from_file_location(re.sub(r"\W", "_", where), where)
         require(spec is not None, f"cannot load {where}")
         module = importlib.util.module_from_spec(spec)
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
     args = TablesConfig.from_argv(
         argv,
         description="The markdown flag tables of config dataclasses, as docs/ shows them "
-        "(run from the repository root).",
+        "(script paths in the docs' blocks are the repository's).",
     )
     if args.markdown:
         sys.stdout.write(markdown(load_class(args.markdown)))

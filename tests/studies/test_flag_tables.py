@@ -73,3 +73,9 @@ def test_check_fails_on_a_stale_table_and_update_repairs_it(tmp_path, monkeypatc
     assert flag_tables.main(["--check", str(doc)]) == 0
     doc.write_text(updated.replace("`1000`", "`100`"))  # a table edited by hand
     assert flag_tables.main(["--check", str(doc)]) == 1
+
+
+def test_check_runs_from_outside_the_repository(tmp_path, monkeypatch):
+    """The docs' blocks name scripts by their repository paths (scripts/...py:Class): found from any directory."""
+    monkeypatch.chdir(tmp_path)
+    assert flag_tables.main(["--check", str(ROOT / "docs/commands.md")]) == 0
