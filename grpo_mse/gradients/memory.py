@@ -10,10 +10,10 @@ Importing this module is cheap (torch is used only through the tensors handed in
 
 from __future__ import annotations
 
+import math
 import os
 import resource
-import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import estimators as est
@@ -21,11 +21,6 @@ from grpo_mse.gradients import estimators as est
 GB = 1e9
 
 
-# Gradient rows one prompt's statistics may hold at once (prompt_traces' keep_rows): at most KEPT_ROWS_BYTES and
-# KEPT_ROWS_SHARE of the memory available at the start. SmolLM2-135M (538 MB a row) on a 24 GB machine with 17-20 GB
-# available: 12-14 rows (M = 8 groups give at most 16; a group of equal rewards has one row or none).
-KEPT_ROWS_BYTES = 8 << 30
-KEPT_ROWS_SHARE = 0.4
 C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per rank; the rest go to a file
 SPILL_CHUNK = 1 << 24  # elements copied to the host at a time when a mean gradient is written to its file
 
@@ -59,12 +54,6 @@ def stats_dtype(like):
     import torch
 
     return torch.promote_types(like.dtype, torch.float32)
-
-
-def kept_rows(params, available: int) -> int:
-    """How many gradient rows shaped like ``params`` fit KEPT_ROWS_BYTES and KEPT_ROWS_SHARE of ``available``."""
-    row = sum(p.numel() * element_bytes(p.dtype) for p in params)
-    return int(min(KEPT_ROWS_BYTES, KEPT_ROWS_SHARE * available) // max(row, 1))
 
 
 def host_available() -> int:
@@ -120,14 +109,6 @@ def c1_memory(params, batch_size: int, host_bytes: int = C1_HOST_BYTES) -> dict:
     }
 
 
-def existing_parent(path: str) -> str:
-    """``path`` or its nearest existing parent folder (where a new folder's files would land)."""
-    path = os.path.abspath(path)
-    while not os.path.isdir(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path
-
-
 # --- A tracecov run's whole memory, planned before any work (printed as one line, checked against the peak) ---
 PLAN_MARGIN = 0.9  # share of the available memory the plan fills; the rest is left to the machine
 # Activations kept for one backward pass, per token: each decoder layer's saved tensors (about 16 hidden-sized and 3
@@ -154,6 +135,15 @@ class RunShape:
     c1_reads: int
     engine: str = "fast"
     large: bool = True
+    rows_likely: int = 0  # rows a run's fullest prompt most likely produces (``likely_rows``); 0: rows_per_prompt
+
+    def likely(self) -> RunShape:
+        """This shape with a prompt's rows at their likely number instead of their most."""
+        rows = min(
+            max(self.rows_likely, self.rows_per_pass) if self.rows_likely else self.rows_per_prompt,
+            self.rows_per_prompt,
+        )
+        return replace(self, rows_per_prompt=rows)
 
     def backward(self) -> int:
         """One pass's backward: its rows (twice for a batched call, whose intermediate gradients are alive beside the
@@ -161,6 +151,14 @@ class RunShape:
         (a tied embedding's two dense gradients, summed) and the activations."""
         batched = 1 if self.large else 2
         return batched * self.rows_per_pass * self.row + 2 * self.largest + self.activations
+
+    def formed(self) -> int:
+        """The sums c1 reads, formed from a prompt's kept rows: in the first row's own memory for one sum of rows in
+        the statistics dtype, else in new vectors, bf16/fp16 rows upcast a parameter at a time beside them."""
+        upcast = self.row < self.vector  # rows narrower than the statistics (bf16/fp16 model)
+        if self.c1_reads == 0 or (self.c1_reads == 1 and not upcast):
+            return 0
+        return self.c1_reads * self.vector + (self.largest * self.vector // self.row if upcast else 0)
 
     def statistics(self, kept: int) -> int:
         """Peak of the statistics and gradients of one prompt with ``kept`` rows held together (engine.prompt_traces):
@@ -170,8 +168,7 @@ class RunShape:
             return 2 * self.labels * self.vector + self.backward()
         every = self.rows_per_prompt
         if self.large and kept >= every:
-            formed = 0 if self.c1_reads <= 1 else self.c1_reads * self.vector
-            return max((every - self.rows_per_pass) * self.row + self.backward(), every * self.row + formed)
+            return max((every - self.rows_per_pass) * self.row + self.backward(), every * self.row + self.formed())
         kept = kept if self.large else 0
         return self.labels * self.vector + max(
             kept * self.row + self.backward(), (kept + self.rows_per_pass) * self.row
@@ -193,10 +190,17 @@ class MemoryPlan:
     available: int  # available beside what the process holds
     kind: str = "available host memory"
     c1_beside: int = 0  # bytes of them held beside a prompt's statistics (all but the batch's last one, at most)
+    likely_statistics: int = -1  # ``statistics`` with a prompt's rows at their likely number (-1: the same)
 
     @property
     def needed(self) -> int:
-        """The peak: a batch's last prompt beside the mean gradients before it, or the whole batch at its end."""
+        """The likely peak: a batch's last prompt beside the mean gradients before it, or the whole batch at its end."""
+        typical = self.statistics if self.likely_statistics < 0 else self.likely_statistics
+        return self.held + max(typical + self.c1_beside, self.c1_bytes)
+
+    @property
+    def most(self) -> int:
+        """The peak when a prompt produces all its rows (every group's rewards differ)."""
         return self.held + max(self.statistics + self.c1_beside, self.c1_bytes)
 
     def fits(self) -> bool:
@@ -207,7 +211,8 @@ class MemoryPlan:
         return (
             f"memory: about {self.needed / gb:.3g} GB needed, {(self.held + self.available) / gb:.3g} GB {self.kind} "
             f"(model and libraries {self.held / gb:.3g}, gradients and statistics {self.statistics / gb:.3g} with "
-            f"{self.kept_rows} rows kept, c1 {self.c1_bytes / gb:.3g} for {self.c1_in_memory} mean gradients in memory)"
+            f"{self.kept_rows} rows kept, c1 {self.c1_bytes / gb:.3g} for {self.c1_in_memory} mean gradients in memory"
+            + (f"; at most {self.most / gb:.3g} if every group's rewards differ)" if self.most > self.needed else ")")
         )
 
 
@@ -234,7 +239,24 @@ def plan_run(shape: RunShape, held: int, available: int, kind: str = "available 
     fitting = max(0, budget - statistics) // vector
     c1 = min(batch, C1_HOST_BYTES // vector, fitting + 1 if fitting + 1 >= batch else fitting)
     beside = min(c1, max(batch - 1, 0)) * shape.vector
-    return MemoryPlan(held, essential, statistics, kept, c1, c1 * shape.vector, available, kind, beside)
+    likely = shape.likely().statistics(kept)
+    return MemoryPlan(held, essential, statistics, kept, c1, c1 * shape.vector, available, kind, beside, likely)
+
+
+def likely_rows(values: list[float], k_list: list[int], m: int, quantile: float = 0.5) -> int:
+    """Gradient rows the fullest prompt of a run most likely produces: a group of K with 0/1 rewards of mean V gives
+    two rows (a, s) when its rewards differ (probability 1 - V^K - (1 - V)^K) and at most one otherwise, so a
+    prompt gives M + Binomial(M, that) at most; the run's fullest over its prompts and K's is at most r with
+    probability prod P(Binomial <= r - M). Returns the least r reached with ``quantile`` (0.5: the median)."""
+    mixed = [1.0 - min(max(v, 0.0), 1.0) ** k - (1.0 - min(max(v, 0.0), 1.0)) ** k for v in values for k in k_list]
+
+    def at_most(extra: int, p: float) -> float:
+        return sum(math.comb(m, j) * p**j * (1.0 - p) ** (m - j) for j in range(extra + 1))
+
+    for extra in range(m):
+        if math.prod(at_most(extra, p) for p in mixed) >= quantile:
+            return m + extra
+    return 2 * m
 
 
 def process_resident() -> int:
@@ -252,19 +274,34 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 TRIM_THRESHOLD_BYTES = -1  # never trim (mallopt takes an int; glibc reads -1 as "disable trimming")
 
 
-def reuse_freed_memory() -> bool:
-    """Keep freed large blocks in this process for reuse (glibc only; True when set). Measured on the Qwen file
-    (T 2, M 2, K 4 8, one thread): page faults 5.04M -> 2.52M (each page of the 11.4 GB peak touched once), system
-    time 41.4 -> 23.5 s, peak unchanged, against a 2 GiB trim threshold (freed 2.5 GB gradients handed back)."""
+def glibc_function(name: str):
+    """glibc's function ``name`` through ctypes, or None (another C library, or no such function)."""
     import ctypes
     import ctypes.util
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
     except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+        return None
+
+
+def reuse_freed_memory() -> bool:
+    """Keep freed large blocks in this process for reuse (glibc only; True when set). Measured on the Qwen file
+    (T 2, M 2, K 4 8, one thread): page faults 5.04M -> 2.52M (each page of the 11.4 GB peak touched once), system
+    time 41.4 -> 23.5 s, peak unchanged, against a 2 GiB trim threshold (freed 2.5 GB gradients handed back)."""
+    mallopt = glibc_function("mallopt")
+    return (
+        mallopt is not None and bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    )
+
+
+def return_freed_memory() -> bool:
+    """Hand the heap's freed pages back to the kernel once (glibc's malloc_trim; True when some were), so that
+    ``process_resident`` counts what the process holds, not what loading freed: with trimming off
+    (``reuse_freed_memory``) a GGUF file converted in this process left 3.1 GB of freed pages resident (Qwen file:
+    4.65 GB counted as held where 1.53 GB is; the plan 10.2 GB against an 8.1 GB peak)."""
+    trim = glibc_function("malloc_trim")
+    return trim is not None and bool(trim(0))
 
 
 def make_resident(tensors) -> None:
@@ -304,30 +341,11 @@ def activation_bytes(config, prompt_tokens: int, continuation_tokens: int, eleme
 # --- A tracecov run's checks before any file is written, and its peak beside the plan at the end ---
 
 
-def c1_memory_line(params, config, base: str, batch: int | None = None, host_bytes: int = C1_HOST_BYTES) -> str:
-    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
-    batches of ``batch`` prompts (the largest batch the run has; default --c1_batch), with ``host_bytes`` of them
-    in memory (the run's memory plan)."""
-    copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
-    plan, gb = c1_memory(params, batch * copies, host_bytes), 1e9
-    size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
-    line = (
-        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
-        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {host_bytes / 1e9:.3g} GB by the "
-        "memory plan)"
-    )
-    if plan["on_disk"]:
-        line += (
-            f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
-            f"{os.path.dirname(base) or '.'}, removed after each batch)"
-        )
-    return line
-
-
-def run_shape(params, config, model_config=None, prompt_tokens: int = 0) -> RunShape:
+def run_shape(params, config, model_config=None, prompt_tokens: int = 0, values=None) -> RunShape:
     """What a run of ``config`` (a TracecovConfig) on ``params`` holds (``RunShape``). ``model_config`` and
     ``prompt_tokens`` (the longest prompt) size the activations: a pass's prompt once (the fast engine shares it)
-    and its K continuations of at most --max_new_tokens. Shapes only: ``params`` may be meta tensors."""
+    and its K continuations of at most --max_new_tokens. ``values`` (the prompts' V) give the rows a prompt likely
+    produces (``likely_rows``; without them, all). Shapes only: ``params`` may be meta tensors."""
     biased = [name for name in config.estimators if name in est.BIASED]
     own = est.own_targets(config.estimators)  # their helper sums (engine.own_label)
     labels = len(config.estimators) + len(biased) + 1 + len(own)  # + the score and the own-target helper sums
@@ -346,9 +364,10 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0) -> RunS
             model_config, per_pass * prompt_tokens, per_pass * max(config.K_list) * config.max_new_tokens, model_element
         ),
         c1_vectors=batch * config.c1_copies,
-        c1_reads=config.c1_copies,
+        c1_reads=config.c1_copies if config.with_advisor else 0,
         engine=config.engine,
         large=count >= PARTIAL_GRAM_MIN,
+        rows_likely=likely_rows(values, config.K_list, config.M) if values else 0,
     )
 
 
@@ -361,16 +380,17 @@ def refusal(plan: MemoryPlan) -> str:
     )
 
 
-def check_memory(params, config, device: str, model_config=None, prompt_tokens: int = 0) -> MemoryPlan:
+def check_memory(params, config, device: str, model_config=None, prompt_tokens: int = 0, values=None) -> MemoryPlan:
     """The run's memory plan (``plan_run`` of ``run_shape``) beside the loaded model, within what ``device`` has
     (at most --max_memory_gb with the model); UsageError (``refusal``: one line, before any file is written) when
     its essentials exceed it."""
     import torch
 
-    shape = run_shape(params, config, model_config, prompt_tokens)
+    shape = run_shape(params, config, model_config, prompt_tokens, values)
     if str(device).startswith("cuda"):
         held = int(torch.cuda.memory_allocated(torch.device(device)))
     else:
+        return_freed_memory()  # what loading freed is not held
         make_resident(params)  # counted as held, not left to appear in the peak later
         held = process_resident()
     available, kind = device_available(device)
@@ -393,23 +413,3 @@ def peak_line(plan: MemoryPlan | None, device: str) -> str:
         peak = process_peak()
     estimate = f" (estimated {plan.needed / 1e9:.3g} GB)" if plan is not None else ""
     return f"memory: peak {peak / 1e9:.3g} GB{estimate}"
-
-
-def check_c1_disk(params, config, batch: int) -> None:
-    """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
-    the free disk under --save_json; it names the largest --c1_batch that fits."""
-    copies = config.c1_copies  # mean gradients per prompt (--advisor_estimator grpo_std keeps three)
-    plan = c1_memory(params, batch * copies, C1_HOST_BYTES)
-    if not plan["disk_bytes"]:
-        return
-    where = existing_parent(config.save_json)
-    free = shutil.disk_usage(where).free
-    if plan["disk_bytes"] <= free:
-        return
-    fitting = (c1_batch_that_fits(params, batch * copies, free, host_available()) or 0) // copies
-    fitting = fitting if fitting >= 2 else None
-    advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
-    raise UsageError(
-        f"--c1_batch {config.c1_batch}: c1 would write {plan['disk_bytes'] / 1e9:.3g} GB of mean gradients under "
-        f"{where}, which has {free / 1e9:.3g} GB free; {advice}, or --no_advisor"
-    )

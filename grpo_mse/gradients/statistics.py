@@ -245,8 +245,10 @@ class SumTrace:
             else:
                 self.sums = [torch.mul(v.to(stats_dtype(p)), c) for v, p in zip(vector, self.shapes_like)]
             return
-        if vector[0].dtype != self.sums[0].dtype:
-            vector = [v.to(t.dtype) for v, t in zip(vector, self.sums)]
+        if vector[0].dtype != self.sums[0].dtype:  # one parameter upcast at a time, not a whole fp32 copy of a row
+            for t, v in zip(self.sums, vector):
+                t.add_(v.to(t.dtype), alpha=c)
+            return
         torch._foreach_add_(self.sums, vector, alpha=c)
 
     def add_pass(

@@ -10,6 +10,8 @@ here; the run itself holds none of it.
 from __future__ import annotations
 
 import glob
+import os
+import shutil
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,11 +20,11 @@ from grpo_mse.analysis.advisor import GroupSizeAdvice, run_advice
 from grpo_mse.analysis.coverage_calibration import read_calibration
 from grpo_mse.analysis.measured_curve import BIAS_GRAM
 from grpo_mse.config.gradient_evaluation import TracecovConfig
+from grpo_mse.errors import UsageError
 from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import PromptStats, own_label
 from grpo_mse.gradients.estimators import ORACLE
-from grpo_mse.gradients.memory import c1_memory_line, check_c1_disk
 from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTrace
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
@@ -140,3 +142,54 @@ def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, flo
                 continue
         out.append((accumulator.mean(), trace, 1.0))
     return out
+
+
+# --- c1's memory and disk, checked before any file is written ---
+
+
+def existing_parent(path: str) -> str:
+    """``path`` or its nearest existing parent folder (where a new folder's files would land)."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def c1_memory_line(params, config, base: str, batch: int | None = None, host_bytes: int = memory.C1_HOST_BYTES) -> str:
+    """One line: host memory and disk per rank that the c1 batches' mean gradients take (``c1_memory``) for
+    batches of ``batch`` prompts (the largest batch the run has; default --c1_batch), with ``host_bytes`` of them
+    in memory (the run's memory plan)."""
+    copies, batch = config.c1_copies, config.c1_batch if batch is None else batch
+    plan, gb = memory.c1_memory(params, batch * copies, host_bytes), 1e9
+    size = f"--c1_batch {config.c1_batch}" if batch == config.c1_batch else f"{batch} (the run's largest batch)"
+    line = (
+        f"c1 memory per rank: {plan['host_bytes'] / gb:.3g} GB host ({plan['in_memory']} of {copies} x {size} "
+        f"mean gradients of {plan['vector_bytes'] / gb:.3g} GB in memory, at most {host_bytes / 1e9:.3g} GB by the "
+        "memory plan)"
+    )
+    if plan["on_disk"]:
+        line += (
+            f", {plan['disk_bytes'] / gb:.3g} GB disk ({plan['on_disk']} memory-mapped in "
+            f"{os.path.dirname(base) or '.'}, removed after each batch)"
+        )
+    return line
+
+
+def check_c1_disk(params, config, batch: int) -> None:
+    """UsageError (one line, before any file is written) when a c1 batch's spilled mean gradients would not fit
+    the free disk under --save_json; it names the largest --c1_batch that fits."""
+    copies = config.c1_copies  # mean gradients per prompt (--advisor_estimator grpo_std keeps three)
+    plan = memory.c1_memory(params, batch * copies, memory.C1_HOST_BYTES)
+    if not plan["disk_bytes"]:
+        return
+    where = existing_parent(config.save_json)
+    free = shutil.disk_usage(where).free
+    if plan["disk_bytes"] <= free:
+        return
+    fitting = (memory.c1_batch_that_fits(params, batch * copies, free, memory.host_available()) or 0) // copies
+    fitting = fitting if fitting >= 2 else None
+    advice = f"use --c1_batch {fitting}" if fitting else "free disk space"
+    raise UsageError(
+        f"--c1_batch {config.c1_batch}: c1 would write {plan['disk_bytes'] / 1e9:.3g} GB of mean gradients under "
+        f"{where}, which has {free / 1e9:.3g} GB free; {advice}, or --no_advisor"
+    )

@@ -117,7 +117,8 @@ class TracecovRun:
         if mismatch and rank == 0:
             print(f"warning: {mismatch}", file=sys.stderr)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        plan = check_memory(trainable, config, device, model.config, max(lengths))
+        values = [oracle_value(row) for row in rows]  # how many gradient rows a prompt likely gives
+        plan = check_memory(trainable, config, device, model.config, max(lengths), values)
         if rank == 0:
             print(plan.line(), file=sys.stderr)
         hook = advisor_hook() if config.with_advisor else None  # its modules load only when it is on

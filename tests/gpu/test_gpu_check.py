@@ -204,13 +204,14 @@ def test_tracecov_refuses_c1_that_the_disk_cannot_hold(tmp_path, monkeypatch):
 
     from grpo_mse.config.gradient_evaluation import TracecovConfig
     from grpo_mse.errors import UsageError
-    from grpo_mse.gradients import memory as tracecov
+    from grpo_mse.gradients import memory
+    from grpo_mse.runs import advisor_hook as tracecov
 
     params = [torch.empty(3 * 10**9, dtype=torch.bfloat16, device="meta")]  # 12 GB per mean gradient: all in files
     config = TracecovConfig(model="m", oracle_table="t", save_json=str(tmp_path / "new" / "run"), skip_plot=True)
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(tracecov.shutil, "disk_usage", lambda path: usage._replace(free=50 * 10**9))
-    monkeypatch.setattr(tracecov, "host_available", lambda: 10**12)
+    monkeypatch.setattr(memory, "host_available", lambda: 10**12)
     with pytest.raises(UsageError) as error:
         tracecov.check_c1_disk(params, config, 16)
     message = str(error.value)

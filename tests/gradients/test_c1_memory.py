@@ -48,7 +48,7 @@ def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
     assert plan["host_bytes"] <= 32 * GB
     assert plan["in_memory"] == statistics.C1_HOST_BYTES // plan["vector_bytes"] == 1
     assert plan["in_memory"] + plan["on_disk"] == batch and plan["disk_bytes"] == 15 * 4 * count
-    line = memory.c1_memory_line(
+    line = advisor_hook.c1_memory_line(
         params, tracecov_job.TracecovConfig(oracle_table="t.jsonl", save_json="out", skip_plot=True), "out/tracecov_x"
     )
     assert "\n" not in line and "c1 memory per rank:" in line and f"{plan['host_bytes'] / GB:.3g} GB host" in line
@@ -186,7 +186,7 @@ def test_run_batch_with_every_mean_gradient_on_disk_gives_the_same_c1_record(bui
 def test_c1_memory_line_is_sized_to_the_run_s_largest_batch():
     vectors = _vectors(1)[0]
     config = tracecov_job.TracecovConfig(oracle_table="t.jsonl", save_json="out", skip_plot=True)
-    default, two = (memory.c1_memory_line(vectors, config, "out/x", batch) for batch in (None, 2))
+    default, two = (advisor_hook.c1_memory_line(vectors, config, "out/x", batch) for batch in (None, 2))
     for line, batch in ((default, config.c1_batch), (two, 2)):
         plan = c1_memory(vectors, batch * config.c1_copies)
         assert f"{plan['host_bytes'] / GB:.3g} GB host ({plan['in_memory']} of" in line

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import estimate_and_peak
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from grpo_mse.gradients import memory
@@ -49,7 +49,8 @@ shapes = st.builds(
     rows_per_prompt=st.integers(2, 32).map(lambda n: 2 * n),
     activations=st.integers(0, 4 * GB),
     c1_vectors=st.integers(0, 48),
-    c1_reads=st.integers(1, 3),
+    c1_reads=st.integers(0, 3),
+    rows_likely=st.integers(0, 64),
     engine=st.sampled_from(["fast", "reference"]),
     large=st.booleans(),
 )
@@ -58,6 +59,7 @@ shapes = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(shapes, st.integers(0, GB), st.integers(0, 200 * GB))
 def test_speed_ups_never_make_a_run_not_fit(shape, held, available):
+    assume(shape.largest <= shape.row)
     plan = memory.plan_run(shape, held, available)
     least = min(shape.statistics(0), shape.statistics(shape.rows_per_prompt) if shape.large else shape.statistics(0))
     assert plan.essential == least
@@ -69,6 +71,52 @@ def test_speed_ups_never_make_a_run_not_fit(shape, held, available):
     if plan.fits():  # what the plan adds beyond the essentials stays within its share of the memory
         assert plan.statistics == least or plan.statistics <= memory.PLAN_MARGIN * available
         assert plan.needed - held <= max(memory.PLAN_MARGIN * available, least) + shape.vector
+    assert plan.needed <= plan.most  # the likely peak never above the most a prompt can need
+
+
+def test_likely_rows_match_an_enumeration_of_every_group_s_outcome():
+    """The fullest prompt's rows, computed by listing every way the groups' rewards can differ or not (each group of K
+    with 0/1 rewards of mean V: mixed with probability 1 - V^K - (1 - V)^K, then two rows, else one)."""
+    import itertools
+    import math
+
+    values, k_list, m = [0.0625, 0.3, 0.9], [4, 8], 2
+    pairs = [1 - v**k - (1 - v) ** k for v in values for k in k_list]
+    law = {}  # P(fullest prompt gives r rows)
+    for outcome in itertools.product([0, 1], repeat=m * len(pairs)):
+        chance = math.prod(pairs[j // m] if mixed else 1 - pairs[j // m] for j, mixed in enumerate(outcome))
+        fullest = max(m + sum(outcome[i * m : (i + 1) * m]) for i in range(len(pairs)))
+        law[fullest] = law.get(fullest, 0.0) + chance
+    for quantile in (0.05, 0.5, 0.9, 0.999):
+        cumulative, expected = 0.0, None
+        for rows in sorted(law):
+            cumulative += law[rows]
+            if cumulative >= quantile:
+                expected = rows
+                break
+        assert memory.likely_rows(values, k_list, m, quantile) == expected, quantile
+    assert memory.likely_rows([0.5] * 48, [4, 8, 16], 8) == 16  # the paper's shape at V = 1/2: every row
+    assert memory.likely_rows([0.0, 1.0], [4, 8], 4) == 4  # rewards all equal: one row a group
+
+
+def test_the_likely_peak_is_printed_beside_the_most_a_prompt_can_need():
+    shape = qwen_shape(m=2, rows_likely=3)
+    plan = memory.plan_run(shape, held=2 * GB, available=20 * GB)
+    assert plan.kept_rows == 4  # room is kept for a prompt's every row
+    assert plan.needed == plan.most - shape.row  # likely: one row fewer
+    assert f"at most {plan.most / 1e9:.3g} if every group's rewards differ" in plan.line()
+    full = memory.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB)
+    assert full.needed == full.most and "at most" not in full.line()
+
+
+def test_bf16_rows_form_c1_s_sum_in_a_new_float32_vector():
+    """fp32 rows: the one sum c1 reads is formed in the first row's memory; bf16 rows (half a statistics vector) need
+    a new float32 vector and one parameter's upcast beside the rows; without the advisor nothing is formed."""
+    fp32 = qwen_shape()
+    bf16 = qwen_shape(row=fp32.row // 2, largest=fp32.largest // 2)
+    assert fp32.formed() == 0 and qwen_shape(c1_reads=3).formed() == 3 * fp32.vector
+    assert bf16.formed() == fp32.vector + fp32.largest
+    assert qwen_shape(row=fp32.row // 2, c1_reads=0).formed() == 0
 
 
 def test_a_prompt_s_rows_are_kept_together_when_they_fit_and_fold_into_sums_when_not():

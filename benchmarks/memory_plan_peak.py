@@ -1,0 +1,89 @@
+"""The memory plan a tracecov run prints against the peak it measures, through the real command line.
+
+Each case (--dtypes x with and without the advisor) runs Gradient_evaluation/run_tracecov.py in a subprocess,
+--repeats times, and records the two numbers the run prints (`memory: about N GB needed ...; at most W` before any
+work, `memory: peak P GB` at its end), their ratio, and the subprocess's wall, user and system seconds.
+
+  python benchmarks/memory_plan_peak.py --model "$(python scripts/real_llm.py qwen)" \\
+      --oracle_table results/real_llm/qwen_coder_05b/zero_shot_mid.jsonl --T 2 --M 2 --K_list 4 8 \\
+      --out benchmarks/qwen_memory_plan_peak.json
+"""
+
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from grpo_mse import cli
+from grpo_mse.flags import Flags, option
+from grpo_mse.tables.outputs import write_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLAN = re.compile(r"memory: about ([\d.e+-]+) GB needed.*?(?:; at most ([\d.e+-]+) if)?")
+PEAK = re.compile(r"memory: peak ([\d.e+-]+) GB")
+
+
+@dataclass(kw_only=True)
+class MemoryPlanPeakConfig(Flags):
+    """The policy and table, the run's sizes, the cases, the repeats and the output."""
+
+    model: str = option(help="policy path (e.g. the real LLM: python scripts/real_llm.py qwen)")
+    oracle_table: str = option(help="oracle table (.jsonl) with V_oracle per prompt")
+    T: int = option(2, minimum=1, help="prompts")
+    M: int = option(2, minimum=2, help="groups per prompt")
+    K_list: list[int] = option([4, 8], minimum=2, help="group sizes")
+    dtypes: list[str] = option(["bf16", "fp32"], help="model dtypes to run (bf16, fp16, fp32)")
+    repeats: int = option(1, minimum=1, help="runs of each case")
+    threads: int = option(2, minimum=1, help="torch threads of each run")
+    out: str | None = option(None, help="write the report as JSON here")
+
+
+def one_run(args, dtype: str, advisor: bool, save_json: str) -> dict:
+    """One run_tracecov.py subprocess: its printed plan and peak (GB) and its seconds."""
+    argv = [sys.executable, os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py"), "--model", args.model]
+    argv += ["--oracle_table", args.oracle_table, "--device", "cpu", "--dtype", dtype, "--skip_plot"]
+    argv += ["--T", str(args.T), "--M", str(args.M), "--K_list", *map(str, args.K_list), "--save_json", save_json]
+    argv += [] if advisor else ["--no_advisor"]
+    threads = str(args.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"}
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise SystemExit(f"run_tracecov.py failed ({dtype}, advisor {advisor}): {result.stderr.strip()[-500:]}")
+    plan, peak = PLAN.search(result.stderr), PEAK.search(result.stderr)
+    printed, most = float(plan.group(1)), float(plan.group(2) or plan.group(1))
+    measured = float(peak.group(1))
+    return {
+        "printed_gb": printed,
+        "most_gb": most,
+        "peak_gb": measured,
+        "printed_over_peak": printed / measured,
+        "wall_s": wall,
+        "user_s": after.ru_utime - before.ru_utime,
+        "system_s": after.ru_stime - before.ru_stime,
+    }
+
+
+def main(argv=None) -> None:
+    args = MemoryPlanPeakConfig.from_argv(argv, description=__doc__)
+    cases = []
+    with tempfile.TemporaryDirectory() as work:
+        for dtype in args.dtypes:
+            for advisor in (True, False):
+                runs = [one_run(args, dtype, advisor, work) for _ in range(args.repeats)]
+                cases.append({"dtype": dtype, "advisor": advisor, "runs": runs})
+                ratios = ", ".join(f"{r['printed_gb']:.3g}/{r['peak_gb']:.3g} GB" for r in runs)
+                print(f"{dtype} advisor {'on ' if advisor else 'off'}: printed/peak {ratios}", flush=True)
+    settings = {k: getattr(args, k) for k in ("model", "oracle_table", "T", "M", "K_list", "threads")}
+    report = {"command": "run_tracecov.py --device cpu, as a subprocess", "settings": settings, "cases": cases}
+    if args.out:
+        write_json(args.out, report)
+
+
+if __name__ == "__main__":
+    cli.run(main)
