@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import UsageError
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
@@ -54,7 +55,8 @@ def one_run(args, dtype: str, advisor: bool, save_json: str) -> dict:
     result = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
-        raise SystemExit(f"run_tracecov.py failed ({dtype}, advisor {advisor}): {result.stderr.strip()[-500:]}")
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"run_tracecov.py failed ({dtype}, advisor {advisor}): {last}")
     plan, peak = PLAN.search(result.stderr), PEAK.search(result.stderr)
     printed, most = float(plan.group(1)), float(plan.group(2) or plan.group(1))
     measured = float(peak.group(1))
