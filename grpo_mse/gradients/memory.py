@@ -114,7 +114,6 @@ PLAN_MARGIN = 0.9  # share of the available memory the plan fills; the rest is l
 # Activations kept for one backward pass, per token: each decoder layer's saved tensors (about 16 hidden-sized and 3
 # MLP-sized vectors) and the vocabulary-sized logits, their log-softmax and its gradient
 HIDDEN_COPIES, MLP_COPIES, VOCAB_COPIES = 16, 3, 4
-ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"  # oneDNN's kernel cache size (entries), read from the environment
 REFUSAL_FLAGS = "--M, --K_list, --max_new_tokens, --estimators, --dtype bf16 or --no_advisor"
 
 
@@ -305,6 +304,17 @@ def return_freed_memory() -> bool:
     return trim is not None and bool(trim(0))
 
 
+def hold_to_plan(plan: MemoryPlan | None, device: str) -> bool:
+    """Between prompts on the CPU: when the process holds more than its plan's likely peak, hand the heap's freed
+    pages back (``return_freed_memory``; True when it did). Freed pages are kept for reuse (``reuse_freed_memory``),
+    but bf16 kernels' cached objects pin spots of the heap, so freed gradients fragment it and it grows past what is
+    live (Qwen file, bf16: 2.76 GB free in 6,606 chunks against 0.33 GB in use after 8 new sequence shapes). A run
+    within its plan pays nothing; one above it faults the pages it reuses in again."""
+    if plan is None or str(device) != "cpu" or process_resident() <= plan.needed:
+        return False
+    return return_freed_memory()
+
+
 def make_resident(tensors) -> None:
     """Read one element of every memory page of ``tensors`` (weights loaded from a memory-mapped file are not
     resident until first read), so that ``process_resident`` counts the model it holds."""
@@ -369,18 +379,6 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0, values=
         engine=config.engine,
         large=count >= PARTIAL_GRAM_MIN,
         rows_likely=likely_rows(values, config.K_list, config.M) if values else 0,
-    )
-
-
-def half_precision_cpu_note(device: str, dtype: str) -> str | None:
-    """One line for a bf16/fp16 run on the CPU, whose peak the plan does not bound: oneDNN's kernel cache keeps
-    buffers for each sequence shape it meets (Qwen file, bf16, T 6, M 2, K 4 8: 10.2 GB peak against 7.04 GB planned;
-    with the cache off 6.31 GB, at 1.4-2x the time). None elsewhere or with the cache already off."""
-    if str(device) != "cpu" or dtype not in ("bf16", "fp16") or os.environ.get(ONEDNN_CACHE) == "0":
-        return None
-    return (
-        f"note: {dtype} on the CPU: oneDNN's kernel cache grows with each new sequence length, beyond this plan "
-        f"(several GB on a long run); {ONEDNN_CACHE}=0 keeps to it at 1.4-2x the time, or use --dtype fp32"
     )
 
 

@@ -121,9 +121,6 @@ class TracecovRun:
         plan = check_memory(trainable, config, device, model.config, max(lengths), values)
         if rank == 0:
             print(plan.line(), file=sys.stderr)
-            note = memory.half_precision_cpu_note(device, config.dtype)
-            if note:
-                print(note, file=sys.stderr)
         hook = advisor_hook() if config.with_advisor else None  # its modules load only when it is on
         if hook is not None:
             hook.check(trainable, config, len(rows))
@@ -203,6 +200,7 @@ class TracecovRun:
                     if whole:
                         self.advisor.prompt_done(index, record, stats)
                     stats.release()  # its running sums' buffers go to the next prompt
+                    memory.hold_to_plan(self.memory_plan, str(self.sampler.model.device))
                 if on_prompt:
                     on_prompt()
             if whole:

@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from grpo_mse.gradients import memory
+
 SCRIPT = textwrap.dedent(
     """
     import ctypes, resource, sys
@@ -50,3 +52,43 @@ def test_a_freed_block_above_2_gib_is_reused_without_faulting_its_pages_again():
     assert second <= 0.01 * pages, (first, second)  # the second block takes the freed pages
     plain_first, plain_second = page_faults("plain")  # glibc's defaults: mmap'd, unmapped when freed
     assert plain_second >= 0.9 * pages, (plain_first, plain_second)
+
+
+HOLD = textwrap.dedent(
+    """
+    import ctypes, sys
+    from grpo_mse.gradients import memory
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    assert memory.reuse_freed_memory()
+    size = 400 * 2**20
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    keep = libc.malloc(4096)  # a live object above the freed block, as a cached kernel's is in a run's heap
+    libc.free(block)
+    held = memory.process_resident()
+    plan = memory.MemoryPlan(0, 0, int(sys.argv[1]), 0, 0, 0, 0)  # needed: what the argument says
+    released = memory.hold_to_plan(plan, "cpu")
+    print(int(released), held, memory.process_resident())
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_a_process_above_its_plan_hands_freed_pages_back_between_prompts():
+    """hold_to_plan: freed pages kept for reuse stay while the process is within its plan's likely peak, and go back
+    to the kernel when it is above it (glibc's malloc_trim releases free pages in the heap's middle too)."""
+    runs = {}
+    for needed in (10**12, 0):
+        result = subprocess.run([sys.executable, "-c", HOLD, str(needed)], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs[needed] = [int(word) for word in result.stdout.split()]
+    within, above = runs[10**12], runs[0]
+    assert within[0] == 0 and within[2] >= within[1] - 50 * 2**20  # nothing handed back within the plan
+    assert above[0] == 1 and above[2] <= above[1] - 300 * 2**20, above  # the freed 400 MiB went back
+    assert (
+        memory.hold_to_plan(None, "cpu") is False
+        and memory.hold_to_plan(memory.MemoryPlan(0, 0, 0, 0, 0, 0, 0), "cuda:0") is False
+    )

@@ -239,16 +239,3 @@ def test_the_peak_is_the_command_s_own_not_its_parent_s():
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert child.returncode == 0, child.stderr
     assert int(child.stdout) < 400 * 2**20 < len(parent)
-
-
-def test_a_half_precision_cpu_run_is_told_what_the_plan_leaves_out(monkeypatch):
-    """bf16/fp16 on the CPU: oneDNN's kernel cache grows beyond the plan; the note names the variable that turns it
-    off and --dtype fp32; nothing for fp32, a GPU, or with the cache already off."""
-    monkeypatch.delenv(memory.ONEDNN_CACHE, raising=False)
-    note = memory.half_precision_cpu_note("cpu", "bf16")
-    assert note is not None and "\n" not in note and f"{memory.ONEDNN_CACHE}=0" in note and "--dtype fp32" in note
-    assert memory.half_precision_cpu_note("cpu", "fp16") is not None
-    assert memory.half_precision_cpu_note("cpu", "fp32") is None
-    assert memory.half_precision_cpu_note("cuda:0", "bf16") is None
-    monkeypatch.setenv(memory.ONEDNN_CACHE, "0")
-    assert memory.half_precision_cpu_note("cpu", "bf16") is None
