@@ -3,8 +3,9 @@
 With P trainable coordinates, b bytes per model element and 4 (8 for a float64 model) per statistics element:
 model P b; reference engine 2 L P 4 (Welford mean and M2 per label) + P b (one gradient) + 4 x the largest
 tensor in fp32 (Welford's temporaries); fast engine L P 4 (one running sum per label) + R P b (R gradient rows
-per pass) + its float64 blocks. L = labels (estimators and their helpers), R = 2 x groups per pass.
-Activations are not counted (small next to these at model sizes with short continuations).
+per pass) + its float64 blocks. L = labels (estimators and their helpers), R = 2 x groups per pass. A tracecov
+run's plan (``plan_run``) adds a pass's activations, the rows a prompt likely gives (``likely_rows``) and c1's mean
+gradients, and the run holds itself to it between prompts (``hold_to_plan``).
 Importing this module is cheap (torch is used only through the tensors handed in).
 """
 
