@@ -24,7 +24,11 @@ from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLAN = re.compile(r"memory: about ([\d.e+-]+) GB needed.*?(?:; at most ([\d.e+-]+) if)?")
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # its sibling's run_tracecov.py flags and thread settings
+from tracecov_parts import thread_env, tracecov_argv  # noqa: E402
+
+PLAN = re.compile(r"memory: about ([\d.e+-]+) GB needed[^\n]*")
+MOST = re.compile(r"; at most ([\d.e+-]+) if")
 PEAK = re.compile(r"memory: peak ([\d.e+-]+) GB")
 
 
@@ -43,23 +47,25 @@ class MemoryPlanPeakConfig(Flags):
     out: str | None = option(None, help="write the report as JSON here")
 
 
+def plan_and_peak(stderr: str) -> tuple[float, float, float]:
+    """(printed N, the most W, the measured peak) in GB from a run's two memory lines; W is N when not printed."""
+    plan, peak = PLAN.search(stderr), PEAK.search(stderr)
+    most = MOST.search(plan.group(0))
+    return float(plan.group(1)), float(most.group(1)) if most else float(plan.group(1)), float(peak.group(1))
+
+
 def one_run(args, dtype: str, advisor: bool, save_json: str) -> dict:
     """One run_tracecov.py subprocess: its printed plan and peak (GB) and its seconds."""
-    argv = [sys.executable, os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py"), "--model", args.model]
-    argv += ["--oracle_table", args.oracle_table, "--device", "cpu", "--dtype", dtype, "--skip_plot"]
-    argv += ["--T", str(args.T), "--M", str(args.M), "--K_list", *map(str, args.K_list), "--save_json", save_json]
-    argv += [] if advisor else ["--no_advisor"]
-    threads = str(args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"}
+    argv = [sys.executable, os.path.join(ROOT, "Gradient_evaluation", "run_tracecov.py")]
+    argv += tracecov_argv(args, save_json, dtype) + ([] if advisor else ["--no_advisor"])
     before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    env = {**os.environ, **thread_env(args.threads)}
     result = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise UsageError(f"run_tracecov.py failed ({dtype}, advisor {advisor}): {last}")
-    plan, peak = PLAN.search(result.stderr), PEAK.search(result.stderr)
-    printed, most = float(plan.group(1)), float(plan.group(2) or plan.group(1))
-    measured = float(peak.group(1))
+    printed, most, measured = plan_and_peak(result.stderr)
     return {
         "printed_gb": printed,
         "most_gb": most,

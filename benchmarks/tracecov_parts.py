@@ -112,9 +112,11 @@ def cli_script(tree: str):
     return module
 
 
-def tracecov_argv(args, save_json: str) -> list[str]:
+def tracecov_argv(args, save_json: str, dtype: str | None = None) -> list[str]:
+    """run_tracecov.py's flags for ``args``' model, table and shape, in ``dtype`` (default ``args.dtype``)."""
     return [
-        *("--model", args.model, "--oracle_table", args.oracle_table, "--device", "cpu", "--dtype", args.dtype),
+        *("--model", args.model, "--oracle_table", args.oracle_table, "--device", "cpu"),
+        *("--dtype", dtype or args.dtype),
         *("--T", str(args.T), "--M", str(args.M), "--K_list", *map(str, args.K_list)),
         *("--save_json", save_json, "--skip_plot"),
     ]
