@@ -22,10 +22,9 @@ from grpo_mse import cli
 from grpo_mse.errors import UsageError
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
+from studies.benchmarks.tracecov_flags import thread_env, tracecov_argv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # its sibling's run_tracecov.py flags and thread settings
-from tracecov_parts import thread_env, tracecov_argv  # noqa: E402
 
 PLAN = re.compile(r"memory: about ([\d.e+-]+) GB needed[^\n]*")
 MOST = re.compile(r"; at most ([\d.e+-]+) if")

@@ -32,10 +32,6 @@ from grpo_mse.tables.outputs import write_json
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def thread_env(threads: int) -> dict:
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
-
-
 PARTS = ("sampling", "forward", "backward", "statistics")
 INNER = "TRACECOV_PARTS_INNER"  # {"out", "argv"}: the subprocess times one run_tracecov main(argv)
 
@@ -112,17 +108,11 @@ def cli_script(tree: str):
     return module
 
 
-def tracecov_argv(args, save_json: str, dtype: str | None = None) -> list[str]:
-    """run_tracecov.py's flags for ``args``' model, table and shape, in ``dtype`` (default ``args.dtype``)."""
-    return [
-        *("--model", args.model, "--oracle_table", args.oracle_table, "--device", "cpu"),
-        *("--dtype", dtype or args.dtype),
-        *("--T", str(args.T), "--M", str(args.M), "--K_list", *map(str, args.K_list)),
-        *("--save_json", save_json, "--skip_plot"),
-    ]
-
-
 def run_tree(tree: str, args, work: str) -> dict:
+    # Imported here, in the outer process only: the timed subprocess puts an earlier tree (--base) first on its path,
+    # whose studies/ may not have this module.
+    from studies.benchmarks.tracecov_flags import thread_env, tracecov_argv
+
     out = os.path.join(work, "parts.json")
     save = tempfile.mkdtemp(dir=work)
     command = [sys.executable, os.path.abspath(__file__)]
