@@ -274,7 +274,8 @@ def has_ratio(result: dict) -> bool:
 
 def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
     """One MSE panel per run and a final ratio panel; PNG and PDF."""
-    from grpo_mse.figures.tracecov import draw_mse_panel, draw_ratio_panel, plt, save
+    from grpo_mse.figures.comparisons import draw_ratio_panel
+    from grpo_mse.figures.tracecov import draw_mse_panel, plt, save
 
     ratio = any(has_ratio(result) for _, result in runs)  # no GRPO/oracle pair: no (empty) ratio panel
     panels = len(runs) + ratio
@@ -317,7 +318,10 @@ def check_advisor(result: dict, path: str) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from grpo_mse.figures.tracecov import plot_advisor, theory_overlay  # matplotlib loads after the flags are checked
+    from grpo_mse.figures.comparisons import (  # matplotlib loads after the flags are checked
+        plot_advisor,
+        theory_overlay,
+    )
 
     runs, results, warnings = [], [load_result(path) for path in args.tracecov], []
     for index in drop_repeated_runs(args.tracecov, results):

@@ -1,19 +1,15 @@
-"""Answer-checking rules of training and gradient evaluation: arithmetic (last number), GSM8K ("####"), MATH (boxed).
+"""Answer-checking rules of training and gradient evaluation, and their registry.
 
 Each rule is one ``RewardRule`` object (its parsing and comparison, and its check of a row's ground truth), named in
-the registry ``RULES``. ``score(data_source, solution, ground_truth)`` picks the rule from the data source and
-returns 1.0 or 0.0; anything that cannot be parsed scores 0.0. Arithmetic and GSM8K answers are checked
-in process (regular expressions and exact fractions). MATH answers are compared with math-verify
-when it is installed (exact normalised string match otherwise), in a worker process with a
-limit on its own compute (grpo_mse.rewards.worker_pool): sympy can hold the GIL for ever on an answer
-such as ``9^{9^{9^{9}}}``, which no thread-side timeout interrupts. An answer that overruns
-``GRPO_REWARD_TIMEOUT`` seconds of CPU (default 5) scores 0.0; waiting for a worker never does.
+the registry ``RULES``: the arithmetic rule (last number) and the stricter final-answer rule live here; GSM8K's
+("####", ``rewards/gsm8k.py``) and MATH's (boxed, math-verify, ``rewards/boxed_math.py``) are modules of their own,
+registered as any new rule is and imported at the first row they may judge. ``score(data_source, solution,
+ground_truth)`` picks the rule from the data source and returns 1.0 or 0.0; anything that cannot be parsed scores 0.0.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,13 +106,7 @@ def final_answer_reward(text: str, gold) -> float:
     return float(predicted is not None and target is not None and predicted == target)
 
 
-GSM8K_ANSWER = re.compile(r"####\s*\$?\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
-BOXED_COMMANDS = ("\\boxed", "\\fbox")
-MAX_ANSWER_CHARS = 1000  # longer boxed answers score 0 without being parsed
-MATH_VERIFY_TIMEOUT = 5.0  # seconds per MATH answer (GRPO_REWARD_TIMEOUT overrides)
-
-
-def _number(text: str) -> Fraction | None:
+def exact_number(text: str) -> Fraction | None:
     """``text`` as an exact number (commas, a leading ``$`` and a trailing ``.`` allowed), or None."""
     cleaned = ascii_minus(text).strip().replace(",", "").lstrip("$").rstrip(".").strip()
     if len(cleaned) > MAX_NUMBER_CHARS:
@@ -125,105 +115,6 @@ def _number(text: str) -> Fraction | None:
         return Fraction(cleaned)
     except (ValueError, ZeroDivisionError):
         return None
-
-
-def extract_gsm8k(text: str) -> str | None:
-    """The number after the last ``####`` in ``text`` (commas removed), or None."""
-    matches = GSM8K_ANSWER.findall(ascii_minus(text))
-    return matches[-1].replace(",", "") if matches else None
-
-
-def gsm8k_reward(solution: str, gold) -> float:
-    """1.0 if the number after the last ``####`` equals ``gold`` (numerically), else 0.0."""
-    predicted = extract_gsm8k(solution)
-    gold_text = extract_gsm8k(str(gold)) or str(gold)
-    if predicted is None:
-        return 0.0
-    a, b = _number(predicted), _number(gold_text)
-    return float(a is not None and b is not None and a == b)
-
-
-def _braced(text: str, start: int) -> str | None:
-    """Content of the brace group opening at ``text[start] == '{'``, or None if unbalanced."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-    return None
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed x``) in ``text``."""
-    text = text or ""
-    best = max(((text.rfind(cmd), cmd) for cmd in BOXED_COMMANDS), default=(-1, ""))
-    pos, cmd = best
-    if pos < 0:
-        return None
-    rest = pos + len(cmd)
-    if text[rest : rest + 1] == "{":
-        content = _braced(text, rest)
-    elif text[rest : rest + 1] == " ":
-        content = re.split(r"[\s$]", text[rest + 1 :].lstrip(), maxsplit=1)[0]
-    else:
-        content = None
-    return content.strip() if content else None
-
-
-def normalise_latex(answer: str) -> str:
-    """Light normalisation used when math-verify is unavailable."""
-    text = str(answer).strip().strip("$").replace(" ", "")
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\!", "")):
-        text = text.replace(old, new)
-    text = re.sub(r"\\text\{(.*?)\}", r"\1", text)
-    return text.rstrip(".")
-
-
-def math_verify_equal(predicted: str, gold: str) -> bool:
-    """math-verify equivalence of two LaTeX answers, in this process (main thread: math-verify's own timeouts)."""
-    try:
-        from math_verify import parse, verify
-    except ImportError:
-        return normalise_latex(predicted) == normalise_latex(gold)
-    try:
-        gold_parsed = parse(f"\\boxed{{{gold}}}")
-        pred_parsed = parse(f"\\boxed{{{predicted}}}")
-        if not gold_parsed or not pred_parsed:
-            return normalise_latex(predicted) == normalise_latex(gold)
-        return bool(verify(gold_parsed, pred_parsed))
-    except Exception:  # math-verify and sympy may raise almost anything on odd inputs
-        return False
-
-
-def reward_timeout() -> float:
-    """Seconds allowed per MATH answer: ``GRPO_REWARD_TIMEOUT`` if set to a positive number, else the default."""
-    try:
-        value = float(os.environ.get("GRPO_REWARD_TIMEOUT", MATH_VERIFY_TIMEOUT))
-    except ValueError:
-        return MATH_VERIFY_TIMEOUT
-    return value if value > 0 else MATH_VERIFY_TIMEOUT
-
-
-def math_equal(predicted: str, gold: str, timeout: float | None = None) -> bool:
-    """math-verify equivalence in a worker process; False after ``timeout`` seconds. Any thread, never raises."""
-    if normalise_latex(predicted) == normalise_latex(gold):
-        return True
-    from grpo_mse.rewards.worker_pool import shared_pool  # the worker processes only for a MATH answer
-
-    limit = reward_timeout() if timeout is None else timeout
-    return bool(shared_pool(("math_verify", __name__)).call(math_verify_equal, (predicted, gold), limit, default=False))
-
-
-def math_reward(solution: str, gold) -> float:
-    """1.0 if the last boxed answer of ``solution`` is equivalent to ``gold``, else 0.0."""
-    predicted = last_boxed(solution)
-    gold_text = last_boxed(str(gold)) or str(gold).strip()
-    if not predicted or not gold_text or len(predicted) > MAX_ANSWER_CHARS:
-        return 0.0
-    return float(math_equal(predicted, gold_text))
 
 
 @dataclass(frozen=True)
@@ -254,18 +145,6 @@ ARITHMETIC_RULE = RewardRule(
     claims=lambda source: source.startswith("arithmetic"),
     gold_problem=gold_problem,
 )
-GSM8K_RULE = RewardRule(
-    "gsm8k",
-    gsm8k_reward,
-    lambda gold: f"#### {extract_gsm8k(str(gold)) or str(gold).strip()}",
-    claims=lambda source: "gsm8k" in source,
-)
-MATH_RULE = RewardRule(
-    "math",
-    math_reward,
-    lambda gold: f"\\boxed{{{last_boxed(str(gold)) or str(gold).strip()}}}",
-    claims=lambda source: "math" in source,
-)
 # --answer_rule final_answer's rule: in place of the rows' rules, on rows of the arithmetic rule (check_answer_rule)
 FINAL_ANSWER_RULE = RewardRule("final_answer", final_answer_reward, integer_answer, gold_problem=gold_problem)
 
@@ -273,7 +152,11 @@ FINAL_ANSWER_RULE = RewardRule("final_answer", final_answer_reward, integer_answ
 # arithmetic rule when its ground truth is a number, else the math rule. A new rule is one module holding its
 # RewardRule plus one entry here, "module:attribute" (imported at the first lookup); it judges the data sources no
 # rule before it claims, so the rows of the rules above are scored as before.
-RULES: dict[str, RewardRule | str] = {"arithmetic": ARITHMETIC_RULE, "gsm8k": GSM8K_RULE, "math": MATH_RULE}
+RULES: dict[str, RewardRule | str] = {
+    "arithmetic": ARITHMETIC_RULE,
+    "gsm8k": "grpo_mse.rewards.gsm8k:RULE",
+    "math": "grpo_mse.rewards.boxed_math:RULE",
+}
 
 
 def reward_rule(name: str) -> RewardRule:
@@ -292,7 +175,7 @@ def rule_for(data_source: str, ground_truth=None) -> str:
     for name in RULES:
         if reward_rule(name).claims(source):
             return name
-    return "arithmetic" if _number(str(ground_truth)) is not None else "math"
+    return "arithmetic" if exact_number(str(ground_truth)) is not None else "math"
 
 
 def score(data_source: str, solution: str, ground_truth) -> float:

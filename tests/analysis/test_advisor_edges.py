@@ -128,16 +128,16 @@ def test_vanilla_reports_trace_and_mse_under_model_score_at_top_p_below_one(runs
 
 
 def test_make_figures_reads_the_runs_budget_and_says_when_overridden(runs, monkeypatch):
-    from grpo_mse.figures import tracecov
+    from grpo_mse.figures import comparisons
 
     titles = []
-    original = tracecov.save
+    original = comparisons.save
 
     def capture(fig, stem, formats=("png",)):
         titles.append(fig.axes[0].get_title())
         return original(fig, stem, formats)
 
-    monkeypatch.setattr(tracecov, "save", capture)
+    monkeypatch.setattr(comparisons, "save", capture)
     out = runs["folder"] / "figs"
     make_figures.main(["--advisor", runs["same"][1], "--out_dir", str(out)])
     make_figures.main(["--advisor", runs["same"][1], "--budget", "256", "--out_dir", str(out)])

@@ -130,7 +130,7 @@ def test_figures_draw_unidentified_constants_without_a_k(advice, tmp_path):
     kv_figures.plot_setting(summary.to_json(), str(tmp_path / "one.png"), run_means(frame(), METRIC))
     kv_figures.plot_settings([summary.to_json(), summary.to_json()], str(tmp_path / "all.png"))
     result = {"group_size_advisor": advice}
-    from grpo_mse.figures.tracecov import plot_advisor
+    from grpo_mse.figures.comparisons import plot_advisor
 
     drawable = all(isinstance(advice["pooled"][c], (int, float)) for c in ("c1", "c2", "c3"))
     if drawable:  # make_figures refuses non-numbers with one line (test_cli_errors); numbers are drawn

@@ -102,7 +102,7 @@ def test_make_figures_draws_a_one_prompt_run_and_no_empty_ratio_panel(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps(result))
     code, stderr = boundary(FIGURES.main, ["--tracecov", str(tmp_path / "one.json"), "--out_dir", str(tmp_path / "a")])
     assert code == 0 and (tmp_path / "a" / "figure4.png").stat().st_size > 0, stderr
-    from grpo_mse.figures import tracecov as figures
+    from grpo_mse.figures import comparisons as figures
 
     with mock.patch.object(figures, "draw_ratio_panel") as ratio:
         code, stderr = boundary(

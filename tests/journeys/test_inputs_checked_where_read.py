@@ -169,7 +169,7 @@ def test_figure4_refuses_a_negative_half_width_and_clips_the_ratio_band(tmp_path
     -10,000 to 55,000 set the axis."""
     import json
 
-    from grpo_mse.figures.tracecov import ratio_band
+    from grpo_mse.figures.comparisons import ratio_band
 
     figures = make_figures_command
     run = {"K_list": [2, 4], "conditional_on_x": {"grpo": [1.0, 0.5], "oracleV": [0.9, 0.5]}, "config": {}}
@@ -187,7 +187,7 @@ def test_figure4_draws_an_unbounded_ratio_interval_to_the_top_of_the_axis(tmp_pa
     make_figures.py failed on it with a TypeError. The band now reaches the top of the axis, the figure is written."""
     import json
 
-    from grpo_mse.figures.tracecov import ratio_band
+    from grpo_mse.figures.comparisons import ratio_band
 
     open_ended = {"estimate": 1.39, "ci95": [1.25, None]}
     bounded = {"estimate": 0.16, "ci95": [None, 0.34]}

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_mse.rewards.rules import extract_gsm8k, last_boxed, rule_for, score
+from grpo_mse.rewards.boxed_math import last_boxed
+from grpo_mse.rewards.gsm8k import extract_gsm8k
+from grpo_mse.rewards.rules import rule_for, score
 
 REWARD_PATH = Path(__file__).resolve().parents[2] / "Policy_Optimization" / "reward.py"
 

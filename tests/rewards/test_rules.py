@@ -32,7 +32,8 @@ def test_gold_given_as_string_or_float():
 def test_answer_conventions_of_issue_25_case_7():
     """Unicode minus, thousands separators and integral decimals, as GSM8K's reference answers and math-verify
     read them (docs/training.md, "Answer conventions"); each case scored 0 or the wrong sign before."""
-    from grpo_mse.rewards.rules import gsm8k_reward, last_number, score
+    from grpo_mse.rewards.gsm8k import gsm8k_reward
+    from grpo_mse.rewards.rules import last_number, score
 
     assert last_integer("the answer is \u22127") == -7  # was 7: a correct "−7" scored 0, a wrong "7" scored 1
     assert last_integer_reward("\u22127", -7) == 1.0 and last_integer_reward("\u22127", 7) == 0.0

@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import load_script
 
-from grpo_mse.rewards.rules import math_verify_equal
+from grpo_mse.rewards.boxed_math import math_verify_equal
 from grpo_mse.rewards.worker_pool import WorkerPool
 
 ADVERSARIAL = [

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from grpo_mse.rewards.rules import math_verify_equal
+from grpo_mse.rewards.boxed_math import math_verify_equal
 from grpo_mse.rewards.worker_pool import WorkerPool, cpu_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -11,7 +11,8 @@ from conftest import BUILTIN_POLICY, ROOT
 
 from grpo_mse import cli
 from grpo_mse.commands import make_figures as make_figures_command
-from grpo_mse.figures.tracecov import draw_mse_panel, plt, theory_overlay
+from grpo_mse.figures.comparisons import theory_overlay
+from grpo_mse.figures.tracecov import draw_mse_panel, plt
 from grpo_mse.gradients.estimators import ALL, UNBIASED
 from grpo_mse.tables.inputs import load_rows
 from studies.exact import estimator_table as table
