@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,7 +27,6 @@ from grpo_mse.analysis.error_model import (
     recommendation,
     relative_errors,
 )
-from grpo_mse.analysis.measured_curve import MeasuredCurve, measured_curve
 from grpo_mse.analysis.prompt_constants import (
     batch_c1,
     per_prompt_constants,
@@ -36,6 +36,9 @@ from grpo_mse.analysis.prompt_constants import (
 )
 from grpo_mse.gradients.estimators import GRPO_STD
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord, SavedRecord
+
+if TYPE_CHECKING:  # std-GRPO's measured curve: imported only for advice on grpo_std (below)
+    from grpo_mse.analysis.measured_curve import MeasuredCurve
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,11 +76,15 @@ class GroupSizeAdvice(SavedRecord):
     def from_json(cls, data: dict, where: str | None = None) -> GroupSizeAdvice:
         """The advice of a saved ``group_size_advisor`` object (any of the shapes above)."""
         advice = super().from_json(data, where)
-        return replace(
+        advice = replace(
             advice,
             recommendation=None if advice.recommendation is None else Recommendation.from_json(advice.recommendation),
-            measured_curve=None if advice.measured_curve is None else MeasuredCurve.from_json(advice.measured_curve),
         )
+        if advice.measured_curve is None:
+            return advice
+        from grpo_mse.analysis.measured_curve import MeasuredCurve
+
+        return replace(advice, measured_curve=MeasuredCurve.from_json(advice.measured_curve))
 
 
 def k_star_summary(
@@ -292,7 +299,11 @@ def run_advice(
     advice = advise(
         records_by_k, batches_by_k, budget=budget, allowed=allowed, weights=weights, calibration=calibration
     )
-    curve = measured_curve(records_by_k, batches_by_k, budget, allowed, weights) if estimator == GRPO_STD else None
+    if estimator != GRPO_STD:
+        return replace(advice, estimator=estimator)
+    from grpo_mse.analysis.measured_curve import measured_curve  # std-GRPO's special case, imported only for it
+
+    curve = measured_curve(records_by_k, batches_by_k, budget, allowed, weights)
     return replace(advice, estimator=estimator, measured_curve=curve)
 
 

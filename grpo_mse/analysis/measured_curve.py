@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_mse.analysis import bootstrap, error_model, prompt_constants
+from grpo_mse.analysis.prompt_constants import BIAS_GRAM
 from grpo_mse.gradients.estimators import GRPO_STD
 from grpo_mse.tables.records import C1BatchRecord, SavedRecord
 
@@ -58,9 +59,6 @@ class MeasuredCurve(SavedRecord):
         if not self.K:
             return {"estimator": self.estimator, "K": self.K, "message": self.message}
         return error_model.json_value({name: getattr(self, name) for name in self.__dataclass_fields__})
-
-
-BIAS_GRAM = "grpo_std-bias"  # estimator_grams key of d_hat = x_std - x_oracle / sqrt(V (1 - V)) per prompt
 
 
 def grams_of(batches: list[C1BatchRecord], name: str) -> list[C1BatchRecord]:

@@ -14,6 +14,10 @@ import numpy as np
 from grpo_mse.gradients.estimators import GRPO, ORACLE
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
+# estimator_grams key of d_hat = x_std - x_oracle / sqrt(V (1 - V)) per prompt: the Gram matrix of std-GRPO's
+# difference from its own target, which the advisor's hook keeps for grpo_std advice (analysis/measured_curve.py)
+BIAS_GRAM = "grpo_std-bias"
+
 
 def per_prompt_constants(record: PromptRecord) -> tuple[float, float]:
     """(c2_x, c3_x) = (K tr_oracle, K (K-1) (tr_grpo - tr_oracle)), tr_oracle less the oracle-noise bias
