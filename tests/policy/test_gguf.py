@@ -90,6 +90,24 @@ def test_converted_once_then_read_from_the_cache(gguf_files, gguf_cache, capsys)
     assert [n for n in os.listdir(gguf_cache) if n.startswith(".tmp")] == []  # no staging folder left
 
 
+def test_a_cached_file_is_loaded_without_parsing_its_metadata_and_a_cut_copy_is_still_refused(
+    gguf_files, gguf_cache, tmp_path, monkeypatch
+):
+    """Reading a GGUF file's metadata builds its whole vocabulary (5-9 s on Qwen2.5's 150k tokens), so it is read
+    only for a conversion; a cut file has another sha256, names no conversion and is refused by its metadata."""
+    qwen, _, _ = gguf_files
+    folder = model_folder(qwen)
+    reads = []
+    monkeypatch.setattr(gguf_convert, "read_gguf_info", lambda path: reads.append(path) or read_gguf_info(path))
+    assert model_folder(qwen) == folder and reads == []
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(open(qwen, "rb").read()[:4096])
+    before = sorted(os.listdir(gguf_cache))
+    with pytest.raises(ModelError):
+        model_folder(str(cut))
+    assert reads == [str(cut)] and sorted(os.listdir(gguf_cache)) == before
+
+
 def test_an_interrupted_conversion_is_redone(gguf_files, gguf_cache):
     qwen, _, _ = gguf_files
     folder = model_folder(qwen)
