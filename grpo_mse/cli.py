@@ -15,6 +15,9 @@ from grpo_mse.errors import InputError, UsageError, describe, require  # noqa: F
 from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder
 
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+# difflib's similarity a flag needs to be suggested: --oracle_v_file -> --oracle_table (0.76), not --out_dir ->
+# --no_advisor (0.67)
+SUGGESTION_CUTOFF = 0.75
 
 
 BadValue = argparse.ArgumentTypeError  # raised by a flag's ``type`` converter: its message ends up on the error line
@@ -41,9 +44,44 @@ class ArgumentParser(argparse.ArgumentParser):
             action.help = "default: %(default)s"  # flags without help text still show their default
         return action
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = arguments(args)  # kept for ``error``: a mistyped flag is named before the flags it hides
+        return super().parse_known_args(self._argv, namespace)
+
     def error(self, message: str):
+        # argparse names missing required flags before unknown ones, so `--oracle_v_file x` was reported as a
+        # missing --oracle_table; name the unknown flag first, with the closest real one
+        unknown = self.unknown_flags(getattr(self, "_argv", []))
+        if unknown and message.startswith("the following arguments are required"):
+            message = f"unrecognized arguments: {' '.join(unknown)}"
+        if unknown and message.startswith("unrecognized arguments"):
+            message += "".join(self.closest_hint(flag) for flag in unknown)
         print(f"error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
+
+    def unknown_flags(self, argv: list[str]) -> list[str]:
+        """The ``--flag`` tokens of ``argv`` this parser does not know, not even as an abbreviation (none for a
+        parser with subcommands: its flags depend on the subcommand)."""
+        if self._subparsers is not None:
+            return []
+        known, unknown = self._option_string_actions, []
+        for token in argv:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if not name.startswith("--") or " " in token or name in known:
+                continue  # a value (a space in it: a quoted flag list), a short flag or a known flag
+            if not (self.allow_abbrev and any(option.startswith(name) for option in known)):
+                unknown.append(name)
+        return unknown
+
+    def closest_hint(self, flag: str) -> str:
+        """`` (did you mean --x?)`` for the closest known flag, ignoring case and '-' for '_'; empty when none is
+        close."""
+        options = [option for option in self._option_string_actions if option.startswith("--")]
+        same = [option for option in options if option.lower().replace("-", "_") == flag.lower().replace("-", "_")]
+        close = same or difflib.get_close_matches(flag, options, n=1, cutoff=SUGGESTION_CUTOFF)
+        return f" (did you mean {close[0]}?)" if close else ""
 
 
 def arguments(argv: list[str] | None = None) -> list[str]:

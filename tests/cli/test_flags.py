@@ -110,6 +110,11 @@ def test_fields_become_typed_flags():
         (["--name", "x", "--rate", "nan"], "argument --rate: must be > 0 and <= 1 (got nan)"),
         (["--name", "x", "--sizes", "2", "1"], "argument --sizes: must be >= 2 (got 1)"),
         (["--name", "x", "--mode", "c"], "argument --mode: invalid choice: 'c'"),
+        # a mistyped flag is named before the required flag it hides, with the closest real one
+        (["--nmae", "x"], "unrecognized arguments: --nmae (did you mean --name?)"),
+        (["--name", "x", "--Sizes", "2"], "unrecognized arguments: --Sizes 2 (did you mean --sizes?)"),
+        (["--name", "x", "--cuont=2"], "unrecognized arguments: --cuont=2 (did you mean --count?)"),
+        (["--name", "x", "--out_dir", "y"], "unrecognized arguments: --out_dir y (see --help)"),  # none close
     ],
 )
 def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
