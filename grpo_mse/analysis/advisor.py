@@ -1,7 +1,7 @@
 """Group-size advisor: c1, c2, c3, K* (exact and the paper's) and the best allowed K of a run, with one joint prompt
-bootstrap (``bootstrap``) for every constant, K* and best K. The error model is ``error_model``'s, the per-prompt
-columns and the c1 estimator ``prompt_constants``', the intervals' widening and simulated coverage
-``coverage_calibration``'s; its printout (``describe``, from saved advice) follows ``advise``.
+bootstrap (``bootstrap``) for every constant, K* and best K. The error model, the per-prompt columns and the c1
+estimator are ``error_model``'s, the intervals' widening and simulated coverage
+``bootstrap``'s; its printout (``describe``, from saved advice) follows ``advise``.
 """
 
 from __future__ import annotations
@@ -13,23 +13,29 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from grpo_mse.analysis import bootstrap
-from grpo_mse.analysis.bootstrap import column, number, prompt_columns, rounded
-from grpo_mse.analysis.coverage_calibration import CALIBRATED, Calibration, interval_widening, simulated_coverage
+from grpo_mse.analysis.bootstrap import (
+    CALIBRATED,
+    Calibration,
+    column,
+    interval_widening,
+    number,
+    prompt_columns,
+    rounded,
+    simulated_coverage,
+)
 from grpo_mse.analysis.error_model import (
     Recommendation,
     advice_status,
     allowed_group_sizes,
+    batch_c1,
     best_allowed_k,
     interval_of,
     json_value,
     k_star,
     paper_k_star,
+    per_prompt_constants,
     recommendation,
     relative_errors,
-)
-from grpo_mse.analysis.prompt_constants import (
-    batch_c1,
-    per_prompt_constants,
     slope,
     tail_index,
     tail_share,
@@ -60,7 +66,7 @@ class GroupSizeAdvice(SavedRecord):
     interval_level: float | None = None  # the level of the studentized intervals when not 0.95 (coverage studies)
     interval_widening: dict[str, list[float]] | None = None  # per calibrated value: [d_lo, d_hi] standard errors
     studentized: dict[str, dict | None] | None = None  # per calibrated value: its unwidened studentized pieces
-    simulated_coverage: dict | None = None  # coverage_calibration.simulated_coverage at this run's T and tail
+    simulated_coverage: dict | None = None  # bootstrap.simulated_coverage at this run's T and tail
     c3_slope_per_K: dict | None  # summary of the slope of c3 in K (null with one K)
     budget: int  # N, sequences per step
     allowed_K: list[int]  # the K considered (dividing the budget)
@@ -145,7 +151,7 @@ def advise(
     recorded as ``interval_level``; the keys keep their names). The studentized intervals of c1, c2, c3 and K* have
     each end moved out by ``widen`` standard errors ({name: (d_lo, d_hi)}; None: the calibrated
     ``interval_widening``, {}: none), recorded as ``interval_widening``; their unwidened ``studentized`` pieces are
-    kept. ``calibration``: the coverage calibration table the caller read (``coverage_calibration.read_calibration``),
+    kept. ``calibration``: the coverage calibration table the caller read (``bootstrap.read_calibration``),
     for the widening and the simulated coverage; advise reads no file."""
     ks = sorted(k for k in records_by_k if records_by_k[k])
     prompts, position = prompt_columns({k: records_by_k[k] for k in ks})

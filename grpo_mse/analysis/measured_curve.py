@@ -7,7 +7,7 @@ the std-normalised estimate of one group. Against std-GRPO's own target T = E_X 
     E||g_hat - T||^2 = (K/N) (E_X tr Cov(X | x) + Var_X m(X)) + ||E_X d(X)||^2,   m = E[X | x], d = m - t,
 
 the variance of a mean of B independent prompts' estimates plus the squared bias, which no budget averages away.
-Per K: E_X tr Cov from the records; Var_X m = c1 of std-GRPO's per-prompt mean gradients (``prompt_constants.batch_c1``
+Per K: E_X tr Cov from the records; Var_X m = c1 of std-GRPO's per-prompt mean gradients (``error_model.batch_c1``
 on their Gram matrix, as c1 from the oracle's); ||E_X d||^2 the mean over within-batch pairs i != j of
 <d_hat_i, d_hat_j> (unbiased: different prompts' estimates are independent). The best K is the argmin over the
 measured K that divide N, with joint-bootstrap intervals for each K's error relative to the best one's.
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grpo_mse.analysis import bootstrap, error_model, prompt_constants
-from grpo_mse.analysis.prompt_constants import BIAS_GRAM
+from grpo_mse.analysis import bootstrap, error_model
+from grpo_mse.analysis.error_model import BIAS_GRAM
 from grpo_mse.gradients.estimators import GRPO_STD
 from grpo_mse.tables.records import C1BatchRecord, SavedRecord
 
@@ -63,7 +63,7 @@ class MeasuredCurve(SavedRecord):
 
 def grams_of(batches: list[C1BatchRecord], name: str) -> list[C1BatchRecord]:
     """The c1 batches with the Gram matrix of estimator ``name``'s per-prompt means (``estimator_grams``) in
-    place of the oracle's, in the shape ``prompt_constants.batch_c1`` reads; [] unless every batch holds it."""
+    place of the oracle's, in the shape ``error_model.batch_c1`` reads; [] unless every batch holds it."""
     if not batches or any(name not in (b.estimator_grams or {}) for b in batches):
         return []
     return [b.with_estimator(name) for b in batches]
@@ -71,9 +71,9 @@ def grams_of(batches: list[C1BatchRecord], name: str) -> list[C1BatchRecord]:
 
 def pair_mean(weights: np.ndarray, batches: list[C1BatchRecord], position: dict) -> np.ndarray:
     """[R] the weighted mean over within-batch pairs i != j of the Gram entries <v_i, v_j> (the diagonal
-    unused): ``prompt_constants.batch_c1`` is (diagonal less within_each) minus this mean, so with within_each set to
+    unused): ``error_model.batch_c1`` is (diagonal less within_each) minus this mean, so with within_each set to
     the diagonal it is exactly minus this mean."""
-    return -prompt_constants.batch_c1(weights, [b.zeroed() for b in batches], position)
+    return -error_model.batch_c1(weights, [b.zeroed() for b in batches], position)
 
 
 def error_at(records, batches, k: int, budget: int, position: dict, weights: np.ndarray) -> BudgetedError | None:
@@ -82,7 +82,7 @@ def error_at(records, batches, k: int, budget: int, position: dict, weights: np.
     if not std or not own:
         return None
     trace = bootstrap.weighted_mean(weights, bootstrap.column(records, position, lambda r: r.tr_cov[GRPO_STD]))
-    variance = k / budget * (prompt_constants.batch_c1(weights, std, position) + trace)
+    variance = k / budget * (error_model.batch_c1(weights, std, position) + trace)
     bias2 = pair_mean(weights, own, position)
     return BudgetedError(variance, bias2, variance + bias2)
 

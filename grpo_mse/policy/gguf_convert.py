@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 from grpo_mse.errors import ModelError, first_line
 from grpo_mse.policy.model_cache import cache_root, cached_folder
-from grpo_mse.tables.model_files import GGUFInfo, read_gguf_info
 from grpo_mse.tables.resume import file_sha256
 
 SOURCE_RECORD = "gguf_source.json"  # written last: a folder without it is an interrupted conversion
@@ -31,6 +31,52 @@ CONVERTER_VERSION = 3  # 3: a head quantised a second time from the tied embeddi
 # quantised twice (Qwen2.5-Coder-0.5B's Q4_K_M file: Q8_0 head, Q5_0 embedding, 4.4% apart); two trained matrices
 # of an untied model are about as far apart as their own norms.
 TIE_TOLERANCE = 0.1
+
+
+@dataclass(frozen=True)
+class GGUFTokens:
+    """The special tokens a GGUF file's metadata names (``tokenizer.ggml.*_token_id``), None when absent."""
+
+    bos: int | None
+    eos: int | None
+    pad: int | None
+    unk: int | None
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    """What the project reads from a GGUF header: its architecture, its ``general.name`` and special tokens."""
+
+    architecture: str
+    name: str | None
+    tokens: GGUFTokens
+
+
+def read_gguf_info(path: str) -> GGUFInfo:
+    """The header of the GGUF file at ``path`` (memory-mapped; the tensors are not read)."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(path)
+    except (ValueError, OSError, KeyError, IndexError) as error:  # IndexError: a file cut inside its header
+        raise ModelError(
+            f"{path} is not a readable GGUF file ({os.path.getsize(path)} bytes, cut or damaged: {first_line(error)}); "
+            "copy or download it again"
+        ) from None
+
+    def field(key: str):
+        entry = reader.fields.get(key)
+        return None if entry is None else entry.contents()
+
+    def token(kind: str) -> int | None:
+        value = field(f"tokenizer.ggml.{kind}_token_id")
+        return None if value is None else int(value)
+
+    architecture = field("general.architecture")
+    if not isinstance(architecture, str):
+        raise ModelError(f"{path} has no general.architecture in its metadata; it is not a model file")
+    tokens = GGUFTokens(token("bos"), token("eos"), token("padding"), token("unknown"))
+    return GGUFInfo(architecture, field("general.name"), tokens)
 
 
 def converted_folder(gguf_path: str) -> str:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from grpo_mse.analysis.advisor import GroupSizeAdvice, run_advice
-from grpo_mse.analysis.coverage_calibration import read_calibration
-from grpo_mse.analysis.prompt_constants import BIAS_GRAM
+from grpo_mse.analysis.bootstrap import read_calibration
+from grpo_mse.analysis.error_model import BIAS_GRAM
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import engine, memory

@@ -1,5 +1,5 @@
-"""Load prompt tables (JSONL, parquet, saved dataset folder, hub id), format prompts, and check table rows that
-would otherwise give silently wrong numbers (run before any model work)."""
+"""Load prompt tables (JSONL here; a JSON list, parquet, saved dataset folder or hub id through ``tables/formats.py``),
+format prompts, and check table rows that would otherwise give silently wrong numbers (run before any model work)."""
 
 from __future__ import annotations
 
@@ -15,27 +15,6 @@ from grpo_mse.tables.records import V_ORACLE, oracle_count
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
-def _plain(value):
-    """Convert numpy/pyarrow containers and scalars from parquet into plain Python objects."""
-    import numpy as np
-
-    if isinstance(value, np.ndarray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _not_utf8(path: str, error: UnicodeDecodeError) -> DataError:
-    return DataError(
-        f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); save it as UTF-8, e.g. iconv -f latin1 -t utf-8"
-    )
-
-
 def read_jsonl(path: str) -> list[dict]:
     """Rows of a JSON-lines file (UTF-8; a leading byte-order mark is skipped); a malformed line raises DataError
     naming its line number."""
@@ -44,7 +23,9 @@ def read_jsonl(path: str) -> list[dict]:
         try:
             lines = handle.read().split("\n")  # not splitlines(): U+2028 may sit inside a JSON string
         except UnicodeDecodeError as error:
-            raise _not_utf8(path, error) from None
+            from grpo_mse.tables.formats import not_utf8
+
+            raise not_utf8(path, error) from None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -58,52 +39,20 @@ def read_jsonl(path: str) -> list[dict]:
     return rows
 
 
-def _read_parquet(path: str) -> list[dict]:
-    import pandas as pd
-
-    try:
-        frame = pd.read_parquet(path)
-    except (OSError, ValueError) as error:  # pyarrow's errors derive from these
-        line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DataError(f"{path}: not a readable parquet file ({line}); is it complete?") from None
-    return [_plain(r) for r in frame.to_dict(orient="records")]
-
-
 def read_file(path: str) -> list[dict]:
-    """Rows of a local ``.jsonl``, ``.json`` (a list, or ``{"data": [...]}``) or ``.parquet`` file."""
-    if path.endswith(".parquet"):
-        return _read_parquet(path)
-    if path.endswith(".json"):
-        with open(path, encoding="utf-8-sig") as handle:
-            try:
-                data = json.load(handle)
-            except json.JSONDecodeError:
-                return read_jsonl(path)
-            except UnicodeDecodeError as error:
-                raise _not_utf8(path, error) from None
-        if isinstance(data, dict) and isinstance(data.get("data"), list):
-            data = data["data"]
-        if not isinstance(data, list):
-            raise DataError(f"{path}: expected a JSON list of rows")
-        for index, row in enumerate(data):
-            if not isinstance(row, dict):
-                raise DataError(
-                    f"{path}: row {index} is {type(row).__name__} {row!r:.40}, not a JSON object; "
-                    "each row needs prompt and ground_truth fields"
-                )
-        return data
+    """Rows of a local ``.jsonl``, ``.json`` (a list, or ``{"data": [...]}``) or ``.parquet`` file (the last two
+    read by ``tables/formats.py``)."""
+    if path.endswith((".parquet", ".json")):
+        from grpo_mse.tables import formats
+
+        if path.endswith(".parquet"):
+            return formats.read_parquet(path)
+        rows = formats.read_json(path)
+        return read_jsonl(path) if rows is None else rows
     if not path.endswith(".jsonl"):
         suffix = os.path.splitext(path)[1] or "(no suffix)"
         raise DataError(f"{path}: unsupported table format {suffix}; use .jsonl, .json or .parquet")
     return read_jsonl(path)
-
-
-def _not_a_split(split: str, source: str, what: str) -> DataError:
-    """--split given for a table that has no splits: refused, or the whole table would be recorded as that split."""
-    return DataError(
-        f"--split {split} selects a split of a dataset folder or hub id, but {source} {what}; drop --split "
-        "(or point at the folder that holds the split)"
-    )
 
 
 def _read_folder(path: str, split: str) -> list[dict]:
@@ -111,21 +60,9 @@ def _read_folder(path: str, split: str) -> list[dict]:
         candidate = os.path.join(path, split + suffix)
         if os.path.isfile(candidate):
             return read_file(candidate)
-    try:
-        import datasets
-    except ImportError:  # optional: only saved dataset folders and hub ids need it
-        raise DataError(f"{path}: no {split}.jsonl/.parquet inside and `datasets` is not installed") from None
-    try:
-        loaded = datasets.load_from_disk(path)
-    except FileNotFoundError:
-        raise DataError(f"{path}: not a saved dataset and has no {split}.jsonl or {split}.parquet") from None
-    if isinstance(loaded, datasets.DatasetDict):
-        if split not in loaded:
-            raise DataError(f"{path}: split {split!r} not found (have {', '.join(loaded)})")
-        loaded = loaded[split]
-    elif split != "train":
-        raise _not_a_split(split, path, "holds one saved Dataset without splits")
-    return [_plain(r) for r in loaded]
+    from grpo_mse.tables.formats import read_saved_dataset
+
+    return read_saved_dataset(path, split)
 
 
 def looks_local(source: str) -> bool:
@@ -145,16 +82,14 @@ def load_rows(source: str, split: str = "train", required=("prompt", "ground_tru
         if not os.path.exists(path):
             raise DataError(f"file not found: {source}")
         if split != "train" and os.path.isfile(path):
-            raise _not_a_split(split, source, "is one file")
+            from grpo_mse.tables.formats import not_a_split
+
+            raise not_a_split(split, source, "is one file")
         rows = _read_folder(path, split) if os.path.isdir(path) else read_file(path)
     else:
-        import datasets
+        from grpo_mse.tables.formats import read_hub
 
-        try:
-            rows = [_plain(r) for r in datasets.load_dataset(source, split=split)]
-        except Exception as error:  # network/hub errors are many types
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise DataError(f"cannot load dataset {source!r} (split {split!r}): {first}") from None
+        rows = read_hub(source, split)
     rows = [lift_verl_fields(row) for row in rows]
     validate_rows(rows, required, source)
     return rows

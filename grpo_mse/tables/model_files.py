@@ -1,9 +1,8 @@
 """What a ``--model`` path names on disk: an HF folder, a GGUF file, a folder holding one GGUF file, or a LoRA
 adapter folder (PEFT's ``adapter_config.json``) whose base is one of these, a hub id or an installed file.
 
-Cheap (no torch, no transformers): the command lines call it before reading data. A GGUF file's metadata is read
-with the ``gguf`` package; the special tokens it names are the model's own (transformers' GGUF tokenizer
-converter does not always carry them over, so the converter in ``policy/gguf_convert.py`` sets them from here).
+Cheap (no torch, no transformers): the command lines call it before reading data. A GGUF file's metadata (its
+special tokens) is read only by the converter, ``policy/gguf_convert.py``, when it converts the file.
 """
 
 from __future__ import annotations
@@ -11,9 +10,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-from dataclasses import dataclass
 
-from grpo_mse.errors import ModelError, first_line
+from grpo_mse.errors import ModelError
 
 GGUF_SUFFIX = ".gguf"
 ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: marks a LoRA adapter folder
@@ -92,49 +90,3 @@ def model_stem(name: str) -> str:
         return os.path.basename(gguf)[: -len(GGUF_SUFFIX)]
     stripped = name.rstrip("/")
     return os.path.basename(stripped) if os.path.isdir(os.path.expanduser(stripped)) else stripped
-
-
-@dataclass(frozen=True)
-class GGUFTokens:
-    """The special tokens a GGUF file's metadata names (``tokenizer.ggml.*_token_id``), None when absent."""
-
-    bos: int | None
-    eos: int | None
-    pad: int | None
-    unk: int | None
-
-
-@dataclass(frozen=True)
-class GGUFInfo:
-    """What the project reads from a GGUF header: its architecture, its ``general.name`` and special tokens."""
-
-    architecture: str
-    name: str | None
-    tokens: GGUFTokens
-
-
-def read_gguf_info(path: str) -> GGUFInfo:
-    """The header of the GGUF file at ``path`` (memory-mapped; the tensors are not read)."""
-    import gguf
-
-    try:
-        reader = gguf.GGUFReader(path)
-    except (ValueError, OSError, KeyError, IndexError) as error:  # IndexError: a file cut inside its header
-        raise ModelError(
-            f"{path} is not a readable GGUF file ({os.path.getsize(path)} bytes, cut or damaged: {first_line(error)}); "
-            "copy or download it again"
-        ) from None
-
-    def field(key: str):
-        entry = reader.fields.get(key)
-        return None if entry is None else entry.contents()
-
-    def token(kind: str) -> int | None:
-        value = field(f"tokenizer.ggml.{kind}_token_id")
-        return None if value is None else int(value)
-
-    architecture = field("general.architecture")
-    if not isinstance(architecture, str):
-        raise ModelError(f"{path} has no general.architecture in its metadata; it is not a model file")
-    tokens = GGUFTokens(token("bos"), token("eos"), token("padding"), token("unknown"))
-    return GGUFInfo(architecture, field("general.name"), tokens)

@@ -29,16 +29,16 @@ NAMES = ("c1", "c2", "c3")
 def constants_at(records: list, batches: list, position: dict, weights: np.ndarray) -> np.ndarray:
     """[3, R] c1, c2, c3 of one K in every bootstrap row (c2, c3: weighted means of the per-prompt values);
     ``records``: PromptRecords, ``batches``: C1BatchRecords (grpo_mse.tables.records)."""
-    from grpo_mse.analysis import bootstrap, prompt_constants
+    from grpo_mse.analysis import bootstrap, error_model
 
     c2, c3 = (
         bootstrap.weighted_mean(
             weights,
-            bootstrap.column(records, position, lambda r, j=j: prompt_constants.per_prompt_constants(r)[j]),
+            bootstrap.column(records, position, lambda r, j=j: error_model.per_prompt_constants(r)[j]),
         )
         for j in (0, 1)
     )
-    return np.stack([prompt_constants.batch_c1(weights, batches, position), c2, c3])
+    return np.stack([error_model.batch_c1(weights, batches, position), c2, c3])
 
 
 def budgeted_error(c1, c2, c3, k: int, budget: int):

@@ -258,7 +258,7 @@ def cell_coverage(rows: np.ndarray, widening: dict | None = None) -> dict[str, d
 def simulated_rows(n_prompts: int, runs: int, scale: Tail, n_boot: int, seed: int, level: float = 0.95):
     """(truth, [run_row] per run) for one cell; the advisor's intervals unwidened (widen = {})."""
     from grpo_mse.analysis import advisor
-    from grpo_mse.analysis.coverage_calibration import read_calibration
+    from grpo_mse.analysis.bootstrap import read_calibration
 
     calibration = read_calibration()  # the committed table: only its simulated coverage is recorded, not used
     rng = np.random.default_rng(seed)
@@ -369,11 +369,11 @@ def check(cell: dict, table: str) -> CoverageCheck:
     cell), the actual share covered (with its MC error) and whether it lies within 3 points of the mean printed
     range; the actual share among the runs whose printed lowest coverage is >= 93%; and the share of runs printed
     "unknown"."""
-    from grpo_mse.analysis import coverage_calibration
+    from grpo_mse.analysis import bootstrap
 
     rows = columns(cell["per_run"])
-    widening = coverage_calibration.interval_widening(table)
-    found = [coverage_calibration.simulated_coverage(index, cell["T"], table) for index in rows[:, 1]]
+    widening = bootstrap.interval_widening(table)
+    found = [bootstrap.simulated_coverage(index, cell["T"], table) for index in rows[:, 1]]
     known = np.array([f.status == "calibrated" for f in found], dtype=bool)
     out = {}
     for name in CALIBRATED:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.analysis import error_model, prompt_constants
+from grpo_mse.analysis import error_model
 from grpo_mse.errors import InputError
 from grpo_mse.gradients.statistics import BetweenPromptBatch
 from grpo_mse.tables.records import C1BatchRecord
@@ -127,7 +127,7 @@ def test_between_prompt_batch_gram_and_weighted_c1():
     assert batches[0].c1 == pytest.approx(spread - np.mean([0.0, 0.1, 0.2, 0.3]), rel=1e-12)
     position = {i: i for i in range(8)}
     weights = np.vstack([np.ones(8), [2, 0, 1, 1, 0, 0, 3, 1]])
-    c1 = prompt_constants.batch_c1(weights, batches, position)
+    c1 = error_model.batch_c1(weights, batches, position)
     assert c1[0] == pytest.approx(np.mean([b.c1 for b in batches]), rel=1e-12)
     w, within = weights[1], np.tile([0.0, 0.1, 0.2, 0.3], 2)
     diag = (w * ((vectors**2).sum(1) - within)).sum() / w.sum()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_mse.analysis import advisor, bootstrap
-from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.analysis.bootstrap import read_calibration
 from grpo_mse.gradients.estimators import GRPO, ORACLE
 from studies.advisor.simulated_records import simulated_batch, simulated_prompt
 

@@ -20,8 +20,8 @@ import torch
 from conftest import one_token_sampler
 
 from grpo_mse.analysis.advisor import advise
-from grpo_mse.analysis.coverage_calibration import read_calibration
-from grpo_mse.analysis.prompt_constants import per_prompt_constants
+from grpo_mse.analysis.bootstrap import read_calibration
+from grpo_mse.analysis.error_model import per_prompt_constants
 from grpo_mse.builtin.arithmetic import make_rows
 from studies.exact import one_token, theory
 
@@ -149,7 +149,7 @@ def test_batch_target_is_the_unbiased_spread(case):
 
 def _constant_stats(case) -> dict[str, tuple[float, float]]:
     """(mean, s.e.): c1 over the c1 batches, c2 and c3 over the per-row values
-    (prompt_constants.per_prompt_constants)."""
+    (error_model.per_prompt_constants)."""
     return {
         "c1": _batches(case["batches"], lambda b: b.c1),
         "c2": _stratified(case["records"], _c2),

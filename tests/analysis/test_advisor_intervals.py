@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from grpo_mse.analysis import advisor, bootstrap, coverage_calibration, prompt_constants
-from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.analysis import advisor, bootstrap, error_model
+from grpo_mse.analysis.bootstrap import read_calibration
 from studies.advisor import heavy_tails
 from studies.advisor.simulated_records import simulated_batch
 
@@ -34,16 +34,16 @@ def test_c1_weight_derivative_matches_finite_differences():
     n = 10
     batches, position = _batches(rng, n, 4), {i: i for i in range(n)}  # batches of 4, 4 and 2
     weights = bootstrap.prompt_weights(n, 3, seed=1)[:4]
-    value, derivative = prompt_constants.batch_c1(weights, batches, position, gradient=True)
-    assert np.allclose(value, prompt_constants.batch_c1(weights, batches, position))
+    value, derivative = error_model.batch_c1(weights, batches, position, gradient=True)
+    assert np.allclose(value, error_model.batch_c1(weights, batches, position))
     step = 1e-6
     for i in range(n):
         up, down = weights.copy(), weights.copy()
         up[:, i] += step
         down[:, i] -= step
-        numeric = (
-            prompt_constants.batch_c1(up, batches, position) - prompt_constants.batch_c1(down, batches, position)
-        ) / (2 * step)
+        numeric = (error_model.batch_c1(up, batches, position) - error_model.batch_c1(down, batches, position)) / (
+            2 * step
+        )
         assert derivative[:, i] == pytest.approx(numeric, rel=1e-5, abs=1e-7)
     assert np.einsum("ri,ri->r", weights, derivative) == pytest.approx(np.zeros(4), abs=1e-10)
 
@@ -139,12 +139,12 @@ def test_tail_index_is_hills_estimate_of_the_per_prompt_c2():
     """k / sum_{i <= k} log(x_(i) / x_(k+1)) on each prompt's mean c2 over K, k = max(5, T/10): by hand on a
     constructed sample, near a for Pareto(a) samples, large for a light tail; nan with too few values."""
     values = np.array([np.e**5, np.e**4, np.e**3, np.e**2, np.e, 1.0] + [0.5] * 44)  # T = 50: k = 5
-    assert prompt_constants.tail_index([values]) == pytest.approx(5 / 15)
-    assert prompt_constants.tail_index([values * 2, values * 4]) == pytest.approx(5 / 15)  # the mean over K: scale-free
+    assert error_model.tail_index([values]) == pytest.approx(5 / 15)
+    assert error_model.tail_index([values * 2, values * 4]) == pytest.approx(5 / 15)  # the mean over K: scale-free
     pareto = (1 - np.random.default_rng(0).random(20000)) ** (-1 / 1.5)
-    assert prompt_constants.tail_index([pareto]) == pytest.approx(1.5, rel=0.1)
-    assert prompt_constants.tail_index([np.random.default_rng(1).uniform(1, 2, 500)]) > 5
-    assert np.isnan(prompt_constants.tail_index([np.array([1.0, 2.0, np.nan, -1.0, 3.0])]))
+    assert error_model.tail_index([pareto]) == pytest.approx(1.5, rel=0.1)
+    assert error_model.tail_index([np.random.default_rng(1).uniform(1, 2, 500)]) > 5
+    assert np.isnan(error_model.tail_index([np.array([1.0, 2.0, np.nan, -1.0, 3.0])]))
 
 
 def _row(index, c1=True, c2=True, c3=True, k_star=True):
@@ -190,25 +190,25 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     )
     path = tmp_path / "table.json"
     path.write_text(json.dumps({"cells": table}))
-    found = coverage_calibration.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
+    found = bootstrap.simulated_coverage(4.0, 230, str(path), share=0.2)  # 230 / 192 < 1.25
     assert found.status == "calibrated" and found.coverage["c1"]["low"] == 0.95
     assert found.cells == [{"T": 192, "tail": "light", "runs": 20}] and found.T_match == "near"
-    assert coverage_calibration.simulated_coverage(1.0, 192, str(path)).coverage["c1"] == {
+    assert bootstrap.simulated_coverage(1.0, 192, str(path)).coverage["c1"] == {
         "low": 0.6,
         "high": 0.6,
         "mc_se": pytest.approx(math.sqrt(25 / 42 * 17 / 42 / 40)),
     }
-    between = coverage_calibration.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
+    between = bootstrap.simulated_coverage(1.0, 96, str(path))  # between T = 48 and 192: both heavy cells
     assert between.T_match == "between" and between.coverage["c1"]["low"] == 0.6
     assert between.coverage["c1"]["high"] == 0.6 and len(between.cells) == 2
     for index, t in ((2.5, 192), (9.0, 192), (0.5, 192), (1.0, 30), (1.0, 250), (float("nan"), 192), (None, 192)):
-        assert coverage_calibration.simulated_coverage(index, t, str(path)).status == "unknown", (index, t)
-    assert coverage_calibration.simulated_coverage(1.0, 192, str(tmp_path / "missing.json")).status == "unknown"
+        assert bootstrap.simulated_coverage(index, t, str(path)).status == "unknown", (index, t)
+    assert bootstrap.simulated_coverage(1.0, 192, str(tmp_path / "missing.json")).status == "unknown"
     both = [{**c, "index_range": [0.5, 5.0]} for c in table]  # two tails fit: their lowest and highest coverage
     path.write_text(json.dumps({"cells": both}))
-    found = coverage_calibration.simulated_coverage(1.0, 192, str(path), share=0.3)
+    found = bootstrap.simulated_coverage(1.0, 192, str(path), share=0.3)
     assert found.coverage["c1"]["low"] == 0.6 and found.coverage["c1"]["high"] == 0.95
-    assert prompt_constants.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
+    assert error_model.tail_share([np.array([1.0, 3.0, np.nan]), np.array([1.0, 1.0, 2.0])]) == pytest.approx(0.75)
     advice = {
         "pooled": {"c1": 1.0, "c2": 2.0, "c3": 4.0, "K_star_exact": 3.0, "K_star_paper": 2.0, "K_best": 4.0},
         "ci95": {"c1": [0.5, 2.0], "c3": [2.0, 8.0], "K_star_exact": [2.5, 4.0]},
@@ -225,11 +225,11 @@ def test_simulated_coverage_needs_a_cell_at_this_T_and_tail_never_the_nearest(tm
     assert "tail index of c2 1 (largest prompt's share 0.3)" in text
     assert "bootstrap; c1, c3 widened for heavy tails," in text
     text = advisor.describe(
-        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(1.0, 96, str(path)).to_json()}
+        {**advice, "simulated_coverage": bootstrap.simulated_coverage(1.0, 96, str(path)).to_json()}
     )
     assert "coverage simulated at T=48 and 192 (this T lies between)" in text
     text = advisor.describe(
-        {**advice, "simulated_coverage": coverage_calibration.simulated_coverage(3.0, 30, str(path)).to_json()}
+        {**advice, "simulated_coverage": bootstrap.simulated_coverage(3.0, 30, str(path)).to_json()}
     )
     assert "(coverage unknown)" in text and "no calibration cell at T = 30" in text and "simulated coverage" not in text
 
@@ -325,7 +325,7 @@ def test_printed_coverage_holds_on_a_generator_the_calibration_was_not_built_fro
     runs: with the committed table's widening, among the runs it calibrates, the actual coverage of c1, c2, c3 and
     K* lies within 3 points of the mean printed range, and is >= 93% wherever >= 93% is printed."""
     cell = coverage_heavy_tails.coverage(48, 300, coverage_heavy_tails.Tail("student", 3.0), n_boot=1000, seed=777)
-    found = coverage_heavy_tails.check(cell.to_json(), coverage_calibration.CALIBRATION)
+    found = coverage_heavy_tails.check(cell.to_json(), bootstrap.CALIBRATION)
     assert found.unknown < 0.5
     for name in coverage_heavy_tails.CALIBRATED:
         assert getattr(found, name)["within_3_points"], (name, getattr(found, name))

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_mse.analysis import advisor, error_model
-from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.analysis.bootstrap import read_calibration
 from grpo_mse.tables.outputs import to_json
 from grpo_mse.training import adaptive_k
 from studies.advisor import k_validation as kv

@@ -17,7 +17,7 @@ import pytest
 
 from grpo_mse.analysis import bootstrap, paired
 from grpo_mse.analysis.advisor import run_advice
-from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.analysis.bootstrap import read_calibration
 from grpo_mse.tables.records import C1BatchRecord
 from studies.advisor import heavy_tails
 from studies.advisor.simulated_records import simulated_prompt

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from grpo_mse.analysis import bootstrap, coverage_calibration, error_model
+from grpo_mse.analysis import bootstrap, error_model
 from grpo_mse.analysis.advisor import GroupSizeAdvice, advise
-from grpo_mse.analysis.coverage_calibration import read_calibration
+from grpo_mse.analysis.bootstrap import read_calibration
 from grpo_mse.analysis.measured_curve import MeasuredCurve
 from grpo_mse.analysis.paired import PairedSummary, RunStatistics
 from studies.advisor import heavy_tails
@@ -197,8 +197,8 @@ def test_run_agreement_and_simulated_coverage_round_trip():
     for rtol in (None, 0.5):
         report = run_agreement.compare(a, b, rtol=rtol)
         assert run_agreement.Agreement.from_json(json.loads(json.dumps(report.to_json()))) == report
-    found = coverage_calibration.simulated_coverage(1.0, 48, read_calibration())
-    assert coverage_calibration.SimulatedCoverage.from_json(found.to_json()) == found
+    found = bootstrap.simulated_coverage(1.0, 48, read_calibration())
+    assert bootstrap.SimulatedCoverage.from_json(found.to_json()) == found
 
 
 def test_paired_block_and_summaries_read_every_committed_run():

@@ -102,7 +102,7 @@ def test_real_llm_qwen_prints_the_checked_file(tmp_path):
         while chunk := handle.read(1 << 24):
             digest.update(chunk)
     assert digest.hexdigest() == qwen.QWEN_SHA256
-    from grpo_mse.tables.model_files import read_gguf_info
+    from grpo_mse.policy.gguf_convert import read_gguf_info
 
     info = read_gguf_info(path)
     assert (info.architecture, info.name, info.tokens.eos) == ("qwen2", "Qwen2.5 Coder 0.5B Instruct AWQ", 151645)
