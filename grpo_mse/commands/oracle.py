@@ -22,12 +22,12 @@ def main(argv=None) -> None:
     outcome = run_oracle(config)
     if outcome is None:  # not rank 0 under torchrun
         return
-    minutes = outcome["seconds"] / 60
-    print(f"examples: {outcome['new']} new, {outcome['total']} in the output file")
-    if outcome["total"] > outcome["selected"]:
+    minutes = outcome.seconds / 60
+    print(f"examples: {outcome.new} new, {outcome.total} in the output file")
+    if outcome.total > outcome.selected:
         print(
-            f"note: the file holds {outcome['total']} rows, more than the {outcome['selected']} that --limit "
+            f"note: the file holds {outcome.total} rows, more than the {outcome.selected} that --limit "
             "selects (an earlier run's); none was removed"
         )
-    print(f"elapsed: {minutes:.2f} min ({60 * minutes / max(outcome['new'], 1):.2f} s per example)")
-    print(f"output: {outcome['path']}")
+    print(f"elapsed: {minutes:.2f} min ({60 * minutes / max(outcome.new, 1):.2f} s per example)")
+    print(f"output: {outcome.path}")

@@ -27,7 +27,7 @@ def main(argv=None) -> None:
     if not config.skip_plot:  # the figure of the saved results, named after them
         from grpo_mse.figures.tracecov import plot_run  # matplotlib only when a plot is drawn
 
-        png = os.path.join(config.plot_path, os.path.basename(outcome["base"]) + ".png")
-        print(f"plot: {plot_run(outcome['result'], png)}")
-    print("\n".join(summary_lines(outcome["result"])))
-    print(f"results: {outcome['base']}.json")
+        png = os.path.join(config.plot_path, os.path.basename(outcome.base) + ".png")
+        print(f"plot: {plot_run(outcome.result, png)}")
+    print("\n".join(summary_lines(outcome.result)))
+    print(f"results: {outcome.json_path}")

@@ -50,7 +50,7 @@ def measure_advice(
     outcome = run_tracecov(
         TracecovConfig(
             **common,
-            oracle_table=oracle["path"],
+            oracle_table=oracle.path,
             T=len(rows),
             M=M,
             K_list=list(k_list),
@@ -64,4 +64,4 @@ def measure_advice(
             advisor_estimator=estimator,
         )
     )
-    return outcome["result"]["group_size_advisor"]
+    return outcome.result["group_size_advisor"]

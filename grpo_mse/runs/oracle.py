@@ -38,10 +38,19 @@ def settings(config: OracleConfig) -> dict:
     return {**{name: getattr(config, name) for name in config.RESULT_FIELDS}, "dataset": fingerprint(config.dataset)}
 
 
-def run_oracle(config: OracleConfig) -> dict | None:
-    """The whole run of calculate_oracle_v.py; on rank 0 returns {"path", "new", "total", "selected", "seconds"}:
-    ``total`` counts the rows in the output file (a resumed file may hold more than ``--limit`` selects),
-    ``selected`` the table rows this run covered."""
+@dataclass(frozen=True)
+class OracleOutcome:
+    """What an oracle run returns on rank 0 (``run_oracle``)."""
+
+    path: str  # the JSONL table written (or resumed)
+    new: int  # prompts sampled by this run
+    total: int  # rows in the output file (a resumed file may hold more than --limit selects)
+    selected: int  # table rows this run covered
+    seconds: float  # wall-clock time of the sampling
+
+
+def run_oracle(config: OracleConfig) -> OracleOutcome | None:
+    """The whole run of calculate_oracle_v.py; its ``OracleOutcome`` on rank 0, None on the other ranks."""
     run = OracleRun.start(config)
     start = time.time()
     run.sample_all()
@@ -49,13 +58,7 @@ def run_oracle(config: OracleConfig) -> dict | None:
     if run.rank != 0:
         return None
     total = len(read_complete_jsonl(run.path))
-    return {
-        "path": run.path,
-        "new": len(run.todo),
-        "total": total,
-        "selected": len(run.rows),
-        "seconds": time.time() - start,
-    }
+    return OracleOutcome(run.path, len(run.todo), total, len(run.rows), time.time() - start)
 
 
 @dataclass

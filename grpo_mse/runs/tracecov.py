@@ -54,9 +54,27 @@ from grpo_mse.tables.records import (
 from grpo_mse.tables.resume import RunFolder, fingerprint, load_progress, open_progress, progress_paths
 
 
-def run_tracecov(config: TracecovConfig) -> dict | None:
-    """The whole run of run_tracecov.py; on rank 0 returns {"base", "result"} (the saved results' stem and the
-    main JSON's content, from which the script draws the PNG)."""
+@dataclass(frozen=True)
+class TracecovOutcome:
+    """What a tracecov run returns on rank 0 (``run_tracecov``): where its files are, the main JSON's content (the
+    script draws the PNG and prints the summary from it, as make_figures.py draws from the saved file) and the
+    typed statistics it holds."""
+
+    base: str  # the saved results' stem: {base}.json, {base}_per_prompt.csv, {base}_K{k}_detailed.json
+    result: dict  # the main JSON's content, written to json_path (non-finite numbers there as null)
+    statistics: paired.RunStatistics  # its paired comparisons and the group-size advice (None when not asked)
+
+    @property
+    def json_path(self) -> str:
+        return f"{self.base}.json"
+
+    @property
+    def csv_path(self) -> str:
+        return f"{self.base}_per_prompt.csv"
+
+
+def run_tracecov(config: TracecovConfig) -> TracecovOutcome | None:
+    """The whole run of run_tracecov.py; its ``TracecovOutcome`` on rank 0, None on the other ranks."""
     run = TracecovRun.start(config)
     records_by_k = run.sweep()
     outcome = run.write_outputs(records_by_k) if run.rank == 0 else None
@@ -270,7 +288,7 @@ class TracecovRun:
                 {n[:6]: f"{sum(r.tr_cov[n] for r in finished) / len(finished):.3g}" for n in self.config.estimators}
             )
 
-    def write_outputs(self, records_by_k: dict) -> dict:
+    def write_outputs(self, records_by_k: dict) -> TracecovOutcome:
         """The main JSON (with the advisor's advice) and the per-prompt CSV."""
         config, base = self.config, self.base
         result = summary(records_by_k, config.K_list, config.estimators, self.saved_config)
@@ -279,10 +297,11 @@ class TracecovRun:
             advice = partial(self.advisor.advice, records_by_k)
         statistics = paired.run_statistics(records_by_k, config.K_list, config.estimators, config.seed, advice=advice)
         result.update(statistics.to_json())
-        write_json(f"{base}.json", result)
+        outcome = TracecovOutcome(base, result, statistics)
+        write_json(outcome.json_path, result)
         all_records = [r for k in config.K_list for r in records_by_k[k]]
-        write_csv(f"{base}_per_prompt.csv", tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
-        return {"base": base, "result": result}
+        write_csv(outcome.csv_path, tidy_rows(all_records, config.estimators), TIDY_COLUMNS)
+        return outcome
 
     def close(self) -> None:
         """After every rank is done: rank 0 removes the progress logs (and any c1 file a crash left); release the

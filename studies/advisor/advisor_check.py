@@ -108,7 +108,7 @@ def main(argv=None) -> None:
     result.update(
         {
             "budget": config.budget,
-            "tracecov_run": outcome["base"] + ".json",
+            "tracecov_run": outcome.json_path,
             "command": "python scripts/advisor_check.py " + shlex.join(argv),
             "note": __doc__.split("\n\n")[1],  # saved: the module docstring's 2nd paragraph is part of the output
         }

@@ -115,7 +115,7 @@ def test_a_run_measures_std_grpo_at_each_k(tmp_path):
     run = TracecovRun.start(config)
     records_by_k = run.sweep()
     batches_by_k = run.advisor.batches_by_k()
-    result = run.write_outputs(records_by_k)["result"]
+    result = run.write_outputs(records_by_k).result
     run.close()
     for k, batches in batches_by_k.items():
         traces = {r.prompt_index: r.tr_cov[GRPO_STD] for r in records_by_k[k]}

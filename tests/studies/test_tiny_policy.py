@@ -115,7 +115,7 @@ def test_builders_v_summary_is_the_oracle_runs_estimate(tmp_path, tokenizer, mod
     table.write_text("".join(json.dumps(row) + "\n" for row in rows))
     common = {"model": BUILTIN_POLICY, "device": "cpu", "dtype": "fp32", "seed": 5, "top_p": 0.9}
     saved = run_oracle(OracleConfig(**common, dataset=str(table), n_oracle=12, out_dir=str(tmp_path / "v")))
-    oracle = {r["id"]: r["V_oracle"] for r in read_complete_jsonl(saved["path"])}
+    oracle = {r["id"]: r["V_oracle"] for r in read_complete_jsonl(saved.path)}
     values, eos_rate = tp.estimate_v(model, tokenizer, rows, n_samples=12, seed=5, top_p=0.9)
     assert values == [oracle[row["id"]] for row in rows] and 0 < sum(values) < len(rows)
     assert eos_rate == 1.0
