@@ -42,14 +42,17 @@ def read_jsonl(path: str) -> list[dict]:
 def read_file(path: str) -> list[dict]:
     """Rows of a local ``.jsonl``, ``.json`` (a list, or ``{"data": [...]}``) or ``.parquet`` file (the last two
     read by ``tables/formats.py``)."""
-    if path.endswith((".parquet", ".json")):
-        from grpo_mse.tables import formats
+    if path.endswith(".parquet"):
+        from grpo_mse.tables.formats import read_parquet
 
-        if path.endswith(".parquet"):
-            return formats.read_parquet(path)
-        rows = formats.read_json(path)
-        return read_jsonl(path) if rows is None else rows
-    if not path.endswith(".jsonl"):
+        return read_parquet(path)
+    if path.endswith(".json"):
+        from grpo_mse.tables.formats import read_json
+
+        rows = read_json(path)
+        if rows is not None:
+            return rows  # else not one JSON document: read as JSON lines below
+    elif not path.endswith(".jsonl"):
         suffix = os.path.splitext(path)[1] or "(no suffix)"
         raise DataError(f"{path}: unsupported table format {suffix}; use .jsonl, .json or .parquet")
     return read_jsonl(path)

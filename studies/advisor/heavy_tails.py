@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from grpo_mse.analysis.bootstrap import CALIBRATED
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.records import SavedRecord
 from studies.advisor.simulated_records import simulated_batch, simulated_prompt
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 TYPES, OUTCOMES, DIM, M, K_LIST, BATCH = 30, 3, 4, 8, (2, 4), 16
 NAMES = (est.VANILLA, est.GRPO, est.ORACLE)
-CALIBRATED = ("c1", "c2", "c3", "K_star_exact")
 FIELDS = ("z", "t_lo", "t_hi", "below", "above")  # per statistic in a run's row, after the share and tail index
 TARGET_MISS = 0.025  # each end of a widened interval misses the truth at most this often in every calibration cell
 WIDENINGS = np.round(np.arange(0.0, 20.0001, 0.05), 2)  # the widenings tried (standard errors added to an end)
