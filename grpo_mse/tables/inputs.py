@@ -13,6 +13,9 @@ from grpo_mse.errors import DataError, InputError  # noqa: F401 - both re-export
 from grpo_mse.tables.records import V_ORACLE, oracle_count
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+# Other files a table might be saved as: a name ending in one is a (missing or unreadable) file, never a hub id, so
+# that it is refused at once instead of after the hub's retries (a hub id may hold dots, but not these endings).
+FILE_SUFFIXES = (".csv", ".tsv", ".txt", ".xlsx", ".xls", ".arrow", ".feather", ".pkl", ".gz", ".zip")
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -73,7 +76,7 @@ def looks_local(source: str) -> bool:
     return (
         os.path.exists(source)
         or source.startswith((".", "/", "~"))
-        or source.endswith(LOCAL_SUFFIXES)
+        or source.lower().endswith(LOCAL_SUFFIXES + FILE_SUFFIXES)
         or source.count("/") > 1
     )
 

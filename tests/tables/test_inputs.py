@@ -48,6 +48,22 @@ def test_a_single_saved_dataset_with_split_is_refused_as_a_single_file_is(tmp_pa
         load_rows(str(tmp_path / "one"), split="test")
 
 
+@pytest.mark.parametrize("name", ["rows.xlsx", "rows.csv", "data/rows.TSV", "prompts.txt"])
+def test_a_missing_file_of_another_format_is_not_taken_for_a_hub_id(name, monkeypatch, tmp_path):
+    """A missing ``rows.xlsx`` was sent to the hub, whose five retries (about 23 s offline) came before the refusal."""
+    import grpo_mse.tables.formats as formats
+
+    def no_hub(source, split):
+        raise AssertionError(f"{source} was looked up on the hub")
+
+    monkeypatch.setattr(formats, "read_hub", no_hub)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=f"file not found: {name}$"):
+        load_rows(name)
+    with pytest.raises(AssertionError, match="looked up on the hub"):
+        load_rows("openai/gsm8k")  # a hub id still goes to the hub (here: the stand-in that refuses it)
+
+
 def test_errors_name_the_problem(tmp_path):
     with pytest.raises(DataError, match="file not found: .*missing.jsonl"):
         load_rows(str(tmp_path / "missing.jsonl"))
