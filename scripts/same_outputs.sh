@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Refactoring check: tiny run_tracecov.py runs on the built-in policy at an earlier commit and in this checkout give
 # byte-identical JSON and CSV files (the saved --save_json path aside). Three runs: the advisor on (c1 batches),
-# std-GRPO's advisor (its measured curve and own-target bias), and --no_advisor. One core, about a minute.
+# std-GRPO's advisor (its measured curve and own-target bias), and --no_advisor. The base commit's runs and this
+# checkout's run side by side, one core each: about half a minute on two cores.
 # Usage: bash scripts/same_outputs.sh BASE_COMMIT    (exit 0: identical; 1: a file differs, named)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,9 @@ runs=(
   "b --T 9 --M 2 --K_list 2 4 --c1_batch 4 --estimators naive grpo oracleV grpo_std --advisor_estimator grpo_std"
   "c --T 6 --M 2 --K_list 2 --no_advisor"
 )
-for side in base here; do
+# The two sides run side by side (one core each): each side's runs one after another.
+run_side() {
+  local side=$1 tree name flags run
   tree=$([ "$side" = base ] && echo "$WORK/tree" || echo "$HERE")
   for run in "${runs[@]}"; do
     read -r name flags <<< "$run"
@@ -27,9 +30,15 @@ for side in base here; do
     (cd "$tree" && PYTHONPATH="$tree" OMP_NUM_THREADS=1 python Gradient_evaluation/run_tracecov.py \
       --model "$HERE/assets/tiny_policy" --oracle_table "$TABLE" --device cpu --skip_plot \
       --save_json "$WORK/out/$side/$name" $flags > "$WORK/$side.$name.log" 2>&1) \
-      || { echo "error: the $side run $name failed: $WORK/$side.$name.log" >&2; tail -3 "$WORK/$side.$name.log" >&2; exit 1; }
+      || { echo "error: the $side run $name failed: $WORK/$side.$name.log" >&2; tail -3 "$WORK/$side.$name.log" >&2; return 1; }
   done
-done
+}
+run_side base & base_pid=$!
+run_side here & here_pid=$!
+failed=0
+wait "$base_pid" || failed=1
+wait "$here_pid" || failed=1
+[ "$failed" = 0 ] || exit 1
 python - "$WORK/out" <<'EOF'
 import glob, json, os, re, sys
 
