@@ -278,8 +278,10 @@ class SumTrace:
         self.m2 += within
         self.count += n_pass
         if defer and not n_before:
-            self.terms = [(c, vector) for c, vector in zip(summed.tolist(), rows) if c != 0.0]
-            self.total_sq = sum_sq
+            terms = [(c, vector) for c, vector in zip(summed.tolist(), rows) if c != 0.0]
+            # every coefficient 0 (a prompt whose rewards all equal its V: the oracle's x_g are all 0): T stays
+            # unformed, that is zero, as an undeferred pass that adds nothing leaves it
+            self.terms, self.total_sq = (terms, sum_sq) if terms else (None, None)
             return
         for c, vector in zip(summed.tolist(), rows):
             if c != 0.0:

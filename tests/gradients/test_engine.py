@@ -332,3 +332,36 @@ def test_kept_rows_give_the_traces_with_fewer_gram_matrices_and_form_only_read_s
     assert formed == ([] if len(expected) == 1 else list(kept.accumulators))
     for a, b in zip(kept.accumulators[est.ORACLE].total, each.accumulators[est.ORACLE].total):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_kept_rows_at_a_prompt_whose_rewards_all_equal_its_value_give_zero_sums(random_lm, monkeypatch, value):
+    """A prompt whose rewards all equal V (0 or 1: the oracle's, GRPO's and std-GRPO's x_g are all exactly 0) at
+    model sizes with kept rows (a real LLM's default path, threshold lowered here): its deferred running sums are
+    zero, and c1's vectors (the advisor, on by default) are read without error and equal a pass at a time's. The
+    deferred pass once kept an empty list of terms and failed reading it (IndexError in ``materialize``)."""
+    from types import SimpleNamespace
+
+    import grpo_mse.gradients.engine as engine
+    from grpo_mse.runs.advisor_hook import c1_vectors
+
+    _, groups, _, params, logprob_fn = _setup(random_lm, 4, 3, seed=23)
+    rewards = torch.full((4, 3), value, dtype=torch.float64)
+    names = est.ALL
+    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
+    out = {}
+    for keep_rows in (0, 100):
+        stats = prompt_traces(logprob_fn, params, groups, rewards, value, names, "fast", keep_rows=keep_rows)
+        record = SimpleNamespace(tr_cov=stats.traces)
+        out[keep_rows] = (stats.traces, [vector for vector, _, _ in c1_vectors(stats, record)])
+    (each_traces, each_vectors), (kept_traces, kept_vectors) = out[0], out[100]
+    for name in (est.ORACLE, est.GRPO, est.GRPO_STD):
+        assert kept_traces[name] == 0.0 == each_traces[name]
+    explicit = _explicit_traces(random_lm, groups, rewards, value, logprob_fn, [est.VANILLA])[est.VANILLA]
+    assert kept_traces[est.VANILLA] == pytest.approx(explicit, rel=1e-5, abs=1e-12)
+    assert (explicit > 0) == (value == 1.0)  # vanilla's rows exist at V = 1 only
+    assert len(kept_vectors) == len(each_vectors) >= 1
+    for kept_vector, each_vector in zip(kept_vectors, each_vectors):
+        assert [t.shape for t in kept_vector] == [p.shape for p in params]
+        assert all(torch.count_nonzero(t) == 0 for t in kept_vector)
+        assert all(torch.equal(a, b) for a, b in zip(kept_vector, each_vector))

@@ -4,6 +4,7 @@ and once on the real SmolLM2-135M-Instruct file at a tiny size."""
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -219,3 +220,42 @@ def test_the_qwen_plan_at_k_4_and_8_is_within_25_percent_of_the_peak(tmp_path):
     shape = ["--T", "2", "--M", "2", "--K_list", "4", "8"]
     estimate, peak = tracecov_plan_and_peak(gguf, table, tmp_path / "tc", {**env, "OMP_NUM_THREADS": "2"}, *shape)
     assert 0.75 * peak <= estimate <= 1.25 * peak, (estimate, peak)
+
+
+def test_the_default_tracecov_command_on_a_real_llm_at_prompts_with_v_0_and_1(tmp_path):
+    """The documented real-LLM command with its defaults (the advisor on) at T 2 on the post-trained SmolLM2 adapter:
+    a prompt the adapter always answers right (V = 1 in its committed 64-sample table: 100 / 10) and one it never can
+    (its answer replaced by -987654, V = 0). Every reward equals V at both, so the oracle's, GRPO's and std-GRPO's
+    vectors are exactly 0: the run once ended in an IndexError reading c1's deferred oracle sum (issue 54, item 1)."""
+    from grpo_mse.errors import ModelError
+    from studies.builders.real_llm import smollm2_gguf
+
+    _, env = installed_or_skip(smollm2_gguf, ModelError)
+    source = os.path.join(
+        ROOT,
+        "results",
+        "real_llm",
+        "post_trained_v3",
+        "zero_shot",
+        "oracle_v_n64_smollm2_arith_lora_v3_20261203_193539.jsonl",
+    )
+    with open(source, encoding="utf-8") as handle:
+        rows = {row["id"]: row for row in map(json.loads, handle)}
+    never = {**rows[23], "id": 1000, "ground_truth": -987654, "V_oracle": 0.0, "correct_count": 0}
+    assert rows[8]["V_oracle"] == 1.0
+    table = tmp_path / "v0_v1.jsonl"
+    table.write_text("".join(json.dumps(row) + "\n" for row in (rows[8], never)), encoding="utf-8")
+    out = tmp_path / "tc"
+    argv = ["Gradient_evaluation/run_tracecov.py", "--model", os.path.join(ROOT, "assets", "smollm2_arith_lora_v3")]
+    argv += ["--oracle_table", str(table), "--device", "cpu", "--dtype", "fp32", "--max_new_tokens", "16"]
+    result = run([*argv, "--T", "2", "--M", "2", "--K_list", "2", "--save_json", str(out), "--skip_plot"], env)
+    assert "group-size advisor" in result.stderr + result.stdout
+    (csv_name,) = [f for f in os.listdir(out) if f.endswith("_per_prompt.csv")]
+    with open(out / csv_name, encoding="utf-8", newline="") as handle:
+        lines = list(csv.DictReader(handle))
+    by = {(int(r["id"]), r["estimator"]): r for r in lines}
+    assert {i for i, _ in by} == {8, 1000}
+    for prompt, value in ((8, 1.0), (1000, 0.0)):
+        assert float(by[(prompt, "naive")]["mean_reward"]) == value  # every reward equals V
+        assert float(by[(prompt, "oracleV")]["mse"]) == 0.0 == float(by[(prompt, "grpo")]["mse"])
+    assert float(by[(1000, "naive")]["mse"]) == 0.0 < float(by[(8, "naive")]["mse"])  # vanilla's top-p bias at V = 1
