@@ -48,6 +48,26 @@ class SamplingSettings:
         )
 
 
+@dataclass(frozen=True)
+class ResponseLengths:
+    """How long a prompt's sampled continuations are: the mean number of generated tokens (an EOS token that ended a
+    continuation counted: it is sampled, and scored unless --drop_eos), the share that ended in an EOS token and the
+    share cut at max_new_tokens without one. Short answers give small score norms ||s||^2 and so small MSEs, which is
+    why every run records them (docs/experiments.md compares ours with the paper's scale)."""
+
+    mean_new_tokens: float
+    share_eos: float
+    share_cut: float
+
+    @classmethod
+    def of(cls, continuations: list[list[int]], settings: SamplingSettings) -> ResponseLengths:
+        eos = set(settings.eos_ids)
+        ended = [bool(c) and c[-1] in eos for c in continuations]
+        cut = [not e and len(c) >= settings.max_new_tokens for c, e in zip(continuations, ended)]
+        n = len(continuations)
+        return cls(sum(map(len, continuations)) / n, sum(ended) / n, sum(cut) / n)
+
+
 def stream_seed(*key: int) -> int:
     """A 63-bit seed derived from integer ``key`` parts (numpy SeedSequence: well mixed, stable)."""
     state = np.random.SeedSequence([int(k) & 0xFFFFFFFF for k in key] + [len(key)]).generate_state(2)

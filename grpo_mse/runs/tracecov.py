@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 
 import torch
@@ -25,7 +25,7 @@ from grpo_mse.gradients.memory import check_memory, peak_line
 from grpo_mse.gradients.statistics import BufferPool
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
-from grpo_mse.policy.sampling import SamplingSettings
+from grpo_mse.policy.sampling import ResponseLengths, SamplingSettings
 from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
     check_oracle_agreement,
@@ -40,8 +40,9 @@ from grpo_mse.tables.inputs import (
     selection,
     settings_mismatch,
 )
-from grpo_mse.tables.outputs import append_jsonl, write_csv, write_json
+from grpo_mse.tables.outputs import append_jsonl, code_version, write_csv, write_json
 from grpo_mse.tables.records import (
+    LENGTH_COLUMNS,
     TIDY_COLUMNS,
     V_ORACLE,
     PromptRecord,
@@ -272,6 +273,7 @@ class TracecovRun:
             bias2=stats.bias2 if biased else None,
             mse={n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators} if biased else None,
             **score_fields(stats, row),
+            **asdict(ResponseLengths.of(continuations, self.sampler.settings)),
         )
         return record, stats
 
@@ -297,6 +299,7 @@ class TracecovRun:
             advice = partial(self.advisor.advice, records_by_k)
         statistics = paired.run_statistics(records_by_k, config.K_list, config.estimators, config.seed, advice=advice)
         result.update(statistics.to_json())
+        result["code"] = code_version()
         outcome = TracecovOutcome(base, result, statistics)
         write_json(outcome.json_path, result)
         all_records = [r for k in config.K_list for r in records_by_k[k]]
@@ -364,6 +367,8 @@ def summary_lines(result: dict) -> list[str]:
             for n in names
         ]
         lines.append(f"K={k:4d}  " + "  ".join(cells))
+    if "response_lengths" in result:
+        lines.append(length_line(result))
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
     if "group_size_advisor" in result:
@@ -371,6 +376,16 @@ def summary_lines(result: dict) -> list[str]:
 
         lines.append(advisor.describe(result["group_size_advisor"]))
     return lines
+
+
+def length_line(result: dict) -> str:
+    """The responses' lengths per K (means over prompts): what sets the scale of the score norms and MSEs."""
+    lengths, cap = result["response_lengths"], result["config"]["max_new_tokens"]
+    cells = [
+        f"K={k} {tokens:.3g} tokens ({eos:.0%} EOS, {cut:.0%} cut)"
+        for k, tokens, eos, cut in zip(result["K_list"], *(lengths[name] for name in LENGTH_COLUMNS))
+    ]
+    return f"responses (mean new tokens; ended by EOS; cut at --max_new_tokens {cap}): " + "; ".join(cells)
 
 
 def advisor_hook():

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -202,3 +203,29 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
     low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends: no rounding past p
     high = 1.0 if successes == trials else min(1.0, centre + half)
     return low, high
+
+
+def code_version() -> dict:
+    """The code a result was made with: the git commit of this package's checkout and whether tracked files differ
+    from it (``dirty``), or the package version outside a git checkout (commit None). A resumed run records the code
+    that wrote its files; scripts/same_outputs.sh checks that a change of code leaves a run's numbers unchanged."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the grpo_mse package
+    try:
+        version_ = version("grpo-mse")
+    except PackageNotFoundError:
+        version_ = None
+
+    def git(*args) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", here, *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")  # this package's own checkout, not a repository it is installed in
+    same = top is not None and os.path.samefile(top, os.path.dirname(here))
+    commit = git("rev-parse", "HEAD") if same else None
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+    return {"commit": commit, "dirty": dirty, "version": version_}

@@ -78,7 +78,9 @@ def saved(value):
     return value
 
 
+LENGTH_COLUMNS = ["mean_new_tokens", "share_eos", "share_cut"]  # the prompt's response lengths (empty: not recorded)
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
+TIDY_COLUMNS += LENGTH_COLUMNS
 
 
 @dataclass
@@ -101,6 +103,10 @@ class PromptRecord(SavedRecord):
     oracle_noise: float | None = None
     bias2_own: dict[str, float] | None = None
     mse_own: dict[str, float] | None = None
+    # the M K continuations' lengths (policy.sampling.ResponseLengths; None in records of runs before they were kept)
+    mean_new_tokens: float | None = None
+    share_eos: float | None = None
+    share_cut: float | None = None
 
     NULLABLE = ("mean_score_sq", "oracle_noise")  # saved null stands for nan
 
@@ -128,7 +134,8 @@ class PromptRecord(SavedRecord):
         for n in names:
             bias2 = (self.bias2 or {}).get(n, 0.0)
             values = (self.prompt_index, self.id, self.K, n, self.tr_cov[n], bias2, self.mse_of(n))
-            rows.append(dict(zip(TIDY_COLUMNS, (*values, self.V_oracle, self.mean_reward))))
+            lengths = [getattr(self, name) for name in LENGTH_COLUMNS]
+            rows.append(dict(zip(TIDY_COLUMNS, (*values, self.V_oracle, self.mean_reward, *lengths))))
         return rows
 
 
@@ -221,6 +228,7 @@ def summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], name
         "n_prompts": [len(records_by_k[k]) for k in k_list],
         "mean_V_oracle": mean_ci([r.V_oracle for r in records_by_k[k_list[0]]])["mean"],
         **biased_summary(records_by_k, k_list, names),
+        **length_summary(records_by_k, k_list),
         "config": config,
         "note": NOTE,
     }
@@ -237,6 +245,16 @@ def biased_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int
         if any(n in r.bias2 for k in k_list for r in records_by_k[k] if r.bias2 is not None):
             out["bias2"][n] = [mean_ci([r.bias2[n] for r in records_by_k[k]])["mean"] for k in k_list]
     return out
+
+
+def length_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int]) -> dict:
+    """The responses' lengths per K, means over prompts (``LENGTH_COLUMNS``); none when a record lacks them."""
+    if any(r.mean_new_tokens is None for k in k_list for r in records_by_k[k]):
+        return {}
+    means = {
+        name: [mean_ci([getattr(r, name) for r in records_by_k[k]])["mean"] for k in k_list] for name in LENGTH_COLUMNS
+    }
+    return {"response_lengths": means}
 
 
 def tidy_rows(records: list[PromptRecord], names) -> list[dict]:

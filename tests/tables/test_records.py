@@ -153,6 +153,9 @@ def test_tidy_rows_follow_the_csv_columns():
         "mse": 0.22949032336701816,
         "V_oracle": 0.011426497240587492,
         "mean_reward": 0.0,
+        "mean_new_tokens": None,  # a record saved before the lengths were kept: empty cells
+        "share_eos": None,
+        "share_cut": None,
     }
     assert rows[1]["bias2"] == rows[1]["mse"] == -0.0029459590195603726 and rows[1]["trace"] == 0.0
 
