@@ -174,23 +174,27 @@ def test_the_joined_file_takes_the_umask_as_the_cache_s_other_files_do(tmp_path,
 
 
 @pytest.mark.slow
-def test_a_real_read_only_cache_with_the_real_parts(tmp_path):
-    """A read-only tmpfs as GRPO_MSE_GGUF_CACHE (a user and mount namespace), with the installed parts: refused
-    before any part is read, naming the variable."""
+@pytest.mark.parametrize("options", ["ro", "size=20m"])
+def test_a_real_read_only_or_full_cache_with_the_real_parts(tmp_path, options):
+    """A read-only tmpfs, or one of 20 MB (the disk fills while part 1 is written), as GRPO_MSE_GGUF_CACHE in a
+    user and mount namespace, with the installed parts: one line naming the variable, no file left."""
     try:
         [qwen.part_path(part) for part in qwen.PARTS]
     except ModelError as error:
         pytest.skip(str(error))
-    point = tmp_path / "ro"
-    point.mkdir()
-    script = (
-        f"mount -t tmpfs -o ro tmpfs {point} && {ENV}={point} {sys.executable} scripts/real_llm.py qwen; "
-        f"status=$?; ls -A {point}; exit $status"
-    )
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare")
+    point = tmp_path / "mount"
+    point.mkdir()
+    script = (
+        f"mount -t tmpfs -o {options} tmpfs {point} || exit 99; {ENV}={point} {sys.executable} scripts/real_llm.py "
+        f"qwen; status=$?; echo '--- cache'; find {point} -type f; exit $status"
+    )
     done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    if "mount" in done.stderr and done.returncode != 2:
+    if done.returncode == 99 or "unshare" in done.stderr:
         pytest.skip(f"unshare -rm with a tmpfs mount is not allowed here: {done.stderr.strip()[:200]}")
-    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
-    one_error_line(done.stderr, f"the GGUF cache {ENV}={point} cannot be written (Read-only file system")
+    assert done.returncode == 2 and done.stdout == "--- cache\n", (done.stdout, done.stderr)
+    if options == "ro":
+        one_error_line(done.stderr, f"the GGUF cache {ENV}={point} cannot be written (Read-only file system")
+    else:
+        one_error_line(done.stderr, f"no space left on the device: {point}/assembled (joining {qwen.QWEN_FILE}")
