@@ -37,6 +37,19 @@ def one_error_line(stderr: str, names: str) -> None:
     assert names in errors[0], (names, errors[0])
 
 
+def tree(folder) -> dict[str, bytes | None]:
+    """Every path under ``folder`` with its bytes (None for a folder); {} when it does not exist: what a refusal
+    must leave as it was."""
+    found = {}
+    for where, folders, files in os.walk(str(folder)):
+        for name in folders:
+            found[os.path.relpath(os.path.join(where, name), str(folder))] = None
+        for name in files:
+            with open(os.path.join(where, name), "rb") as handle:
+                found[os.path.relpath(os.path.join(where, name), str(folder))] = handle.read()
+    return found
+
+
 def tracked_state() -> str:
     return subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, check=True

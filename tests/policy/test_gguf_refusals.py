@@ -21,7 +21,7 @@ from conftest import BUILTIN_POLICY, ROOT, bounded
 from gguf_files import write_gguf
 from hypothesis import example, given
 from hypothesis import strategies as st
-from one_line_checks import boundary, one_error_line
+from one_line_checks import boundary, one_error_line, tree
 
 from grpo_mse.policy import model_cache
 from grpo_mse.training import model_folder as model_folder_command
@@ -54,18 +54,6 @@ def convert(path: str, **environment) -> tuple[int, str]:
     settings = {name: value for name, value in environment.items() if value is not None}
     with mock.patch.dict(os.environ, {**kept, **settings}, clear=True):
         return boundary(model_folder_command.main, [path])
-
-
-def tree(folder: str) -> dict:
-    """Every path under ``folder`` with its bytes (None for a folder)."""
-    found = {}
-    for where, folders, files in os.walk(folder):
-        for name in folders:
-            found[os.path.relpath(os.path.join(where, name), folder)] = None
-        for name in files:
-            with open(os.path.join(where, name), "rb") as handle:
-                found[os.path.relpath(os.path.join(where, name), folder)] = handle.read()
-    return found
 
 
 # ---- case 4: a cut GGUF file --------------------------------------------------------------------------------------

