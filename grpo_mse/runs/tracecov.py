@@ -371,10 +371,30 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(length_line(result))
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
+    lines += mix_lines(result)
     if "group_size_advisor" in result:
         from grpo_mse.analysis import advisor  # the advisor's modules load only with its advice
 
         lines.append(advisor.describe(result["group_size_advisor"]))
+    return lines
+
+
+def mix_lines(result: dict) -> list[str]:
+    """The V mix's prediction beside the measured ratios, and the mean over prompts with 0 < V < 1 beside the
+    all-prompt mean (``records.mix_summary``)."""
+    lines = []
+    if "equal_norm_ratio" in result:
+        predicted = result["equal_norm_ratio"]["naive/oracleV"]
+        u_statistic = " ".join(f"{k / (k - 1):.3g}" if k > 1 else "-" for k in result["K_list"])
+        lines.append(
+            f"under equal score norms: naive/oracleV = sum V / sum V(1-V) = {predicted:.3g} (the prompts' V mix), "
+            f"grpo/oracleV = K/(K-1) = {u_statistic}; compare the measured ratios above"
+        )
+    if "mse_0<V<1" in result:
+        for i, k in enumerate(result["K_list"]):
+            cells = [f"{est.get(n).label}={means[i]:.4g}" for n, means in result["mse_0<V<1"].items()]
+            count = result["n_prompts_0<V<1"][i]
+            lines.append(f"K={k:4d}  over the {count} prompts with 0<V<1 (above: all prompts): " + "  ".join(cells))
     return lines
 
 

@@ -229,6 +229,7 @@ def summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], name
         "mean_V_oracle": mean_ci([r.V_oracle for r in records_by_k[k_list[0]]])["mean"],
         **biased_summary(records_by_k, k_list, names),
         **length_summary(records_by_k, k_list),
+        **mix_summary(records_by_k, k_list, names),
         "config": config,
         "note": NOTE,
     }
@@ -255,6 +256,31 @@ def length_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int
         name: [mean_ci([getattr(r, name) for r in records_by_k[k]])["mean"] for k in k_list] for name in LENGTH_COLUMNS
     }
     return {"response_lengths": means}
+
+
+def equal_norm_ratio(values: list[float]) -> float:
+    """Vanilla's MSE over the oracle baseline's that the prompts' V mix alone predicts: sum V / sum V (1 - V).
+
+    With score norms of one size c (Assumption 2's setting), a prompt's vanilla MSE is about V c / K (its rewards'
+    second moment) and the oracle's V (1 - V) c / K; a prompt with V = 0 adds 0 to both, one with V = 1 only to
+    vanilla (the estimators treat them so: all rewards equal V). nan when no prompt has 0 < V < 1 and V = 1 none."""
+    numerator, denominator = sum(values), sum(v * (1.0 - v) for v in values)
+    return numerator / denominator if denominator > 0 else math.inf if numerator > 0 else math.nan
+
+
+def mix_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names) -> dict:
+    """What the prompts' V mix says about the means: ``equal_norm_ratio`` (vanilla over oracle, when both run) and,
+    when some prompts have V = 0 or 1, the mean MSE over the others (``mse_0<V<1``, n ``n_prompts_0<V<1``) beside
+    the all-prompt mean the paper reports (its T prompts include V = 0 and 1)."""
+    first = records_by_k[k_list[0]]
+    out = {}
+    if "naive" in names and "oracleV" in names:
+        out["equal_norm_ratio"] = {"naive/oracleV": equal_norm_ratio([r.V_oracle for r in first])}
+    inner = {k: [r for r in records_by_k[k] if 0.0 < r.V_oracle < 1.0] for k in k_list}
+    if len(inner[k_list[0]]) < len(first) and all(inner.values()):
+        out["mse_0<V<1"] = {n: [mean_ci([r.mse_of(n) for r in inner[k]])["mean"] for k in k_list] for n in names}
+        out["n_prompts_0<V<1"] = [len(inner[k]) for k in k_list]
+    return out
 
 
 def tidy_rows(records: list[PromptRecord], names) -> list[dict]:

@@ -65,3 +65,33 @@ def test_the_main_json_records_the_codes_commit(tmp_path):
         assert code["commit"] == head.stdout.strip() and isinstance(code["dirty"], bool)
     else:  # not a git checkout: the package version alone
         assert code["commit"] is None and code["version"]
+
+
+def test_the_v_mix_prediction_and_the_mean_over_prompts_with_0_v_1():
+    """sum V / sum V (1 - V), a V = 0 prompt adding to neither sum and a V = 1 prompt to the numerator only (its
+    rewards all 1: vanilla's vector is the mean score, the oracle's 0); the mean over 0 < V < 1 leaves them out."""
+    from grpo_mse.tables.records import PromptRecord, equal_norm_ratio, summary
+
+    assert equal_norm_ratio([0.0, 0.5, 1.0]) == pytest.approx(1.5 / 0.25)
+    assert equal_norm_ratio([0.2, 0.2]) == pytest.approx(1 / 0.8)  # = 1 / (1 - V) at one V
+    assert equal_norm_ratio([0.0, 0.0]) != equal_norm_ratio([0.0, 0.0]) and equal_norm_ratio([1.0]) == float("inf")
+    names = ["naive", "grpo", "oracleV"]
+
+    def record(index, value, mse):
+        return PromptRecord(4, index, index, "p", 1, value, value, dict(zip(names, mse)))
+
+    records = [
+        record(0, 0.0, [0, 0, 0]),
+        record(1, 0.5, [4, 3, 2]),
+        record(2, 1.0, [6, 0, 0]),
+        record(3, 0.25, [2, 1, 1]),
+    ]
+    result = summary({4: records}, [4], names, {"max_new_tokens": 8})
+    assert result["equal_norm_ratio"]["naive/oracleV"] == pytest.approx(1.75 / (0.25 + 0.1875))
+    assert result["conditional_on_x"]["naive"] == [3.0]  # all prompts, as the paper averages
+    assert result["mse_0<V<1"] == {"naive": [3.0], "grpo": [2.0], "oracleV": [1.5]} and result["n_prompts_0<V<1"] == [2]
+    lines = summary_lines({**result, "ci95": {n: [0.0] for n in names}})
+    assert any(line.startswith("under equal score norms: naive/oracleV = sum V / sum V(1-V) = 4 ") for line in lines)
+    assert any("over the 2 prompts with 0<V<1" in line and "vanilla=3 " in line for line in lines)
+    inner_only = summary({4: records[1:2] + records[3:]}, [4], names, {})
+    assert "mse_0<V<1" not in inner_only  # the same as the all-prompt mean: not repeated
