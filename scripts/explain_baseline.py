@@ -6,7 +6,7 @@ correct answers are short, confident sequences with small score norms and the wr
 and unlikely (large norms), the paper's Assumption 2 fails and the baseline adds noise.
 """
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -28,6 +28,11 @@ class ExplainBaselineConfig(Flags):
     prompts: int = option(12, minimum=1, help="prompts with 0.05 < V < 0.95 to measure")
     n: int = option(128, minimum=1, help="samples per prompt")
     out: str = option(help="output JSON file (replaced if it exists)")
+    per_position: bool = option(
+        False,
+        help="also split each sample's ||s||^2 by token position (one backward pass per generated token instead of "
+        "one per sample): ||s_t||^2 of each token's own score and the cross terms, saved per sample",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
@@ -35,9 +40,31 @@ class ExplainBaselineConfig(Flags):
         cli.check_model_path(self.model)
 
 
-def score_norms(sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rewards, ||grad log pi(y|x)||^2) of n sampled continuations, one backward pass each (``sampler``: a
-    policy.logprobs.PromptSampler)."""
+@dataclass(frozen=True)
+class Sample:
+    """One sampled continuation: its length in generated tokens, whether an EOS ended it, its reward, ||s||^2 of its
+    score s = grad log pi(y|x), and (``--per_position``) ||s_t||^2 of each token's own term s_t = grad log
+    pi(y_t | x, y_<t) (so ||s||^2 = sum_t ||s_t||^2 + the cross terms sum_{t != u} <s_t, s_u>)."""
+
+    length: int
+    eos: bool
+    reward: float
+    norm2: float
+    position_norm2: list[float] | None = None
+
+    @property
+    def cross(self) -> float | None:
+        """||s||^2 less the tokens' own squared norms: what the positions' correlation adds (None: not split)."""
+        return None if self.position_norm2 is None else self.norm2 - sum(self.position_norm2)
+
+
+def score_norms(sampler, row: dict, key: int, n: int, per_position: bool = False) -> list[Sample]:
+    """The n sampled continuations of ``row`` (random stream (-1, key)) with their rewards and score norms, one
+    backward pass each, or one per token with ``per_position`` (``sampler``: a policy.logprobs.PromptSampler).
+
+    Per position: c_t = grad log pi(y_<=t | x), the score of the first t tokens (a prefix that stops before the EOS
+    scores no EOS), so s_t = c_t - c_{t-1} and ||s_t||^2 = ||c_t||^2 - 2 <c_t, c_{t-1}> + ||c_{t-1}||^2, with c_L = s;
+    two model-sized gradients are held at a time."""
     import torch
 
     from grpo_mse.gradients.statistics import dot64
@@ -45,12 +72,35 @@ def score_norms(sampler, row: dict, key: int, n: int) -> tuple[np.ndarray, np.nd
     ids, continuations, texts = sampler.draw(row, (-1, key), n)
     params = [p for p in sampler.model.parameters() if p.requires_grad]
     logprob = sampler.logprob_fn(ids)
-    norms = []
-    for tokens in continuations:
-        grads = torch.autograd.grad(logprob([tokens])[0], params)
-        norms.append(dot64(grads, grads))
-    rewards = [row_reward(row, t) for t in texts]
-    return np.array(rewards), np.array(norms)
+    eos = set(sampler.settings.eos_ids)
+    samples = []
+    for tokens, text in zip(continuations, texts):
+        ends = range(1, len(tokens) + 1) if per_position else [len(tokens)]
+        previous, previous_sq, positions = None, 0.0, []
+        for end in ends:
+            grads = torch.autograd.grad(logprob([tokens[:end]])[0], params)
+            square = dot64(grads, grads)
+            cross = dot64(grads, previous) if previous is not None else 0.0
+            positions.append(square - 2.0 * cross + previous_sq)
+            previous, previous_sq = grads, square
+        reward = row_reward(row, text)
+        ended = bool(tokens) and tokens[-1] in eos
+        samples.append(Sample(len(tokens), ended, reward, previous_sq, positions if per_position else None))
+    return samples
+
+
+def by_length(samples: list[Sample]) -> list[dict]:
+    """Per response length L: how many samples, their mean ||s||^2, mean per-token ||s_t||^2 and the cross terms'
+    share of ||s||^2 (per position only): how the score norm grows with length."""
+    out = []
+    for length in sorted({s.length for s in samples}):
+        group = [s for s in samples if s.length == length]
+        entry = {"length": length, "n": len(group), "mean_norm2": float(np.mean([s.norm2 for s in group]))}
+        if group[0].position_norm2 is not None:
+            entry["mean_token_norm2"] = float(np.mean([np.mean(s.position_norm2) for s in group if s.length]))
+            entry["cross_share"] = float(sum(s.cross for s in group) / sum(s.norm2 for s in group))
+        out.append(entry)
+    return out
 
 
 def main(argv=None) -> None:
@@ -67,9 +117,11 @@ def main(argv=None) -> None:
     model, tokenizer = load_policy(args.model, "cpu", "fp32")
     settings = SamplingSettings(tuple(eos_token_ids(model, tokenizer)), tokenizer.pad_token_id, 1.0, 0.95, 32)
     sampler = PromptSampler(model, tokenizer, settings, 256, 0)
-    per_prompt = []
+    per_prompt, per_sample = [], []
     for index, row in enumerate(rows):
-        rewards, norms = score_norms(sampler, row, row.get("id", index), args.n)
+        samples = score_norms(sampler, row, row.get("id", index), args.n, args.per_position)
+        per_sample += [{"id": row.get("id"), **asdict(sample), "cross": sample.cross} for sample in samples]
+        rewards, norms = np.array([s.reward for s in samples]), np.array([s.norm2 for s in samples])
         value = oracle_value(row)
         right = float(norms[rewards == 1].mean()) if rewards.any() else float("nan")
         per_prompt.append(
@@ -81,6 +133,9 @@ def main(argv=None) -> None:
                 "E_norm2_given_wrong": float(norms[rewards == 0].mean()) if (rewards == 0).any() else None,
                 "K_times_vanilla_minus_oracle": value
                 * (2 * float((rewards * norms).mean()) - value * float(norms.mean())),
+                # the oracle baseline's K x tr Cov less ||g||^2 (its one-group MSE x K, ||g||^2 apart), from V and norms
+                "E_oracle_term": float((((rewards - value) ** 2) * norms).mean()),
+                "mean_length": float(np.mean([s.length for s in samples])),
             }
         )
         print(
@@ -98,6 +153,10 @@ def main(argv=None) -> None:
         "mean_K_times_vanilla_minus_oracle_ci95": gap_interval,
         "oracle_helps_on": sum(r["K_times_vanilla_minus_oracle"] > 0 for r in per_prompt),
         "prompts": len(per_prompt),
+        "by_length": by_length(
+            [Sample(**{k: v for k, v in r.items() if k not in ("id", "cross")}) for r in per_sample]
+        ),
+        "per_sample": per_sample,
         "note": __doc__.strip().splitlines()[2],
     }
     write_json(args.out, summary)
