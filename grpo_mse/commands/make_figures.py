@@ -50,6 +50,11 @@ class FiguresConfig(Flags):
     )
     out_dir: str = option("results/figures", help="output folder")
     name: str = option("figure4", help="file stem of the Figure-4 outputs")
+    share_y: bool = option(
+        False,
+        help="Figure 4: one y scale and one y label for every MSE panel (runs compared in the same units, e.g. ours "
+        "beside --paper; by default each panel has its own scale)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
@@ -272,8 +277,9 @@ def has_ratio(result: dict) -> bool:
     return RATIO_PAIR <= set(result["conditional_on_x"])
 
 
-def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
-    """One MSE panel per run and a final ratio panel; PNG and PDF."""
+def figure4(runs: list[tuple[str, dict]], out_stem: str, share_y: bool = False) -> list[str]:
+    """One MSE panel per run and a final ratio panel; PNG and PDF. ``share_y``: the MSE panels share the first
+    panel's y axis (one scale: a gap between runs is seen as it is) and its one label."""
     from grpo_mse.figures.comparisons import draw_ratio_panel
     from grpo_mse.figures.tracecov import draw_mse_panel, plt, save
 
@@ -283,6 +289,13 @@ def figure4(runs: list[tuple[str, dict]], out_stem: str) -> list[str]:
     for ax, (label, result) in zip(axes[0], runs):
         title = label + ("\n(oracle table settings: see its warnings)" if recorded_warnings(result) else "")
         draw_mse_panel(ax, result, title=title, theory=result.get("theory"))
+    if share_y and len(runs) > 1:
+        shared = axes[0][: len(runs)]
+        for ax in shared[1:]:
+            ax.sharey(shared[0])
+            ax.set_ylabel("")
+        shared[0].set_ylabel("MSE (mean over prompts)")
+        shared[0].autoscale(axis="y")
     if ratio:
         draw_ratio_panel(axes[0][-1], runs)
     fig.tight_layout()
@@ -348,7 +361,7 @@ def main(argv=None) -> None:
     for line in warnings:  # after every input is checked: a refused command prints its one line only
         print(line, file=sys.stderr)
     if runs:
-        for path in figure4(runs, os.path.join(args.out_dir, args.name)):
+        for path in figure4(runs, os.path.join(args.out_dir, args.name), args.share_y):
             print(f"wrote {path}")
     if advisor:
         for path in plot_advisor(advisor, os.path.join(args.out_dir, "group_size_advisor"), args.budget):

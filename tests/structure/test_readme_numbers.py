@@ -37,7 +37,10 @@ def saved_cells(path: str, ratio: str) -> list[tuple[float, float, float]]:
     return [(round(c["estimate"], 2), round(c["ci95"][0], 2), round(c["ci95"][1], 2)) for c in cells]
 
 
-@pytest.mark.parametrize("label,ratio", [("GRPO/oracle", "grpo/oracleV"), ("vanilla/oracle", "naive/oracleV")])
+@pytest.mark.parametrize(
+    "label,ratio",
+    [("GRPO/oracle", "grpo/oracleV"), ("vanilla/oracle", "naive/oracleV"), ("vanilla/GRPO", "naive/grpo")],
+)
 def test_the_real_llm_ratios_are_the_committed_runs(label, ratio):
     block = readme()[readme().index("Its Figure-4 run (48 prompts") :]
     assert quoted_cells(block, label, 3) == saved_cells(QWEN, ratio)
