@@ -20,6 +20,7 @@ import numpy as np
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
+from studies.audits.per_prompt import mse_table
 
 RATIOS = (("grpo", "oracleV"), ("naive", "oracleV"), ("naive", "grpo"))
 
@@ -34,21 +35,6 @@ class PilotPowerConfig(Flags):
     resamples: int = option(20000, minimum=100, help="bootstrap resamples over prompts")
     seed: int = option(0, help="bootstrap seed")
     out: str | None = option(None, help="also write the report as JSON here")
-
-
-def mse_table(path: str) -> dict[int, dict[str, np.ndarray]]:
-    """{K: {estimator: per-prompt MSE in prompt order}} from a per-prompt CSV."""
-    import pandas as pd
-
-    frame = pd.read_csv(path)
-    missing = {"prompt_index", "K", "estimator", "mse"} - set(frame.columns)
-    if missing:
-        raise cli.UsageError(f"--per_prompt {path}: no column {', '.join(sorted(missing))}; give a *_per_prompt.csv")
-    table = {}
-    for k, rows in frame.groupby("K"):
-        wide = rows.pivot(index="prompt_index", columns="estimator", values="mse").sort_index()
-        table[int(k)] = {name: wide[name].to_numpy(float) for name in wide.columns}
-    return table
 
 
 def relative_se(top: np.ndarray, bottom: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
