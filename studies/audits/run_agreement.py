@@ -122,7 +122,7 @@ class Cell(SavedRecord):
     se_log_ratio: float | None = None
     z_log: float | None = None
     z_log_limit: float | None = None  # Student t (log_prompts - 1 df) at the Bonferroni level
-    detectable: float = math.inf  # exp(z_log_limit * se_log_ratio) - 1: the factor 1 + this, either way, is found
+    detectable: float = math.inf  # exp(z_log_limit * se_log_ratio) - 1 (inf: under 2 log prompts, or > 1e6)
 
     def exceeds(self) -> bool:
         """Either paired test beyond its limit."""
