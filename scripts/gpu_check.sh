@@ -177,7 +177,9 @@ for dtype in fp32 bf16; do
   "$0" scripts/compare_oracle_tables.py "$1"/oracle_${dtype}/oracle_v_*.jsonl "$2" \
     --out "$1/demo_agrees_oracle_${dtype}.json" || status=1
   "$0" scripts/compare_tracecov_runs.py "$1"/tracecov_${dtype}/tracecov_*_per_prompt.csv "$3" \
-    --shared_prompts --out "$1/demo_agrees_traces_${dtype}.json" || status=1
+    --shared_prompts --out "$1/demo_agrees_traces_${dtype}.json"
+  code=$?  # 3: cannot tell (nothing found, too few prompts to see x1.5; the JSON says so): not a failure
+  [ $code -eq 0 ] || [ $code -eq 3 ] || status=1
 done
 exit $status' "${PY}" "${OUT}" "${DEMO_ORACLE}" "${DEMO_TRACES}"
 

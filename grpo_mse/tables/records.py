@@ -12,6 +12,8 @@ And run_tracecov's files made of its records: the per-K file (``detailed``), the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import MISSING, dataclass, fields, replace
 
@@ -81,6 +83,14 @@ def saved(value):
 LENGTH_COLUMNS = ["mean_new_tokens", "share_eos", "share_cut"]  # the prompt's response lengths (empty: not recorded)
 TIDY_COLUMNS = ["prompt_index", "id", "K", "estimator", "trace", "bias2", "mse", "V_oracle", "mean_reward"]
 TIDY_COLUMNS += LENGTH_COLUMNS
+TIDY_COLUMNS += ["prompt_hash"]  # last, set by name: scripts/compare_tracecov_runs.py pairs only the same prompts
+
+
+def prompt_hash(prompt) -> str:
+    """The first 16 hex digits of the sha256 of the prompt's JSON text (keys sorted): equal for the same text or
+    chat messages, whatever the table's format or row order (64 bits: a chance collision is beyond reach)."""
+    text = json.dumps(prompt, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass
@@ -131,11 +141,13 @@ class PromptRecord(SavedRecord):
     def tidy_rows(self, names) -> list[dict]:
         """Rows of the per-prompt CSV (``TIDY_COLUMNS``): one per estimator in ``names``, bias2 0 when it has none."""
         rows = []
+        digest = prompt_hash(self.prompt)
         for n in names:
             bias2 = (self.bias2 or {}).get(n, 0.0)
             values = (self.prompt_index, self.id, self.K, n, self.tr_cov[n], bias2, self.mse_of(n))
             lengths = [getattr(self, name) for name in LENGTH_COLUMNS]
             rows.append(dict(zip(TIDY_COLUMNS, (*values, self.V_oracle, self.mean_reward, *lengths))))
+            rows[-1]["prompt_hash"] = digest
         return rows
 
 

@@ -126,9 +126,9 @@ def test_emulation_results(emulated):
     out, _ = emulated
     for dtype in ("fp32", "bf16"):
         traces = json.loads((out / f"demo_agrees_traces_{dtype}.json").read_text())
-        assert traces["agree"] and {(c["estimator"], c["K"]) for c in traces["cells"]} == {
-            (e, k) for e in ("naive", "grpo", "oracleV") for k in (2, 4)
-        }
+        assert traces["verdict"] in ("agree", "cannot tell") and {
+            (c["estimator"], c["K"]) for c in traces["cells"]
+        } == {(e, k) for e in ("naive", "grpo", "oracleV") for k in (2, 4)}
         assert json.loads((out / f"demo_agrees_oracle_{dtype}.json").read_text())["agree"]
     for name in ("bench_0_5b", "bench_1_5b"):
         case = json.loads((out / f"{name}.json").read_text())["cases"]["zero_shot"]

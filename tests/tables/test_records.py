@@ -19,6 +19,7 @@ from grpo_mse.tables.records import (
     PromptRecord,
     oracle_count,
     oracle_value,
+    prompt_hash,
 )
 
 # Lines saved by real runs (prompt_results of results/training_demo/advisor, results/theory and
@@ -156,8 +157,20 @@ def test_tidy_rows_follow_the_csv_columns():
         "mean_new_tokens": None,  # a record saved before the lengths were kept: empty cells
         "share_eos": None,
         "share_cut": None,
+        "prompt_hash": prompt_hash(record.prompt),
     }
     assert rows[1]["bias2"] == rows[1]["mse"] == -0.0029459590195603726 and rows[1]["trace"] == 0.0
+
+
+def test_prompt_hash_is_the_prompts_own():
+    """The per-prompt CSV's prompt_hash (issue 54): the same text or messages give the same 16 hex digits, whatever
+    the order of a message's keys; another text, another role or another message list gives others."""
+    chat = [{"role": "user", "content": "Solve: 24 / 8 ="}]
+    same = [{"content": "Solve: 24 / 8 =", "role": "user"}]
+    others = ["Solve: 24 / 8 =", [{"role": "system", "content": "Solve: 24 / 8 ="}], [{"role": "user", "content": "x"}]]
+    digest = prompt_hash(chat)
+    assert len(digest) == 16 and int(digest, 16) >= 0 and prompt_hash(same) == digest
+    assert len({digest, *map(prompt_hash, others)}) == 4
 
 
 PROMPT_KEYS = ["K", "prompt_index", "id", "prompt", "gold", "V_oracle", "mean_reward", "tr_cov"]
