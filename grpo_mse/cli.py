@@ -109,7 +109,8 @@ def check_range(flag: str, value, minimum=None, maximum=None, above=None) -> Non
     ok = isinstance(value, (int, float)) and math.isfinite(value)
     ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     ok = ok and (above is None or value > above)
-    require(ok, f"{flag} must be {' and '.join(bounds) or 'a finite number'} (got {value})")
+    finite = "a finite number" if not bounds or (isinstance(value, (int, float)) and not math.isfinite(value)) else ""
+    require(ok, f"{flag} must be {' '.join(filter(None, [finite, ' and '.join(bounds)]))} (got {value})")
 
 
 def _typed(parse, kind: str, **bounds):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -267,8 +268,8 @@ class TracecovConfig(ModelConfig):
         None,
         type=float,
         above=0,
-        help="memory the run plans for, the model included (GB; default: all that is available): the rest is left "
-        "to other jobs on the machine",
+        help="memory the run plans for, the model included (GB, finite; left out: all that is available, as inf "
+        "would say, which is refused): the rest is left to other jobs on the machine",
     )
     c1_batch: int = option(
         16,
@@ -303,6 +304,12 @@ class TracecovConfig(ModelConfig):
     )
 
     def __post_init__(self) -> None:
+        # no cap is said by leaving the flag out: inf would be saved in the run's config as non-standard JSON
+        require(
+            self.max_memory_gb != math.inf,
+            "--max_memory_gb inf: leave the flag out to plan with all the memory available (a cap is a finite "
+            "number of GB > 0)",
+        )
         super().__post_init__()
         misfits = [k for k in self.allowed_K or [] if self.budget % k]
         require(

@@ -188,7 +188,7 @@ class MemoryPlan:
     kept_rows: int
     c1_in_memory: int  # c1 mean gradients kept in memory (the rest of a batch goes to files)
     c1_bytes: int
-    available: int  # available beside what the process holds
+    available: int  # available beside what the process holds (below 0 under a --max_memory_gb below it)
     kind: str = "available host memory"
     c1_beside: int = 0  # bytes of them held beside a prompt's statistics (all but the batch's last one, at most)
     likely_statistics: int = -1  # ``statistics`` with a prompt's rows at their likely number (-1: the same)
@@ -383,12 +383,17 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0, values=
     )
 
 
+CAPPED = "allowed by --max_memory_gb"
+
+
 def refusal(plan: MemoryPlan) -> str:
-    """The one line a run whose essentials do not fit is refused with, naming the flags that lower them."""
+    """The one line a run whose essentials do not fit is refused with, naming the flags that lower them (and
+    --max_memory_gb when it is the limit: it may be below what the model and libraries alone hold)."""
     held, whole = plan.held / 1e9, (plan.held + plan.available) / 1e9
+    larger = "raise --max_memory_gb" if plan.kind == CAPPED else "use a larger machine"
     return (
         f"memory: about {(plan.held + plan.essential) / 1e9:.3g} GB needed at the least, {whole:.3g} GB {plan.kind} "
-        f"(model and libraries {held:.3g}); too little memory: lower {REFUSAL_FLAGS}, or use a larger machine"
+        f"(model and libraries {held:.3g}); too little memory: lower {REFUSAL_FLAGS}, or {larger}"
     )
 
 
@@ -408,7 +413,8 @@ def check_memory(params, config, device: str, model_config=None, prompt_tokens: 
     available, kind = device_available(device)
     cap = getattr(config, "max_memory_gb", None)
     if cap is not None and held + available > cap * GB:  # other jobs keep the rest
-        available, kind = max(0, int(cap * GB) - held), "allowed by --max_memory_gb"
+        # below 0 when the model and libraries alone exceed the cap: the refusal then names the cap itself
+        available, kind = int(cap * GB) - held, CAPPED
     plan = plan_run(shape, held, available, kind)
     if not plan.fits():
         raise UsageError(refusal(plan))

@@ -324,6 +324,13 @@ RULE_CASES = [  # the rules of issue 13
         "oracle --out_dir under a file", oracle(out="{tmp}/f/o"), "is a file, not a folder", setup=(table(), ("f", "x"))
     ),
     Case("--device tpu", tracecov("--device", "tpu"), "unknown device 'tpu'", setup=(table(),)),
+    Case("--max_memory_gb inf", tracecov("--max_memory_gb", "inf"), "leave the flag out", setup=(table(),)),
+    Case(  # issue 54, item 5: the cap as given, not what the process held, and the way out
+        "--max_memory_gb 1e-9",
+        tracecov("--max_memory_gb", "1e-9"),
+        "1e-09 GB allowed by --max_memory_gb",
+        setup=(table(),),
+    ),
     Case(
         "a .csv table",
         tracecov(table_path="{tmp}/t.csv"),

@@ -107,7 +107,7 @@ def test_fields_become_typed_flags():
         (["--name", "x", "--count", "0"], "argument --count: must be >= 1 (got 0)"),
         (["--name", "x", "--count", "two"], "argument --count: expected an integer, got 'two'"),
         (["--name", "x", "--rate", "0"], "argument --rate: must be > 0 and <= 1 (got 0.0)"),
-        (["--name", "x", "--rate", "nan"], "argument --rate: must be > 0 and <= 1 (got nan)"),
+        (["--name", "x", "--rate", "nan"], "argument --rate: must be a finite number > 0 and <= 1 (got nan)"),
         (["--name", "x", "--sizes", "2", "1"], "argument --sizes: must be >= 2 (got 1)"),
         (["--name", "x", "--mode", "c"], "argument --mode: invalid choice: 'c'"),
         # a mistyped flag is named before the required flag it hides, with the closest real one

@@ -230,6 +230,27 @@ def test_max_memory_gb_caps_the_plan_and_refuses_below_the_essentials(tmp_path):
         memory.check_memory(params, config(held / GB * 0.5), "cpu")
 
 
+def test_a_cap_below_what_the_model_holds_is_named_as_given_and_inf_is_refused(tmp_path):
+    """Issue 54, item 5: ``--max_memory_gb 1e-9`` said "0.368 GB allowed by --max_memory_gb" (what the process held,
+    not the cap) and named no way out; ``inf`` said "must be > 0 (got inf)". No cap is said by leaving the flag out."""
+    import torch
+
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+    from grpo_mse.errors import UsageError
+
+    argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", str(tmp_path), "--M", "4", "--T", "2"]
+    params = [torch.zeros(1 << 20) for _ in range(4)]
+    with pytest.raises(UsageError) as refused:
+        memory.check_memory(params, TracecovConfig.from_argv([*argv, "--max_memory_gb", "1e-9"]), "cpu")
+    assert " 1e-09 GB allowed by --max_memory_gb (model and libraries " in str(refused.value)
+    assert str(refused.value).endswith("or raise --max_memory_gb") and "\n" not in str(refused.value)
+    for text in ("inf", "Infinity"):
+        with pytest.raises(UsageError, match=r"^--max_memory_gb inf: leave the flag out to plan with all the memory"):
+            TracecovConfig.from_argv([*argv, "--max_memory_gb", text])
+    with pytest.raises(UsageError, match=r"^--max_memory_gb must be a finite number > 0 \(got nan\)$"):
+        TracecovConfig.from_argv([*argv, "--max_memory_gb", "nan"])
+
+
 def test_the_peak_is_the_command_s_own_not_its_parent_s():
     """A command started by a large process (a test runner, a notebook): Linux carries ru_maxrss across exec, so it
     gave the parent's size; process_peak reads the command's own high-water mark."""
