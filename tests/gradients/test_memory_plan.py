@@ -208,6 +208,23 @@ def test_the_gpu_sizing_command_refuses_a_wrong_run_flag_in_one_line(tmp_path):
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        ('"unterminated', """--tracecov_flags '"unterminated': No closing quotation"""),
+        ("--model foo", "--tracecov_flags: --model is not used by the plan (the model is each of --qwen_shapes)"),
+        ("--M 4 --device=cpu", "--tracecov_flags: --device is not used by the plan (the plan is for one GPU"),
+        ("--save_json out", "--tracecov_flags: --save_json is not used by the plan"),
+    ],
+)
+def test_the_gpu_sizing_command_refuses_run_flags_it_cannot_read_or_would_ignore(tmp_path, flags, needle):
+    """Issue 54, item 6: an unbalanced quote gave a ValueError traceback; --model foo was accepted and ignored (the
+    plan is of --qwen_shapes), so a user would read Qwen's plan as foo's."""
+    result = sizing(tmp_path, "--qwen_shapes", "0.5B", "--tracecov_flags", flags)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: {needle}"), result.stderr
+
+
 def test_max_memory_gb_caps_the_plan_and_refuses_below_the_essentials(tmp_path):
     """--max_memory_gb: the plan fills at most that much with the model and what the process holds; a cap below the
     essentials is refused in the one refusal line (exit 2 through the command line)."""
