@@ -20,7 +20,7 @@ from typing import ClassVar, NamedTuple
 
 from grpo_mse import cli
 from grpo_mse.cli import require
-from grpo_mse.flags import Flags, option
+from grpo_mse.flags import Flags, check_types, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED
 from grpo_mse.rewards.rules import ANSWER_RULES
@@ -118,6 +118,7 @@ class ModelConfig(Flags):
     )
 
     def __post_init__(self) -> None:
+        check_types(self)  # before the checks below read the fields (a library caller's T="4", K_list=[])
         cli.check_device(self.device)
         cli.launch_env()  # a WORLD_SIZE without RANK (not torchrun) is refused before any work
         sampler = SAMPLERS.get(self.backend)  # an unknown name is refused with the other choices below
