@@ -32,6 +32,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs["formatter_class"] = HelpFormatter
+        # a flag is taken by its full name only: a prefix (--max_memory for --max_memory_gb) would silently change
+        # meaning, or stop parsing, the day a flag sharing it is added; the error names the flag it may have meant
+        kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *args, **kwargs):
@@ -76,10 +79,12 @@ class ArgumentParser(argparse.ArgumentParser):
         return unknown
 
     def closest_hint(self, flag: str) -> str:
-        """`` (did you mean --x?)`` for the closest known flag, ignoring case and '-' for '_'; empty when none is
-        close."""
+        """`` (did you mean --x?)`` for the closest known flag, ignoring case and '-' for '_', or the one flag that
+        ``flag`` abbreviates (prefixes are not taken: ``allow_abbrev``); empty when none is close."""
         options = [option for option in self._option_string_actions if option.startswith("--")]
         same = [option for option in options if option.lower().replace("-", "_") == flag.lower().replace("-", "_")]
+        longer = [option for option in options if option.startswith(flag)]
+        same = same or (longer if len(longer) == 1 else [])
         close = same or difflib.get_close_matches(flag, options, n=1, cutoff=SUGGESTION_CUTOFF)
         return f" (did you mean {close[0]}?)" if close else ""
 
@@ -109,7 +114,8 @@ def check_range(flag: str, value, minimum=None, maximum=None, above=None) -> Non
     ok = isinstance(value, (int, float)) and math.isfinite(value)
     ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     ok = ok and (above is None or value > above)
-    require(ok, f"{flag} must be {' and '.join(bounds) or 'a finite number'} (got {value})")
+    finite = "a finite number" if not bounds or (isinstance(value, (int, float)) and not math.isfinite(value)) else ""
+    require(ok, f"{flag} must be {' '.join(filter(None, [finite, ' and '.join(bounds)]))} (got {value})")
 
 
 def _typed(parse, kind: str, **bounds):

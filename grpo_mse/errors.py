@@ -22,6 +22,11 @@ class UsageError(InputError):
     """A flag value that cannot work; the message is one line."""
 
 
+class FieldTypeError(UsageError, TypeError):
+    """A config field given a value of the wrong type (``T="4"``, ``M=4.0``, ``estimators="grpo"``) by a library
+    caller; a UsageError (one line on a command line) that is also a TypeError."""
+
+
 class DataError(InputError):
     """Bad input data; the message is one line that names the problem."""
 

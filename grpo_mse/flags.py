@@ -17,8 +17,10 @@ A config is a dataclass deriving from ``Flags`` whose fields are declared with `
             require(..., "one-line message")                                # cross-field checks
 
 ``Args.from_argv(argv)`` parses, converts and validates; ``Args(...)`` from Python is validated the same
-way in ``__post_init__``. Subcommands (``prog NAME FLAGS...``): ``parse_command({"NAME": Config, ...}, argv)``
-returns (NAME, its validated config); each config's docstring's first line is the subcommand's help.
+way in ``__post_init__``, its values' types first (``check_types``: what the flag could not give, such as
+``T="4"``, ``T=True`` or ``K_list=[]``, is a FieldTypeError).
+Subcommands (``prog NAME FLAGS...``): ``parse_command({"NAME": Config, ...}, argv)`` returns (NAME, its
+validated config); each config's docstring's first line is the subcommand's help.
 ``help`` is the flag's help; the other keywords of ``option`` are argparse's
 (``type``, ``nargs``, ``choices``, ``metavar``, ``aliases`` as extra option strings) plus the bounds
 ``minimum``, ``maximum`` and ``above`` (strictly greater), ``positional=True`` (an argument without ``--``)
@@ -27,7 +29,8 @@ beside ``--x`` / ``--no-x``). The argparse ``type`` and ``nargs`` follow from
 the annotation when not given (``int``, ``float``, ``str``, ``X | None``, ``list[X]``, ``tuple[X, ...]``).
 
 The flag tables that docs/ shows are generated from these configs by studies/flag_tables.py
-(``python scripts/flag_tables.py --markdown module:Class``). This module imports only ``grpo_mse.cli``.
+(``python scripts/flag_tables.py --markdown module:Class``). This module imports only ``grpo_mse.cli`` and
+``grpo_mse.errors``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import ClassVar
 
 from grpo_mse import cli
 from grpo_mse.cli import require
+from grpo_mse.errors import FieldTypeError
 
 BOUNDS = ("minimum", "maximum", "above")
 SCALARS = {"int": int, "float": float, "str": str}
@@ -175,8 +179,60 @@ def parse_command(commands: dict, argv=None, description: str | None = None) -> 
     return namespace.command, _config(commands[namespace.command], namespace)
 
 
+KINDS = {int: "an integer", float: "a number", str: "a string", bool: "True or False"}
+
+
+def _allows_none(spec: dataclasses.Field) -> bool:
+    text = spec.type if isinstance(spec.type, str) else str(spec.type)
+    return bool(re.search(r"\|\s*None$|^Optional\[", text.strip()))
+
+
+def _is(kind: type, value) -> bool:
+    """``value`` is of ``kind`` as a flag of that type would give it: a bool only for a bool (True is an int to
+    Python, not a count), an int or float for a float."""
+    if kind is bool or isinstance(value, bool):
+        return kind is bool and isinstance(value, bool)
+    return isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
+
+
+def type_problem(spec: dataclasses.Field, value) -> str | None:
+    """Why ``value`` cannot be field ``spec``'s (one line), or None: what its annotation and flag could not give,
+    such as ``T="4"``, ``M=4.0``, ``T=True``, ``estimators="grpo"`` (a string is not a list of names), an empty
+    list for a flag that takes one value or more, None for a field that is not optional. Fields of other types
+    (a custom flag ``type``, nested lists) are not checked."""
+    flag, text = f"--{spec.name}", _annotation_text(spec)
+    kind, nargs, _ = (bool, None, False) if text == "bool" else _annotation(spec)
+    if kind is None:
+        return None
+    if value is None:
+        return None if _allows_none(spec) else f"{flag} must be given: None is not {KINDS[kind]}"
+    if nargs is None:
+        return (
+            None if _is(kind, value) else f"{flag} must be {KINDS[kind]} (got {value!r} of type {type(value).__name__})"
+        )
+    if not isinstance(value, (list, tuple)):
+        return f"{flag} must be a list of values, each {KINDS[kind]} (got {value!r})"
+    several = spec.metadata.get("nargs") or ("*" if spec.metadata.get("positional") else "+")
+    if several == "+" and not value:
+        return f"{flag} needs one value or more (got an empty list)"
+    wrong = next((item for item in value if not _is(kind, item)), None)
+    if wrong is not None or any(item is None for item in value):
+        return f"{flag} must hold values each {KINDS[kind]} (got {wrong!r} of type {type(wrong).__name__})"
+    return None
+
+
+def check_types(config) -> None:
+    """FieldTypeError (one line) for the first field whose value's type is wrong (``type_problem``)."""
+    for spec in dataclasses.fields(config):
+        problem = type_problem(spec, getattr(config, spec.name))
+        if problem:
+            raise FieldTypeError(problem)
+
+
 def check_fields(config) -> None:
-    """UsageError when a field's value is outside its ``choices`` or bounds (each list item is checked)."""
+    """FieldTypeError for a value of the wrong type (``check_types``), then UsageError when a field's value is
+    outside its ``choices`` or bounds (each list item is checked)."""
+    check_types(config)
     for spec in dataclasses.fields(config):
         value = getattr(config, spec.name)
         if value is None or isinstance(value, bool):

@@ -1,7 +1,8 @@
 """GPU sizing: the memory plan run_tracecov.py would print for Qwen2.5-0.5B, 1.5B and 7B shapes on one GPU of
 --gpu_gb, from the shapes alone (meta tensors: no weights, no GPU, seconds on a laptop).
 
---tracecov_flags holds run_tracecov.py's flags of the run (default: its own defaults at --dtype bf16 on cuda).
+--tracecov_flags holds run_tracecov.py's flags of the run (default: its own defaults at --dtype bf16 on cuda); the
+flags the plan sets itself (SET_BY_THE_PLAN: the model, device, backend, files) are refused, not ignored.
 For each shape it prints the plan line the run would print, then whether it fits; when it does not, the first of
 the flags that lower the essentials (--no_advisor; then one estimator) with which it fits, or the essentials'
 size when none does (a larger GPU, or a smaller model, is then needed: the run keeps whole gradients on one GPU).
@@ -20,12 +21,43 @@ import tempfile
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import UsageError, require
 from grpo_mse.flags import Flags, option
 from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
 
 CUDA_CONTEXT_GB = 0.6  # what a CUDA context and the allocator's first blocks take before any tensor (measured ~0.5)
 # the flags tried in turn when the asked run does not fit: each lowers the essentials (running sums, c1 vectors)
 LADDER = ([], ["--no_advisor"], ["--no_advisor", "--estimators", "oracleV"])
+
+
+# run_tracecov.py flags whose value the plan sets itself: given in --tracecov_flags they would be ignored (a plan
+# for --model foo that is Qwen's), so they are refused, naming what decides instead
+SET_BY_THE_PLAN = {
+    **dict.fromkeys(("--model", "--revision", "--trust_remote_code"), "the model is each of --qwen_shapes"),
+    **dict.fromkeys(("--device", "--max_memory_gb"), "the plan is for one GPU of --gpu_gb"),
+    **dict.fromkeys(
+        ("--backend", "--vllm_gpu_util", "--vllm_enforce_eager", "--vllm_max_model_len"),
+        "the plan is the hf sampler's (vLLM's own share of the GPU is not in it)",
+    ),
+    **dict.fromkeys(
+        ("--oracle_table", "--save_json", "--plot_path", "--skip_plot", "--resume"), "the plan reads and writes no file"
+    ),
+}
+
+
+def run_flags(text: str) -> list[str]:
+    """--tracecov_flags split as a shell would; UsageError for an unbalanced quote or a flag the plan sets itself."""
+    try:
+        words = shlex.split(text)
+    except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
+        raise UsageError(f"--tracecov_flags {text!r}: {error}; give the flags as one balanced shell string") from None
+    for word in words:
+        flag = word.split("=", 1)[0]
+        require(
+            flag not in SET_BY_THE_PLAN,
+            f"--tracecov_flags: {flag} is not used by the plan ({SET_BY_THE_PLAN.get(flag)}); leave it out",
+        )
+    return words
 
 
 @dataclass(kw_only=True)
@@ -38,18 +70,22 @@ class MemoryPlanConfig(Flags):
     prompt_tokens: int = option(160, minimum=1, help="the longest prompt's tokens")
     out: str | None = option(None, help="also write the plans as JSON here")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        run_flags(self.tracecov_flags)
 
-def tracecov_config(run_flags: list[str], extra: list[str]):
+
+def tracecov_config(flags: list[str], extra: list[str]):
     """The run's settings as run_tracecov.py would read them (no file is read or written)."""
     from grpo_mse.config.gradient_evaluation import TracecovConfig
 
     base = ["--oracle_table", "plan.jsonl", "--skip_plot", "--device", "cuda", "--dtype", "bf16"]
     where = ["--save_json", os.path.join(tempfile.gettempdir(), "memory_plan")]
-    return TracecovConfig.from_argv(base + where + run_flags + extra)
+    return TracecovConfig.from_argv(base + where + flags + extra)
 
 
-def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, prompt_tokens: int):
-    """(the plan, the run's settings) for Qwen2.5-``size`` with ``run_flags`` and ``extra``."""
+def plan_for(size: str, flags: list[str], extra: list[str], gpu_bytes: int, prompt_tokens: int):
+    """(the plan, the run's settings) for Qwen2.5-``size`` with ``flags`` and ``extra``."""
     import torch
     from transformers import Qwen2ForCausalLM
 
@@ -57,7 +93,7 @@ def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, 
     from studies.benchmarks.memory_estimates import model_bytes
     from studies.benchmarks.qwen_shapes import qwen2_5_config
 
-    config = tracecov_config(run_flags, extra)
+    config = tracecov_config(flags, extra)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.dtype]
     model_config = qwen2_5_config(size)
     with torch.device("meta"):  # shapes only
@@ -71,12 +107,12 @@ def plan_for(size: str, run_flags: list[str], extra: list[str], gpu_bytes: int, 
 
 def main(argv=None) -> None:
     args = MemoryPlanConfig.from_argv(argv, description=__doc__)
-    run_flags = shlex.split(args.tracecov_flags)
+    flags = run_flags(args.tracecov_flags)
     gpu_bytes = int(args.gpu_gb * 1e9)
-    tracecov_config(run_flags, [])  # a wrong run flag is refused before any model is built
+    tracecov_config(flags, [])  # a wrong run flag is refused before any model is built
     records = []
     for size in args.qwen_shapes:
-        tried = [(extra, *plan_for(size, run_flags, extra, gpu_bytes, args.prompt_tokens)) for extra in LADDER]
+        tried = [(extra, *plan_for(size, flags, extra, gpu_bytes, args.prompt_tokens)) for extra in LADDER]
         plan, count = tried[0][1], tried[0][2]
         print(f"Qwen2.5-{size} ({count / 1e9:.3g}B parameters) on {args.gpu_gb:g} GB: {plan.line()}")
         fitting = next((extra for extra, p, _ in tried if p.fits()), None)
@@ -93,7 +129,7 @@ def main(argv=None) -> None:
                 "shape": size,
                 "parameters": count,
                 "gpu_gb": args.gpu_gb,
-                "flags": run_flags,
+                "flags": flags,
                 "fits_as_asked": plan.fits(),
                 "fits_with": fitting,
                 "plans": [

@@ -234,6 +234,12 @@ def run_statistics(
     return RunStatistics(paired=paired, group_size_advisor=advice(weights))
 
 
+def half_width_text(half: float | None) -> str:
+    """``±half`` for a 95% half-width, `` [n/a]`` where there is none (one prompt: nan in memory, null when saved),
+    as the paired cells print a missing interval."""
+    return f"±{half:.2g}" if half is not None and np.isfinite(half) else " [n/a]"
+
+
 def _cell(label: str, saved_summary: dict) -> str:
     summary = bootstrap.Summary.from_json(saved_summary)
     if not summary.ci95:  # one prompt, or too many undefined replicates: no interval

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from grpo_mse import cli
 from grpo_mse.cli import require
-from grpo_mse.flags import Flags, option
+from grpo_mse.flags import Flags, check_types, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED
 from grpo_mse.rewards.rules import ANSWER_RULES
@@ -117,6 +118,7 @@ class ModelConfig(Flags):
     )
 
     def __post_init__(self) -> None:
+        check_types(self)  # before the checks below read the fields (a library caller's T="4", K_list=[])
         cli.check_device(self.device)
         cli.launch_env()  # a WORLD_SIZE without RANK (not torchrun) is refused before any work
         sampler = SAMPLERS.get(self.backend)  # an unknown name is refused with the other choices below
@@ -267,8 +269,8 @@ class TracecovConfig(ModelConfig):
         None,
         type=float,
         above=0,
-        help="memory the run plans for, the model included (GB; default: all that is available): the rest is left "
-        "to other jobs on the machine",
+        help="memory the run plans for, the model included (GB, finite; left out: all that is available, as inf "
+        "would say, which is refused): the rest is left to other jobs on the machine",
     )
     c1_batch: int = option(
         16,
@@ -303,6 +305,12 @@ class TracecovConfig(ModelConfig):
     )
 
     def __post_init__(self) -> None:
+        # no cap is said by leaving the flag out: inf would be saved in the run's config as non-standard JSON
+        require(
+            self.max_memory_gb != math.inf,
+            "--max_memory_gb inf: leave the flag out to plan with all the memory available (a cap is a finite "
+            "number of GB > 0)",
+        )
         super().__post_init__()
         misfits = [k for k in self.allowed_K or [] if self.budget % k]
         require(

@@ -136,20 +136,24 @@ class RunShape:
     c1_reads: int
     engine: str = "fast"
     large: bool = True
-    rows_likely: int = 0  # rows a run's fullest prompt most likely produces (``likely_rows``); 0: rows_per_prompt
+    rows_likely: int | None = None  # rows a run's fullest prompt most likely produces (``likely_rows``); None: all
 
     def likely(self) -> RunShape:
-        """This shape with a prompt's rows at their likely number instead of their most."""
-        rows = min(
-            max(self.rows_likely, self.rows_per_pass) if self.rows_likely else self.rows_per_prompt,
-            self.rows_per_prompt,
-        )
-        return replace(self, rows_per_prompt=rows)
+        """This shape with a prompt's rows at their likely number instead of their most: at least a pass's rows when
+        it has any (a pass's activations and gradients whatever its rows), none at all when it likely gives none
+        (V = 0 everywhere: the fast engine makes no pass, engine.prompt_traces; the reference one makes them all)."""
+        if self.rows_likely is None or self.engine == "reference":
+            return self
+        if self.rows_likely == 0:
+            return replace(self, rows_per_prompt=0, rows_per_pass=0)
+        return replace(self, rows_per_prompt=min(max(self.rows_likely, self.rows_per_pass), self.rows_per_prompt))
 
     def backward(self) -> int:
         """One pass's backward: its rows (twice for a batched call, whose intermediate gradients are alive beside the
         rows it returns; model sizes take one group a pass in plain calls), the largest parameter's gradient twice
-        (a tied embedding's two dense gradients, summed) and the activations."""
+        (a tied embedding's two dense gradients, summed) and the activations; nothing for a prompt with no pass."""
+        if self.rows_per_pass == 0:
+            return 0
         batched = 1 if self.large else 2
         return batched * self.rows_per_pass * self.row + 2 * self.largest + self.activations
 
@@ -188,7 +192,7 @@ class MemoryPlan:
     kept_rows: int
     c1_in_memory: int  # c1 mean gradients kept in memory (the rest of a batch goes to files)
     c1_bytes: int
-    available: int  # available beside what the process holds
+    available: int  # available beside what the process holds (below 0 under a --max_memory_gb below it)
     kind: str = "available host memory"
     c1_beside: int = 0  # bytes of them held beside a prompt's statistics (all but the batch's last one, at most)
     likely_statistics: int = -1  # ``statistics`` with a prompt's rows at their likely number (-1: the same)
@@ -240,23 +244,24 @@ def plan_run(shape: RunShape, held: int, available: int, kind: str = "available 
     fitting = max(0, budget - statistics) // vector
     c1 = min(batch, C1_HOST_BYTES // vector, fitting + 1 if fitting + 1 >= batch else fitting)
     beside = min(c1, max(batch - 1, 0)) * shape.vector
-    likely = shape.likely().statistics(kept)
+    likely = min(shape.likely().statistics(kept), statistics)  # never above the most (no rows: sums read as zeros)
     return MemoryPlan(held, essential, statistics, kept, c1, c1 * shape.vector, available, kind, beside, likely)
 
 
 def likely_rows(values: list[float], k_list: list[int], m: int, quantile: float = 0.5) -> int:
     """Gradient rows the fullest prompt of a run most likely produces: a group of K with 0/1 rewards of mean V gives
     two rows (a, s) when its rewards differ (probability 1 - V^K - (1 - V)^K) and at most one otherwise, so a
-    prompt gives M + Binomial(M, that) at most; the run's fullest over its prompts and K's is at most r with
-    probability prod P(Binomial <= r - M). Returns the least r reached with ``quantile`` (0.5: the median)."""
-    mixed = [1.0 - min(max(v, 0.0), 1.0) ** k - (1.0 - min(max(v, 0.0), 1.0)) ** k for v in values for k in k_list]
+    prompt gives M + Binomial(M, that) at most; a prompt with V = 0 gives none (its rewards are all 0, and so is
+    every estimator's weight: engine.group_plan). The run's fullest over its prompts and K's is at most r with
+    probability prod P(its rows <= r). Returns the least r reached with ``quantile`` (0.5: the median)."""
+    laws = [(0 if v <= 0.0 else m, 1.0 - min(v, 1.0) ** k - (1.0 - min(v, 1.0)) ** k) for v in values for k in k_list]
 
-    def at_most(extra: int, p: float) -> float:
-        return sum(math.comb(m, j) * p**j * (1.0 - p) ** (m - j) for j in range(extra + 1))
+    def at_most(rows: int, least: int, p: float) -> float:  # P(least + Binomial(M, p) <= rows); none below least
+        return sum(math.comb(m, j) * p**j * (1.0 - p) ** (m - j) for j in range(rows - least + 1))
 
-    for extra in range(m):
-        if math.prod(at_most(extra, p) for p in mixed) >= quantile:
-            return m + extra
+    for rows in range(2 * m):
+        if math.prod(at_most(rows, least, p) for least, p in laws) >= quantile:
+            return rows
     return 2 * m
 
 
@@ -362,7 +367,8 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0, values=
     own = est.own_targets(config.estimators)  # their helper sums (engine.own_label)
     labels = len(config.estimators) + len(biased) + 1 + len(own)  # + the score and the own-target helper sums
     count = sum(p.numel() for p in params)
-    per_pass = min(config.M, groups_per_pass(min(config.K_list), count, config.groups_per_pass))
+    passes = {k: min(config.M, groups_per_pass(k, count, config.groups_per_pass)) for k in config.K_list}
+    per_pass = passes[min(config.K_list)]  # the most groups, so rows, a pass takes
     model_element = element_bytes(params[0].dtype) if params else 4
     batch = min(config.c1_batch, config.T) if config.with_advisor else 0
     return RunShape(
@@ -372,23 +378,31 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0, values=
         labels=labels,
         rows_per_pass=2 * per_pass,
         rows_per_prompt=2 * config.M,
-        activations=activation_bytes(
-            model_config, per_pass * prompt_tokens, per_pass * max(config.K_list) * config.max_new_tokens, model_element
+        # a pass's groups shrink as K grows (up to 128 sequences a pass): the fullest pass, not the most groups
+        # (at the least K) times the longest groups (at the largest), which planned 4x the tiny policy's at K 4..32
+        activations=max(
+            activation_bytes(model_config, groups * prompt_tokens, groups * k * config.max_new_tokens, model_element)
+            for k, groups in passes.items()
         ),
         c1_vectors=batch * config.c1_copies,
         c1_reads=config.c1_copies if config.with_advisor else 0,
         engine=config.engine,
         large=count >= PARTIAL_GRAM_MIN,
-        rows_likely=likely_rows(values, config.K_list, config.M) if values else 0,
+        rows_likely=likely_rows(values, config.K_list, config.M) if values else None,
     )
 
 
+CAPPED = "allowed by --max_memory_gb"
+
+
 def refusal(plan: MemoryPlan) -> str:
-    """The one line a run whose essentials do not fit is refused with, naming the flags that lower them."""
+    """The one line a run whose essentials do not fit is refused with, naming the flags that lower them (and
+    --max_memory_gb when it is the limit: it may be below what the model and libraries alone hold)."""
     held, whole = plan.held / 1e9, (plan.held + plan.available) / 1e9
+    larger = "raise --max_memory_gb" if plan.kind == CAPPED else "use a larger machine"
     return (
         f"memory: about {(plan.held + plan.essential) / 1e9:.3g} GB needed at the least, {whole:.3g} GB {plan.kind} "
-        f"(model and libraries {held:.3g}); too little memory: lower {REFUSAL_FLAGS}, or use a larger machine"
+        f"(model and libraries {held:.3g}); too little memory: lower {REFUSAL_FLAGS}, or {larger}"
     )
 
 
@@ -408,7 +422,8 @@ def check_memory(params, config, device: str, model_config=None, prompt_tokens: 
     available, kind = device_available(device)
     cap = getattr(config, "max_memory_gb", None)
     if cap is not None and held + available > cap * GB:  # other jobs keep the rest
-        available, kind = max(0, int(cap * GB) - held), "allowed by --max_memory_gb"
+        # below 0 when the model and libraries alone exceed the cap: the refusal then names the cap itself
+        available, kind = int(cap * GB) - held, CAPPED
     plan = plan_run(shape, held, available, kind)
     if not plan.fits():
         raise UsageError(refusal(plan))

@@ -362,7 +362,7 @@ def summary_lines(result: dict) -> list[str]:
         lines.append("MSE = tr Cov + bias² (mean over prompts) ± 95% half-width:")
     for i, k in enumerate(result["K_list"]):
         cells = [
-            f"{est.get(n).label}={mse[n][i]:.4g}±{half_width[n][i]:.2g}"
+            f"{est.get(n).label}={mse[n][i]:.4g}{paired.half_width_text(half_width[n][i])}"
             + below_zero_flag(at_least_zero(Summary(estimate=mse[n][i], ci95=None)))  # an unbiased MSE can be < 0
             for n in names
         ]

@@ -324,6 +324,18 @@ RULE_CASES = [  # the rules of issue 13
         "oracle --out_dir under a file", oracle(out="{tmp}/f/o"), "is a file, not a folder", setup=(table(), ("f", "x"))
     ),
     Case("--device tpu", tracecov("--device", "tpu"), "unknown device 'tpu'", setup=(table(),)),
+    # issue 54, item 10: a prefix of a flag is not taken as the flag (argparse's allow_abbrev off)
+    Case("--max_memory prefix", tracecov("--max_memory", "5"), "--max_memory 5 (did you mean --max_memory_gb?)"),
+    Case("--estimator prefix", tracecov("--estimator", "grpo"), "--estimator grpo (did you mean --estimators?)"),
+    Case("--resum prefix", tracecov("--resum"), "--resum (did you mean --resume?)"),
+    Case("--paper_model prefix", ["plots/make_figures.py", "--paper_model", "x"], "(did you mean --paper_models?)"),
+    Case("--max_memory_gb inf", tracecov("--max_memory_gb", "inf"), "leave the flag out", setup=(table(),)),
+    Case(  # issue 54, item 5: the cap as given, not what the process held, and the way out
+        "--max_memory_gb 1e-9",
+        tracecov("--max_memory_gb", "1e-9"),
+        "1e-09 GB allowed by --max_memory_gb",
+        setup=(table(),),
+    ),
     Case(
         "a .csv table",
         tracecov(table_path="{tmp}/t.csv"),

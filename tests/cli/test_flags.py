@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo_mse import flags
-from grpo_mse.cli import UsageError, require
+from grpo_mse.cli import ArgumentParser, UsageError, require
 from grpo_mse.flags import Flags, option
 from studies.flag_tables import markdown
 
@@ -107,7 +107,7 @@ def test_fields_become_typed_flags():
         (["--name", "x", "--count", "0"], "argument --count: must be >= 1 (got 0)"),
         (["--name", "x", "--count", "two"], "argument --count: expected an integer, got 'two'"),
         (["--name", "x", "--rate", "0"], "argument --rate: must be > 0 and <= 1 (got 0.0)"),
-        (["--name", "x", "--rate", "nan"], "argument --rate: must be > 0 and <= 1 (got nan)"),
+        (["--name", "x", "--rate", "nan"], "argument --rate: must be a finite number > 0 and <= 1 (got nan)"),
         (["--name", "x", "--sizes", "2", "1"], "argument --sizes: must be >= 2 (got 1)"),
         (["--name", "x", "--mode", "c"], "argument --mode: invalid choice: 'c'"),
         # a mistyped flag is named before the required flag it hides, with the closest real one
@@ -115,6 +115,10 @@ def test_fields_become_typed_flags():
         (["--name", "x", "--Sizes", "2"], "unrecognized arguments: --Sizes 2 (did you mean --sizes?)"),
         (["--name", "x", "--cuont=2"], "unrecognized arguments: --cuont=2 (did you mean --count?)"),
         (["--name", "x", "--out_dir", "y"], "unrecognized arguments: --out_dir y (see --help)"),  # none close
+        # a prefix of a flag is not taken (allow_abbrev off, issue 54 item 10), but named with the flag it abbreviates
+        (["--nam", "x"], "unrecognized arguments: --nam (did you mean --name?)"),
+        (["--name", "x", "--li", "2"], "unrecognized arguments: --li 2 (did you mean --limit?)"),
+        (["--name", "x", "--col"], "unrecognized arguments: --col (did you mean --color?)"),
     ],
 )
 def test_bad_flags_give_one_line_and_exit_2(capsys, argv, message):
@@ -338,3 +342,37 @@ def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
         round(numpy_start, 2),
         {k: round(v, 2) for k, v in slow.items()},
     )
+
+
+def test_every_command_line_parser_takes_flags_by_their_full_name_only():
+    """Issue 54, item 10: every parser of the project is a cli.ArgumentParser (so none takes a prefix: allow_abbrev
+    off), and none is built from argparse directly."""
+    folders = ("grpo_mse", "scripts", "studies", "plots", "benchmarks", "Gradient_evaluation", "Policy_Optimization")
+    direct = [
+        str(path.relative_to(ROOT))
+        for folder in folders
+        for path in (ROOT / folder).rglob("*.py")
+        if "argparse.ArgumentParser(" in path.read_text(encoding="utf-8") and path.name != "cli.py"
+    ]
+    assert direct == []
+    assert ArgumentParser().allow_abbrev is False
+
+
+def test_every_entry_point_refuses_a_prefix_of_its_own_flag_naming_the_flag():
+    """Issue 54, item 10, through each real command line: its longest flag less its last letter (``--max_memory``
+    for ``--max_memory_gb``) is refused in one line naming the flag, not taken as that flag."""
+    env, checked = {**os.environ, "PYTHONPATH": str(ROOT)}, []
+    for script in ENTRY_POINTS:
+        usage = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, env=env, capture_output=True, text=True)
+        options = usage.stdout.partition("\noptions:")[2]  # the parser's own flags, not the description's
+        own = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][\w-]+)", options, re.M)) - {"--help"}
+        if not own:  # subcommands only (their flags are their own parsers', built the same way) or no flags
+            continue
+        flag = max(sorted(own), key=len)
+        checked.append(script)
+        refused = subprocess.run(
+            [sys.executable, script, flag[:-1]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, (script, refused.stderr)
+        assert f"unrecognized arguments: {flag[:-1]} (did you mean {flag}?)" in refused.stderr, (script, refused.stderr)
+    assert {"Gradient_evaluation/run_tracecov.py", "plots/make_figures.py", "scripts/memory_plan.py"} <= set(checked)

@@ -50,7 +50,7 @@ shapes = st.builds(
     activations=st.integers(0, 4 * GB),
     c1_vectors=st.integers(0, 48),
     c1_reads=st.integers(0, 3),
-    rows_likely=st.integers(0, 64),
+    rows_likely=st.one_of(st.none(), st.integers(0, 64)),
     engine=st.sampled_from(["fast", "reference"]),
     large=st.booleans(),
 )
@@ -97,6 +97,45 @@ def test_likely_rows_match_an_enumeration_of_every_group_s_outcome():
         assert memory.likely_rows(values, k_list, m, quantile) == expected, quantile
     assert memory.likely_rows([0.5] * 48, [4, 8, 16], 8) == 16  # the paper's shape at V = 1/2: every row
     assert memory.likely_rows([0.0, 1.0], [4, 8], 4) == 4  # rewards all equal: one row a group
+
+
+def test_a_run_whose_prompts_all_have_v_0_likely_makes_no_pass():
+    """Issue 54, item 4: a prompt with V = 0 has rewards all 0, so every estimator's weight is 0 and the fast engine
+    makes no pass (engine.group_plan); the likely peak was planned with a pass's rows and activations (SmolLM2 on an
+    all-V = 0 table, T 1 M 2 K 2: 2.5 GB printed, 1.0 measured). The most stays every row; so does the reference
+    engine, which makes every pass."""
+    assert memory.likely_rows([0.0, 0.0], [2, 4], 2) == 0
+    assert memory.likely_rows([0.0, 0.5], [4], 2) == memory.likely_rows([0.5], [4], 2) > 0  # the fullest prompt's
+    shape = qwen_shape(m=2, rows_likely=0)
+    plan = memory.plan_run(shape, held=2 * GB, available=20 * GB)
+    assert shape.likely().backward() == 0 and plan.likely_statistics == shape.formed() == 0
+    assert plan.needed == 2 * GB + plan.c1_bytes  # a c1 batch's mean gradients are still counted
+    assert plan.most == memory.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB).most
+    reference = qwen_shape(m=2, rows_likely=0, engine="reference")
+    assert reference.likely() == reference
+
+
+def test_activations_are_those_of_the_fullest_pass_not_the_most_groups_times_the_longest():
+    """Issue 54, item 4: a pass takes up to 128 sequences, so its groups shrink as K grows; the activations were
+    planned for the least K's groups (16 at K 4) times the largest K's continuations (32): 512 sequences where a pass
+    holds 128 (the tiny policy at T 16, M 16, K 4 8 16 32: 1.06 GB printed against a 0.55 GB peak)."""
+    import torch
+
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+
+    class Sizes:
+        num_hidden_layers, hidden_size, intermediate_size, vocab_size = 4, 64, 256, 358
+
+    argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", "out", "--device", "cpu", "--T", "16"]
+    config = TracecovConfig.from_argv([*argv, "--M", "16", "--K_list", "4", "8", "16", "32", "--max_new_tokens", "32"])
+    params = [torch.empty(270_000, device="meta")]
+    shape = memory.run_shape(params, config, Sizes(), prompt_tokens=20)
+    fullest = max(
+        memory.activation_bytes(Sizes(), g * 20, g * k * 32, 4) for k, g in ((4, 16), (8, 16), (16, 8), (32, 4))
+    )
+    old = memory.activation_bytes(Sizes(), 16 * 20, 16 * 32 * 32, 4)  # 512 sequences
+    assert shape.activations == fullest == memory.activation_bytes(Sizes(), 16 * 20, 128 * 32, 4) < old / 3
+    assert shape.rows_per_pass == 2 * 16  # the rows of a pass are the least K's: 16 groups
 
 
 def test_the_likely_peak_is_printed_beside_the_most_a_prompt_can_need():
@@ -160,13 +199,16 @@ def test_activations_grow_with_tokens_and_the_vocabulary():
 
 
 @pytest.mark.slow
-def test_the_printed_estimate_is_within_25_percent_of_the_measured_peak(tmp_path):
-    """The built-in tiny policy through the command line: the plan's line before the run, the peak (ru_maxrss) after;
-    at this size the process's own libraries dominate both."""
+@pytest.mark.parametrize("shape", [("4", "4", "2", "4"), ("16", "16", "4", "8", "16", "32")])
+def test_the_printed_estimate_is_within_25_percent_of_the_measured_peak(tmp_path, shape):
+    """The built-in tiny policy through the command line: the plan's line before the run, the peak (VmHWM) after;
+    at this size the process's own libraries dominate both. T 16, M 16, K 4 8 16 32 printed 1.06 GB against a
+    0.55 GB peak before a pass's activations were those of its fullest K (issue 54, item 4); 0.65 against 0.60 after."""
     out = tmp_path / "tc"
+    t, m, *k_list = shape
     command = [sys.executable, "Gradient_evaluation/run_tracecov.py", "--model", "assets/tiny_policy"]
     command += ["--oracle_table", str(DEMO_TABLE), "--device", "cpu", "--dtype", "fp32"]
-    command += ["--T", "4", "--M", "4", "--K_list", "2", "4", "--skip_plot", "--save_json", str(out)]
+    command += ["--T", t, "--M", m, "--K_list", *k_list, "--skip_plot", "--save_json", str(out)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ})
     assert result.returncode == 0, result.stderr[-2000:]
     estimate, peak = estimate_and_peak(result.stderr)
@@ -208,6 +250,23 @@ def test_the_gpu_sizing_command_refuses_a_wrong_run_flag_in_one_line(tmp_path):
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        ('"unterminated', """--tracecov_flags '"unterminated': No closing quotation"""),
+        ("--model foo", "--tracecov_flags: --model is not used by the plan (the model is each of --qwen_shapes)"),
+        ("--M 4 --device=cpu", "--tracecov_flags: --device is not used by the plan (the plan is for one GPU"),
+        ("--save_json out", "--tracecov_flags: --save_json is not used by the plan"),
+    ],
+)
+def test_the_gpu_sizing_command_refuses_run_flags_it_cannot_read_or_would_ignore(tmp_path, flags, needle):
+    """Issue 54, item 6: an unbalanced quote gave a ValueError traceback; --model foo was accepted and ignored (the
+    plan is of --qwen_shapes), so a user would read Qwen's plan as foo's."""
+    result = sizing(tmp_path, "--qwen_shapes", "0.5B", "--tracecov_flags", flags)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: {needle}"), result.stderr
+
+
 def test_max_memory_gb_caps_the_plan_and_refuses_below_the_essentials(tmp_path):
     """--max_memory_gb: the plan fills at most that much with the model and what the process holds; a cap below the
     essentials is refused in the one refusal line (exit 2 through the command line)."""
@@ -228,6 +287,27 @@ def test_max_memory_gb_caps_the_plan_and_refuses_below_the_essentials(tmp_path):
     assert plan.needed <= plan.held + plan.available
     with pytest.raises(UsageError, match=r"^memory: about .* GB needed at the least, .* allowed by --max_memory_gb"):
         memory.check_memory(params, config(held / GB * 0.5), "cpu")
+
+
+def test_a_cap_below_what_the_model_holds_is_named_as_given_and_inf_is_refused(tmp_path):
+    """Issue 54, item 5: ``--max_memory_gb 1e-9`` said "0.368 GB allowed by --max_memory_gb" (what the process held,
+    not the cap) and named no way out; ``inf`` said "must be > 0 (got inf)". No cap is said by leaving the flag out."""
+    import torch
+
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+    from grpo_mse.errors import UsageError
+
+    argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", str(tmp_path), "--M", "4", "--T", "2"]
+    params = [torch.zeros(1 << 20) for _ in range(4)]
+    with pytest.raises(UsageError) as refused:
+        memory.check_memory(params, TracecovConfig.from_argv([*argv, "--max_memory_gb", "1e-9"]), "cpu")
+    assert " 1e-09 GB allowed by --max_memory_gb (model and libraries " in str(refused.value)
+    assert str(refused.value).endswith("or raise --max_memory_gb") and "\n" not in str(refused.value)
+    for text in ("inf", "Infinity"):
+        with pytest.raises(UsageError, match=r"^--max_memory_gb inf: leave the flag out to plan with all the memory"):
+            TracecovConfig.from_argv([*argv, "--max_memory_gb", text])
+    with pytest.raises(UsageError, match=r"^--max_memory_gb must be a finite number > 0 \(got nan\)$"):
+        TracecovConfig.from_argv([*argv, "--max_memory_gb", "nan"])
 
 
 def test_the_peak_is_the_command_s_own_not_its_parent_s():

@@ -25,3 +25,16 @@ def test_each_mse_below_zero_is_flagged_unreliable(values_by_k):
         for name in NAMES:
             cell = line.split(f"{est.get(name).label}=", 1)[1].split("  ", 1)[0]
             assert cell.endswith("(unreliable: below 0)") == (means[name][i] < 0), (name, cell)
+
+
+def test_one_prompt_s_missing_interval_prints_as_n_a():
+    """Issue 54, item 9: with one prompt (--T 1) no interval exists (nan in memory, null in the JSON); the summary
+    prints ``[n/a]`` as docs/safety.md says (it printed ``vanilla=0±nan``)."""
+    for missing in (float("nan"), None):
+        means = {n: [0.0, 12.5] for n in NAMES}
+        result = {"K_list": [2, 4], "conditional_on_x": means, "ci95": {n: [missing, missing] for n in NAMES}}
+        rows = [line for line in summary_lines(result) if line.startswith("K=")]
+        assert rows == [
+            "K=   2  vanilla=0 [n/a]  GRPO=0 [n/a]  oracle baseline=0 [n/a]",
+            "K=   4  vanilla=12.5 [n/a]  GRPO=12.5 [n/a]  oracle baseline=12.5 [n/a]",
+        ], rows
