@@ -361,7 +361,7 @@ def main(argv=None) -> None:
     for line in warnings:  # after every input is checked: a refused command prints its one line only
         print(line, file=sys.stderr)
     if runs:
-        for path in figure4(runs, os.path.join(args.out_dir, args.name), args.share_y):
+        for path in figure4(runs, os.path.join(args.out_dir, args.name), share_y=args.share_y):
             print(f"wrote {path}")
     if advisor:
         for path in plot_advisor(advisor, os.path.join(args.out_dir, "group_size_advisor"), args.budget):
