@@ -26,6 +26,8 @@ from grpo_mse.training.installed_data import DATASETS, has_answer, installed_rec
 
 SLOWEST = 10  # records named in the summary
 LAST_DIGITS = re.compile(r"\d+(?!.*\d)", re.DOTALL)
+BASE_SUBSCRIPT = re.compile(r"_\{?\d+\}?\s*$")  # 52_8, 4210_{5}: a number in base 8, 5
+UNIT = re.compile(r"\\(?:mbox|text)\{")
 
 
 @dataclass(kw_only=True)
@@ -59,6 +61,7 @@ class GoldCheck:
     verify_self: bool | None  # math-verify judges the gold equal to itself
     solution_scores: bool | None  # the gold solution text scores 1
     changed_scores_zero: bool | None  # the same text, final answer's last number + 1, scores 0 (None: no number)
+    changed: str | None = None  # the changed final answer (MATH), when it still scores 1
     boxed: str | None = None  # MATH-500: the solution's own boxed answer
     agrees: bool | None = None  # MATH-500: the rule scores the solution's boxed answer 1 against ``answer``
     seconds: float = 0.0
@@ -125,6 +128,8 @@ def check(record: dict, row: dict | None, number: int, rule_name: str) -> GoldCh
         rule.reward(solution, gold) == 1.0,
         None if changed is None else rule.reward(changed, gold) == 0.0,
     )
+    if result.changed_scores_zero is False and rule_name == "math":
+        result.changed = last_boxed(changed)
     if "answer" in record and rule_name == "math":
         result.boxed = last_boxed(solution)
         result.agrees = result.solution_scores
@@ -159,6 +164,15 @@ def count(checks: list[GoldCheck], field: str) -> dict:
     }
 
 
+def why_still_equal(gold: str) -> str:
+    """Why math-verify judges the gold and its changed form equal, read off the gold's shape."""
+    if BASE_SUBSCRIPT.search(gold):
+        return "base subscript: math-verify drops it (52_8 equals 52_9 and 52)"
+    if UNIT.search(gold):
+        return "unit: math-verify drops the unit and its power (15 cm^2 equals 15 cm^3 and 15)"
+    return "math-verify's reading: a numeric tolerance (1/2^98 equals 1/2^99) or a partial parse"
+
+
 def summary(name: str, split: str, checks: list[GoldCheck], sample: int | None, seed: int) -> dict:
     seconds = sorted(c.seconds for c in checks)
     fields = ("parsed", "self_equal", "verify_parsed", "verify_self", "solution_scores", "changed_scores_zero")
@@ -170,6 +184,11 @@ def summary(name: str, split: str, checks: list[GoldCheck], sample: int | None, 
         "sample": None if sample is None else {"n": sample, "seed": seed},
         "reward_timeout_s": reward_timeout(),
         "counts": {field: count(checks, field) for field in fields},
+        "changed_still_scores": [
+            {"id": c.id, "gold": c.gold, "changed": c.changed, "why": why_still_equal(c.gold)}
+            for c in checks
+            if c.changed_scores_zero is False
+        ],
         "math500_disagreements": [
             {"id": c.id, "answer": c.gold, "boxed": c.boxed} for c in checks if c.agrees is False
         ],
