@@ -23,7 +23,7 @@ TABLES = {
         "grpo_mse.training.logs:CollectConfig",
         "grpo_mse.training.trl_train:TrlTrainConfig",
     ],
-    "docs/real_data.md": ["scripts/real_data.py:RealDataConfig"],
+    "docs/real_data.md": ["scripts/real_data.py:RealDataConfig", "studies.audits.gold_audit:GoldConfig"],
     "docs/engines.md": [
         "studies.benchmarks.bench_cli:BenchCliConfig",
         "benchmarks/bench_oracle_trees.py:BenchOracleTreesConfig",
