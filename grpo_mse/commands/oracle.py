@@ -29,5 +29,7 @@ def main(argv=None) -> None:
             f"note: the file holds {outcome.total} rows, more than the {outcome.selected} that --limit "
             "selects (an earlier run's); none was removed"
         )
+    if outcome.lengths is not None and outcome.lengths.line():
+        print(outcome.lengths.line())
     print(f"elapsed: {minutes:.2f} min ({60 * minutes / max(outcome.new, 1):.2f} s per example)")
     print(f"output: {outcome.path}")

@@ -47,6 +47,37 @@ class OracleOutcome:
     total: int  # rows in the output file (a resumed file may hold more than --limit selects)
     selected: int  # table rows this run covered
     seconds: float  # wall-clock time of the sampling
+    lengths: ContinuationLengths | None = None  # this rank's continuations (None: nothing sampled)
+
+
+@dataclass
+class ContinuationLengths:
+    """The sampled continuations' lengths in tokens, and how many reached --max_new_tokens without an end token.
+    A cut answer scores 0 under a rule that reads the final answer (GSM8K's ``####``, MATH's ``\\boxed{}``), so a
+    limit below the model's answer lengths gives V = 0 with no other sign: the command prints both."""
+
+    limit: int
+    eos_ids: tuple[int, ...]
+    lengths: list[int] = field(default_factory=list)
+    cut: int = 0
+
+    def add(self, continuation: list[int]) -> None:
+        self.lengths.append(len(continuation))
+        ended = len(continuation) < self.limit or (bool(continuation) and continuation[-1] in self.eos_ids)
+        self.cut += not ended
+
+    def line(self) -> str | None:
+        """One line: the median, 90th percentile and longest length, and the share cut (None: nothing sampled)."""
+        if not self.lengths:
+            return None
+        ordered = sorted(self.lengths)
+        median, p90 = ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, (9 * len(ordered)) // 10)]
+        cut = f"{self.cut} of {len(ordered)} ({100 * self.cut / len(ordered):.0f}%)"
+        advice = "; their answers are cut: raise --max_new_tokens" if self.cut else ""
+        return (
+            f"continuation lengths (tokens): median {median}, 90th percentile {p90}, longest {ordered[-1]}; "
+            f"{cut} reached --max_new_tokens {self.limit} without ending{advice}"
+        )
 
 
 def run_oracle(config: OracleConfig) -> OracleOutcome | None:
@@ -58,7 +89,7 @@ def run_oracle(config: OracleConfig) -> OracleOutcome | None:
     if run.rank != 0:
         return None
     total = len(read_complete_jsonl(run.path))
-    return OracleOutcome(run.path, len(run.todo), total, len(run.rows), time.time() - start)
+    return OracleOutcome(run.path, len(run.todo), total, len(run.rows), time.time() - start, run.lengths)
 
 
 @dataclass
@@ -84,6 +115,7 @@ class OracleRun:
     rank: int = 0
     world: int = 1
     lock: object = None
+    lengths: ContinuationLengths | None = None  # of this rank's samples
 
     @classmethod
     def start(cls, config: OracleConfig) -> OracleRun:
@@ -131,8 +163,22 @@ class OracleRun:
         os.makedirs(config.out_dir, exist_ok=True)
         sampling = SamplingSettings.of_run(config, model, tokenizer)
         sampler = make_sampler(config, model, sampling, config.batch_size, requests_per_call=config.batch_size)
+        lengths = ContinuationLengths(config.max_new_tokens, tuple(sampling.eos_ids))
         return cls(
-            config, rows, keys, ids, sampler, tokenizer, path, shard_path, key_field, todo, rank, world, run_lock
+            config,
+            rows,
+            keys,
+            ids,
+            sampler,
+            tokenizer,
+            path,
+            shard_path,
+            key_field,
+            todo,
+            rank,
+            world,
+            run_lock,
+            lengths,
         )
 
     def sample_all(self) -> None:
@@ -145,6 +191,7 @@ class OracleRun:
         bar = cli.progress(total=len(self.todo), desc="prompts", disable=self.rank > 0)
         for position, continuation in self.sampler.iter_samples(requests):
             i = self.todo[position]
+            self.lengths.add(continuation)
             text = decode(self.tokenizer, [continuation])[0]
             correct[i] += int(row_reward(self.rows[i], text, config.answer_rule))
             remaining[i] -= 1

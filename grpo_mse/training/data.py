@@ -22,7 +22,7 @@ from grpo_mse.rewards.rules import rule_for
 from grpo_mse.tables.inputs import DataError, read_file
 from grpo_mse.tables.outputs import write_atomic
 
-SOURCES = ("arithmetic", "gsm8k", "math")
+SOURCES = ("arithmetic", "gsm8k", "math", "math500")  # the last three also read the installed files (installed_data)
 GSM8K_SOURCE = "openai/gsm8k"
 MATH_SOURCE = "math"
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -131,7 +131,7 @@ def math_rows(records: list[dict], split: str, data_source: str = MATH_SOURCE) -
         if not gold:
             raise DataError(f"{split} record {i}: no answer field and no \\boxed{{}} in the solution")
         content = f"{problems[i]} {MATH_INSTRUCTION}"
-        extra = {k: _text(rec.get(k)) for k in ("level", "type", "subject") if _text(rec.get(k))}
+        extra = {k: _text(rec.get(k)) for k in ("level", "type", "subject", "unique_id") if _text(rec.get(k))}
         rows.append(verl_row(content, gold, data_source, split, i, **extra))
     return rows
 
@@ -199,7 +199,8 @@ class PrepareDataConfig(Flags):
     source: str = option(
         "arithmetic",
         choices=SOURCES,
-        help="arithmetic: the built-in data; gsm8k, math: convert --train_file and --test_file",
+        help="arithmetic: the built-in data; gsm8k, math: convert --train_file and --test_file, or without them the "
+        "installed files (requirements-data.txt); math500: MATH's training set and MATH-500 as test, installed",
     )
     out_dir: str = option(help="writes train.parquet and test.parquet here")
     style: str = option("zero_shot", choices=STYLES, help="arithmetic prompt style")
@@ -228,7 +229,15 @@ class PrepareDataConfig(Flags):
             )
             require(not self.data_source, "--data_source is for GSM8K/MATH files only")
         else:
-            require(len(files) == 2, f"--source {self.source} needs --train_file and --test_file")
+            require(
+                len(files) != 1,
+                f"--source {self.source} converts --train_file and --test_file, or with neither the installed "
+                f"{self.source} files: give both or none",
+            )
+            require(
+                not (files and self.source == "math500"),
+                "--source math500 reads the installed MATH and MATH-500 files; convert your own with --source math",
+            )
             defaults = {spec.name: spec.default for spec in dataclasses.fields(self)}
             changed = [f"--{name}" for name in self.ARITHMETIC_ONLY if getattr(self, name) != defaults[name]]
             require(
@@ -237,5 +246,5 @@ class PrepareDataConfig(Flags):
                 f"arithmetic only; --limit keeps the first N records of each file",
             )
             if self.data_source:
-                check_data_source(self.source, self.data_source)
+                check_data_source("math" if self.source == "math500" else self.source, self.data_source)
         cli.writable_dir(self.out_dir, "--out_dir")

@@ -3,6 +3,9 @@
   python scripts/reward_audit.py sample --model M --dataset D --limit 48 --n 16 --out samples.jsonl
   python scripts/reward_audit.py select --samples samples.jsonl --others 60 --out to_label.jsonl
   python scripts/reward_audit.py count --samples samples.jsonl --labels labels.jsonl --out summary.json
+  python scripts/reward_audit.py gold gsm8k --split test --out gold.json   # the rules on GSM8K/MATH golds
+
+``gold`` checks the GSM8K and MATH rules on every gold of the installed data (studies.audits.gold_audit).
 
 ``sample`` draws exactly the oracle's samples j < n of each row (random stream (seed, row key, j), as
 calculate_oracle_v.py with the same settings draws them) and scores each text under both rules. ``select`` picks
@@ -22,6 +25,7 @@ from grpo_mse import cli
 from grpo_mse.flags import Flags, option, parse_command
 from grpo_mse.rewards.rules import final_answer_reward, last_integer_reward, parse_gold
 from grpo_mse.tables.outputs import wilson_interval, write_atomic, write_json
+from studies.audits.gold_audit import GoldConfig
 
 RULES = {"last_integer": last_integer_reward, "final_answer": final_answer_reward}
 
@@ -152,12 +156,16 @@ def count(samples: list[dict], labels: list[dict]) -> dict:
     return summary
 
 
-COMMANDS = {"sample": SampleConfig, "select": SelectConfig, "count": CountConfig}
+COMMANDS = {"sample": SampleConfig, "select": SelectConfig, "count": CountConfig, "gold": GoldConfig}
 
 
 def main(argv=None) -> None:
     command, args = parse_command(COMMANDS, argv, description=__doc__)
-    if command == "sample":
+    if command == "gold":
+        from studies.audits import gold_audit
+
+        gold_audit.main(args)
+    elif command == "sample":
         records = draw(args)
         write_atomic(args.out, "".join(json.dumps(r) + "\n" for r in records))
         rewarded = {name: sum(r[name] for r in records) for name in RULES}

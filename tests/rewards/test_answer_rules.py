@@ -36,6 +36,10 @@ CASES = [
     ("openai/gsm8k", "#### 5\nthen #### 6", "6", 1.0),
     ("openai/gsm8k", "The answer is 7", "7", 0.0),
     ("openai/gsm8k", "#### 8", "7", 0.0),
+    # \boxed{N} without '####' scores 0, as under VERL's strict GSM8K rule the paper trained with (docs/real_data.md)
+    ("openai/gsm8k", "2 + 5 = 7, so the answer is $\\boxed{7}$.", "7", 0.0),
+    ("openai/gsm8k", "The answer is \\boxed{7}.\n#### 7", "7", 1.0),  # the '####' answer is what counts
+    ("openai/gsm8k", "#### 7\nor rather \\boxed{8}", "7", 1.0),
     # MATH: last boxed answer, math-verify equivalence
     ("math", "So the answer is $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}", 1.0),
     ("math", "\\boxed{0.5}", "\\frac12", 1.0),

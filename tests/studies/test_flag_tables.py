@@ -7,7 +7,14 @@ from pathlib import Path
 from studies import flag_tables
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ["docs/gradient_evaluation.md", "docs/training.md", "docs/theory.md", "docs/engines.md", "docs/commands.md"]
+DOCS = [
+    "docs/gradient_evaluation.md",
+    "docs/training.md",
+    "docs/theory.md",
+    "docs/engines.md",
+    "docs/commands.md",
+    "docs/real_data.md",
+]
 # every generated table each doc must hold (the check below also catches a table that is stale)
 TABLES = {
     "docs/training.md": [
@@ -16,6 +23,7 @@ TABLES = {
         "grpo_mse.training.logs:CollectConfig",
         "grpo_mse.training.trl_train:TrlTrainConfig",
     ],
+    "docs/real_data.md": ["scripts/real_data.py:RealDataConfig", "studies.audits.gold_audit:GoldConfig"],
     "docs/engines.md": [
         "studies.benchmarks.bench_cli:BenchCliConfig",
         "benchmarks/bench_oracle_trees.py:BenchOracleTreesConfig",

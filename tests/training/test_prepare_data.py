@@ -114,8 +114,9 @@ def test_bad_records_and_arguments(tmp_path):
         gsm8k_rows([{"question": "q", "answer": "no marker"}], "train")
     with pytest.raises(ValueError, match="boxed"):
         math_rows([{"problem": "p", "solution": "no box"}], "train")
-    with pytest.raises(UsageError, match="needs --train_file and --test_file"):
-        prepare_main()(["--source", "gsm8k", "--out_dir", str(tmp_path)])
+    # no files reads the installed GSM8K (tests/training/test_installed_data.py); one file of the two is refused
+    with pytest.raises(UsageError, match="give both or none"):
+        prepare_main()(["--source", "gsm8k", "--test_file", "g.jsonl", "--out_dir", str(tmp_path)])
 
 
 GSM_ROW = {"question": "1+1?", "answer": "#### 2"}
