@@ -150,6 +150,13 @@ class Agreement(SavedRecord):
     shared_only: bool = False  # compared on the shared prompts; else differing prompt sets do not agree
     notes: list[str] | None = None  # what run_provenance could not check (set by the script)
 
+    @classmethod
+    def from_json(cls, data: dict, where: str | None = None) -> Agreement:
+        """The report of a saved JSON object, its cells read back as ``Cell`` records."""
+        found = super().from_json(data, where)
+        cells = [cell if isinstance(cell, Cell) else Cell.from_json(cell, where) for cell in found.cells]
+        return replace(found, cells=cells)
+
 
 AGREE, DIFFER, CANNOT_TELL = "agree", "differ", "cannot tell"
 
