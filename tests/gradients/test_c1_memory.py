@@ -89,6 +89,14 @@ def test_spilled_batch_is_bit_identical_and_holds_what_the_estimate_says(tmp_pat
         [[sum(float((a.double() * b.double()).sum()) for a, b in zip(u, v)) for v in vectors] for u in vectors]
     )
     np.testing.assert_allclose(expected["gram"], gram, rtol=1e-12)
+    # and the record against its definition from the explicit vectors (not another BetweenPromptBatch):
+    # between = sum_i ||g_i - mean g||^2 / (n - 1), within = mean of tr / M, c1 = between - within
+    flat = np.stack([torch.cat([t.reshape(-1) for t in v]).double().numpy() for v in vectors])
+    between = float(((flat - flat.mean(0)) ** 2).sum()) / (len(vectors) - 1)
+    within = float(np.mean([0.1 * i / 3 for i in range(len(vectors))]))
+    assert expected["between"] == pytest.approx(between, rel=1e-12)
+    assert expected["within"] == pytest.approx(within, rel=1e-12) and expected["within_each"][1] == 0.1 / 3
+    assert expected["c1"] == pytest.approx(between - within, rel=1e-12)
 
 
 def test_spill_round_trip_keeps_bf16_and_float64_values(tmp_path):
