@@ -55,6 +55,18 @@ def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
     assert f"{plan['disk_bytes'] / GB:.3g} GB disk" in line
 
 
+def test_the_estimate_counts_each_statistic_in_its_dtype():
+    """float32 statistics for float16, bfloat16 and float32 models (4 bytes a value), float64 for float64 (8): the
+    vectors and, when some are spilled, the chunk copied while one is written (the largest parameter's 12 values);
+    no parameters: nothing to keep or spill (found by mutation testing, results/mutation)."""
+    blocks = 2 * 2 * (1 << 18) * 8  # gram64's float64 working blocks for 2 vectors
+    for dtype, size in ((torch.float16, 4), (torch.bfloat16, 4), (torch.float32, 4), (torch.float64, 8)):
+        params = [torch.empty((3, 4), dtype=dtype, device="meta"), torch.empty(5, dtype=dtype, device="meta")]
+        assert c1_memory(params, 2)["vector_bytes"] == 17 * size
+        assert c1_memory(params, 2, host_bytes=0)["host_bytes"] == blocks + 12 * size
+    assert c1_memory([], 2) == {"vector_bytes": 0, "in_memory": 2, "on_disk": 0, "host_bytes": blocks, "disk_bytes": 0}
+
+
 def _vectors(n, dtype=torch.float32):
     generator = torch.Generator().manual_seed(3)
     shapes = [(7, 5), (11,), (3, 2, 4)]
