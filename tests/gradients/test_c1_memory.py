@@ -63,6 +63,7 @@ def test_the_estimate_counts_each_statistic_in_its_dtype():
     for dtype, size in ((torch.float16, 4), (torch.bfloat16, 4), (torch.float32, 4), (torch.float64, 8)):
         params = [torch.empty((3, 4), dtype=dtype, device="meta"), torch.empty(5, dtype=dtype, device="meta")]
         assert c1_memory(params, 2)["vector_bytes"] == 17 * size
+        assert c1_memory(params, 2)["host_bytes"] == blocks + 2 * 17 * size  # both kept: no chunk
         assert c1_memory(params, 2, host_bytes=0)["host_bytes"] == blocks + 12 * size
     assert c1_memory([], 2) == {"vector_bytes": 0, "in_memory": 2, "on_disk": 0, "host_bytes": blocks, "disk_bytes": 0}
 

@@ -7,7 +7,15 @@ import sys
 import pytest
 
 from grpo_mse.rewards import boxed_math
-from grpo_mse.rewards.boxed_math import MATH_VERIFY_TIMEOUT, math_verify_equal, normalise_latex, reward_timeout
+from grpo_mse.rewards.boxed_math import (
+    MATH_VERIFY_TIMEOUT,
+    MAX_ANSWER_CHARS,
+    last_boxed,
+    math_reward,
+    math_verify_equal,
+    normalise_latex,
+    reward_timeout,
+)
 
 
 def test_normalise_latex_drops_dollars_spaces_sizing_and_a_full_stop():
@@ -80,3 +88,15 @@ def test_math_equal_asks_a_math_verify_worker_with_the_time_limit_and_scores_zer
         (math_verify_equal, ("0.5", "\\frac{1}{2}"), 0.25, False),
     ]
     assert pools == [("math_verify", "grpo_mse.rewards.boxed_math")] * 2
+
+
+def test_math_reward_reads_the_boxed_answers_and_refuses_long_or_missing_ones():
+    """The gold's own last boxed answer is compared (a worked solution as gold); no boxed answer, an empty gold or
+    an answer longer than MAX_ANSWER_CHARS scores 0 (the longest allowed is still compared)."""
+    assert math_reward("\\boxed{4}", "so the gold is \\boxed{4}, not 3") == 1.0
+    assert math_reward("\\boxed{3}", "so the gold is \\boxed{4}, not 3") == 0.0
+    assert math_reward("the answer is 3", "3") == 0.0 and math_reward("\\boxed{3}", " ") == 0.0
+    longest = "1" * MAX_ANSWER_CHARS
+    assert math_reward(f"\\boxed{{{longest}}}", longest) == 1.0  # equal once normalised: no worker needed
+    assert math_reward(f"\\boxed{{{longest}1}}", longest + "1") == 0.0
+    assert last_boxed("\\boxed   5$ and more") == "5"

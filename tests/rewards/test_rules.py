@@ -7,6 +7,7 @@ from grpo_mse.rewards.rules import (
     gold_problem,
     last_integer,
     last_integer_reward,
+    last_number,
     parse_gold,
     rule_for,
 )
@@ -70,6 +71,9 @@ def test_exact_number_reads_thousands_commas_a_dollar_and_full_stops():
     assert exact_number("1X") is None and exact_number("5$") is None
     digits = "9" * MAX_NUMBER_CHARS  # the longest number read; one digit more is none
     assert exact_number(digits) == int(digits) and exact_number(digits + "9") is None
+    assert last_number(f"so {digits}") == int(digits) and last_number(f"so {digits}9") is None
+    assert parse_gold(digits) == int(digits) and parse_gold(digits + "9") is None
+    assert parse_gold(2.5) is None and parse_gold(2.0) == 2
     assert rule_for("custom", "1,234") == "arithmetic" and rule_for("custom", "\\frac{1}{2}") == "math"
 
 
