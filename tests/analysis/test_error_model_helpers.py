@@ -44,3 +44,23 @@ def test_tail_index_of_no_columns_is_undefined():
     assert error_model.tail_index([[1, 2, 4, 8, 16, 32, 64]]) == pytest.approx(
         error_model.tail_index([[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]])
     )
+
+
+def test_paper_k_star_is_sqrt_c3_over_c1_only_where_both_are_positive():
+    np.testing.assert_allclose(error_model.paper_k_star([4.0, 0.5, 0.01], [16.0, 0.5, 0.04]), [2.0, 1.0, 2.0])
+    assert np.isnan(error_model.paper_k_star([0.0, 1.0, -1.0], [1.0, 0.0, 1.0])).all()
+
+
+def test_tail_index_drops_zeros_and_infinities_and_needs_more_than_k_values():
+    values = [1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0]
+    plain = error_model.tail_index([values])
+    assert error_model.tail_index([values + [math.inf] + [0.0] * 100]) == plain
+    assert math.isnan(error_model.tail_index([values[:5]]))  # k = 5 largest need a 6th as the threshold
+    near = [1.01] * 5 + [1.0] * 3  # sum of the logs 5 log(1.01) < 1: still a finite index
+    assert error_model.tail_index([near]) == pytest.approx(5 / (5 * math.log(1.01)))
+
+
+def test_tail_share_is_the_largest_prompt_s_share_over_columns_with_a_positive_sum():
+    assert error_model.tail_share([np.array([0.1, 0.4])]) == pytest.approx(0.8)
+    assert error_model.tail_share([np.zeros(3), np.array([1.0, 3.0]), np.array([-1.0, -2.0])]) == pytest.approx(0.75)
+    assert math.isnan(error_model.tail_share([np.array([-1.0, -2.0]), np.full(2, np.nan)]))
