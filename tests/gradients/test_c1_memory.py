@@ -55,6 +55,19 @@ def test_qwen2_5_1_5b_estimate_fits_32_gb_per_rank():
     assert f"{plan['disk_bytes'] / GB:.3g} GB disk" in line
 
 
+def test_the_estimate_counts_each_statistic_in_its_dtype():
+    """float32 statistics for float16, bfloat16 and float32 models (4 bytes a value), float64 for float64 (8): the
+    vectors and, when some are spilled, the chunk copied while one is written (the largest parameter's 12 values);
+    no parameters: nothing to keep or spill (found by mutation testing, results/mutation)."""
+    blocks = 2 * 2 * (1 << 18) * 8  # gram64's float64 working blocks for 2 vectors
+    for dtype, size in ((torch.float16, 4), (torch.bfloat16, 4), (torch.float32, 4), (torch.float64, 8)):
+        params = [torch.empty((3, 4), dtype=dtype, device="meta"), torch.empty(5, dtype=dtype, device="meta")]
+        assert c1_memory(params, 2)["vector_bytes"] == 17 * size
+        assert c1_memory(params, 2)["host_bytes"] == blocks + 2 * 17 * size  # both kept: no chunk
+        assert c1_memory(params, 2, host_bytes=0)["host_bytes"] == blocks + 12 * size
+    assert c1_memory([], 2) == {"vector_bytes": 0, "in_memory": 2, "on_disk": 0, "host_bytes": blocks, "disk_bytes": 0}
+
+
 def _vectors(n, dtype=torch.float32):
     generator = torch.Generator().manual_seed(3)
     shapes = [(7, 5), (11,), (3, 2, 4)]
@@ -89,6 +102,14 @@ def test_spilled_batch_is_bit_identical_and_holds_what_the_estimate_says(tmp_pat
         [[sum(float((a.double() * b.double()).sum()) for a, b in zip(u, v)) for v in vectors] for u in vectors]
     )
     np.testing.assert_allclose(expected["gram"], gram, rtol=1e-12)
+    # and the record against its definition from the explicit vectors (not another BetweenPromptBatch):
+    # between = sum_i ||g_i - mean g||^2 / (n - 1), within = mean of tr / M, c1 = between - within
+    flat = np.stack([torch.cat([t.reshape(-1) for t in v]).double().numpy() for v in vectors])
+    between = float(((flat - flat.mean(0)) ** 2).sum()) / (len(vectors) - 1)
+    within = float(np.mean([0.1 * i / 3 for i in range(len(vectors))]))
+    assert expected["between"] == pytest.approx(between, rel=1e-12)
+    assert expected["within"] == pytest.approx(within, rel=1e-12) and expected["within_each"][1] == 0.1 / 3
+    assert expected["c1"] == pytest.approx(between - within, rel=1e-12)
 
 
 def test_spill_round_trip_keeps_bf16_and_float64_values(tmp_path):

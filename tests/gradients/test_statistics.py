@@ -121,10 +121,10 @@ def test_gram64_of_a_pass_gives_its_rows_against_everything_and_the_sums_own_squ
     assert torch.isnan(gram[rows:, rows:][off]).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_running_sum_is_written_by_its_first_addition_and_equals_a_zero_started_sum(dtype):
     """No model-sized zero fill: T is allocated by the first nonzero addition (T = c v), in the statistics
-    dtype (fp32 for bf16 gradients), and every later pass gives the bits of a sum started from zeros."""
+    dtype (fp32 for bf16 and fp16 gradients), and every later pass gives the bits of a sum started from zeros."""
     rng = np.random.default_rng(3)
     like = [torch.zeros((3, 2), dtype=dtype), torch.zeros(5, dtype=dtype)]
     rows = [[torch.tensor(rng.normal(size=tuple(p.shape)), dtype=dtype) for p in like] for _ in range(2)]
@@ -212,3 +212,28 @@ def test_a_deferred_first_pass_forms_the_same_sum_only_when_read():
     released.add_pass(coefficients, rows, gram, torch.zeros(3, dtype=torch.float64), 0.0, defer=True)
     released.release()
     assert released.terms is None and released.sums is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_gradients_keep_float32_statistics_that_agree_with_a_float32_run(dtype):
+    """fp16 and bf16 models' gradients are summed in float32 (``memory.stats_dtype``): the trace and mean of
+    half-precision vectors equal those of the same values given in float32, and numpy's float64 covariance. With
+    float16 running sums a common mean of 30 and a spread of 0.1 (a sum of 16 near 480, float16's step 0.25) would
+    lose the spread (issue 58)."""
+    rng = np.random.default_rng(4)
+    shapes = [(3, 4), (5,)]
+    samples = 30.0 + rng.normal(scale=0.1, size=(16, 17))
+    half = [_as_params(row, shapes) for row in samples]
+    half = [[t.to(dtype) for t in vector] for vector in half]
+    exact = np.stack([torch.cat([t.reshape(-1) for t in v]).double().numpy() for v in half])  # the values given
+    expected = np.trace(np.cov(exact, rowvar=False, ddof=1))
+    for kind in (WelfordTrace, SumTrace):
+        low, single = kind(half[0]), kind([t.float() for t in half[0]])
+        for vector in half:
+            low.update(vector)
+            single.update([t.float() for t in vector])
+        assert all(t.dtype == torch.float32 for t in low.mean())
+        assert low.trace() == pytest.approx(single.trace(), rel=1e-6)
+        assert low.trace() == pytest.approx(expected, rel=1e-3)
+        for a, b in zip(low.mean(), single.mean()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

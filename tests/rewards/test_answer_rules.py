@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_mse.rewards.boxed_math import last_boxed
+from grpo_mse.rewards.boxed_math import last_boxed, math_verify_equal
 from grpo_mse.rewards.gsm8k import extract_gsm8k
 from grpo_mse.rewards.rules import rule_for, score
 
@@ -47,6 +47,9 @@ CASES = [
     ("math", "first \\boxed{1} then \\boxed{2}", "2", 1.0),
     ("math", "\\boxed{3}", "\\boxed{3}", 1.0),
     ("math", "\\boxed{x+1}", "1+x", 1.0),
+    # math-verify is not symmetric: the gold is read first (an interval answer to an inequality gold scores 1)
+    ("math", "\\boxed{(-\\infty,2)}", "x<2", 1.0),
+    ("math", "\\boxed{x<2}", "(-\\infty,2)", 0.0),
     ("math", "\\boxed{3}", "4", 0.0),
     ("math", "the answer is 3", "3", 0.0),
     ("math", "\\boxed{", "3", 0.0),
@@ -73,6 +76,15 @@ def test_math_verify_in_worker_threads():
         results = list(pool.map(lambda c: (compute_score(c[0], c[1], c[2]), threading.current_thread().name), cases))
     assert [r for r, _ in results] == [c[3] for c in cases]
     assert all(name != threading.main_thread().name for _, name in results)
+
+
+def test_math_verify_compares_the_answer_against_the_gold_in_that_order():
+    """math-verify's verify(gold, target) is not symmetric: gold x<2 accepts the interval (-inf, 2) as an answer,
+    gold (-inf, 2) does not accept x<2. Swapping the arguments flips such MATH rewards (issue 58)."""
+    pytest.importorskip("math_verify")
+    assert math_verify_equal("(-\\infty,2)", "x<2") is True  # (predicted, gold)
+    assert math_verify_equal("x<2", "(-\\infty,2)") is False
+    assert math_verify_equal("x+1", "1+x") is True and math_verify_equal("1+x", "x+1") is True
 
 
 def test_extractors_and_rule_dispatch():

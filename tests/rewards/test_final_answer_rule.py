@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from grpo_mse.errors import DataError
 from grpo_mse.rewards.rules import (
+    MAX_NUMBER_CHARS,
     check_answer_rule,
     final_answer_reward,
     last_integer_reward,
@@ -74,3 +75,10 @@ def test_settings_saved_before_the_flag_read_as_the_original_rule():
     run = {"model": "m", "temperature": 1.0, "top_p": 0.95, "max_new_tokens": 32}
     assert settings_mismatch(table, {**run, "answer_rule": "row"}) is None
     assert "answer_rule='row' (run: 'final_answer')" in settings_mismatch(table, {**run, "answer_rule": "final_answer"})
+
+
+def test_a_final_answer_as_long_as_the_longest_number_is_read():
+    """MAX_NUMBER_CHARS digits are a number; one more is none (as for the last-integer rule)."""
+    digits = "7" * MAX_NUMBER_CHARS
+    assert final_answer_reward(f"Answer: {digits}", digits) == 1.0
+    assert final_answer_reward(f"Answer: {digits}7", digits + "7") == 0.0

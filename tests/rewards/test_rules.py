@@ -1,4 +1,16 @@
-from grpo_mse.rewards.rules import last_integer, last_integer_reward, parse_gold
+from fractions import Fraction
+
+from grpo_mse.rewards.rules import (
+    MAX_NUMBER_CHARS,
+    check_answer_rule,
+    exact_number,
+    gold_problem,
+    last_integer,
+    last_integer_reward,
+    last_number,
+    parse_gold,
+    rule_for,
+)
 
 
 def test_last_integer_takes_the_last_match_including_sign():
@@ -48,3 +60,31 @@ def test_answer_conventions_of_issue_25_case_7():
     assert gsm8k_reward("#### -5", "#### \u22125") == 1.0  # a gold answer written with a Unicode minus
     assert score("openai/gsm8k", "#### 1,234.00", "1234") == 1.0
     assert parse_gold("\u221212") == -12
+
+
+def test_exact_number_reads_thousands_commas_a_dollar_and_full_stops():
+    """The exact numbers the GSM8K rule compares and ``rule_for`` reads a gold by (found by mutation testing,
+    results/mutation): commas, a leading $ and trailing full stops dropped; a leading point is a decimal point."""
+    assert exact_number("1,234") == 1234 and exact_number(" $18.00. ") == 18 and exact_number("18.00..") == 18
+    assert exact_number(".5") == Fraction(1, 2) and exact_number("\u22123/4") == Fraction(-3, 4)
+    assert exact_number("abc") is None and exact_number("1/0") is None and exact_number("X1") is None
+    assert exact_number("1X") is None and exact_number("5$") is None
+    digits = "9" * MAX_NUMBER_CHARS  # the longest number read; one digit more is none
+    assert exact_number(digits) == int(digits) and exact_number(digits + "9") is None
+    assert last_number(f"so {digits}") == int(digits) and last_number(f"so {digits}9") is None
+    assert parse_gold(digits) == int(digits) and parse_gold(digits + "9") is None
+    assert parse_gold(2.5) is None and parse_gold(2.0) == 2
+    assert rule_for("custom", "1,234") == "arithmetic" and rule_for("custom", "\\frac{1}{2}") == "math"
+
+
+def test_final_answer_rule_accepts_a_custom_source_with_an_integer_gold():
+    """--answer_rule final_answer judges rows whose gold is an integer whatever their data_source; only another
+    rule's rows are refused (tests/rewards/test_final_answer_rule.py)."""
+    check_answer_rule([{"data_source": "my_set", "ground_truth": "1,234"}, {"ground_truth": 7}], "final_answer", "t")
+
+
+def test_gold_problem_says_why_the_arithmetic_rule_reads_no_whole_number():
+    """None when the rule reads a whole number (or for a non-text gold); otherwise the reason a refusal names."""
+    assert gold_problem("1,234") is None and gold_problem("\u22127") is None and gold_problem(3.5) is None
+    assert gold_problem("2.5").startswith("not a whole number")
+    assert gold_problem("1e3").startswith("not a well-formed number") and gold_problem("12,34").startswith("not a well")

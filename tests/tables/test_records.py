@@ -264,7 +264,13 @@ def test_saved_c1_lines_are_read_and_written_byte_for_byte(line):
     assert to_json(record.to_json()) == line
     assert list(record.to_json()) == list(json.loads(line))
     assert (record.c1_batch, record.K, record.n, record.prompt_indices) == (0, 2, 3, [0, 1, 2])
-    assert record.c1 == record.between - record.within
+    # between from the saved Gram matrix by the pairwise form sum_{i<j} ||g_i - g_j||^2 / (n (n - 1)), which equals
+    # sum_i ||g_i - mean g||^2 / (n - 1); within the mean of within_each
+    n, gram = record.n, record.gram
+    pairs = sum(gram[i][i] + gram[j][j] - 2 * gram[i][j] for i in range(n) for j in range(i + 1, n))
+    assert record.between == pytest.approx(pairs / (n * (n - 1)), rel=1e-12)
+    assert record.within == pytest.approx(sum(record.within_each) / n, rel=1e-12)
+    assert record.c1 == pytest.approx(pairs / (n * (n - 1)) - sum(record.within_each) / n, rel=1e-12)
 
 
 def test_a_c1_batch_with_an_estimators_gram_and_zeroed():
@@ -303,4 +309,8 @@ def test_a_c1_batch_record_of_between_prompt_batch_results():
     assert list(record.to_json()) == list(json.loads(SAVED_C1_LINES[1]))
     assert record.gram == [[9.0, 0.0, 3.0], [0.0, 16.0, 4.0], [3.0, 4.0, 2.0]] and record.within_each == [0, 1, 2]
     assert record.estimator_grams["grpo_std"]["gram"][1] == [0.0, 64.0, 16.0]
+    # by hand: ||a - b||^2 = 25, ||a - c||^2 = 5, ||b - c||^2 = 10 for a, b, c = (3, 0), (0, 4), (1, 1), so
+    # between = sum_i ||g_i - mean g||^2 / (n - 1) = (25 + 5 + 10) / 3 / 2; within = mean(0, 1, 2) = 1
+    assert record.between == pytest.approx(20 / 3, rel=1e-12) and record.within == 1.0
+    assert record.c1 == pytest.approx(17 / 3, rel=1e-12)
     assert list(C1BatchRecord.of_results(0, 2, results[0], {}).to_json()) == list(json.loads(SAVED_C1_LINES[0]))
