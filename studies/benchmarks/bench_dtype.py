@@ -125,26 +125,31 @@ def main(argv=None) -> None:
             csvs[dtype] = run_agreement.read_traces(path)
             print(f"tracecov {dtype}: {seconds[f'tracecov_{dtype}']:.1f} s", flush=True)
     agreement = run_agreement.compare(csvs["bf16"], csvs["fp32"])
-    fp32 = summaries["fp32"]
-    for cell in agreement.cells:
-        at = fp32["K_list"].index(cell["K"])
-        mean, half = fp32["conditional_on_x"][cell["estimator"]][at], fp32["ci95"][cell["estimator"]][at]
-        cell["fp32_relative_half_width"] = half / abs(mean) if mean else math.nan
-        cell["within_fp32_interval"] = abs(cell["mean_a"] - cell["mean_b"]) <= half
+    fp32, cells = summaries["fp32"], []
+    for cell in agreement.cells:  # each cell's record with the fp32 run's interval beside it
+        at = fp32["K_list"].index(cell.K)
+        mean, half = fp32["conditional_on_x"][cell.estimator][at], fp32["ci95"][cell.estimator][at]
+        cells.append(
+            {
+                **cell.to_json(),
+                "fp32_relative_half_width": half / abs(mean) if mean else math.nan,
+                "within_fp32_interval": abs(cell.mean_a - cell.mean_b) <= half,
+            }
+        )
     saved = {name: round(value, 2) for name, value in seconds.items()}  # the ratios from the saved seconds: a
     report.update(  # reader recomputing them from the file gets the same numbers
         seconds=saved,
         speedup_bf16={part: round(saved[f"{part}_fp32"] / saved[f"{part}_bf16"], 2) for part in ("oracle", "tracecov")},
         oracle_V={**values, "bf16_minus_fp32": paired_difference(values["fp32"], values["bf16"])},
-        traces=agreement.to_json(),
-        within_intervals=all(cell["within_fp32_interval"] for cell in agreement.cells),
+        traces={**agreement.to_json(), "cells": cells},
+        within_intervals=all(cell["within_fp32_interval"] for cell in cells),
     )
     v, speedup = report["oracle_V"]["bf16_minus_fp32"], report["speedup_bf16"]
     print(
         f"bf16 / fp32 speed: oracle x{speedup['oracle']}, tracecov x{speedup['tracecov']}; "
         f"V bf16 - fp32 {v['mean_difference']:+.3f} [{v['ci95'][0]:+.3f}, {v['ci95'][1]:+.3f}] ({v['prompts']} prompts)"
     )
-    for cell in agreement.cells:
+    for cell in cells:
         relative = f"{cell['relative_difference']:+.1%}" if cell["mean_b"] else "fp32 trace 0"
         print(
             f"  {cell['estimator']:>8} K={cell['K']}: bf16 {cell['mean_a']:.4g} fp32 {cell['mean_b']:.4g} "
