@@ -47,6 +47,7 @@ class PromptStats:
     mean_score_sq: float = float("nan")  # unbiased ||E s||^2 from the group-mean scores s_g = (1/K) sum_k s_k
     score_trace: float = float("nan")  # tr Cov(s_g)
     bias2_own: dict[str, float] | None = None  # estimators with an own target t: ||E x - t||^2 (unbiased)
+    sketch: object | None = None  # the sketched engine's per-block estimates (``sketched.SketchBlocks``)
 
     def release(self) -> None:
         """Hand the running sums' buffers back to their pool (the statistics' vectors are gone afterwards)."""
@@ -257,13 +258,14 @@ def splits_by_reward(plans, rewards: torch.Tensor) -> bool:
 
 
 def reward_split_rows(
-    logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor, plan
-) -> tuple[list[list[torch.Tensor]], list]:
+    logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor, plan, keep=None
+) -> tuple[list, list]:
     """One group's gradient rows as w_r = (1/K) sum_{k: G_k = r} grad lp_k, one forward and one backward pass
     per reward value r over its own continuations only (each sequence goes through one backward pass, where
     computing a and s from one pass over all K costs two full backward passes). Since a = sum_r r w_r and
     s = sum_r w_r, an estimator x = c_a a + c_s s is sum_r (c_a r + c_s) w_r: returns the rows and the plan
-    with those coefficients."""
+    with those coefficients. ``keep``: what is kept of each row as it is made (default: the row itself; the
+    sketched engine keeps its sketch, so one model-sized row lives at a time)."""
     kinds, coefficients = plan
     k, values = len(group), sorted(set(rewards.tolist()))
     rows = []
@@ -271,9 +273,55 @@ def reward_split_rows(
         members = [tokens for tokens, reward in zip(group, rewards.tolist()) if reward == value]
         unique, weights = distinct_continuations(members, torch.full((1, len(members)), 1.0 / k, dtype=torch.float64))
         logprobs = logprob_fn(unique)
-        rows.append(_grad((weights[0].to(logprobs.device, logprobs.dtype) * logprobs).sum(), params, retain=False))
+        row = _grad((weights[0].to(logprobs.device, logprobs.dtype) * logprobs).sum(), params, retain=False)
+        rows.append(row if keep is None else keep(row))
     split = {name: [c[0] * value + c[1] for value in values] for name, c in coefficients.items()}
     return rows, [(kinds, split)]
+
+
+@dataclass(frozen=True)
+class LabelPlan:
+    """The statistics a prompt keeps (its labels: each estimator, each biased one's difference from the oracle,
+    the score with ``measure_score``, each own-target difference) and every label's weights in a group."""
+
+    names: tuple[str, ...]
+    biased: tuple[str, ...]
+    own_scales: dict[str, float]  # estimators with an own target t = scale(V) g: their scale, once per prompt
+    value: float | None
+    measure_score: bool
+
+    @classmethod
+    def of(cls, names, value: float | None, measure_score: bool) -> LabelPlan:
+        biased = tuple(name for name in names if name in est.BIASED)
+        own = est.own_targets(names) if value is not None and 0.0 < float(value) < 1.0 else []
+        own_scales = {name: est.get(name).own_target.scale(float(value)) for name in own}
+        return cls(tuple(names), biased, own_scales, value, measure_score)
+
+    @property
+    def labels(self) -> list[str]:
+        labels = list(self.names) + [bias_label(name) for name in self.biased] + [SCORE] * self.measure_score
+        return labels + [own_label(name) for name in self.own_scales]
+
+    def weights(self, group_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every label's weights w_k on the group's K sequences (x_label = sum_k w_k grad lp_k)."""
+        names, value = self.names, self.value
+        weights = {name: est.weights(name, group_rewards, value) for name in names}
+        oracle = est.oracle_weights(group_rewards, value) if self.biased or self.own_scales else None  # once a group
+        weights.update({bias_label(name): weights[name] - oracle for name in self.biased})
+        weights.update({own_label(name): weights[name] - scale * oracle for name, scale in self.own_scales.items()})
+        if self.measure_score:
+            weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
+        return weights
+
+    def finish(self, stats: dict, m: int) -> PromptStats:
+        """The prompt's results from its labels' statistics over M groups."""
+        traces = {name: stats[name].trace() for name in self.names}
+        bias2 = {name: bias_squared(stats[bias_label(name)], m) for name in self.biased}
+        bias2_own = {name: bias_squared(stats[own_label(name)], m) for name in self.own_scales}
+        out = PromptStats(traces, stats, bias2, bias2_own=bias2_own or None)
+        if self.measure_score:
+            out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], m), stats[SCORE].trace()
+        return out
 
 
 def prompt_traces(
@@ -308,22 +356,9 @@ def prompt_traces(
         raise ValueError("M must be >= 2 groups per prompt")
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    biased = [name for name in names if name in est.BIASED]
-    own = est.own_targets(names) if value is not None and 0.0 < float(value) < 1.0 else []
-    labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score
-    labels += [own_label(name) for name in own]
+    plan = LabelPlan.of(names, value, measure_score)
+    labels, group_weights = plan.labels, plan.weights
     stats = {label: WelfordTrace(params) if engine == "reference" else SumTrace(params, pool) for label in labels}
-
-    own_scales = {name: est.get(name).own_target.scale(float(value)) for name in own}  # once per prompt
-
-    def group_weights(group_rewards):
-        weights = {name: est.weights(name, group_rewards, value) for name in names}
-        oracle = est.oracle_weights(group_rewards, value) if biased or own else None  # once per group
-        weights.update({bias_label(name): weights[name] - oracle for name in biased})
-        weights.update({own_label(name): weights[name] - scale * oracle for name, scale in own_scales.items()})
-        if measure_score:
-            weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
-        return weights
 
     if engine == "reference":
         for group, group_rewards in zip(groups, rewards):
@@ -354,10 +389,4 @@ def prompt_traces(
                 add_pass(stats, labels, *kept.take())
         if kept.plans:  # the prompt's last kept rows; a prompt whose rows all fit defers its running sums
             add_pass(stats, labels, *kept.take(), defer=True)
-    traces = {name: stats[name].trace() for name in names}
-    bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
-    bias2_own = {name: bias_squared(stats[own_label(name)], len(groups)) for name in own}
-    out = PromptStats(traces, stats, bias2, bias2_own=bias2_own or None)
-    if measure_score:
-        out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], len(groups)), stats[SCORE].trace()
-    return out
+    return plan.finish(stats, len(groups))
