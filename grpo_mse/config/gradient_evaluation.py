@@ -189,6 +189,9 @@ class OracleConfig(ModelConfig):
         cli.writable_dir(self.out_dir, "--out_dir")
 
 
+SKETCH_FIELDS = ("sketch_dim", "sketch_blocks", "sketch_seed")  # saved only by a sketched run (see ``record``)
+
+
 @dataclass(kw_only=True)
 class TracecovConfig(ModelConfig):
     """run_tracecov.py: trace of covariance of each estimator per prompt, averaged over T prompts, per K."""
@@ -217,6 +220,7 @@ class TracecovConfig(ModelConfig):
         "backend",
         "score_distribution",
         "answer_rule",
+        *SKETCH_FIELDS,
     )
 
     model: str = option("Qwen/Qwen2.5-0.5B-Instruct", help="hub id, local folder or GGUF file")
@@ -248,8 +252,17 @@ class TracecovConfig(ModelConfig):
         "fast",
         choices=ENGINES,
         help="fast: at most two vector-Jacobian products per group, several groups per batched "
-        "backward call; reference: one backward pass per estimator (original)",
+        "backward call; reference: one backward pass per estimator (original); sketched: the fast engine's "
+        "gradients through a seeded count sketch of --sketch_dim coordinates (unbiased; for models whose "
+        "running sums do not fit, docs/engines.md)",
     )
+    sketch_dim: int = option(
+        1 << 20, type=int, minimum=4, help="sketched engine: coordinates of the sketch (its error is about 1/sqrt(d))"
+    )
+    sketch_blocks: int = option(
+        4, type=int, minimum=2, help="sketched engine: independent blocks (their spread measures the sketch's error)"
+    )
+    sketch_seed: int = option(0, type=int, minimum=0, maximum=MAX_SEED, help="sketched engine: the signs' seed")
     groups_per_pass: int = option(
         0,
         type=int,
@@ -304,6 +317,15 @@ class TracecovConfig(ModelConfig):
         False, help="continue the newest unfinished run in --save_json with equal settings (docs/safety.md)"
     )
 
+    def record(self) -> dict:
+        """The saved config; the sketch's settings only in a sketched run's (the other engines' numbers do not
+        depend on them, and their saved configs stay as they were)."""
+        saved = super().record()
+        if self.engine != "sketched":
+            for name in SKETCH_FIELDS:
+                saved.pop(name)
+        return saved
+
     def __post_init__(self) -> None:
         # no cap is said by leaving the flag out: inf would be saved in the run's config as non-standard JSON
         require(
@@ -332,6 +354,11 @@ class TracecovConfig(ModelConfig):
         require(
             self.advisor_estimator != GRPO_STD or self.no_advisor or GRPO_STD in self.estimators,
             "--advisor_estimator grpo_std measures the std-normalised estimator: add grpo_std to --estimators",
+        )
+        require(
+            self.engine != "sketched" or self.sketch_dim >= 16 * self.sketch_blocks,
+            f"--sketch_dim {self.sketch_dim} is under 16 coordinates for each of --sketch_blocks "
+            f"{self.sketch_blocks} (too few primes to size them); raise --sketch_dim (default {1 << 20})",
         )
         self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
         cli.writable_dir(self.save_json, "--save_json")

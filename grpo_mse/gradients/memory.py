@@ -137,12 +137,13 @@ class RunShape:
     engine: str = "fast"
     large: bool = True
     rows_likely: int | None = None  # rows a run's fullest prompt most likely produces (``likely_rows``); None: all
+    signs: int = 0  # the sketched engine's one int8 sign a coordinate (``sketch.CountSketch``)
 
     def likely(self) -> RunShape:
         """This shape with a prompt's rows at their likely number instead of their most: at least a pass's rows when
         it has any (a pass's activations and gradients whatever its rows), none at all when it likely gives none
         (V = 0 everywhere: the fast engine makes no pass, engine.prompt_traces; the reference one makes them all)."""
-        if self.rows_likely is None or self.engine == "reference":
+        if self.rows_likely is None or self.engine in ("reference", "sketched"):
             return self
         if self.rows_likely == 0:
             return replace(self, rows_per_prompt=0, rows_per_pass=0)
@@ -169,8 +170,8 @@ class RunShape:
         """Peak of the statistics and gradients of one prompt with ``kept`` rows held together (engine.prompt_traces):
         all of a prompt's rows (the sums c1 reads formed in place for one sum, in a new buffer for more), or at most
         ``kept`` of them beside every label's running sum."""
-        if self.engine == "reference":
-            return 2 * self.labels * self.vector + self.backward()
+        if self.engine in ("reference", "sketched"):  # Welford mean and M2 per label (sketched: d float64 each)
+            return 2 * self.labels * self.vector + self.backward() + self.signs
         every = self.rows_per_prompt
         if self.large and kept >= every:
             return max((every - self.rows_per_pass) * self.row + self.backward(), every * self.row + self.formed())
@@ -228,7 +229,7 @@ def plan_run(shape: RunShape, held: int, available: int, kind: str = "available 
     every = shape.rows_per_prompt
     essential = min(shape.statistics(0), shape.statistics(every) if shape.large else shape.statistics(0))
     budget = int(PLAN_MARGIN * available)
-    if not shape.large or shape.engine == "reference":
+    if not shape.large or shape.engine in ("reference", "sketched"):
         kept = 0
     elif shape.statistics(every) <= max(budget, essential):
         kept = every
@@ -367,16 +368,19 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0, values=
     own = est.own_targets(config.estimators)  # their helper sums (engine.own_label)
     labels = len(config.estimators) + len(biased) + 1 + len(own)  # + the score and the own-target helper sums
     count = sum(p.numel() for p in params)
-    passes = {k: min(config.M, groups_per_pass(k, count, config.groups_per_pass)) for k in config.K_list}
+    sketched = config.engine == "sketched"  # one group a pass, its rows made and sketched one at a time
+    passes = {
+        k: 1 if sketched else min(config.M, groups_per_pass(k, count, config.groups_per_pass)) for k in config.K_list
+    }
     per_pass = passes[min(config.K_list)]  # the most groups, so rows, a pass takes
     model_element = element_bytes(params[0].dtype) if params else 4
     batch = min(config.c1_batch, config.T) if config.with_advisor else 0
     return RunShape(
         row=count * model_element,
-        vector=sum(p.numel() * element_bytes(stats_dtype(p)) for p in params),
+        vector=8 * config.sketch_dim if sketched else sum(p.numel() * element_bytes(stats_dtype(p)) for p in params),
         largest=max((p.numel() * model_element for p in params), default=0),
         labels=labels,
-        rows_per_pass=2 * per_pass,
+        rows_per_pass=1 if sketched else 2 * per_pass,
         rows_per_prompt=2 * config.M,
         # a pass's groups shrink as K grows (up to 128 sequences a pass): the fullest pass, not the most groups
         # (at the least K) times the longest groups (at the largest), which planned 4x the tiny policy's at K 4..32
@@ -389,6 +393,7 @@ def run_shape(params, config, model_config=None, prompt_tokens: int = 0, values=
         engine=config.engine,
         large=count >= PARTIAL_GRAM_MIN,
         rows_likely=likely_rows(values, config.K_list, config.M) if values else None,
+        signs=count if sketched else 0,
     )
 
 

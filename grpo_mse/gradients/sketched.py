@@ -91,3 +91,12 @@ def sketched_prompt_traces(
     bias2 = {name: block_values(stats[bias_label(name)], m)[1] for name in plan.biased}
     out.sketch = SketchBlocks(traces, bias2, block_values(stats[SCORE], m)[1] if measure_score else None)
     return out
+
+
+def block_mse(blocks: SketchBlocks, names) -> dict[str, list[float]]:
+    """Each estimator's MSE (tr Cov + bias^2 for a biased one) under each block, as the run's records keep it."""
+    out = {}
+    for name in names:
+        traces = blocks.traces[name]
+        out[name] = [trace + bias for trace, bias in zip(traces, blocks.bias2.get(name, [0.0] * len(traces)))]
+    return out

@@ -6,6 +6,7 @@ sharding behind ``distributed.Shards``; the helpers of each step follow the run.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,8 @@ from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients import memory
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
 from grpo_mse.gradients.memory import check_memory, peak_line
+from grpo_mse.gradients.sketch import CountSketch, SketchSpec
+from grpo_mse.gradients.sketched import block_mse, sketched_prompt_traces
 from grpo_mse.gradients.statistics import BufferPool
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
@@ -115,6 +118,7 @@ class TracecovRun:
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
     keep_rows: int = 0  # gradient rows a prompt's statistics take at once (memory.plan_run; engine.prompt_traces)
     memory_plan: memory.MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
+    sketch: CountSketch | None = None  # the sketched engine's count sketch
 
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
@@ -165,12 +169,14 @@ class TracecovRun:
             config.gen_bs,
             config.seed,
             include_eos=not config.drop_eos,
-            shared_prompt=config.engine == "fast",
+            shared_prompt=config.engine != "reference",
             source=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
             score_distribution=config.score_distribution,
         )
         run = cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, lock=run_lock)
         run.keep_rows, run.memory_plan = plan.kept_rows, plan
+        if config.engine == "sketched":  # its signs drawn once, the same for every prompt and K
+            run.sketch = CountSketch(SketchSpec(config.sketch_dim, config.sketch_blocks, config.sketch_seed), trainable)
         if hook is not None:
             layout = Shards.of(len(rows), config.c1_batch, rank, world).batches
             run.advisor = hook(config, layout, base, rank, plan.c1_bytes, run.pool, batches)
@@ -245,21 +251,30 @@ class TracecovRun:
         vanilla_biased = est.VANILLA in config.estimators and paired.score_law_mismatch(
             self.sampler.score_distribution, self.sampler.settings.top_p, self.sampler.include_eos
         )
-        stats = prompt_traces(
-            self.sampler.logprob_fn(ids),
-            params,
-            groups,
-            rewards.view(m, k),
-            value,
-            config.estimators,
-            config.engine,
-            config.groups_per_pass,
-            measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0),
-            pool=self.pool,
-            keep_rows=self.keep_rows,
-        )
+        measure_score = 0.0 < value < 1.0 or (vanilla_biased and value > 0.0)
+        logprob_fn = self.sampler.logprob_fn(ids)
+        if self.sketch is not None:
+            stats = sketched_prompt_traces(
+                logprob_fn, params, groups, rewards.view(m, k), value, config.estimators, self.sketch, measure_score
+            )
+        else:
+            stats = prompt_traces(
+                logprob_fn,
+                params,
+                groups,
+                rewards.view(m, k),
+                value,
+                config.estimators,
+                config.engine,
+                config.groups_per_pass,
+                measure_score=measure_score,
+                pool=self.pool,
+                keep_rows=self.keep_rows,
+            )
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
             stats.bias2 = {**stats.bias2, est.VANILLA: paired.vanilla_bias2(value, stats.mean_score_sq)}
+            if stats.sketch is not None:
+                stats.sketch.bias2[est.VANILLA] = [paired.vanilla_bias2(value, s) for s in stats.sketch.mean_score_sq]
         biased = bool(stats.bias2)  # biased estimators: MSE = trace of covariance + squared bias
         record = PromptRecord(
             k,
@@ -274,6 +289,7 @@ class TracecovRun:
             mse={n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators} if biased else None,
             **score_fields(stats, row),
             **asdict(ResponseLengths.of(continuations, self.sampler.settings)),
+            sketch_mse=block_mse(stats.sketch, config.estimators) if stats.sketch is not None else None,
         )
         return record, stats
 
@@ -372,6 +388,8 @@ def summary_lines(result: dict) -> list[str]:
     if "paired" in result:
         lines.append(paired.describe(result["paired"]))
     lines += mix_lines(result)
+    if "sketch_error" in result:
+        lines.append(sketch_line(result))
     if "group_size_advisor" in result:
         from grpo_mse.analysis import advisor  # the advisor's modules load only with its advice
 
@@ -396,6 +414,22 @@ def mix_lines(result: dict) -> list[str]:
             count = result["n_prompts_0<V<1"][i]
             lines.append(f"K={k:4d}  over the {count} prompts with 0<V<1 (above: all prompts): " + "  ".join(cells))
     return lines
+
+
+def sketch_line(result: dict) -> str:
+    """The sketched engine's own error beside the intervals (``records.sketch_summary``)."""
+    error, config = result["sketch_error"], result["config"]
+    shares = [
+        (share, name, k) for name, per_k in error["share_of_ci95"].items() for share, k in zip(per_k, result["K_list"])
+    ]
+    worst = max(shares, key=lambda item: -1.0 if math.isnan(item[0]) else item[0])
+    ratio = max((sd for per_k in error["ratio_sd"].values() for sd in per_k), default=math.nan)
+    return (
+        f"sketch (d={config['sketch_dim']}, {error['blocks']} blocks, seed {config['sketch_seed']}): "
+        f"its own error's sd is at most {worst[0]:.2%} of an MSE's 95% half-width "
+        f"({est.get(worst[1]).label} at K={worst[2]}); "
+        f"a ratio's at most {ratio:.2g}"
+    )
 
 
 def length_line(result: dict) -> str:

@@ -117,6 +117,7 @@ class PromptRecord(SavedRecord):
     mean_new_tokens: float | None = None
     share_eos: float | None = None
     share_cut: float | None = None
+    sketch_mse: dict[str, list[float]] | None = None  # sketched engine: each estimator's MSE under each sketch block
 
     NULLABLE = ("mean_score_sq", "oracle_noise")  # saved null stands for nan
 
@@ -242,6 +243,7 @@ def summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], name
         **biased_summary(records_by_k, k_list, names),
         **length_summary(records_by_k, k_list),
         **mix_summary(records_by_k, k_list, names),
+        **sketch_summary(records_by_k, k_list, names),
         "config": config,
         "note": NOTE,
     }
@@ -293,6 +295,37 @@ def mix_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], 
         out["mse_0<V<1"] = {n: [mean_ci([r.mse_of(n) for r in inner[k]])["mean"] for k in k_list] for n in names}
         out["n_prompts_0<V<1"] = [len(inner[k]) for k in k_list]
     return out
+
+
+def sketch_summary(records_by_k: dict[int, list[PromptRecord]], k_list: list[int], names) -> dict:
+    """The sketched engine's own error (none for the exact engines): per K and estimator, the R blocks' means over
+    prompts B_r are R uncorrelated unbiased estimates of the mean MSE the run reports (their mean), so its sketch
+    error's sd is sd_r(B_r) / sqrt(R); beside it, that sd over the prompts' 95% half-width (the intervals leave the
+    sketch out: one sketch serves every prompt), and the sd of each ratio of two estimators' means likewise."""
+    if any(r.sketch_mse is None for k in k_list for r in records_by_k[k]):
+        return {}
+    blocks = len(records_by_k[k_list[0]][0].sketch_mse[names[0]])
+
+    def block_means(k, name):
+        return [sum(r.sketch_mse[name][b] for r in records_by_k[k]) / len(records_by_k[k]) for b in range(blocks)]
+
+    means = {name: [block_means(k, name) for k in k_list] for name in names}
+    sd = {name: [sd_of_mean(per_k) for per_k in means[name]] for name in names}
+    half = {name: [mean_ci([r.mse_of(name) for r in records_by_k[k]])["ci95"] for k in k_list] for name in names}
+    ratios = {}
+    for index, a in enumerate(names):  # the paired section's pairs: each estimator over a later one
+        for b in names[index + 1 :]:
+            per_k = [[x / y if y else math.nan for x, y in zip(top, bottom)] for top, bottom in zip(means[a], means[b])]
+            ratios[f"{a}/{b}"] = [sd_of_mean(blocks_ratio) for blocks_ratio in per_k]  # nan: a mean of 0
+    share = {name: [s / h if h and h > 0 else math.nan for s, h in zip(sd[name], half[name])] for name in names}
+    return {"sketch_error": {"blocks": blocks, "sd": sd, "share_of_ci95": share, "ratio_sd": ratios}}
+
+
+def sd_of_mean(values: list[float]) -> float:
+    """sd(values) / sqrt(n), the sample sd with n - 1 (nan in, nan out)."""
+    n = len(values)
+    center = sum(values) / n
+    return math.sqrt(sum((v - center) ** 2 for v in values) / (n - 1) / n)
 
 
 def tidy_rows(records: list[PromptRecord], names) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from grpo_mse.cli import UsageError
-from grpo_mse.config.gradient_evaluation import OracleConfig, TracecovConfig
+from grpo_mse.config.gradient_evaluation import SKETCH_FIELDS, OracleConfig, TracecovConfig
 
 TRACECOV_DEFAULTS = {  # the original run_tracecov.py's flags and defaults (SPEC section 3 and later additions)
     "model": "Qwen/Qwen2.5-0.5B-Instruct",
@@ -82,9 +82,18 @@ def test_defaults_and_saved_keys_are_the_original_flags():
     assert tracecov.record() == {**TRACECOV_DEFAULTS, "model_fingerprint": "hub:Qwen/Qwen2.5-0.5B-Instruct@main"}
     oracle = OracleConfig.from_argv(["--model", "m", "--dataset", "d.jsonl"])
     assert oracle.record() == {**ORACLE_DEFAULTS, "model_fingerprint": "hub:m@main"}
-    # every result field is a flag, except the content fingerprints of the table and the model
+    # every result field is a flag, except the content fingerprints of the table and the model, and the sketch's
+    # settings, which only a sketched run saves (the other engines' saved configs stay as they were)
     fingerprints = {"oracle_table_fingerprint", "model_fingerprint"}
-    assert set(TracecovConfig.RESULT_FIELDS) - fingerprints < set(TRACECOV_DEFAULTS)
+    assert set(TracecovConfig.RESULT_FIELDS) - fingerprints - set(SKETCH_FIELDS) < set(TRACECOV_DEFAULTS)
+    sketched = TracecovConfig.from_argv(
+        ["--oracle_table", "t.jsonl", "--save_json", "out", "--skip_plot", "--engine", "sketched", "--sketch_seed", "3"]
+    )
+    assert {name: sketched.record()[name] for name in SKETCH_FIELDS} == {
+        "sketch_dim": 1 << 20,
+        "sketch_blocks": 4,
+        "sketch_seed": 3,
+    }
     assert set(OracleConfig.RESULT_FIELDS) - {"model_fingerprint"} < set(ORACLE_DEFAULTS)
 
 
