@@ -114,7 +114,7 @@ class TracecovRun:
     advisor: object = None  # runs.advisor_hook.AdvisorHook, or None when the advisor is off
     lock: object = None  # the progress log's lock, held until ``close``
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
-    engine: EngineSettings = field(default_factory=EngineSettings)  # the statistics engine and its settings
+    engine_settings: EngineSettings = field(default_factory=EngineSettings)  # the statistics engine, its settings
     memory_plan: memory.MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
 
     @classmethod
@@ -172,7 +172,7 @@ class TracecovRun:
         )
         run = cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, lock=run_lock)
         # a prompt's statistics take the plan's kept gradient rows at once (memory.plan_run)
-        run.engine = EngineSettings(config.engine, config.groups_per_pass, plan.kept_rows)
+        run.engine_settings = EngineSettings(config.engine, config.groups_per_pass, plan.kept_rows)
         run.memory_plan = plan
         if hook is not None:
             layout = Shards.of(len(rows), config.c1_batch, rank, world).batches
@@ -248,7 +248,7 @@ class TracecovRun:
         vanilla_biased = est.VANILLA in config.estimators and paired.score_law_mismatch(
             self.sampler.score_distribution, self.sampler.settings.top_p, self.sampler.include_eos
         )
-        settings = replace(self.engine, measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0))
+        settings = replace(self.engine_settings, measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0))
         logprob_fn, grouped = self.sampler.logprob_fn(ids), rewards.view(m, k)
         stats = prompt_traces(logprob_fn, params, groups, grouped, value, config.estimators, settings, self.pool)
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
