@@ -4,8 +4,8 @@ Each tree runs Gradient_evaluation/run_tracecov.py's ``main`` in a subprocess on
 with timers around the run's parts (only the outermost timed call counts, so nothing is counted twice):
 - sampling: PromptSampler.draw and draw_all (the continuations);
 - forward: the sequence log-probabilities with gradients (PromptSampler.logprob_fn's function);
-- backward: the VJPs (engine._grad, engine.row_vjps);
-- statistics: the running sums and their Gram scalars (engine.add_pass, engine.bias_squared) and the advisor's
+- backward: the VJPs (the fast engine's gradient and row_vjps; gradients/engine.py's in trees before the registry);
+- statistics: the running sums and their Gram scalars (the fast engine's add_pass, engine.bias_squared), the advisor's
   c1 (advisor_hook.c1_vectors, BetweenPromptBatch.add and .result: the mean gradients and their float64 Gram matrix);
 - other: the rest of the run's wall time (imports, model load, rewards, outputs);
 - and the subprocess's user and system CPU seconds (the system share: page faults, allocations).
@@ -81,9 +81,12 @@ def timed_run(argv: list[str], out: str) -> None:
         sampler.draw_all = timer("sampling", sampler.draw_all)
     logprob_fn = sampler.logprob_fn
     sampler.logprob_fn = lambda self, ids: timer("forward", logprob_fn(self, ids))
-    engine._grad = timer("backward", engine._grad)
-    engine.row_vjps = timer("backward", engine.row_vjps)
-    engine.add_pass = timer("statistics", engine.add_pass)
+    # the fast engine's file since the engine registry (gradients/trace_engines/); gradients/engine.py before it
+    fast = importlib.import_module("grpo_mse.gradients.trace_engines.fast") if hasattr(engine, "PromptWork") else engine
+    grad = "gradient" if hasattr(fast, "gradient") else "_grad"
+    setattr(fast, grad, timer("backward", getattr(fast, grad)))
+    fast.row_vjps = timer("backward", fast.row_vjps)
+    fast.add_pass = timer("statistics", fast.add_pass)
     engine.bias_squared = timer("statistics", engine.bias_squared)
     # c1_vectors moved to the advisor's hook (runs/advisor_hook.py); earlier trees have it in runs/tracecov.py
     holder = tracecov if hasattr(tracecov, "c1_vectors") else importlib.import_module("grpo_mse.runs.advisor_hook")

@@ -22,7 +22,8 @@ from grpo_mse import cli
 from grpo_mse.cli import require
 from grpo_mse.flags import Flags, check_types, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
-from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED
+from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, UNBIASED
+from grpo_mse.gradients.trace_engines import ENGINES
 from grpo_mse.rewards.rules import ANSWER_RULES
 
 DTYPES = ("fp16", "bf16", "fp32")
@@ -250,7 +251,7 @@ class TracecovConfig(ModelConfig):
     skip_plot: bool = option(False, help="write no PNG")
     engine: str = option(
         "fast",
-        choices=ENGINES,
+        choices=ENGINES,  # the registry itself: its keys, an engine registered later included
         help="fast: at most two vector-Jacobian products per group, several groups per batched "
         "backward call; reference: one backward pass per estimator (original); sketched: the fast engine's "
         "gradients through a seeded count sketch of --sketch_dim coordinates (unbiased; for models whose "

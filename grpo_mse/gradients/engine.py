@@ -1,59 +1,80 @@
-"""Per-prompt trace of covariance of each estimator over M groups of K continuations.
-
-Every estimator here is affine in the rewards within a group, w_k = (reward_coef G_k + score_coef) / K,
-so its gradient is x = reward_coef a + score_coef s with a = grad (1/K) sum_k G_k lp_k and
-s = grad (1/K) sum_k lp_k.
-- ``reference``: one backward pass per estimator (sum_k w_k lp_k), Welford statistics.
-- ``fast``: a and s (only s when all rewards are equal) of several groups from one forward pass over
-  their distinct continuations and one batched backward call (``is_grads_batched``), running sums
-  and float64 Gram scalars.
+"""Per-prompt trace of covariance of each estimator over M groups of K continuations: the frame every statistics
+engine runs in (``prompt_traces``). It names the statistics a prompt needs (``labels``: the estimators, their
+differences from the oracle for the biases, the score), hands the engine chosen by ``EngineSettings`` (the registry
+``gradients.trace_engines``) the prompt's groups and every label's weights (``PromptWork``), and reads the traces and
+squared biases from the accumulators it returns (``PromptStats``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients.estimators import ENGINES
-from grpo_mse.gradients.memory import PARTIAL_GRAM_MIN, groups_per_pass  # noqa: F401 - part of this module's API
-from grpo_mse.gradients.statistics import BufferPool, SumTrace, WelfordTrace, dot64, gram64
-
-
-def affine_coefficients(weights: torch.Tensor, rewards: torch.Tensor) -> tuple[float, float]:
-    """(reward_coef, score_coef) with K w_k = reward_coef G_k + score_coef for every k; raises if the weights
-    are not affine in G."""
-    k = rewards.shape[-1]
-    scaled, g = (k * weights).double(), rewards.double()
-    high, low = int(g.argmax()), int(g.argmin())
-    if g[high] > g[low]:
-        reward_coef = float((scaled[high] - scaled[low]) / (g[high] - g[low]))
-        score_coef = float(scaled[low] - reward_coef * g[low])
-    else:
-        reward_coef, score_coef = 0.0, float(scaled[0])
-    if not torch.allclose(scaled, reward_coef * g + score_coef, rtol=1e-9, atol=1e-12):
-        raise ValueError("estimator weights are not affine in the rewards within a group")
-    return reward_coef, score_coef
+from grpo_mse.gradients import trace_engines
+from grpo_mse.gradients.statistics import Accumulator, BufferPool
+from grpo_mse.gradients.trace_engines import EngineSettings
 
 
 @dataclass
 class PromptStats:
-    """Per-prompt results: trace of covariance per estimator and the per-estimator mean gradients."""
+    """Per-prompt results: trace of covariance per estimator and every label's accumulator (its mean gradient)."""
 
     traces: dict[str, float]
-    accumulators: dict[str, object]
+    accumulators: dict[str, Accumulator]
     bias2: dict[str, float]  # biased estimators only: unbiased estimate of ||E x_e - g||^2
     mean_score_sq: float = float("nan")  # unbiased ||E s||^2 from the group-mean scores s_g = (1/K) sum_k s_k
     score_trace: float = float("nan")  # tr Cov(s_g)
     bias2_own: dict[str, float] | None = None  # estimators with an own target t: ||E x - t||^2 (unbiased)
-    sketch: object | None = None  # the sketched engine's per-block estimates (``sketched.SketchBlocks``)
+    blocks: BlockEstimates | None = None  # an engine's independent estimates (``Accumulator.blocks``), else None
 
     def release(self) -> None:
-        """Hand the running sums' buffers back to their pool (the statistics' vectors are gone afterwards)."""
+        """Hand the accumulators' pooled buffers back (their vectors are gone afterwards)."""
         for accumulator in self.accumulators.values():
-            if isinstance(accumulator, SumTrace):
-                accumulator.release()
+            accumulator.release()
+
+
+@dataclass
+class BlockEstimates:
+    """Each of an engine's independent estimates of a prompt's statistics (the sketched engine's R blocks; their mean
+    is what ``PromptStats`` holds): per block, each estimator's trace and squared bias, and ||E s||^2."""
+
+    traces: dict[str, list[float]]
+    bias2: dict[str, list[float]]
+    mean_score_sq: list[float] | None = None
+
+    @classmethod
+    def of(cls, stats: dict[str, Accumulator], names, biased, m: int, score: bool) -> BlockEstimates | None:
+        """From the accumulators' ``blocks`` (None when the engine makes one exact computation)."""
+        if stats[names[0]].blocks() is None:
+            return None
+
+        def squares(label):  # unbiased ||E x||^2 per block, as ``bias_squared``
+            return [square - trace / m for trace, square in stats[label].blocks()]
+
+        traces = {name: [trace for trace, _ in stats[name].blocks()] for name in names}
+        return cls(traces, {name: squares(bias_label(name)) for name in biased}, squares(SCORE) if score else None)
+
+    def mse(self, names) -> dict[str, list[float]]:
+        """Each estimator's MSE (tr Cov + bias^2 for a biased one) under each block."""
+        return {
+            name: [t + b for t, b in zip(self.traces[name], self.bias2.get(name, [0.0] * len(self.traces[name])))]
+            for name in names
+        }
+
+
+@dataclass(frozen=True)
+class PromptWork:
+    """What an engine receives for one prompt (``gradients.trace_engines``' interface)."""
+
+    logprob_fn: Callable  # continuations -> [n] log-probabilities with grad
+    params: list[torch.Tensor]  # the trainable parameters: every vector has one tensor per parameter
+    groups: list[list[list[int]]]  # M groups of K continuations (token ids)
+    rewards: torch.Tensor  # [M, K]
+    labels: list[str]  # the statistics to accumulate, in order
+    weights: Callable[[torch.Tensor], dict[str, torch.Tensor]]  # one group's rewards [K] -> {label: weights [K]}
 
 
 SCORE = "score"  # accumulator of s_g = (1/K) sum_k grad lp_k (weights 1/K)
@@ -70,258 +91,15 @@ def bias_label(name: str) -> str:
     return f"{name}-{est.ORACLE}"
 
 
-def bias_squared(difference, m: int) -> float:
-    """||mean d||^2 - tr Cov(d) / M: unbiased for ||E d||^2 (E||mean d||^2 = ||E d||^2 + tr Cov / M).
-
-    For a running sum T over model-sized vectors (>= PARTIAL_GRAM_MIN coordinates) ||mean d||^2 is
-    <T, T> / n^2 in float64: no model-sized mean is allocated and only one vector is copied to float64."""
-    if isinstance(difference, SumTrace) and (
-        difference.terms is not None or sum(p.numel() for p in difference.shapes_like) >= PARTIAL_GRAM_MIN
-    ):
-        return difference.square() / difference.count**2 - difference.trace() / m
-    mean = difference.mean()
-    return dot64(mean, mean) - difference.trace() / m
+def bias_squared(difference: Accumulator, m: int) -> float:
+    """||mean d||^2 - tr Cov(d) / M: unbiased for ||E d||^2 (E||mean d||^2 = ||E d||^2 + tr Cov / M)."""
+    return difference.mean_square() - difference.trace() / m
 
 
-def _grad(output: torch.Tensor, params: list[torch.Tensor], retain: bool) -> list[torch.Tensor]:
+def gradient(output: torch.Tensor, params: list[torch.Tensor], retain: bool) -> list[torch.Tensor]:
+    """grad output with respect to ``params``, zeros for a parameter it does not use."""
     grads = torch.autograd.grad(output, params, retain_graph=retain, allow_unused=True)
     return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
-
-
-@dataclass
-class RowGradients:
-    """Gradient rows v_b = grad <cotangent_b, lp> (one tensor per parameter each); ``stacked`` holds
-    them as [B, *shape] per parameter when they came from one batched call."""
-
-    rows: list[list[torch.Tensor]]
-    stacked: list[torch.Tensor] | None = None
-
-
-def lacks_vmap_rule(error: RuntimeError) -> bool:
-    """True for PyTorch's "no batching rule" error of a vmapped backward (the one case with a plain fallback)."""
-    text = str(error).lower()
-    return "batching rule" in text or text.startswith("vmap:")
-
-
-def row_vjps(output: torch.Tensor, params: list[torch.Tensor], cotangents: torch.Tensor, batched: bool) -> RowGradients:
-    """Rows grad <cotangents[b], output>: one batched backward call (``is_grads_batched``, a vmap) when
-    ``batched``, else one backward pass per row (also the fallback for an operation without a vmap rule).
-
-    Batching pays when per-call overhead dominates (small models, several groups per pass); for large
-    models a vmapped backward is slower than plain passes (CPU, Qwen2.5-0.5B shapes: 11.7 s vs 9.3 s)."""
-    count = len(cotangents)
-    if batched and count > 1:
-        try:
-            grads = torch.autograd.grad(
-                output, params, grad_outputs=cotangents, is_grads_batched=True, allow_unused=True
-            )
-        except RuntimeError as error:
-            if isinstance(error, torch.OutOfMemoryError):
-                raise torch.OutOfMemoryError(
-                    f"{str(error).splitlines()[0]} (batched backward of {count} rows; lower --groups_per_pass, e.g. 1)"
-                ) from error
-            if not lacks_vmap_rule(error):
-                raise
-        else:
-            stacked = [
-                torch.zeros((count, *p.shape), dtype=p.dtype, device=p.device) if g is None else g
-                for g, p in zip(grads, params)
-            ]
-            return RowGradients([[g[b] for g in stacked] for b in range(count)], stacked)
-    return RowGradients(
-        [_grad((row * output).sum(), params, retain=index < count - 1) for index, row in enumerate(cotangents)]
-    )
-
-
-# Continuation tokens one pass may hold, and (rows x tokens) for its batched backward call, whose
-# intermediate gradients carry one copy per cotangent row (2 rows per group at most).
-PASS_TOKEN_BUDGET = 4096
-PASS_ROW_TOKEN_BUDGET = 1 << 16
-
-
-def pass_slices(
-    groups: list[list[list[int]]],
-    step: int,
-    token_budget: int = PASS_TOKEN_BUDGET,
-    row_token_budget: int = PASS_ROW_TOKEN_BUDGET,
-) -> list[slice]:
-    """Consecutive runs of at most ``step`` groups, ``token_budget`` continuation tokens and
-    ``row_token_budget`` (2 rows per group) x tokens; always at least one group."""
-    slices, start, tokens = [], 0, 0
-    for index, group in enumerate(groups):
-        size = sum(len(c) for c in group)
-        count = index - start
-        if count and (
-            count == step or tokens + size > token_budget or 2 * (count + 1) * (tokens + size) > row_token_budget
-        ):
-            slices.append(slice(start, index))
-            start, tokens = index, 0
-        tokens += size
-    return slices + [slice(start, len(groups))] if groups else slices
-
-
-def group_plan(weights: dict[str, torch.Tensor], rewards: torch.Tensor) -> tuple[list[str], dict[str, list[float]]]:
-    """Which of a, s a group needs, and each estimator's coefficients on them: x = reward_coef a + score_coef s.
-
-    With equal rewards a = G_1 s, so x = (score_coef + reward_coef G_1) s; a vector whose coefficient is 0 for
-    every estimator is not computed (e.g. all rewards 0 with V = 0: every estimator is exactly 0)."""
-    equal = bool(rewards.max() == rewards.min())
-    pairs = {name: affine_coefficients(w, rewards) for name, w in weights.items()}
-    if equal:
-        folded = {
-            name: [score_coef + reward_coef * float(rewards[0])] for name, (reward_coef, score_coef) in pairs.items()
-        }
-        return (["s"], folded) if any(c[0] != 0.0 for c in folded.values()) else ([], {n: [] for n in pairs})
-    kinds = [kind for index, kind in enumerate("as") if any(pair[index] != 0.0 for pair in pairs.values())]
-    return kinds, {name: [pair["as".index(kind)] for kind in kinds] for name, pair in pairs.items()}
-
-
-def group_cotangents(rewards: torch.Tensor, kinds: list[list[str]]) -> tuple[torch.Tensor, list[list[int]]]:
-    """Rows a_g = G_g / K and s_g = 1 / K on group g's slice ([C, K] rewards -> [B, C K]) for the
-    kinds each group needs; returns the rows and each group's row indices."""
-    count, k = rewards.shape
-    rows, owner = [], []
-    for g, (group_rewards, group_kinds) in enumerate(zip(rewards, kinds)):
-        owner.append(list(range(len(rows), len(rows) + len(group_kinds))))
-        for kind in group_kinds:
-            row = torch.zeros(count * k, dtype=rewards.dtype)
-            row[g * k : (g + 1) * k] = (group_rewards if kind == "a" else torch.ones_like(group_rewards)) / k
-            rows.append(row)
-    return (torch.stack(rows) if rows else torch.zeros((0, count * k), dtype=rewards.dtype)), owner
-
-
-def distinct_continuations(
-    continuations: list[list[int]], cotangents: torch.Tensor
-) -> tuple[list[list[int]], torch.Tensor]:
-    """Each distinct continuation once, with the cotangent columns of its copies summed:
-    sum_n c_bn grad lp_n = sum_u (sum_{n: y_n = y_u} c_bn) grad lp_u, since lp depends on the tokens only."""
-    first: dict[tuple[int, ...], int] = {}
-    column = torch.tensor([first.setdefault(tuple(c), len(first)) for c in continuations])
-    unique = [list(tokens) for tokens in first]
-    merged = torch.zeros((len(cotangents), len(unique)), dtype=cotangents.dtype)
-    return unique, merged.index_add_(1, column, cotangents)
-
-
-def add_pass(
-    stats: dict[str, SumTrace], labels: list[str], plans, owner: list[list[int]], rows, defer: bool = False
-) -> None:
-    """Add one pass's groups to every estimator's statistics: group g's vector is sum_j c_j rows[owner[g][j]],
-    scalars from one float64 Gram matrix of the rows and the running sums (once those are nonzero).
-    ``defer``: a first pass leaves each running sum as its rows' terms (``SumTrace.add_pass``).
-
-    At model sizes (>= PARTIAL_GRAM_MIN coordinates) a running sum that is still exactly zero (every coefficient
-    so far 0, e.g. GRPO while all groups had equal rewards) is left out of the Gram matrix (its scalars are 0)
-    instead of being allocated as model-sized zeros and copied to float64."""
-    counted = bool(stats[labels[0]].count)
-    large = sum(p.numel() for p in stats[labels[0]].shapes_like) >= PARTIAL_GRAM_MIN
-    present = [name for name in labels if counted and (not large or stats[name].held)]
-    vectors = rows + [stats[name].total for name in present]
-    empty = torch.zeros((0, 0), dtype=torch.float64)
-    gram = gram64(vectors, rows=len(rows) if large else None).cpu() if vectors else empty
-    n = len(rows)
-    for name in labels:
-        coefficients = torch.zeros((len(owner), n), dtype=torch.float64)
-        for g, ((_, group_coefficients), own) in enumerate(zip(plans, owner)):
-            coefficients[g, own] = torch.tensor(group_coefficients[name], dtype=torch.float64)
-        if name in present:
-            t = n + present.index(name)
-            stats[name].add_pass(coefficients, rows, gram[:n, :n], gram[t, :n], float(gram[t, t]))
-        else:  # no earlier vectors, or (model sizes) a running sum that is exactly zero
-            zeros = torch.zeros(n, dtype=torch.float64)
-            stats[name].add_pass(coefficients, rows, gram[:n, :n], zeros, 0.0, defer=defer)
-
-
-@dataclass
-class KeptRows:
-    """Gradient rows of one or more passes waiting for the statistics, with their groups' plans and row indices."""
-
-    rows: list = field(default_factory=list)
-    plans: list = field(default_factory=list)
-    owner: list[list[int]] = field(default_factory=list)
-
-    def add(self, plans, owner: list[list[int]], rows) -> None:
-        self.owner += [[len(self.rows) + index for index in own] for own in owner]
-        self.plans += plans
-        self.rows += rows
-
-    def take(self) -> tuple[list, list[list[int]], list]:
-        """(plans, owner, rows) as ``add_pass`` takes them; the keeper is empty afterwards."""
-        taken = self.plans, self.owner, self.rows
-        self.plans, self.owner, self.rows = [], [], []
-        return taken
-
-
-def splits_by_reward(plans, rewards: torch.Tensor) -> bool:
-    """Whether a pass is one group that needs both a and s and has exactly two distinct rewards (binary
-    rewards, not all equal): ``reward_split_rows`` then gets the same two vectors for half the backward work."""
-    return len(plans) == 1 and plans[0][0] == ["a", "s"] and len(set(rewards[0].tolist())) == 2
-
-
-def reward_split_rows(
-    logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor, plan, keep=None
-) -> tuple[list, list]:
-    """One group's gradient rows as w_r = (1/K) sum_{k: G_k = r} grad lp_k, one forward and one backward pass
-    per reward value r over its own continuations only (each sequence goes through one backward pass, where
-    computing a and s from one pass over all K costs two full backward passes). Since a = sum_r r w_r and
-    s = sum_r w_r, an estimator x = c_a a + c_s s is sum_r (c_a r + c_s) w_r: returns the rows and the plan
-    with those coefficients. ``keep``: what is kept of each row as it is made (default: the row itself; the
-    sketched engine keeps its sketch, so one model-sized row lives at a time)."""
-    kinds, coefficients = plan
-    k, values = len(group), sorted(set(rewards.tolist()))
-    rows = []
-    for value in values:
-        members = [tokens for tokens, reward in zip(group, rewards.tolist()) if reward == value]
-        unique, weights = distinct_continuations(members, torch.full((1, len(members)), 1.0 / k, dtype=torch.float64))
-        logprobs = logprob_fn(unique)
-        row = _grad((weights[0].to(logprobs.device, logprobs.dtype) * logprobs).sum(), params, retain=False)
-        rows.append(row if keep is None else keep(row))
-    split = {name: [c[0] * value + c[1] for value in values] for name, c in coefficients.items()}
-    return rows, [(kinds, split)]
-
-
-@dataclass(frozen=True)
-class LabelPlan:
-    """The statistics a prompt keeps (its labels: each estimator, each biased one's difference from the oracle,
-    the score with ``measure_score``, each own-target difference) and every label's weights in a group."""
-
-    names: tuple[str, ...]
-    biased: tuple[str, ...]
-    own_scales: dict[str, float]  # estimators with an own target t = scale(V) g: their scale, once per prompt
-    value: float | None
-    measure_score: bool
-
-    @classmethod
-    def of(cls, names, value: float | None, measure_score: bool) -> LabelPlan:
-        biased = tuple(name for name in names if name in est.BIASED)
-        own = est.own_targets(names) if value is not None and 0.0 < float(value) < 1.0 else []
-        own_scales = {name: est.get(name).own_target.scale(float(value)) for name in own}
-        return cls(tuple(names), biased, own_scales, value, measure_score)
-
-    @property
-    def labels(self) -> list[str]:
-        labels = list(self.names) + [bias_label(name) for name in self.biased] + [SCORE] * self.measure_score
-        return labels + [own_label(name) for name in self.own_scales]
-
-    def weights(self, group_rewards: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every label's weights w_k on the group's K sequences (x_label = sum_k w_k grad lp_k)."""
-        names, value = self.names, self.value
-        weights = {name: est.weights(name, group_rewards, value) for name in names}
-        oracle = est.oracle_weights(group_rewards, value) if self.biased or self.own_scales else None  # once a group
-        weights.update({bias_label(name): weights[name] - oracle for name in self.biased})
-        weights.update({own_label(name): weights[name] - scale * oracle for name, scale in self.own_scales.items()})
-        if self.measure_score:
-            weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
-        return weights
-
-    def finish(self, stats: dict, m: int) -> PromptStats:
-        """The prompt's results from its labels' statistics over M groups."""
-        traces = {name: stats[name].trace() for name in self.names}
-        bias2 = {name: bias_squared(stats[bias_label(name)], m) for name in self.biased}
-        bias2_own = {name: bias_squared(stats[own_label(name)], m) for name in self.own_scales}
-        out = PromptStats(traces, stats, bias2, bias2_own=bias2_own or None)
-        if self.measure_score:
-            out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], m), stats[SCORE].trace()
-        return out
 
 
 def prompt_traces(
@@ -331,62 +109,40 @@ def prompt_traces(
     rewards: torch.Tensor,
     value: float | None,
     names=est.UNBIASED,
-    engine: str = "fast",
-    per_pass: int = 0,
-    measure_score: bool = False,
+    settings: EngineSettings | None = None,
     pool: BufferPool | None = None,
-    keep_rows: int = 0,
 ) -> PromptStats:
-    """Traces of covariance over the M groups; ``logprob_fn(continuations) -> [n]`` with grad.
-
-    The fast engine runs ``per_pass`` groups (0: auto; fewer when over ``PASS_TOKEN_BUDGET`` or
-    ``PASS_ROW_TOKEN_BUDGET``, see ``pass_slices``) through one forward pass over their distinct continuations and one
-    batched backward call that returns a and s of every group in it (only those some estimator uses);
-    with one group per pass (large models) a and s come from two plain backward passes.
-    ``measure_score``: also accumulate the group-mean score s_g (||E s||^2, tr Cov s_g; costs the s vector of
-    groups that no estimator needs, e.g. all rewards 0).
-    ``pool``: the fast engine's running sums take their buffers from it (``PromptStats.release`` hands them back).
-    ``keep_rows`` (model sizes, >= PARTIAL_GRAM_MIN coordinates): the gradient rows of several passes, up to this
-    many, go to the statistics together. Per pass, the statistics read every running sum twice (the Gram matrix,
-    the additions) and that dominates a 135M-parameter model's run on a CPU; one Gram matrix of all of a prompt's
-    rows reads each row once, and the running sums are then formed only when read (c1's oracle mean). 0: a pass's
-    rows at once (the built-in policies keep their bits).
-    """
+    """Traces of covariance over the M groups (and the biases' and score's statistics) by the engine ``settings``
+    names (None: the default ``EngineSettings``, the fast engine); ``logprob_fn(continuations) -> [n]`` with grad;
+    ``value`` the prompt's V (None: not known). ``settings.measure_score``: also accumulate the group-mean score s_g
+    (||E s||^2, tr Cov s_g; costs the s vector of groups that no estimator needs, e.g. all rewards 0). ``pool``: the
+    run's buffers, which the engine's accumulators may take (``PromptStats.release`` hands them back)."""
     if len(groups) < 2:
         raise ValueError("M must be >= 2 groups per prompt")
-    if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    plan = LabelPlan.of(names, value, measure_score)
-    labels, group_weights = plan.labels, plan.weights
-    stats = {label: WelfordTrace(params) if engine == "reference" else SumTrace(params, pool) for label in labels}
+    settings = settings or EngineSettings()
+    engine = trace_engines.load(settings.name)
+    measure_score = settings.measure_score
+    biased = [name for name in names if name in est.BIASED]
+    own = est.own_targets(names) if value is not None and 0.0 < float(value) < 1.0 else []
+    labels = list(names) + [bias_label(name) for name in biased] + [SCORE] * measure_score
+    labels += [own_label(name) for name in own]
+    own_scales = {name: est.get(name).own_target.scale(float(value)) for name in own}  # once per prompt
 
-    if engine == "reference":
-        for group, group_rewards in zip(groups, rewards):
-            logprobs = logprob_fn(group)
-            weights = group_weights(group_rewards.to(logprobs.device, torch.float64))
-            for index, name in enumerate(labels):
-                loss = (weights[name].to(logprobs.dtype) * logprobs).sum()
-                stats[name].update(_grad(loss, params, retain=index < len(labels) - 1))
-    else:
-        k, count = rewards.shape[1], sum(p.numel() for p in params)
-        keep = keep_rows if count >= PARTIAL_GRAM_MIN else 0
-        kept = KeptRows()
-        for chunk in pass_slices(groups, groups_per_pass(k, count, per_pass)):
-            chunk_rewards = rewards[chunk].to(torch.float64)
-            plans = [group_plan(group_weights(group_rewards), group_rewards) for group_rewards in chunk_rewards]
-            cotangents, owner = group_cotangents(chunk_rewards, [kinds for kinds, _ in plans])
-            rows = []
-            if splits_by_reward(plans, chunk_rewards):  # one group, two reward values: half-size backward passes
-                rows, plans = reward_split_rows(logprob_fn, params, groups[chunk][0], chunk_rewards[0], plans[0])
-            elif len(cotangents):  # otherwise every estimator is exactly 0 for these groups: no pass at all
-                unique, cotangents = distinct_continuations([c for group in groups[chunk] for c in group], cotangents)
-                logprobs = logprob_fn(unique)
-                rows = row_vjps(logprobs, params, cotangents.to(logprobs.device, logprobs.dtype), len(owner) > 1).rows
-            if kept.plans and len(kept.rows) + len(rows) > keep:  # no room for this pass's rows: the kept go first
-                add_pass(stats, labels, *kept.take())
-            kept.add(plans, owner, rows)
-            if not keep:
-                add_pass(stats, labels, *kept.take())
-        if kept.plans:  # the prompt's last kept rows; a prompt whose rows all fit defers its running sums
-            add_pass(stats, labels, *kept.take(), defer=True)
-    return plan.finish(stats, len(groups))
+    def group_weights(group_rewards):
+        weights = {name: est.weights(name, group_rewards, value) for name in names}
+        oracle = est.oracle_weights(group_rewards, value) if biased or own else None  # once per group
+        weights.update({bias_label(name): weights[name] - oracle for name in biased})
+        weights.update({own_label(name): weights[name] - scale * oracle for name, scale in own_scales.items()})
+        if measure_score:
+            weights[SCORE] = torch.full_like(group_rewards, 1.0 / group_rewards.shape[-1])
+        return weights
+
+    stats = engine.accumulate(PromptWork(logprob_fn, params, groups, rewards, labels, group_weights), settings, pool)
+    traces = {name: stats[name].trace() for name in names}
+    bias2 = {name: bias_squared(stats[bias_label(name)], len(groups)) for name in biased}
+    bias2_own = {name: bias_squared(stats[own_label(name)], len(groups)) for name in own}
+    out = PromptStats(traces, stats, bias2, bias2_own=bias2_own or None)
+    out.blocks = BlockEstimates.of(stats, names, biased, len(groups), measure_score)
+    if measure_score:
+        out.mean_score_sq, out.score_trace = bias_squared(stats[SCORE], len(groups)), stats[SCORE].trace()
+    return out

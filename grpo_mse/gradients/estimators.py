@@ -22,12 +22,6 @@ VANILLA, GRPO, ORACLE, GRPO_STD, DRGRPO = "naive", "grpo", "oracleV", "grpo_std"
 
 STD_EPS = 1e-6  # the epsilon VERL adds to the group standard deviation
 
-ENGINES = (
-    "fast",
-    "reference",
-    "sketched",
-)  # the trace engines of gradients.engine (named here, where configs read them)
-
 
 def vanilla_weights(rewards: torch.Tensor) -> torch.Tensor:
     """Vanilla REINFORCE: w_k = G_k / K."""

@@ -94,15 +94,15 @@ class CountSketch:
     coordinate is the only model-sized thing it holds (n bytes).
 
     The signs are drawn on the CPU from ``spec.seed`` parameter by parameter, so a seed gives the same sketch on
-    any device."""
+    any device; they go to ``device`` (default: each parameter's; ``params`` may then be meta tensors)."""
 
-    def __init__(self, spec: SketchSpec, params: list[torch.Tensor]):
+    def __init__(self, spec: SketchSpec, params: list[torch.Tensor], device=None):
         self.spec, self.moduli = spec, spec.moduli()
         generator = torch.Generator().manual_seed(spec.seed)
         self.signs, self.offsets, offset = [], [], 0
         for p in params:
             signs = torch.randint(0, 2, (p.numel(),), generator=generator, dtype=torch.int8)
-            self.signs.append(signs.mul_(2).sub_(1).to(p.device))
+            self.signs.append(signs.mul_(2).sub_(1).to(p.device if device is None else device))
             self.offsets.append(offset)
             offset += p.numel()
         self.n = offset

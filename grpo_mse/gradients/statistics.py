@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from grpo_mse.gradients import memory
-from grpo_mse.gradients.memory import C1_HOST_BYTES, stats_dtype
+from grpo_mse.gradients.memory import C1_HOST_BYTES, PARTIAL_GRAM_MIN, stats_dtype
 
 # Coordinates per float64 block of a Gram matrix (``block_coordinates``): on CUDA at least 2^24 (a few
 # dozen blocks at 0.5B, each one large matrix product: launch overhead vanishes). On the CPU vectors of at most
@@ -101,31 +101,44 @@ def dot64(left: list[torch.Tensor], right: list[torch.Tensor], block: int | None
     return float(gram64([left, right], block)[0, 1])
 
 
-class WelfordTrace:
-    """Reference: Welford running mean and M2 per coordinate (two fp32 buffers per parameter)."""
+def model_sized(shapes_like: list[torch.Tensor]) -> bool:
+    """Whether vectors shaped like ``shapes_like`` are model-sized (>= PARTIAL_GRAM_MIN coordinates): the fast engine's
+    partial Gram matrices, kept rows and <T, T>-based squares are for those (the built-in policies keep their bits)."""
+    return sum(p.numel() for p in shapes_like) >= PARTIAL_GRAM_MIN
 
-    def __init__(self, shapes_like: list[torch.Tensor]):
-        self.count = 0
-        self.running_mean = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in shapes_like]
-        self.m2 = [torch.zeros_like(p, dtype=stats_dtype(p)) for p in shapes_like]
 
-    def update(self, vector: list[torch.Tensor]) -> None:
-        """mean += (x - mean) / n;  M2 += (x - mean_old) * (x - mean_new)."""
-        self.count += 1
-        for mean, m2, x in zip(self.running_mean, self.m2, vector):
-            x = x.to(mean.dtype)
-            delta = x - mean
-            mean.add_(delta / self.count)
-            m2.add_(delta * (x - mean))
+class Accumulator:
+    """What an engine's statistics of one label offer the run (``gradients.trace_engines``' interface): ``count``
+    vectors added, ``trace()`` and ``mean()``; the other methods have defaults an engine may override."""
+
+    count: int
 
     def trace(self) -> float:
-        """sum(M2) / (n - 1)."""
-        if self.count < 2:
-            raise ValueError("trace of covariance needs at least 2 samples")
-        return sum(float(m2.double().sum()) for m2 in self.m2) / (self.count - 1)
+        """Trace of the sample covariance of the vectors (denominator count - 1)."""
+        raise NotImplementedError
 
     def mean(self) -> list[torch.Tensor]:
-        return self.running_mean
+        """Their mean, one tensor per parameter."""
+        raise NotImplementedError
+
+    def mean_square(self) -> float:
+        """||mean||^2 in float64."""
+        mean = self.mean()
+        return dot64(mean, mean)
+
+    def kept_mean(self, alone: bool) -> tuple[list[torch.Tensor], float]:
+        """(vector, scale), the vector times the scale being the mean, for a keeper that owns the vector from now on
+        (the advisor's c1 batch; nothing else reads this accumulator's mean afterwards). ``alone``: no other
+        accumulator of the prompt is read afterwards either. Default: the mean itself, scale 1."""
+        return self.mean(), 1.0
+
+    def release(self) -> None:
+        """Hand buffers taken from the run's pool back to it (the accumulator's vectors are gone afterwards)."""
+
+    def blocks(self) -> list[tuple[float, float]] | None:
+        """An engine that makes several independent unbiased estimates of every statistic (the sketched engine's
+        blocks): each one's (trace, ||mean||^2). Default None: one exact computation."""
+        return None
 
 
 def _ends(tensors: list[torch.Tensor]) -> list[int]:
@@ -153,7 +166,7 @@ class BufferPool:
         self.free.setdefault((flat.numel(), flat.dtype, flat.device), []).append(flat)
 
 
-class SumTrace:
+class SumTrace(Accumulator):
     """Low memory: one fp32 running sum T per parameter and a float64 M2 = sum_m ||x_m - mean||^2.
 
     Vectors arrive a pass at a time as x_g = sum_r C[g, r] v_r. A pass's own M2 comes from float64 Gram
@@ -307,6 +320,24 @@ class SumTrace:
             )
             return [flat[offset - t.numel() : offset].view(t.shape) for t, offset in zip(self.sums, _ends(self.sums))]
         return [t / self.count for t in self.total]
+
+    def mean_square(self) -> float:
+        """||T / n||^2: for model-sized vectors (or a deferred T) <T, T> / n^2 in float64, with no model-sized mean
+        allocated and only one vector copied to float64; otherwise from the mean."""
+        if self.terms is not None or model_sized(self.shapes_like):
+            return self.square() / self.count**2
+        return super().mean_square()
+
+    def kept_mean(self, alone: bool) -> tuple[list[torch.Tensor], float]:
+        """A model-sized T that is pooled (or ``alone``) is handed over as it is, with scale 1 / n (the keeper scales
+        its Gram entries instead of computing T / n: one model-sized pass less); otherwise the mean, scale 1 (the
+        built-in policies' results keep their bits). A deferred T (kept rows) is formed here, once; in its own rows
+        when ``alone`` (they are released right after): one model-sized buffer less at the prompt's peak."""
+        if self.count:
+            self.materialize(in_place=alone)
+            if self.sums is not None and model_sized(self.sums) and (self.flat is not None or alone):
+                return self.hand_over(), 1.0 / self.count
+        return self.mean(), 1.0
 
 
 def spill_to_file(vector: list[torch.Tensor], path: str) -> list[torch.Tensor]:

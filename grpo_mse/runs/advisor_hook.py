@@ -21,11 +21,11 @@ from grpo_mse.analysis.bootstrap import read_calibration
 from grpo_mse.analysis.error_model import BIAS_GRAM
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.errors import UsageError
-from grpo_mse.gradients import engine, memory
 from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients import memory
 from grpo_mse.gradients.engine import PromptStats, own_label
 from grpo_mse.gradients.estimators import ORACLE
-from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTrace
+from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
 C1_FILES = ("c1", "c1std", "c1stdbias")  # spill-file labels of the oracle's, std-GRPO's and its bias' mean gradients
@@ -122,9 +122,9 @@ def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, flo
     sqrt(V (1 - V)), whose mean estimates std-GRPO's bias against its own target g / sqrt(V (1 - V)) (for a
     prompt with V_hat 0 or 1 the target is 0: x_std).
 
-    A pooled model-sized running sum (>= PARTIAL_GRAM_MIN coordinates) used once here is handed over as it is,
-    T with scale 1 / n (its Gram entries are scaled instead of computing T / n: one model-sized pass less per
-    vector); otherwise the vector is the mean and the scale 1 (the built-in policies' results keep their bits)."""
+    An accumulator read once here gives its mean as the engine likes best (``Accumulator.kept_mean``: the fast
+    engine hands a pooled model-sized running sum T over with scale 1 / n, one model-sized pass less per vector);
+    one read twice gives its mean, scale 1."""
     pairs = [(stats.accumulators[ORACLE], record.tr_cov[ORACLE])]
     if est.GRPO_STD in stats.accumulators:
         own = stats.accumulators.get(own_label(est.GRPO_STD), stats.accumulators[est.GRPO_STD])
@@ -132,15 +132,8 @@ def c1_vectors(stats: PromptStats, record: PromptRecord) -> list[tuple[list, flo
     out = []
     for accumulator, trace in pairs:
         once = sum(other is accumulator for other, _ in pairs) == 1
-        if once and isinstance(accumulator, SumTrace) and accumulator.count:
-            # a deferred sum (engine.prompt_traces' keep_rows) is formed here, once; in its own rows when it is the
-            # only sum read (they are released right after): one model-sized buffer less at the prompt's peak
-            accumulator.materialize(in_place=len(pairs) == 1)
-            large = accumulator.sums is not None and sum(t.numel() for t in accumulator.sums) >= engine.PARTIAL_GRAM_MIN
-            if large and (accumulator.flat is not None or len(pairs) == 1):
-                out.append((accumulator.hand_over(), trace, 1.0 / accumulator.count))
-                continue
-        out.append((accumulator.mean(), trace, 1.0))
+        vector, scale = accumulator.kept_mean(alone=len(pairs) == 1) if once else (accumulator.mean(), 1.0)
+        out.append((vector, trace, scale))
     return out
 
 

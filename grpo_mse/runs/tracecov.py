@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 import torch
@@ -17,15 +17,14 @@ import torch
 from grpo_mse import cli, distributed
 from grpo_mse.analysis import paired
 from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
-from grpo_mse.config.gradient_evaluation import TracecovConfig, make_sampler
+from grpo_mse.config.gradient_evaluation import SKETCH_FIELDS, TracecovConfig, make_sampler
 from grpo_mse.distributed import Shards
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients import memory
+from grpo_mse.gradients import memory, trace_engines
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
 from grpo_mse.gradients.memory import check_memory, peak_line
-from grpo_mse.gradients.sketch import CountSketch, SketchSpec
-from grpo_mse.gradients.sketched import block_mse, sketched_prompt_traces
 from grpo_mse.gradients.statistics import BufferPool
+from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.policy.loading import load_policy, model_tag
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import ResponseLengths, SamplingSettings
@@ -116,9 +115,8 @@ class TracecovRun:
     advisor: object = None  # runs.advisor_hook.AdvisorHook, or None when the advisor is off
     lock: object = None  # the progress log's lock, held until ``close``
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
-    keep_rows: int = 0  # gradient rows a prompt's statistics take at once (memory.plan_run; engine.prompt_traces)
+    engine_settings: EngineSettings = field(default_factory=EngineSettings)  # the statistics engine, its settings
     memory_plan: memory.MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
-    sketch: CountSketch | None = None  # the sketched engine's count sketch
 
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
@@ -169,14 +167,15 @@ class TracecovRun:
             config.gen_bs,
             config.seed,
             include_eos=not config.drop_eos,
-            shared_prompt=config.engine != "reference",
+            shared_prompt=trace_engines.load(config.engine).shared_prompt,
             source=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
             score_distribution=config.score_distribution,
         )
         run = cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, lock=run_lock)
-        run.keep_rows, run.memory_plan = plan.kept_rows, plan
-        if config.engine == "sketched":  # its signs drawn once, the same for every prompt and K
-            run.sketch = CountSketch(SketchSpec(config.sketch_dim, config.sketch_blocks, config.sketch_seed), trainable)
+        # a prompt's statistics take the plan's kept gradient rows at once (memory.plan_run)
+        sketch = {name: getattr(config, name) for name in SKETCH_FIELDS}  # the sketched engine's (the others ignore it)
+        run.engine_settings = EngineSettings(config.engine, config.groups_per_pass, plan.kept_rows, **sketch)
+        run.memory_plan = plan
         if hook is not None:
             layout = Shards.of(len(rows), config.c1_batch, rank, world).batches
             run.advisor = hook(config, layout, base, rank, plan.c1_bytes, run.pool, batches)
@@ -251,30 +250,13 @@ class TracecovRun:
         vanilla_biased = est.VANILLA in config.estimators and paired.score_law_mismatch(
             self.sampler.score_distribution, self.sampler.settings.top_p, self.sampler.include_eos
         )
-        measure_score = 0.0 < value < 1.0 or (vanilla_biased and value > 0.0)
-        logprob_fn = self.sampler.logprob_fn(ids)
-        if self.sketch is not None:
-            stats = sketched_prompt_traces(
-                logprob_fn, params, groups, rewards.view(m, k), value, config.estimators, self.sketch, measure_score
-            )
-        else:
-            stats = prompt_traces(
-                logprob_fn,
-                params,
-                groups,
-                rewards.view(m, k),
-                value,
-                config.estimators,
-                config.engine,
-                config.groups_per_pass,
-                measure_score=measure_score,
-                pool=self.pool,
-                keep_rows=self.keep_rows,
-            )
+        settings = replace(self.engine_settings, measure_score=0.0 < value < 1.0 or (vanilla_biased and value > 0.0))
+        logprob_fn, grouped = self.sampler.logprob_fn(ids), rewards.view(m, k)
+        stats = prompt_traces(logprob_fn, params, groups, grouped, value, config.estimators, settings, self.pool)
         if vanilla_biased:  # vanilla's mean differs from the baselined estimators' by V E_q[s]
             stats.bias2 = {**stats.bias2, est.VANILLA: paired.vanilla_bias2(value, stats.mean_score_sq)}
-            if stats.sketch is not None:
-                stats.sketch.bias2[est.VANILLA] = [paired.vanilla_bias2(value, s) for s in stats.sketch.mean_score_sq]
+            if stats.blocks is not None:
+                stats.blocks.bias2[est.VANILLA] = [paired.vanilla_bias2(value, s) for s in stats.blocks.mean_score_sq]
         biased = bool(stats.bias2)  # biased estimators: MSE = trace of covariance + squared bias
         record = PromptRecord(
             k,
@@ -289,7 +271,7 @@ class TracecovRun:
             mse={n: stats.traces[n] + stats.bias2.get(n, 0.0) for n in config.estimators} if biased else None,
             **score_fields(stats, row),
             **asdict(ResponseLengths.of(continuations, self.sampler.settings)),
-            sketch_mse=block_mse(stats.sketch, config.estimators) if stats.sketch is not None else None,
+            sketch_mse=stats.blocks.mse(config.estimators) if stats.blocks is not None else None,
         )
         return record, stats
 

@@ -27,10 +27,12 @@ import torch
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
-from grpo_mse.gradients import engine
 from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients import memory
 from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.statistics import block_coordinates, block_plan
+from grpo_mse.gradients.trace_engines import EngineSettings
+from grpo_mse.gradients.trace_engines import fast as fast_engine
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.sampling import SamplingSettings
@@ -66,7 +68,7 @@ def memory_needed(params, device: str, groups_per_pass: int, with_model: bool, g
     """Bytes each engine needs for ``params`` (and the model's own bytes when ``with_model``): the estimate
     checked before any work (grpo_mse.gradients.memory)."""
     labels = len(est.UNBIASED)  # the statistics prompt_traces keeps for est.UNBIASED (no std-GRPO helper)
-    step = min(groups, engine.groups_per_pass(2, sum(p.numel() for p in params), groups_per_pass))
+    step = min(groups, memory.groups_per_pass(2, sum(p.numel() for p in params), groups_per_pass))
     needed = {
         "model": estimates.model_bytes(params) if with_model else 0,
         "fast": estimates.engine_bytes(params, "fast", labels, rows=2 * step, device=device),
@@ -132,12 +134,12 @@ def blocks_per_gram(vectors: list[list[torch.Tensor]], block: int | None = None)
 
 
 class PassCounter:
-    """Counts the fast engine's passes (one float64 Gram matrix each, ``engine.add_pass``) and their float64
-    blocks while installed as ``engine.gram64``."""
+    """Counts the fast engine's passes (one float64 Gram matrix each, ``fast.add_pass``) and their float64
+    blocks while installed as ``fast.gram64``."""
 
     def __init__(self):
         self.passes = self.blocks = 0
-        self.inner = engine.gram64
+        self.inner = fast_engine.gram64
 
     def __call__(self, vectors, block=None, rows=None):
         self.passes += 1
@@ -145,11 +147,11 @@ class PassCounter:
         return self.inner(vectors, block, rows)
 
     def __enter__(self):
-        engine.gram64 = self
+        fast_engine.gram64 = self
         return self
 
     def __exit__(self, *exc):
-        engine.gram64 = self.inner
+        fast_engine.gram64 = self.inner
 
 
 def float64_errors(checks, samplers_float64: dict[str, PromptSampler]) -> tuple[dict[str, float], float]:
@@ -159,7 +161,13 @@ def float64_errors(checks, samplers_float64: dict[str, PromptSampler]) -> tuple[
     for ids, groups, rewards, value, traces in checks:
         exact = {
             name: prompt_traces(
-                sampler.logprob_fn(ids), list(sampler.model.parameters()), groups, rewards, value, est.UNBIASED, name
+                sampler.logprob_fn(ids),
+                list(sampler.model.parameters()),
+                groups,
+                rewards,
+                value,
+                est.UNBIASED,
+                EngineSettings(name),
             ).traces
             for name, sampler in samplers_float64.items()
         }
@@ -221,8 +229,7 @@ def run_case(
                             rewards.view(args.M, k),
                             value,
                             est.UNBIASED,
-                            name,
-                            args.groups_per_pass,
+                            EngineSettings(name, args.groups_per_pass),
                         )
                     synchronize(device)
                     best = min(best, time.perf_counter() - start)

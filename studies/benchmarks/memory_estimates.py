@@ -48,7 +48,7 @@ def require_fits(needed: int, device: str, what: str, available: int | None = No
 def statistics_bytes(accumulator) -> int:
     """Bytes one estimator's statistics hold: a WelfordTrace's running mean and M2, or a SumTrace's running sums
     (in the statistics dtype, whether allocated yet or not)."""
-    from grpo_mse.gradients.statistics import WelfordTrace
+    from grpo_mse.gradients.trace_engines.reference import WelfordTrace
 
     if isinstance(accumulator, WelfordTrace):
         return sum(t.numel() * t.element_size() for t in accumulator.running_mean + accumulator.m2)

@@ -138,6 +138,8 @@ def test_reward_split_sends_each_sequence_through_one_backward(random_lm, monkey
     reward value over its own continuations (each sequence once), and the traces equal the reference's."""
     from grpo_mse.gradients import engine
     from grpo_mse.gradients import estimators as est
+    from grpo_mse.gradients.trace_engines import EngineSettings
+    from grpo_mse.gradients.trace_engines import fast as fast_engine
     from grpo_mse.policy.logprobs import sequence_logprobs
 
     gen = torch.Generator().manual_seed(4)
@@ -158,18 +160,22 @@ def test_reward_split_sends_each_sequence_through_one_backward(random_lm, monkey
         return sequence_logprobs(random_lm, prompt, continuations, eos_ids=[1], pad_id=0)
 
     grads = []
-    real_grad = engine._grad
-    monkeypatch.setattr(engine, "_grad", lambda *a, **kw: grads.append(1) or real_grad(*a, **kw))
-    fast = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "fast", per_pass=1)
+    real_grad = fast_engine.gradient
+    monkeypatch.setattr(fast_engine, "gradient", lambda *a, **kw: grads.append(1) or real_grad(*a, **kw))
+    fast = engine.prompt_traces(
+        logprob_fn, params, groups, rewards, 0.4, est.ALL, EngineSettings("fast", groups_per_pass=1)
+    )
     expected = [
         len({tuple(c) for c, r in zip(group, row.tolist()) if r == value})
         for group, row in zip(groups, rewards)
         for value in sorted(set(row.tolist()))
     ]
     assert seen == expected and len(grads) == 6  # per group: each reward value's own continuations, once
-    monkeypatch.setattr(engine, "_grad", real_grad)
-    batched = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "fast", per_pass=3)
-    reference = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, "reference")
+    monkeypatch.setattr(fast_engine, "gradient", real_grad)
+    batched = engine.prompt_traces(
+        logprob_fn, params, groups, rewards, 0.4, est.ALL, EngineSettings("fast", groups_per_pass=3)
+    )
+    reference = engine.prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.ALL, EngineSettings("reference"))
     for name in est.ALL:
         assert fast.traces[name] == pytest.approx(reference.traces[name], rel=1e-5, abs=1e-12)
         assert fast.traces[name] == pytest.approx(batched.traces[name], rel=1e-5, abs=1e-12)

@@ -250,11 +250,11 @@ def test_a_handed_over_running_sum_with_its_scale_gives_the_mean_gradients_recor
     """c1_vectors hands a pooled model-sized running sum T over with scale 1 / n (threshold lowered here) instead
     of computing T / n: the c1 record equals the one from the means up to float32 rounding of T / n; an
     accumulator used twice (std-GRPO standing in for its own-target difference) is not handed over."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.statistics as statistics
     from grpo_mse.gradients.engine import PromptStats
     from grpo_mse.gradients.statistics import BufferPool, SumTrace
 
-    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
+    monkeypatch.setattr(statistics, "PARTIAL_GRAM_MIN", 1)
     pool, vectors = BufferPool(), _vectors(6)
     handed, means = BetweenPromptBatch(pool=pool), BetweenPromptBatch()
     for i in range(3):

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from grpo_mse.gradients import estimators as est
+from grpo_mse.gradients import statistics
 from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.policy.logprobs import sequence_logprobs
 
 
@@ -47,8 +49,8 @@ def _explicit_traces(model, groups, rewards, value, logprob_fn, names):
 def test_fast_equals_reference_equals_explicit(random_lm, m, k):
     names = est.ALL
     _, groups, rewards, params, logprob_fn = _setup(random_lm, m, k, seed=m * 10 + k)
-    fast = prompt_traces(logprob_fn, params, groups, rewards, 0.4, names, "fast").traces
-    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.4, names, "reference").traces
+    fast = prompt_traces(logprob_fn, params, groups, rewards, 0.4, names, EngineSettings("fast")).traces
+    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.4, names, EngineSettings("reference")).traces
     explicit = _explicit_traces(random_lm, groups, rewards, 0.4, logprob_fn, names)
     assert explicit["naive"] > 0 and explicit["oracleV"] > 0
     for n in names:
@@ -59,10 +61,12 @@ def test_fast_equals_reference_equals_explicit(random_lm, m, k):
 def test_partial_gram_of_large_models_gives_the_traces_of_the_full_one(random_lm, monkeypatch):
     """Large models' passes use a partial Gram matrix (rows x everything, the sums' own squares: the threshold is
     lowered here); traces equal the full matrix's and the explicit computation's, over several passes."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=13)
-    full = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=2).traces
+    full = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.3, est.ALL, EngineSettings("fast", groups_per_pass=2)
+    ).traces
     requested = []
     original = engine.gram64
     monkeypatch.setattr(
@@ -70,8 +74,10 @@ def test_partial_gram_of_large_models_gives_the_traces_of_the_full_one(random_lm
         "gram64",  # a pass's matrix (several vectors), not bias_squared's <T, T> of one running sum
         lambda v, block=None, rows=None: (len(v) > 1 and requested.append(rows)) or original(v, block, rows),
     )
-    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
-    partial = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=2).traces
+    monkeypatch.setattr(statistics, "PARTIAL_GRAM_MIN", 1)
+    partial = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.3, est.ALL, EngineSettings("fast", groups_per_pass=2)
+    ).traces
     explicit = _explicit_traces(random_lm, groups, rewards, 0.3, logprob_fn, est.ALL)
     assert len(requested) == 3 and all(r is not None for r in requested)  # passes of 2, 2 and 1 groups
     for n in est.ALL:
@@ -82,7 +88,7 @@ def test_partial_gram_of_large_models_gives_the_traces_of_the_full_one(random_lm
 @pytest.mark.slow
 def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     """At most two vector-Jacobian products per group (one for equal rewards), one batched call per pass."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=7)
     rewards[1] = 0.0
@@ -96,12 +102,16 @@ def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
     monkeypatch.setattr(engine, "reward_split_rows", lambda *args: rows.append(2) or split(*args))
     for per_pass, calls in ((1, 4), (3, 2), (4, 1)):
         rows.clear()
-        prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "fast", per_pass=per_pass)
+        prompt_traces(
+            logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, EngineSettings("fast", groups_per_pass=per_pass)
+        )
         assert sum(rows) == 2 * 4 - equal_groups and len(rows) == calls
+    import grpo_mse.gradients.trace_engines.reference as reference
+
     single = []
-    original_grad = engine._grad
-    monkeypatch.setattr(engine, "_grad", lambda *a, **kw: single.append(1) or original_grad(*a, **kw))
-    prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "reference")
+    original_grad = reference.gradient
+    monkeypatch.setattr(reference, "gradient", lambda *a, **kw: single.append(1) or original_grad(*a, **kw))
+    prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, EngineSettings("reference"))
     assert len(single) == 3 * 4
 
 
@@ -109,15 +119,17 @@ def test_fast_engine_counts_backward_passes(random_lm, monkeypatch):
 @pytest.mark.parametrize("per_pass", [1, 2, 3, 5])
 def test_groups_per_pass_does_not_change_traces(random_lm, per_pass):
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=11)
-    one = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=1)
-    many = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=per_pass)
+    one = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, EngineSettings("fast", groups_per_pass=1))
+    many = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.3, est.ALL, EngineSettings("fast", groups_per_pass=per_pass)
+    )
     for n in est.ALL:
         assert many.traces[n] == pytest.approx(one.traces[n], rel=1e-5)
 
 
 def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
     """The batched call, plain passes, and the fallback for an operation without a vmap rule agree."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=5)
     batched = engine.row_vjps(logprob_fn(groups[0] + groups[1]), params, torch.eye(6)[:3], batched=True)
@@ -141,7 +153,7 @@ def test_batched_rows_equal_plain_passes_and_fallback(random_lm, monkeypatch):
 
 
 def test_auto_groups_per_pass_respects_memory():
-    from grpo_mse.gradients.engine import groups_per_pass
+    from grpo_mse.gradients.memory import groups_per_pass
 
     assert [groups_per_pass(k, 1000) for k in (2, 8, 16, 64, 256)] == [64, 16, 8, 2, 1]
     assert groups_per_pass(2, 500_000_000) == 1  # 0.5B parameters: 2 fp32 vectors per group = 4 GB
@@ -151,7 +163,7 @@ def test_auto_groups_per_pass_respects_memory():
 def test_grpo_vector_is_zero_for_equal_rewards_and_still_counts(random_lm):
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 3, 2, seed=3)
     rewards[:] = 1.0
-    stats = prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, "fast")
+    stats = prompt_traces(logprob_fn, params, groups, rewards, 0.5, est.UNBIASED, EngineSettings("fast"))
     assert stats.traces["grpo"] == 0.0 and stats.accumulators["grpo"].count == 3
     assert stats.traces["naive"] > 0
 
@@ -165,7 +177,7 @@ def test_m_below_two_is_rejected(random_lm):
 def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
     """All rewards 0 with V = 0: every estimator is exactly 0, so no pass at all (groups still count);
     vanilla alone needs a for mixed groups, s (= a / G_1) for equal non-zero rewards, nothing for all-zero."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=9)
     calls, rows = [], []
@@ -176,19 +188,21 @@ def test_vectors_no_estimator_uses_are_not_computed(random_lm, monkeypatch):
     split = engine.reward_split_rows  # one group of two reward values: two half-size backward passes
     monkeypatch.setattr(engine, "reward_split_rows", lambda *args: rows.append(2) or split(*args))
     counted = lambda cont: calls.append(1) or logprob_fn(cont)  # noqa: E731
-    zero = prompt_traces(counted, params, groups, torch.zeros(4, 3), 0.0, est.UNBIASED, "fast")
+    zero = prompt_traces(counted, params, groups, torch.zeros(4, 3), 0.0, est.UNBIASED, EngineSettings("fast"))
     assert not calls and not rows
     assert all(zero.traces[n] == 0.0 and zero.accumulators[n].count == 4 for n in est.UNBIASED)
     rewards[2] = 0.0
     nonzero = int(sum(bool(r.abs().max() > 0) for r in rewards))
-    alone = prompt_traces(counted, params, groups, rewards, 0.4, ["naive"], "fast", per_pass=1)
+    alone = prompt_traces(counted, params, groups, rewards, 0.4, ["naive"], EngineSettings("fast", groups_per_pass=1))
     assert sum(rows) == nonzero == 3 and len(rows) == 3
-    with_s = prompt_traces(logprob_fn, params, groups, rewards, 0.4, est.UNBIASED, "fast", per_pass=1)
+    with_s = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.4, est.UNBIASED, EngineSettings("fast", groups_per_pass=1)
+    )
     assert alone.traces["naive"] == pytest.approx(with_s.traces["naive"], rel=1e-6)
 
 
 def test_pass_slices_respect_group_count_and_token_budget():
-    from grpo_mse.gradients.engine import pass_slices
+    from grpo_mse.gradients.trace_engines.fast import pass_slices
 
     groups = [[[1] * n, [2]] for n in (3, 1, 6, 1, 1)]  # tokens per group: 4, 2, 7, 2, 2
     assert pass_slices(groups, step=8, token_budget=100) == [slice(0, 5)]
@@ -202,7 +216,7 @@ def test_pass_slices_respect_group_count_and_token_budget():
 @pytest.mark.slow
 def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, monkeypatch):
     """lp depends on the tokens only: copies share one row of the pass, their cotangents summed."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=13)
     groups = [[group[0], group[1], group[0], groups[0][0]] for group in groups]  # many repeats
@@ -213,8 +227,8 @@ def test_duplicate_continuations_run_once_and_leave_traces_unchanged(random_lm, 
         "row_vjps",
         lambda out, ps, cot, batched, real=engine.row_vjps: seen.append(len(out)) or real(out, ps, cot, batched),
     )
-    fast = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "fast", per_pass=5)
-    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, "reference")
+    fast = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, EngineSettings("fast", groups_per_pass=5))
+    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.3, est.ALL, EngineSettings("reference"))
     assert seen == [len(distinct)] and len(distinct) < 20
     for n in est.ALL:
         assert fast.traces[n] == pytest.approx(reference.traces[n], rel=1e-5, abs=1e-12)
@@ -233,8 +247,8 @@ def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
     def shared_fn(continuations):
         return shared(random_lm, prompt, continuations, eos_ids=[1], pad_id=0)
 
-    fast = prompt_traces(shared_fn, params, groups, rewards, 0.2, est.ALL, "fast").traces
-    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.2, est.ALL, "reference").traces
+    fast = prompt_traces(shared_fn, params, groups, rewards, 0.2, est.ALL, EngineSettings("fast")).traces
+    reference = prompt_traces(logprob_fn, params, groups, rewards, 0.2, est.ALL, EngineSettings("reference")).traces
     for n in est.ALL:
         assert fast[n] == pytest.approx(reference[n], rel=1e-5, abs=1e-12)
 
@@ -250,7 +264,7 @@ def test_fast_engine_on_shared_prompt_paths_equals_reference(random_lm, path):
 )
 def test_only_a_missing_vmap_rule_falls_back(random_lm, monkeypatch, error, falls_back):
     """The plain-pass fallback is for the no-batching-rule error only; OOM names --groups_per_pass."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 4, 3, seed=5)
     real_grad = torch.autograd.grad
@@ -274,20 +288,24 @@ def test_model_sized_passes_skip_zero_running_sums_and_keep_traces_and_biases(ra
     """At model sizes (threshold lowered here) a running sum that is still exactly zero (GRPO after groups with
     equal rewards) is not allocated nor put in the Gram matrix, and bias_squared uses <T, T> / n^2: the traces,
     squared biases and score statistics equal the small-model path's and the explicit computation's."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=21)
     rewards[1] = 0.0  # the first two groups have equal rewards: GRPO's coefficients are 0 there
     rewards[2] = torch.tensor([1.0, 0.0, 0.0, 1.0])
     names = est.ALL
-    small = prompt_traces(logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True)
+    small = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.3, names, EngineSettings("fast", groups_per_pass=1, measure_score=True)
+    )
     sizes = []
     original = engine.gram64
     monkeypatch.setattr(
         engine, "gram64", lambda v, block=None, rows=None: sizes.append(len(v)) or original(v, block, rows)
     )
-    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
-    large = prompt_traces(logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True)
+    monkeypatch.setattr(statistics, "PARTIAL_GRAM_MIN", 1)
+    large = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.3, names, EngineSettings("fast", groups_per_pass=1, measure_score=True)
+    )
     labels = len(large.accumulators)
     assert sizes[1] < 1 + labels  # the second pass (one row s) leaves out the sums that are still zero
     explicit = _explicit_traces(random_lm, groups, rewards, 0.3, logprob_fn, names)
@@ -306,18 +324,26 @@ def test_kept_rows_give_the_traces_with_fewer_gram_matrices_and_form_only_read_s
     once. Traces, squared biases and score statistics equal a pass at a time's and the explicit computation's;
     passes are merged while their rows fit (one Gram matrix for all when they all fit); a prompt whose rows all
     fit forms no running sum until one is read, and the one read (c1's oracle sum) has a pass at a time's bits."""
-    import grpo_mse.gradients.engine as engine
+    import grpo_mse.gradients.trace_engines.fast as engine
 
     _, groups, rewards, params, logprob_fn = _setup(random_lm, 5, 4, seed=22)
     rewards[1] = 0.0  # one row (s) for each of the two groups of equal rewards, two for the others: 8 rows
     names = est.ALL
-    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
-    each = prompt_traces(logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True)
+    monkeypatch.setattr(statistics, "PARTIAL_GRAM_MIN", 1)
+    each = prompt_traces(
+        logprob_fn, params, groups, rewards, 0.3, names, EngineSettings("fast", groups_per_pass=1, measure_score=True)
+    )
     calls = []
     original = engine.add_pass
     monkeypatch.setattr(engine, "add_pass", lambda *a, **kw: calls.append(len(a[4])) or original(*a, **kw))
     kept = prompt_traces(
-        logprob_fn, params, groups, rewards, 0.3, names, "fast", per_pass=1, measure_score=True, keep_rows=keep_rows
+        logprob_fn,
+        params,
+        groups,
+        rewards,
+        0.3,
+        names,
+        EngineSettings("fast", groups_per_pass=1, measure_score=True, keep_rows=keep_rows),
     )
     expected = {1: [1, 1, 2, 2, 2], 3: [2, 2, 2, 2], 4: [4, 4], 100: [8]}[keep_rows]  # rows per Gram matrix
     assert calls == expected
@@ -342,16 +368,17 @@ def test_kept_rows_at_a_prompt_whose_rewards_all_equal_its_value_give_zero_sums(
     deferred pass once kept an empty list of terms and failed reading it (IndexError in ``materialize``)."""
     from types import SimpleNamespace
 
-    import grpo_mse.gradients.engine as engine
     from grpo_mse.runs.advisor_hook import c1_vectors
 
     _, groups, _, params, logprob_fn = _setup(random_lm, 4, 3, seed=23)
     rewards = torch.full((4, 3), value, dtype=torch.float64)
     names = est.ALL
-    monkeypatch.setattr(engine, "PARTIAL_GRAM_MIN", 1)
+    monkeypatch.setattr(statistics, "PARTIAL_GRAM_MIN", 1)
     out = {}
     for keep_rows in (0, 100):
-        stats = prompt_traces(logprob_fn, params, groups, rewards, value, names, "fast", keep_rows=keep_rows)
+        stats = prompt_traces(
+            logprob_fn, params, groups, rewards, value, names, EngineSettings("fast", keep_rows=keep_rows)
+        )
         record = SimpleNamespace(tr_cov=stats.traces)
         out[keep_rows] = (stats.traces, [vector for vector, _, _ in c1_vectors(stats, record)])
     (each_traces, each_vectors), (kept_traces, kept_vectors) = out[0], out[100]

@@ -6,7 +6,7 @@ import torch
 from matplotlib.colors import is_color_like
 
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients.engine import affine_coefficients
+from grpo_mse.gradients.trace_engines.fast import affine_coefficients
 
 
 def test_grpo_weights_equal_leave_one_out_baseline():

@@ -13,6 +13,7 @@ from grpo_mse.analysis.paired import PairedSummary, paired_summary
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients import memory
 from grpo_mse.gradients.engine import own_label, prompt_traces
+from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.policy.logprobs import sequence_logprobs
 from grpo_mse.runs import tracecov
 from grpo_mse.tables.records import PromptRecord
@@ -30,7 +31,7 @@ def _traces(model, names, value=0.4, engine="fast"):
     def logprob_fn(continuations):
         return sequence_logprobs(model, prompt, continuations, eos_ids=[1], pad_id=0)
 
-    return prompt_traces(logprob_fn, list(model.parameters()), groups, rewards, value, names, engine)
+    return prompt_traces(logprob_fn, list(model.parameters()), groups, rewards, value, names, EngineSettings(engine))
 
 
 @pytest.fixture

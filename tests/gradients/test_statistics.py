@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.gradients.statistics import SumTrace, WelfordTrace, dot64, gram64
+from grpo_mse.gradients.statistics import SumTrace, dot64, gram64
+from grpo_mse.gradients.trace_engines.reference import WelfordTrace
 from studies.benchmarks.memory_estimates import statistics_bytes
 
 

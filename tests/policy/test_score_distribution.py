@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.policy.logprobs import sequence_logprobs, shared_prompt_logprobs
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings
 from grpo_mse.runs.tracecov import score_fields
@@ -181,7 +182,9 @@ def test_engine_mean_score_and_traces_match_enumeration(case, kind):
     values = {"mean_score_sq": [], "grpo": [], "oracleV": []}
     for copy in range(COPIES):
         groups, rewards = _sampled_groups(model, eos, 7, copy)
-        stats = prompt_traces(logprob_fn, params, groups, rewards, value, ("grpo", "oracleV"), measure_score=True)
+        stats = prompt_traces(
+            logprob_fn, params, groups, rewards, value, ("grpo", "oracleV"), EngineSettings(measure_score=True)
+        )
         values["mean_score_sq"].append(score_fields(stats, {"V_oracle": value})["mean_score_sq"])
         for name in ("grpo", "oracleV"):
             values[name].append(stats.traces[name])

@@ -16,6 +16,7 @@ from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.commands import tracecov as tracecov_command
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.rewards.rules import last_integer, last_integer_reward
 from grpo_mse.tables.inputs import prompt_ids
 from studies.exact import theory
@@ -137,7 +138,9 @@ def test_mean_gradients_match_exact_expectation(case):
     rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts]).view(m, k)
     params = [p for p in sampler.model.parameters() if p.requires_grad]
     groups = [continuations[i * k : (i + 1) * k] for i in range(m)]
-    stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards, case["value"], est.ALL, "fast")
+    stats = prompt_traces(
+        sampler.logprob_fn(ids), params, groups, rewards, case["value"], est.ALL, EngineSettings("fast")
+    )
     for name in est.ALL:
         exact = case["exact"][k][name]
         mean = torch.cat([t.reshape(-1) for t in stats.accumulators[name].mean()]).double().numpy()
@@ -163,7 +166,9 @@ def test_bias_estimates_match_exact_bias(case):
         ids, continuations, texts = sampler.draw(row, (k, 11), m * k)
         rewards = torch.tensor([last_integer_reward(t, row["ground_truth"]) for t in texts]).view(m, k)
         groups = [continuations[i * k : (i + 1) * k] for i in range(m)]
-        stats = prompt_traces(sampler.logprob_fn(ids), params, groups, rewards, case["value"], [name], "fast")
+        stats = prompt_traces(
+            sampler.logprob_fn(ids), params, groups, rewards, case["value"], [name], EngineSettings("fast")
+        )
         exact = case["exact"][k][name].bias2
         if name == "drgrpo":
             assert exact == pytest.approx(g_sq / k**2, rel=1e-6)

@@ -18,6 +18,7 @@ from transformers import Qwen2ForCausalLM
 from studies.benchmarks.qwen_shapes import qwen2_5_config
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
+from grpo_mse.gradients.trace_engines import EngineSettings
 from studies.benchmarks.memory_estimates import engine_bytes
 from grpo_mse.policy.logprobs import sequence_logprobs
 torch.manual_seed(0)
@@ -41,7 +42,7 @@ def watch():
 before = rss()
 watcher = threading.Thread(target=watch)
 watcher.start()
-stats = prompt_traces(fn, params, groups, rewards, 0.5, est.UNBIASED, {engine!r}, 1, keep_rows={keep})
+stats = prompt_traces(fn, params, groups, rewards, 0.5, est.UNBIASED, EngineSettings({engine!r}, 1, {keep}))
 done.set()
 watcher.join()
 peak = max(highest[0], rss()) - before

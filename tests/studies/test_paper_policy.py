@@ -273,6 +273,7 @@ def test_fast_engine_equals_reference_on_the_paper_policy(paper_policy):
     prompt, two backward passes) gives the reference's traces (one plain pass and backward per estimator)."""
     from grpo_mse.gradients import estimators as est
     from grpo_mse.gradients.engine import prompt_traces
+    from grpo_mse.gradients.trace_engines import EngineSettings
     from grpo_mse.policy.loading import eos_token_ids
     from grpo_mse.policy.logprobs import PromptSampler
     from grpo_mse.policy.sampling import SamplingSettings
@@ -290,8 +291,10 @@ def test_fast_engine_equals_reference_on_the_paper_policy(paper_policy):
     rewards = torch.tensor([row_reward(row, t) for t in texts], dtype=torch.float64).reshape(3, 4)
     rewards[0] = torch.tensor([1.0, 0.0, 1.0, 0.0])  # mixed rewards in one group at least: every estimator moves
     params = [p for p in model.parameters() if p.requires_grad]
-    fast = prompt_traces(fast_sampler.logprob_fn(ids), params, groups, rewards, 0.4, est.ALL, "fast")
-    reference = prompt_traces(reference_sampler.logprob_fn(ids), params, groups, rewards, 0.4, est.ALL, "reference")
+    fast = prompt_traces(fast_sampler.logprob_fn(ids), params, groups, rewards, 0.4, est.ALL, EngineSettings("fast"))
+    reference = prompt_traces(
+        reference_sampler.logprob_fn(ids), params, groups, rewards, 0.4, est.ALL, EngineSettings("reference")
+    )
     assert fast.traces[est.VANILLA] > 0 and fast.traces[est.ORACLE] > 0
     for name in est.ALL:
         assert fast.traces[name] == pytest.approx(reference.traces[name], rel=1e-5, abs=1e-9)
