@@ -5,7 +5,7 @@ the agreement of the numbers: every prompt's MSE per K and estimator against the
 sketch's own per-prompt error (the spread of its blocks, t with R - 1 degrees of freedom), and each paired ratio
 of the fast run beside the sketched run's with its interval and the sketch's own sd.
 
-  python studies/benchmarks/bench_sketched.py --model "$(python scripts/real_llm.py qwen)" \\
+  python benchmarks/bench_sketched.py --model "$(python scripts/real_llm.py qwen)" \\
       --oracle_table results/real_llm/qwen_coder_05b/zero_shot_mid.jsonl --T 2 --M 2 --K_list 4 \\
       --out results/benchmarks/sketched_qwen05b_T2.json
 
@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from grpo_mse.errors import UsageError
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
@@ -76,7 +77,8 @@ def run_engine(config: BenchSketchedConfig, engine: str, folder: str) -> EngineR
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"error: the {engine} run failed ({done.returncode}): {done.stderr.strip().splitlines()[-1]}")
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"the {engine} run failed ({done.returncode}): {last}; run its command alone to see why")
     (path,) = glob.glob(os.path.join(out, "tracecov_*[0-9].json"))
     with open(path, encoding="utf-8") as f:
         result = json.load(f)
@@ -179,7 +181,3 @@ def main(argv=None) -> None:
         f"largest relative difference {prompts['largest_relative_difference']:.2g}"
     )
     print(f"saved {config.out}")
-
-
-if __name__ == "__main__":
-    main()
