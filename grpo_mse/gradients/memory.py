@@ -26,6 +26,14 @@ C1_HOST_BYTES = 8 << 30  # mean gradients a c1 batch keeps in host memory per ra
 SPILL_CHUNK = 1 << 24  # elements copied to the host at a time when a mean gradient is written to its file
 
 
+# The sketched engine's sketch-sized vectors beside its labels' statistics (trace_engines/sketched.py): a label's
+# vector and two update buffers, two sketched rows and the one being made (its blocks and their concatenation),
+# and one for the allocator (measured: the built-in policy at d = 2^20 and 2^22, 0.56 and 0.98 GB peaks); and its
+# two chunk buffers (gradients/sketch.py: CHUNK float32 coordinates each, at most).
+SKETCH_TRANSIENTS = 8
+SKETCH_BUFFERS = 2 * 4 * (1 << 22)
+
+
 # Coordinates from which a pass's Gram matrix skips the running sums' cross terms (gram64's ``rows``): only at
 # model sizes does the thin float64 product cost seconds (Qwen2.5-0.5B: x2.4 less work); smaller models keep the
 # full product and the bits of their committed results.
@@ -155,7 +163,7 @@ class RunShape:
         (a tied embedding's two dense gradients, summed) and the activations; nothing for a prompt with no pass."""
         if self.rows_per_pass == 0:
             return 0
-        batched = 1 if self.large else 2
+        batched = 1 if self.large or self.engine == "sketched" else 2  # the sketched engine: plain calls only
         return batched * self.rows_per_pass * self.row + 2 * self.largest + self.activations
 
     def formed(self) -> int:
@@ -170,8 +178,10 @@ class RunShape:
         """Peak of the statistics and gradients of one prompt with ``kept`` rows held together (engine.prompt_traces):
         all of a prompt's rows (the sums c1 reads formed in place for one sum, in a new buffer for more), or at most
         ``kept`` of them beside every label's running sum."""
-        if self.engine in ("reference", "sketched"):  # Welford mean and M2 per label (sketched: d float64 each)
-            return 2 * self.labels * self.vector + self.backward() + self.signs
+        if self.engine == "sketched":  # Welford mean and M2 per label, d float64 each, and its transients
+            return (2 * self.labels + SKETCH_TRANSIENTS) * self.vector + self.backward() + self.signs + SKETCH_BUFFERS
+        if self.engine == "reference":  # Welford mean and M2 per label
+            return 2 * self.labels * self.vector + self.backward()
         every = self.rows_per_prompt
         if self.large and kept >= every:
             return max((every - self.rows_per_pass) * self.row + self.backward(), every * self.row + self.formed())

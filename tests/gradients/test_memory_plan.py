@@ -51,7 +51,7 @@ shapes = st.builds(
     c1_vectors=st.integers(0, 48),
     c1_reads=st.integers(0, 3),
     rows_likely=st.one_of(st.none(), st.integers(0, 64)),
-    engine=st.sampled_from(["fast", "reference"]),
+    engine=st.sampled_from(["fast", "reference", "sketched"]),
     large=st.booleans(),
 )
 
@@ -148,6 +148,28 @@ def test_the_likely_peak_is_printed_beside_the_most_a_prompt_can_need():
     assert full.needed == full.most and "at most" not in full.line()
 
 
+def test_the_sketched_engine_plans_one_row_its_signs_and_sketch_sized_statistics(tmp_path):
+    """--engine sketched: one group a pass and one model-sized row at a time, n bytes of signs, every label's
+    float64 Welford pair and the transients of d coordinates, nothing kept; c1's vectors are sketch-sized."""
+    import torch
+
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+
+    argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", str(tmp_path), "--M", "4", "--K_list", "4", "8"]
+    config = TracecovConfig.from_argv(argv + ["--engine", "sketched", "--sketch_dim", "65536"])
+    params = [torch.empty(3000, 100, device="meta"), torch.empty(50, device="meta")]
+    shape = memory.run_shape(params, config)
+    assert (shape.row, shape.vector, shape.signs, shape.rows_per_pass) == (300_050 * 4, 8 * 65536, 300_050, 1)
+    labels = len(config.estimators) + 1  # and the score (no biased estimator by default)
+    expected = (2 * labels + memory.SKETCH_TRANSIENTS) * 8 * 65536 + shape.backward() + 300_050
+    assert shape.labels == labels and shape.statistics(5) == expected + memory.SKETCH_BUFFERS
+    assert shape.backward() == shape.row + 2 * 3000 * 100 * 4 + shape.activations
+    plan = memory.plan_run(shape, held=GB, available=100 * GB)
+    assert plan.kept_rows == 0 and plan.c1_bytes == plan.c1_in_memory * 8 * 65536
+    fast = memory.run_shape(params, TracecovConfig.from_argv(argv))
+    assert fast.vector == 300_050 * 4 and fast.signs == 0
+
+
 def test_bf16_rows_form_c1_s_sum_in_a_new_float32_vector():
     """fp32 rows: the one sum c1 reads is formed in the first row's memory; bf16 rows (half a statistics vector) need
     a new float32 vector and one parameter's upcast beside the rows; without the advisor nothing is formed."""
@@ -199,14 +221,24 @@ def test_activations_grow_with_tokens_and_the_vocabulary():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", [("4", "4", "2", "4"), ("16", "16", "4", "8", "16", "32")])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ("4", "4", "2", "4"),
+        ("16", "16", "4", "8", "16", "32"),
+        # the sketched engine at d = 2^22: its statistics and transients (33.5 MB a vector) outweigh the model's
+        ("8", "3", "2", "4", "--engine", "sketched", "--sketch_dim", "4194304", "--c1_batch", "4"),
+    ],
+)
 def test_the_printed_estimate_is_within_25_percent_of_the_measured_peak(tmp_path, shape):
     """The built-in tiny policy through the command line: the plan's line before the run, the peak (VmHWM) after;
     at this size the process's own libraries dominate both. T 16, M 16, K 4 8 16 32 printed 1.06 GB against a
     0.55 GB peak before a pass's activations were those of its fullest K (issue 54, item 4); 0.65 against 0.60 after."""
     out = tmp_path / "tc"
     t, m, *k_list = shape
-    command = [sys.executable, "Gradient_evaluation/run_tracecov.py", "--model", "assets/tiny_policy"]
+    extra = k_list[k_list.index("--engine") :] if "--engine" in k_list else []
+    k_list = k_list[: len(k_list) - len(extra)]
+    command = [sys.executable, "Gradient_evaluation/run_tracecov.py", "--model", "assets/tiny_policy", *extra]
     command += ["--oracle_table", str(DEMO_TABLE), "--device", "cpu", "--dtype", "fp32"]
     command += ["--T", t, "--M", m, "--K_list", *k_list, "--skip_plot", "--save_json", str(out)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ})

@@ -31,7 +31,28 @@ from grpo_mse.gradients.trace_engines.reference import WelfordTrace
 
 class SketchedTrace(WelfordTrace):
     """Welford statistics of sketched vectors, one tensor per sketch block (each scaled by 1/sqrt(R) in the sketch,
-    so R times a block's share of a statistic is that block's own estimate)."""
+    so R times a block's share of a statistic is that block's own estimate). ``scratch``: two sketch-sized buffers
+    the prompt's labels share for the update's differences (no new vectors a group: the memory plan counts these)."""
+
+    def __init__(self, shapes_like: list[torch.Tensor], scratch: tuple[torch.Tensor, torch.Tensor]):
+        super().__init__(shapes_like)
+        self.scratch = scratch
+
+    def update(self, vector: torch.Tensor) -> None:
+        """Welford's step in place: delta = x - mean; mean += delta / n; M2 += delta (x - mean)."""
+        self.count += 1
+        before, after = (buffer.copy_(vector) for buffer in self.scratch)
+        offset = 0
+        for mean, m2 in zip(self.running_mean, self.m2):
+            part = slice(offset, offset + len(mean))
+            delta = before[part].sub_(mean)
+            mean.add_(delta, alpha=1.0 / self.count)
+            m2.addcmul_(delta, after[part].sub_(mean))
+            offset += len(mean)
+
+    def release(self) -> None:
+        """Drop the statistics' vectors (the next prompt's are made before this prompt's stats object is gone)."""
+        self.running_mean, self.m2, self.scratch = [], [], ()
 
     def blocks(self) -> list[tuple[float, float]]:
         """Each block's (trace, ||mean||^2)."""
@@ -77,15 +98,17 @@ def accumulate(work: PromptWork, settings: EngineSettings, pool=None) -> dict[st
     params = work.params
     sketch = sketch_of(settings, params)
     device = params[0].device
-    blocks = [torch.zeros(m, dtype=torch.float64, device=device) for m in sketch.moduli]  # shapes only
-    stats = {label: SketchedTrace(blocks) for label in work.labels}
-    zero = torch.zeros(sketch.dim, dtype=torch.float64, device=device)
+    vector, *scratch = (torch.empty(sketch.dim, dtype=torch.float64, device=device) for _ in range(3))
+    blocks = list(vector.split(sketch.moduli))  # shapes only
+    stats = {label: SketchedTrace(blocks, tuple(scratch)) for label in work.labels}
     for group, group_rewards in zip(work.groups, work.rewards.to(torch.float64)):
         plan = group_plan(work.weights(group_rewards), group_rewards)
         rows, (_, coefficients) = sketched_rows(work.logprob_fn, params, group, group_rewards, plan, sketch)
         for label in work.labels:
-            vector = sum((c * row for c, row in zip(coefficients[label], rows)), zero)
-            stats[label].update(list(vector.split(sketch.moduli)))
+            vector.zero_()
+            for c, row in zip(coefficients[label], rows):
+                vector.add_(row, alpha=c)
+            stats[label].update(vector)
     return stats
 
 
