@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
-from studies.audits.per_prompt import mse_table, pooled_ratio
+from studies.audits.per_prompt import mse_table, per_k_ratios, pooled_ratio
 
 PAIRS = (("grpo", "oracleV"), ("naive", "oracleV"), ("naive", "grpo"))
 
@@ -27,6 +27,9 @@ class PooledRatioConfig(Flags):
     per_prompt: str = option(help="the run's *_per_prompt.csv (run_tracecov.py)")
     resamples: int = option(20000, minimum=100, help="bootstrap resamples over prompts")
     seed: int = option(0, help="bootstrap seed")
+    run_seed: int = option(
+        0, help="the run's --seed: the per-K intervals use the run's own 2,000 replicates (its printed 95% intervals)"
+    )
     out: str | None = option(None, help="also write the report as JSON here")
 
 
@@ -47,6 +50,19 @@ def main(argv=None) -> None:
             f"{top}/{bottom} pooled over K {result['K_list']}: {result['estimate']:.3f} 95% [{low:.3f}, {high:.3f}] "
             f"{bonferroni:.2%} [{wide_low:.3f}, {wide_high:.3f}] ({result['prompts']} prompts)"
         )
+    # the per-K ratios: the run's 95% intervals again, and the Bonferroni level over every (pair, K) beside them
+    cells = len(pairs) * len(table)
+    wide = 1 - 0.05 / cells
+    report["per_k"] = {"bonferroni_level": wide, "run_seed": args.run_seed, "ratios": {}}
+    for top, bottom in pairs:
+        rows = per_k_ratios(table, top, bottom, args.run_seed, levels=(0.95, wide))
+        report["per_k"]["ratios"][f"{top}/{bottom}"] = rows
+        for row in rows:
+            (low, high), (wide_low, wide_high) = row["intervals"]["0.95"], row["intervals"][f"{wide:g}"]
+            print(
+                f"{top}/{bottom} K={row['K']}: {row['estimate']:.3f} 95% [{low:.3f}, {high:.3f}] "
+                f"{wide:.2%} [{wide_low:.3f}, {wide_high:.3f}]"
+            )
     if args.out:
         write_json(args.out, report)
 

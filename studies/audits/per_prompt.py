@@ -61,3 +61,23 @@ def pooled_ratio(
         "undefined_replicates": int(len(draws) - len(defined)),
         "prompts": n,
     }
+
+
+def per_k_ratios(
+    table: dict[int, dict[str, np.ndarray]], top: str, bottom: str, seed: int, n_boot: int = 2000, levels=(0.95,)
+) -> list[dict]:
+    """Per K, the ratio of mean MSEs of ``top`` over ``bottom`` with the run's own studentized log-scale interval
+    (``paired.run_statistics``: ``n_boot`` prompt-bootstrap replicates drawn with the run's ``seed``) at each level in
+    ``levels``, the same replicates for every level and K (a Bonferroni interval beside the run's 95% one)."""
+    from grpo_mse.analysis import bootstrap
+
+    ks = sorted(table)
+    weights = bootstrap.prompt_weights(len(table[ks[0]][top]), n_boot, seed)
+    out = []
+    for k in ks:
+        ratio, se = bootstrap.ratio_of_means(weights, table[k][top], table[k][bottom])
+        intervals = {
+            f"{level:g}": bootstrap.studentized_interval(ratio, se, weights, level, log=True) for level in levels
+        }
+        out.append({"K": k, "estimate": float(ratio[0]), "intervals": intervals})
+    return out

@@ -79,3 +79,27 @@ def test_the_command_line_on_a_per_prompt_csv(tmp_path):
         assert entry["estimate"] == pytest.approx(pooled_ratio(mse_table(path), top, bottom, 300, 0)["estimate"])
         assert set(entry["intervals"]) == {"0.95", f"{1 - 0.05 / 3:g}"}
     assert "98.33%" in done.stdout
+
+
+def test_per_k_intervals_are_the_runs_own_at_95_percent_and_wider_at_the_bonferroni_level():
+    """The committed Qwen Figure-4 run (seed 0): from its per-prompt CSV, each K's ratio and 95% interval equal the
+    ones its JSON saved (the run's own 2,000 replicates, as ``paired.run_statistics`` draws them); the 99.44%
+    interval of the same replicates holds the 95% one."""
+    import glob
+
+    from studies.audits.per_prompt import per_k_ratios
+
+    folder = os.path.join(ROOT, "results", "real_llm", "qwen_coder_05b", "figure4")
+    (csv,) = glob.glob(os.path.join(folder, "*_per_prompt.csv"))
+    (saved,) = glob.glob(os.path.join(folder, "*[0-9].json"))
+    with open(saved, encoding="utf-8") as f:
+        paired = json.load(f)["paired"]["ratio"]
+    table = mse_table(csv)
+    for name, cells in paired.items():
+        top, bottom = name.split("/")
+        rows = per_k_ratios(table, top, bottom, seed=0, levels=(0.95, 1 - 0.05 / 9))
+        for row, cell in zip(rows, cells):
+            assert row["estimate"] == pytest.approx(cell["estimate"], rel=1e-12)
+            assert row["intervals"]["0.95"] == pytest.approx(cell["ci95"], rel=1e-12)
+            low, high = row["intervals"][f"{1 - 0.05 / 9:g}"]
+            assert low < cell["ci95"][0] and high > cell["ci95"][1]
