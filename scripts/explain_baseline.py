@@ -13,6 +13,7 @@ import numpy as np
 from grpo_mse import cli
 from grpo_mse.analysis import bootstrap
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.rewards.rules import check_answers, row_reward
 from grpo_mse.tables.inputs import check_oracle_values, check_prompts, load_rows
 from grpo_mse.tables.outputs import write_json
@@ -37,7 +38,7 @@ class ExplainBaselineConfig(Flags):
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
         cli.writable_file(self.out, "--out")
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from grpo_mse.cli import require
 from grpo_mse.flags import Flags, check_types, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED
+from grpo_mse.policy.model_source import ModelSource, check_model_path, resolve
 from grpo_mse.rewards.rules import ANSWER_RULES
 
 DTYPES = ("fp16", "bf16", "fp32")
@@ -124,16 +125,19 @@ class ModelConfig(Flags):
         sampler = SAMPLERS.get(self.backend)  # an unknown name is refused with the other choices below
         if sampler is not None and sampler.check is not None:
             sampler.check(self)
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
         super().__post_init__()  # choices and bounds
+
+    @functools.cached_property
+    def model_source(self) -> ModelSource:
+        """What --model names (hub id, folder, GGUF file, adapter folder), read from disk once for the run."""
+        return resolve(self.model)
 
     @functools.cached_property
     def model_fingerprint(self) -> str:
         """Content hash of a local --model folder (weights, config, tokenizer; cached), ``hub:<id>@<revision>``
         for a hub id: --resume and the oracle-table check compare it, so a changed folder is never mixed in."""
-        from grpo_mse.tables.resume import model_fingerprint
-
-        return model_fingerprint(self.model, self.revision)
+        return self.model_source.fingerprint(self.revision)
 
     def record(self) -> dict:
         """Every field by name and the model's fingerprint (the ``config`` saved with the results)."""

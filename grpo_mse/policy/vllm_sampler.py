@@ -17,7 +17,7 @@ def make_vllm(config, model, settings, batch_size: int = 1, requests_per_call: i
     from grpo_mse.policy.loading import model_folder
 
     return VLLMSampler(
-        model_folder(config.model),  # a GGUF file or an adapter: the HF folder the gradients' model loads too
+        model_folder(config.model_source),  # a GGUF file or an adapter: the HF folder the gradients' model loads too
         config.dtype,
         config.seed,
         settings,

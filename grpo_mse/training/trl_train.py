@@ -25,6 +25,7 @@ from grpo_mse import cli  # noqa: E402
 from grpo_mse.cli import require  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
 from grpo_mse.gradients import estimators as est  # noqa: E402
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.training import adaptive_k, trl_backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
 
@@ -95,7 +96,7 @@ class TrlTrainConfig(Flags):
         )
         unknown = sorted(self.logger_names - set(LOGGERS))
         require(not unknown, f"--loggers: unknown {unknown}; use console and/or wandb")
-        cli.check_model_path(self.model)  # a mistyped local folder: one line, no hub retries
+        check_model_path(self.model)  # a mistyped local folder: one line, no hub retries
         for path in (self.train_file, self.val_file, self.reward_path):
             require(os.path.isfile(path), f"{path} not found")
         if self.adaptive_k_list is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option, parse_command
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.rewards.rules import final_answer_reward, last_integer_reward, parse_gold
 from grpo_mse.tables.outputs import wilson_interval, write_atomic, write_json
 from studies.audits.gold_audit import GoldConfig
@@ -47,7 +48,7 @@ class SampleConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
         cli.writable_file(self.out, "--out")
 
 

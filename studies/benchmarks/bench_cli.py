@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.tables.outputs import write_json
 from studies.command_line import protect_tracked
 
@@ -74,7 +75,7 @@ def parse_args(argv=None) -> BenchCliConfig:
     protect_tracked(args.out, args.overwrite, "--out")
     # the benchmark runs the command lines on a local model (a folder, a GGUF file or an adapter folder, as they
     # take it), never a hub download inside a timed run
-    cli.require(cli.check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
+    cli.require(check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
     if "zero_shot" in args.cases:
         args.zero_shot_table = args.zero_shot_table or latest(
             os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_*.jsonl")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.tables.outputs import write_json
 from studies.audits import run_agreement
 from studies.benchmarks.bench_cli import ORACLE, ROOT, TRACECOV, latest, timed
@@ -50,7 +51,7 @@ class BenchDtypeConfig(Flags):
 def parse_args(argv=None) -> BenchDtypeConfig:
     args = BenchDtypeConfig.from_argv(argv, description=__doc__)
     protect_tracked(args.out, args.overwrite, "--out")
-    cli.require(cli.check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
+    cli.require(check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
     cli.require(os.path.isfile(args.oracle_table), f"--oracle_table not found: {args.oracle_table}")
     return args
 

@@ -33,6 +33,7 @@ from grpo_mse.gradients.engine import prompt_traces
 from grpo_mse.gradients.statistics import block_coordinates, block_plan
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.policy.logprobs import PromptSampler
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
@@ -307,7 +308,7 @@ def main(argv=None) -> None:
     if args.out:
         cli.writable_file(args.out, "--out")
     if not args.qwen_shapes:
-        cli.check_model_path(args.model)
+        check_model_path(args.model)
     float64_check = not args.qwen_shapes if args.float64_check is None else args.float64_check
     torch.manual_seed(0)
     if args.qwen_shapes:  # the estimate on meta tensors first: nothing allocated when it does not fit

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.rewards.rules import check_answers
 from grpo_mse.tables.inputs import check_prompts, load_rows, oracle_settings, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
@@ -66,7 +67,7 @@ class ExactTheoryConfig(Flags):
         cli.check_device(self.device)
         self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
         cli.writable_dir(self.out_dir, "--out_dir")
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
 
 
 def parse_args(argv=None) -> ExactTheoryConfig:
@@ -85,7 +86,8 @@ def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool)
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from grpo_mse.policy.loading import load_policy, model_basename_tag
+    from grpo_mse.policy.loading import load_policy
+    from grpo_mse.policy.model_source import model_basename_tag
     from studies.exact import one_token as ot  # torch loads after the flags are checked
     from studies.exact.theory import gradient_gram
 
@@ -112,7 +114,7 @@ def main(argv=None) -> None:
         gradients.append(enum.g)
         settings = {**oracle_settings(args, None), "max_new_tokens": 1}
         oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1].V, settings)) + "\n")
-    from grpo_mse.tables.resume import model_fingerprint
+    from grpo_mse.policy.model_source import model_fingerprint
 
     config = {
         **vars(args),

@@ -13,6 +13,7 @@ import pytest
 from grpo_mse import cli
 from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.commands import oracle as oracle_command
+from grpo_mse.policy.model_source import check_model_path
 from studies.advisor.simulated_records import simulated_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,9 +41,9 @@ def test_a_mistyped_local_model_path_is_one_line_without_hub_retries(tmp_path, m
     with pytest.raises(
         cli.UsageError, match=r"model folder not found: assets/tiny_polcy \(did you mean assets/tiny_policy\?\)"
     ):
-        cli.check_model_path("assets/tiny_polcy")
-    assert cli.check_model_path("assets/tiny_policy") is True
-    assert cli.check_model_path("Qwen/Qwen2.5-1.5B-Instruct") is False  # a hub id: no local folder named Qwen
+        check_model_path("assets/tiny_polcy")
+    assert check_model_path("assets/tiny_policy") is True
+    assert check_model_path("Qwen/Qwen2.5-1.5B-Instruct") is False  # a hub id: no local folder named Qwen
     one_line(launch(tmp_path, MODEL="assets/tiny_polcy"), "MODEL=assets/tiny_polcy: no such local folder")
 
 

@@ -242,7 +242,7 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
 def test_make_figures_refuses_another_models_theory(tmp_path):
     """Issue 25 case 5: the tiny policy's exact curves were drawn as "train_policy (exact)". The theory's model
     fingerprint (recorded, or computed from its recorded local folder for older theory files) must be the run's."""
-    from grpo_mse.tables.resume import model_fingerprint
+    from grpo_mse.policy.model_source import model_fingerprint
 
     result, _ = _synthetic()
     result["config"]["model"] = "assets/tiny_policy"  # an older theory file: no fingerprint, a local folder
