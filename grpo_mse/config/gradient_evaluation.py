@@ -23,6 +23,7 @@ from grpo_mse.cli import require
 from grpo_mse.flags import Flags, check_types, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED
+from grpo_mse.gradients.memory_plan import RunSizes
 from grpo_mse.policy.model_source import ModelSource, check_model_path, resolve
 from grpo_mse.rewards.rules import ANSWER_RULES
 
@@ -352,3 +353,17 @@ class TracecovConfig(ModelConfig):
         """Mean gradients a c1 batch holds per prompt: the oracle's, and with --advisor_estimator grpo_std also
         std-GRPO's and its difference from its own target (measured_curve)."""
         return 3 if self.with_advisor and self.advisor_estimator == GRPO_STD else 1
+
+    def run_sizes(self) -> RunSizes:
+        """The settings the run's memory plan depends on, as one typed record (``gradients.memory_plan``)."""
+        return RunSizes(
+            estimators=tuple(self.estimators),
+            m=self.M,
+            k_list=tuple(self.K_list),
+            max_new_tokens=self.max_new_tokens,
+            engine=self.engine,
+            groups_per_pass=self.groups_per_pass,
+            c1_batch=min(self.c1_batch, self.T) if self.with_advisor else 0,
+            c1_reads=self.c1_copies if self.with_advisor else 0,
+            max_memory_gb=self.max_memory_gb,
+        )

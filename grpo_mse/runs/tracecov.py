@@ -18,10 +18,10 @@ from grpo_mse.analysis import paired
 from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
 from grpo_mse.config.gradient_evaluation import TracecovConfig, make_sampler
 from grpo_mse.distributed import Shards
+from grpo_mse.gradients import allocator
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients import memory
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
-from grpo_mse.gradients.memory import check_memory, peak_line
+from grpo_mse.gradients.memory_plan import MemoryPlan, check_memory, hold_to_plan, peak_line
 from grpo_mse.gradients.statistics import BufferPool
 from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.logprobs import PromptSampler
@@ -114,15 +114,15 @@ class TracecovRun:
     advisor: object = None  # runs.advisor_hook.AdvisorHook, or None when the advisor is off
     lock: object = None  # the progress log's lock, held until ``close``
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
-    keep_rows: int = 0  # gradient rows a prompt's statistics take at once (memory.plan_run; engine.prompt_traces)
-    memory_plan: memory.MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
+    keep_rows: int = 0  # gradient rows a prompt's statistics take at once (plan_run of gradients/memory_plan.py)
+    memory_plan: MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
 
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
         """Rows, policy and checks (before any file is written), then a new run folder entry or the resumed one."""
         rank, world, device = distributed.init_from_env(config.device)
         if device == "cpu":
-            memory.reuse_freed_memory()  # gradients' pages reused from prompt to prompt (system time)
+            allocator.reuse_freed_memory()  # gradients' pages reused from prompt to prompt (system time)
         rows, keys = select_rows(config)
         model, tokenizer = load_policy(
             config.model_source, device, config.dtype, config.revision, config.trust_remote_code
@@ -140,7 +140,7 @@ class TracecovRun:
             print(f"warning: {mismatch}", file=sys.stderr)
         trainable = [p for p in model.parameters() if p.requires_grad]
         values = [oracle_value(row) for row in rows]  # how many gradient rows a prompt likely gives
-        plan = check_memory(trainable, config, device, model.config, max(lengths), values)
+        plan = check_memory(trainable, config.run_sizes(), device, model.config, max(lengths), values)
         if rank == 0:
             print(plan.line(), file=sys.stderr)
         hook = advisor_hook() if config.with_advisor else None  # its modules load only when it is on
@@ -222,7 +222,7 @@ class TracecovRun:
                     if whole:
                         self.advisor.prompt_done(index, record, stats)
                     stats.release()  # its running sums' buffers go to the next prompt
-                    memory.hold_to_plan(self.memory_plan, str(self.sampler.model.device))
+                    hold_to_plan(self.memory_plan, str(self.sampler.model.device))
                 if on_prompt:
                     on_prompt()
             if whole:
