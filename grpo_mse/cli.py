@@ -11,7 +11,7 @@ import re
 import sys
 import tempfile
 
-from grpo_mse.errors import InputError, UsageError, describe, require  # noqa: F401 - InputError, require re-exported
+from grpo_mse.errors import UsageError, describe, require
 
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 # difflib's similarity a flag needs to be suggested: --oracle_v_file -> --oracle_table (0.76), not --out_dir ->

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from grpo_mse import cli
-from grpo_mse.cli import require
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, check_types, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import ENGINES, GRPO, GRPO_STD, ORACLE, UNBIASED

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from grpo_mse import cli, distributed
 from grpo_mse.config.gradient_evaluation import OracleConfig, make_sampler
+from grpo_mse.errors import require
 from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.model_source import model_basename_tag
 from grpo_mse.policy.sampling import Sampler, SamplingSettings, decode
@@ -154,7 +155,7 @@ class OracleRun:
         # A resumed torchrun run finds rows both in the merged table (earlier runs) and in its shard (a run
         # stopped before the merge): either counts as done.
         done = [rec for p in {path, shard_path} for rec in read_complete_jsonl(p)]
-        cli.require(
+        require(
             all(key_field in rec for rec in done),
             f"cannot --resume {path}: its rows have no {key_field!r} (written when the table's ids were read as "
             f"unique); run without --resume for a new file",

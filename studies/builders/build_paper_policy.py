@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.cli import require
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.policy.model_source import check_model_path
 from studies.builders import defaults

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.model_source import check_model_path
@@ -80,7 +81,7 @@ def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool)
     from studies.exact import one_token as ot
 
     chosen = [row for row in rows if not reachable_only or ot.reachable(texts, row["ground_truth"])][:count]
-    cli.require(bool(chosen), "no row has a ground truth that a single token can produce")
+    require(bool(chosen), "no row has a ground truth that a single token can produce")
     return chosen
 
 
@@ -96,7 +97,7 @@ def main(argv=None) -> None:
     check_answers(rows, args.dataset)
     model, tokenizer = load_policy(args.model, args.device, args.dtype, args.revision, args.trust_remote_code)
     size = ot.jacobian_bytes(model) / 2**30
-    cli.require(
+    require(
         size <= args.max_jacobian_gb,
         f"the logit Jacobian needs {size:.3g} GiB > --max_jacobian_gb "
         f"{args.max_jacobian_gb:g}; exact enumeration is for small models",

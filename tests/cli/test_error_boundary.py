@@ -12,7 +12,7 @@ import pytest
 from conftest import BUILTIN_POLICY
 from one_line_checks import FIGURES, boundary, no_tracked_change, one_error_line  # noqa: F401 (autouse fixture)
 
-from grpo_mse import cli
+from grpo_mse.errors import UsageError
 from grpo_mse.policy.model_source import check_model_path
 
 
@@ -40,7 +40,7 @@ def test_broken_model_folders_are_refused_before_loading(tmp_path, damage, needl
         (model / "config.json").write_text(json.dumps({**config, "hidden_size": 2 * config["hidden_size"]}))
     else:
         (model / "config.json").write_text("{")
-    with pytest.raises(cli.UsageError, match=needle):
+    with pytest.raises(UsageError, match=needle):
         check_model_path(str(model))
 
 
