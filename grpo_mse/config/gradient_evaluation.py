@@ -58,7 +58,7 @@ def check_vllm(config: ModelConfig) -> None:
         cli.check_range("--vllm_max_model_len", max_model_len, minimum=1)
     require(
         cli.launch_env()[0] == 1,
-        "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
+        "--backend vllm runs one vLLM LLM on the first visible GPU and cannot be sharded with torchrun; "
         "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf",
     )
 
@@ -67,7 +67,7 @@ class SamplerBackend(NamedTuple):
     """A sampling backend (``--backend``): ``factory`` is "module:function", imported only when a run uses it, and
     called as ``function(config, model, settings, batch_size, requests_per_call)`` (the run's ModelConfig, the HF
     policy whose gradients are taken, its ``policy.sampling.SamplingSettings``, sequences per generation batch,
-    requests per engine call); it returns an object with ``policy.sampling.Sampler``'s ``iter_samples`` and ``sample``.
+    requests per sampler call); it returns an object with ``policy.sampling.Sampler``'s ``iter_samples`` and ``sample``.
     ``check(config)``, if given, refuses flags the backend cannot serve when the config is built (no torch yet)."""
 
     factory: str
@@ -77,7 +77,7 @@ class SamplerBackend(NamedTuple):
 # The sampler factory's registry: a new backend is its module (its factory function) plus one entry here.
 SAMPLERS: dict[str, SamplerBackend] = {
     "hf": SamplerBackend("grpo_mse.policy.sampling:hf_sampler"),  # our seeded sampler (CPU/GPU)
-    "vllm": SamplerBackend("grpo_mse.policy.vllm_sampler:make_vllm", check_vllm),  # vLLM's offline engine (GPU only)
+    "vllm": SamplerBackend("grpo_mse.policy.vllm_sampler:make_vllm", check_vllm),  # vLLM's offline LLM (GPU only)
 }
 
 

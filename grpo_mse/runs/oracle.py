@@ -101,7 +101,7 @@ class OracleRun:
     ``close`` (rank 0 merges the torchrun shards).
 
     Sample j of row i uses random stream (seed, key_i, j). HF: batches of --batch_size sequences cross
-    prompt boundaries. vLLM: --batch_size prompts per engine call (the factory is given both).
+    prompt boundaries. vLLM: --batch_size prompts per vLLM call (the factory is given both).
     """
 
     config: OracleConfig

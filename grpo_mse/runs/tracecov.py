@@ -169,7 +169,7 @@ class TracecovRun:
             config.seed,
             include_eos=not config.drop_eos,
             shared_prompt=config.engine == "fast",
-            source=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
+            source=make_sampler(config, model, settings, config.gen_bs),  # one prompt per sampler call
             score_distribution=config.score_distribution,
         )
         run = cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, lock=run_lock)

@@ -1,4 +1,4 @@
-"""GPU readiness checked on CPU (issue 18), vLLM: its limits refused before any vLLM import, engine settings,
+"""GPU readiness checked on CPU (issue 18), vLLM: its limits refused before any vLLM import, the vLLM LLM's settings,
 dtype and backend in the oracle settings."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_vllm_temperature_range(tmp_path, temperature, accepted):
             vllm_config(tmp_path, backend="hf", temperature=temperature)
 
 
-def test_vllm_device_and_engine_flags(tmp_path):
+def test_vllm_device_and_llm_flags(tmp_path):
     with pytest.raises(UsageError, match=r"--device cuda:1 would split.*CUDA_VISIBLE_DEVICES=1"):
         vllm_config(tmp_path, device="cuda:1")
     assert vllm_config(tmp_path, device="cuda:0").device == "cuda:0"
@@ -105,7 +105,7 @@ def test_vllm_checks_run_before_any_import(tmp_path, script, extra):
     assert not (tmp_path / "out").exists()
 
 
-def test_vllm_sampler_gets_engine_settings(tmp_path, monkeypatch):
+def test_vllm_sampler_gets_llm_settings(tmp_path, monkeypatch):
     """make_vllm hands enforce_eager and max_model_len to the sampler (the sampler itself needs vLLM)."""
     import grpo_mse.policy.vllm_sampler as vllm_sampler
 
