@@ -173,7 +173,7 @@ def check_one_token(result: dict, theory: dict, label: str) -> None:
 
 def recorded_fingerprint(config: dict) -> str | None:
     """The model fingerprint a result recorded, else that of its recorded local model folder if it is here, else
-    None (grpo_mse.tables.resume.model_fingerprint: sha256 of the folder's files, or hub:<id>@<revision>)."""
+    None (grpo_mse.policy.model_source.model_fingerprint: sha256 of the folder's files, or hub:<id>@<revision>)."""
     from grpo_mse.policy.model_source import model_fingerprint
 
     if config.get("model_fingerprint"):
