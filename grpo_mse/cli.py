@@ -11,8 +11,7 @@ import re
 import sys
 import tempfile
 
-from grpo_mse.errors import InputError, UsageError, describe, require  # noqa: F401 - InputError, require re-exported
-from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder
+from grpo_mse.errors import UsageError, describe, require
 
 DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 # difflib's similarity a flag needs to be suggested: --oracle_v_file -> --oracle_table (0.76), not --out_dir ->
@@ -147,113 +146,6 @@ def number(minimum=None, maximum=None, above=None):
 def check_device(device: str) -> None:
     """UsageError unless ``device`` is cpu, mps, cuda or cuda:N."""
     require(bool(DEVICE.match(device)), f"unknown device {device!r} (use cpu, cuda, cuda:N or mps)")
-
-
-def model_folders(folder: str) -> list[str]:
-    """Names of the subfolders of ``folder`` that hold a ``config.json`` (none when it is not a folder)."""
-    try:
-        return sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n, "config.json")))
-    except OSError:
-        return []
-
-
-RELATIVE_BASE = "a relative base_model_name_or_path in adapter_config.json is read relative to the adapter folder"
-
-
-def check_model_path(name: str) -> bool:
-    """True when ``name`` is a local model folder; UsageError when it names a local path that is not one.
-
-    A name is local when it exists or starts with ``.``, ``/`` or ``~``, has more than one ``/`` (a hub id is
-    ``org/name``), or its ``org`` part is a local folder that holds model folders (``assets/tiny_polcy``: no
-    hub retries for a mistyped local path); cheap (no torch), so commands call it before reading data."""
-    path = os.path.expanduser(name)
-    parent = os.path.dirname(path.rstrip("/"))
-    local = (
-        os.path.exists(path)
-        or name.startswith((".", "/", "~"))
-        or name.rstrip("/").count("/") > 1
-        or bool(parent and model_folders(parent))
-    )
-    if local and gguf_file_of(name) is not None:
-        return True  # converted to an HF folder when loaded (policy/gguf_convert.py)
-    if local and is_adapter_folder(name):  # merged into its base when loaded (policy/adapters.py)
-        try:
-            check_model_path(adapter_base(name))
-        except UsageError as error:
-            raise UsageError(f"{name}: its base model: {error}; {RELATIVE_BASE}") from None
-        return True
-    if local and not os.path.isdir(path):
-        if os.path.exists(path):
-            raise UsageError(f"--model {name} is a file; give the model's folder or a GGUF file (*.gguf)")
-        close = difflib.get_close_matches(os.path.basename(path.rstrip("/")), model_folders(parent or "."), n=1)
-        hint = f" (did you mean {os.path.join(os.path.dirname(name.rstrip('/')), close[0])}?)" if close else ""
-        what = "GGUF file" if name.endswith(".gguf") else "model folder"
-        raise UsageError(f"{what} not found: {name}{hint}")
-    require(
-        not local or os.path.isfile(os.path.join(path, "config.json")),
-        f"{name} is not a model folder (no config.json, no GGUF file)",
-    )
-    if local:
-        check_model_folder(path, name)
-    return local
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
-
-
-def _safetensors_shapes(path: str) -> dict:
-    """{tensor name: shape} from a safetensors file's header; UsageError when the file is cut short or corrupt."""
-    import json
-    import struct
-
-    size = os.path.getsize(path)
-    with open(path, "rb") as handle:
-        head = handle.read(8)
-        length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        try:
-            header = json.loads(handle.read(length)) if 0 < length <= size - 8 else None
-        except ValueError:
-            header = None
-    tensors = {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else None
-    try:
-        end = max((int(v["data_offsets"][1]) for v in (tensors or {}).values()), default=0)
-    except (KeyError, TypeError, IndexError, ValueError):
-        tensors = None
-    require(
-        tensors is not None and 8 + length + end <= size,
-        f"{path} is cut short or corrupt ({size} bytes); copy or download the model again",
-    )
-    return {k: v.get("shape") for k, v in tensors.items() if isinstance(v, dict)}
-
-
-def check_model_folder(path: str, name: str) -> None:
-    """UsageError (one line) for a local model folder that cannot load: no tokenizer files, a safetensors file
-    cut short, or an embedding whose shape disagrees with config.json (another hidden_size or vocab_size)."""
-    import json
-
-    require(
-        any(os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES),
-        f"{name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); copy them from the model's "
-        "source next to config.json",
-    )
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
-            config = json.load(handle)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise UsageError(f"{name}/config.json is not valid JSON ({error}); repair or re-download it") from None
-    require(isinstance(config, dict), f"{name}/config.json is not a JSON object; repair or re-download it")
-    weights = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
-    shapes = {}
-    for file in weights:
-        shapes.update(_safetensors_shapes(os.path.join(path, file)))
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    want = [text.get("vocab_size"), text.get("hidden_size") or text.get("n_embd")]
-    for tensor, shape in shapes.items():
-        if tensor.endswith(("embed_tokens.weight", "wte.weight")) and None not in want and shape != want:
-            raise UsageError(
-                f"{name}: {tensor} has shape {shape} but config.json says vocab_size x hidden_size = "
-                f"{want[0]} x {want[1]}; the weights and config.json come from different models"
-            )
 
 
 def unique(values: list, flag: str) -> list:

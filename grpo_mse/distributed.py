@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from grpo_mse.cli import UsageError, launch_env
+from grpo_mse.cli import launch_env
+from grpo_mse.errors import UsageError
 
 # Collective timeout (NCCL's watchdog default is 10 minutes): ranks meet at a barrier after each K and wait there
 # for the slowest shard, which at 1.5B can be tens of minutes behind. GRPO_DIST_TIMEOUT_MIN overrides it.

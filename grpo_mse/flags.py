@@ -42,8 +42,7 @@ from dataclasses import field
 from typing import ClassVar
 
 from grpo_mse import cli
-from grpo_mse.cli import require
-from grpo_mse.errors import FieldTypeError
+from grpo_mse.errors import FieldTypeError, require
 
 BOUNDS = ("minimum", "maximum", "above")
 SCALARS = {"int": int, "float": float, "str": str}

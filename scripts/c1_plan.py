@@ -14,6 +14,7 @@ import shutil
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import UsageError
 from grpo_mse.flags import Flags, option
 from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
 
@@ -34,7 +35,7 @@ class C1PlanConfig(Flags):
 def main(argv=None) -> None:
     args = C1PlanConfig.from_argv(argv, description=__doc__)
     if not os.path.isdir(args.dir):
-        raise cli.UsageError(f"--dir {args.dir}: not a folder")
+        raise UsageError(f"--dir {args.dir}: not a folder")
     if args.out:
         cli.writable_file(args.out, "--out")
     import torch
@@ -68,7 +69,7 @@ def main(argv=None) -> None:
     if args.out:
         write_json(args.out, record)
     if batch is None:
-        raise cli.UsageError(
+        raise UsageError(
             f"c1 at Qwen2.5-{args.qwen_shapes} shapes does not fit even with --c1_batch 2 "
             f"({disk_free / GB:.3g} GB disk free under {args.dir}); free disk or use --no_advisor"
         )

@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 from studies.advisor.heavy_tails import (
@@ -60,7 +61,7 @@ def read_cells(paths: list[str]) -> list[dict]:
     from grpo_mse.tables.outputs import read_json
 
     cells = [cell for path in paths for cell in read_json(path, ("cells",), "simulated coverage")["cells"]]
-    cli.require(
+    require(
         all("per_run_columns" in c for c in cells),
         "--merge/--raw files must be simulated cells with the t quantiles per run (per_run_columns; files written "
         "before the widening hold covered / not covered only)",
@@ -88,15 +89,15 @@ def main(argv=None) -> None:
     args = CoverageConfig.from_argv(argv, description=__doc__)
     if args.out:
         cli.writable_file(args.out, "--out")
-    cli.require(not (args.merge and args.check), "give --merge or --check, not both")
-    cli.require(not args.raw or args.check, "--raw needs --check")
+    require(not (args.merge and args.check), "give --merge or --check, not both")
+    require(not args.raw or args.check, "--raw needs --check")
     if args.check:
-        cli.require(os.path.isfile(args.check), f"--check {args.check}: no such file")
+        require(os.path.isfile(args.check), f"--check {args.check}: no such file")
     if args.merge:
-        cli.require(bool(args.out), "--merge needs --out")
+        require(bool(args.out), "--merge needs --out")
         raw = read_cells(args.merge)
         widening = fit_widening(raw)
-        cli.require(all(None not in w for w in widening.values()), f"no widening on the grid suffices: {widening}")
+        require(all(None not in w for w in widening.values()), f"no widening on the grid suffices: {widening}")
         table = calibration_cells(raw, widening)
         print("widening (d_lo, d_hi): " + "  ".join(f"{n}={w}" for n, w in widening.items()))
         for c in table:

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import read_json, write_atomic, write_csv, write_json
 
@@ -41,7 +42,7 @@ def main(argv=None) -> None:
         raise FileNotFoundError(f"per-prompt table not found: {csv_path}")
     names = [n for n in run["conditional_on_x"] if n in theory["trace_cov"]]
     rows = table.comparison_rows(theory, table.read_per_prompt(csv_path), names)
-    cli.require(bool(rows), "the run and the theory share no (K, estimator, prompt id)")
+    require(bool(rows), "the run and the theory share no (K, estimator, prompt id)")
     check = table.advisor_check(theory, run)
     write_csv(os.path.join(args.out_dir, "estimator_table.csv"), rows, table.COLUMNS)
     write_atomic(os.path.join(args.out_dir, "estimator_table.md"), table.markdown(rows, check))

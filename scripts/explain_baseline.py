@@ -12,7 +12,9 @@ import numpy as np
 
 from grpo_mse import cli
 from grpo_mse.analysis import bootstrap
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.rewards.rules import check_answers, row_reward
 from grpo_mse.tables.inputs import check_oracle_values, check_prompts, load_rows
 from grpo_mse.tables.outputs import write_json
@@ -37,7 +39,7 @@ class ExplainBaselineConfig(Flags):
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
         cli.writable_file(self.out, "--out")
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def main(argv=None) -> None:
     for check in (check_prompts, check_answers, check_oracle_values):
         check(table, args.oracle_table)
     rows = [r for r in table if 0.05 < oracle_value(r) < 0.95][: args.prompts]
-    cli.require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
+    require(bool(rows), f"{args.oracle_table}: no prompt with 0.05 < V_oracle < 0.95 to measure")
     from grpo_mse.policy.loading import eos_token_ids, load_policy
     from grpo_mse.policy.logprobs import PromptSampler  # torch loads after the inputs are checked
     from grpo_mse.policy.sampling import SamplingSettings

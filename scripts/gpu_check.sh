@@ -184,9 +184,9 @@ done
 exit $status' "${PY}" "${OUT}" "${DEMO_ORACLE}" "${DEMO_TRACES}"
 
 # (b) fast vs reference engine at Qwen2.5 shapes (random weights, no download), bf16
-step bench_0_5b 55 - bench_0_5b.json "${PY}" benchmarks/bench_engines.py --qwen_shapes "${SMALL:-0.5B}" \
+step bench_0_5b 55 - bench_0_5b.json "${PY}" scripts/bench_engines.py --qwen_shapes "${SMALL:-0.5B}" \
   --device "${DEV}" --dtype bf16 "${BENCH[@]}" --repeats 1 --cases zero_shot --out "${OUT}/bench_0_5b.json"
-step bench_1_5b 70 - bench_1_5b.json "${PY}" benchmarks/bench_engines.py --qwen_shapes "${SMALL:-1.5B}" \
+step bench_1_5b 70 - bench_1_5b.json "${PY}" scripts/bench_engines.py --qwen_shapes "${SMALL:-1.5B}" \
   --device "${DEV}" --dtype bf16 "${BENCH[@]}" --repeats 1 --cases zero_shot --out "${OUT}/bench_1_5b.json"
 
 # (c) the advisor on the bf16 run; (d) c1 memory at 1.5B and the HF sampler's throughput
@@ -195,7 +195,7 @@ step advisor 15 @tracecov_bf16 advisor.json bash -c '"$0" plots/make_figures.py 
 "$1/advisor.json"' "${PY}" "${OUT}"
 step c1_memory 20 - c1_memory.json "${PY}" scripts/c1_plan.py --qwen_shapes 1.5B --c1_batch 16 --dir "${OUT}" \
   --out "${OUT}/c1_memory.json"
-step hf_sampling 35 - hf_sampling.json "${PY}" benchmarks/bench_sampling.py --qwen_shapes "${SMALL:-1.5B}" \
+step hf_sampling 35 - hf_sampling.json "${PY}" scripts/bench_sampling.py --qwen_shapes "${SMALL:-1.5B}" \
   --device "${DEV}" --dtype bf16 "${SAMPLING[@]}" --seconds 30 --out "${OUT}/hf_sampling.json"
 
 # Only on a machine with vLLM (and VERL, Ray): sampling with vLLM against HF, and three VERL training steps

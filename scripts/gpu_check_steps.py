@@ -13,6 +13,7 @@ import platform
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import InputError
 from grpo_mse.flags import Flags, option, parse_command
 
 # (distribution, module): the gradient-evaluation path, then what only GPU training and vLLM sampling need
@@ -79,10 +80,10 @@ def advisor(run_path: str) -> dict:
         with open(run_path, encoding="utf-8") as f:
             result = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise cli.InputError(f"{run_path}: not a readable tracecov JSON ({error})") from None
+        raise InputError(f"{run_path}: not a readable tracecov JSON ({error})") from None
     found = result.get("group_size_advisor") if isinstance(result, dict) else None
     if not found:
-        raise cli.InputError(f"{run_path} has no group_size_advisor")
+        raise InputError(f"{run_path} has no group_size_advisor")
     keep = ("pooled", "ci95", "recommendation", "K_best_frequency", "degenerate_replicates", "budget", "allowed_K")
     return {"run": run_path, "n_prompts": result.get("n_prompts"), **{k: found.get(k) for k in keep}}
 

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option, parse_command
 from studies.advisor.training_runs import KINDS, subset
 
@@ -133,13 +134,13 @@ def main(argv=None) -> int:
         write_atomic(args.out, to_json(pred.to_json(), indent=1))
         print(f"{args.name}: {kv.describe_prediction(pred)} (written {pred.written_at}) -> {args.out}")
     else:
-        cli.require(
+        require(
             args.protocol_commit is None or re.fullmatch(r"[0-9a-f]{7,40}", args.protocol_commit) is not None,
             f"--protocol_commit {args.protocol_commit!r}: give a git commit hash (7 to 40 hex digits)",
         )
         settings, draws = [], []
         names = [setting[0] for setting in args.setting]
-        cli.require(len(set(names)) == len(names), f"--setting names repeat: {names}")
+        require(len(set(names)) == len(names), f"--setting names repeat: {names}")
         os.makedirs(args.out_dir, exist_ok=True)
         for name, csv, pred_path, started_at in args.setting:
             pred = kv.Prediction.from_json(read_json(pred_path, ("c1", "c2", "c3"), "advisor prediction"), pred_path)

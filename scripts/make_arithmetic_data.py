@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import STYLES, make_rows
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_atomic
 
@@ -43,7 +44,7 @@ def main(argv=None) -> None:
     for style in args.styles:
         path = os.path.join(args.out_dir, f"arithmetic_{style}.jsonl")
         texts[path] = "".join(json.dumps(r) + "\n" for r in make_rows(args.n, args.seed, style))
-        cli.require(
+        require(
             args.overwrite or not changed(path, texts[path]),
             f"{path} exists with other rows; pass --overwrite to replace it or choose another --out_dir",
         )

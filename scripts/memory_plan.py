@@ -89,7 +89,7 @@ def plan_for(size: str, flags: list[str], extra: list[str], gpu_bytes: int, prom
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from grpo_mse.gradients import memory
+    from grpo_mse.gradients import memory, memory_plan
     from studies.benchmarks.memory_estimates import model_bytes
     from studies.benchmarks.qwen_shapes import qwen2_5_config
 
@@ -100,8 +100,8 @@ def plan_for(size: str, flags: list[str], extra: list[str], gpu_bytes: int, prom
         params = list(Qwen2ForCausalLM(model_config).to(dtype).parameters())  # a tied embedding once
     held = model_bytes(params)
     context = int(CUDA_CONTEXT_GB * memory.GB)
-    shape = memory.run_shape(params, config, model_config, prompt_tokens)
-    plan = memory.plan_run(shape, held, gpu_bytes - context - held, "on the GPU after the CUDA context")
+    shape = memory_plan.run_shape(params, config.run_sizes(), model_config, prompt_tokens)
+    plan = memory_plan.plan_run(shape, held, gpu_bytes - context - held, "on the GPU after the CUDA context")
     return plan, sum(p.numel() for p in params)
 
 

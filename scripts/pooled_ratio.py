@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 from studies.audits.per_prompt import mse_table, per_k_ratios, pooled_ratio
@@ -38,7 +39,7 @@ def main(argv=None) -> None:
     table = mse_table(args.per_prompt)
     present = set.intersection(*(set(mse) for mse in table.values()))
     pairs = [(top, bottom) for top, bottom in PAIRS if {top, bottom} <= present]
-    cli.require(bool(pairs), f"--per_prompt {args.per_prompt}: no pair of naive, grpo, oracleV to compare")
+    require(bool(pairs), f"--per_prompt {args.per_prompt}: no pair of naive, grpo, oracleV to compare")
     bonferroni = 1 - 0.05 / len(pairs)
     report = {"per_prompt": args.per_prompt, "resamples": args.resamples, "seed": args.seed, "pooled": []}
     for top, bottom in pairs:

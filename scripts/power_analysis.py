@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 from studies.advisor.validation_power import (
@@ -123,9 +124,9 @@ class PowerConfig(Flags):
 
 def main(argv=None) -> None:
     args = PowerConfig.from_argv(argv, description=__doc__)
-    cli.require(os.path.isfile(args.k_map), f"--k_map {args.k_map}: no such file")
-    cli.require(0 < args.alpha < 1, f"--alpha must be in (0, 1) (got {args.alpha})")
-    cli.require(len(set(args.allowed_K)) >= 2, "--allowed_K needs two or more K")
+    require(os.path.isfile(args.k_map), f"--k_map {args.k_map}: no such file")
+    require(0 < args.alpha < 1, f"--alpha must be in (0, 1) (got {args.alpha})")
+    require(len(set(args.allowed_K)) >= 2, "--allowed_K needs two or more K")
     cli.writable_file(args.out, "--out")
     result = analysis(
         args.k_map, sorted(set(args.allowed_K)), args.alpha, args.tests, args.core_seconds_per_run, args.seed_sd

@@ -14,6 +14,7 @@ each row's data_source picks its reward rule. VERL parquet of the same rows: Pol
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.training.installed_data import DATASETS, installed_path
 
@@ -27,12 +28,10 @@ class RealDataConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        cli.require(self.out.endswith(".jsonl"), f"--out {self.out}: the table is JSON lines; name a .jsonl file")
+        require(self.out.endswith(".jsonl"), f"--out {self.out}: the table is JSON lines; name a .jsonl file")
         cli.writable_file(self.out, "--out")
         if self.dataset == "math500":
-            cli.require(
-                self.split == "test", "math500 has a test split only; MATH's training set is: math --split train"
-            )
+            require(self.split == "test", "math500 has a test split only; MATH's training set is: math --split train")
 
 
 def main(argv=None) -> None:

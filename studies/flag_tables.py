@@ -13,8 +13,7 @@ import os
 import re
 import sys
 
-from grpo_mse import cli
-from grpo_mse.errors import require
+from grpo_mse.errors import UsageError, require
 from grpo_mse.flags import Flags, _annotation, _annotation_text, _default, option
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,12 +79,12 @@ def load_class(target: str):
         try:
             spec.loader.exec_module(module)
         except FileNotFoundError:
-            raise cli.UsageError(f"file not found: {where}") from None
+            raise UsageError(f"file not found: {where}") from None
     else:
         try:
             module = importlib.import_module(where)
         except ModuleNotFoundError as error:
-            raise cli.UsageError(f"no module {where!r} ({error})") from None
+            raise UsageError(f"no module {where!r} ({error})") from None
     config_class = getattr(module, name, None)
     require(dataclasses.is_dataclass(config_class), f"{where} has no dataclass {name!r}")
     return config_class

@@ -10,7 +10,7 @@ or in two merged sweep folders) is one run. Then draw Figure 5 and Table 2 with
 
 from __future__ import annotations
 
-from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.tables.outputs import write_atomic
 from grpo_mse.training.logs import CollectConfig, collect
 from grpo_mse.training.run_identity import UNRECORDED
@@ -24,7 +24,7 @@ def parse_args(argv=None) -> CollectConfig:
 def main(argv=None):
     args = parse_args(argv)
     frame = collect(args.paths, args.metrics)
-    cli.require(not frame.empty, f"no training metrics found under {' '.join(args.paths)} (nothing written)")
+    require(not frame.empty, f"no training metrics found under {' '.join(args.paths)} (nothing written)")
     write_atomic(args.out, frame.to_csv(index=False))
     runs = frame[["K", "seed", "status"]].drop_duplicates()
     print(f"{len(frame)} rows from {len(runs)} runs (K: {sorted(runs['K'].unique().tolist())}) -> {args.out}")

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import UsageError, require
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
 from grpo_mse.tables.outputs import read_json
@@ -58,18 +59,18 @@ class FiguresConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
-        cli.require(
+        require(
             bool(self.tracecov or self.paper or self.training_csv or self.advisor),
             "give --tracecov files, --paper, --advisor and/or --training_csv",
         )
-        cli.require(self.theory is None or bool(self.tracecov), "--theory needs --tracecov runs to overlay")
-        cli.require(self.paper_models is None or bool(self.paper), "--paper_models needs --paper")
-        cli.require(self.labels is None or len(self.labels) == len(self.tracecov), "--labels needs one label per file")
-        cli.require(
+        require(self.theory is None or bool(self.tracecov), "--theory needs --tracecov runs to overlay")
+        require(self.paper_models is None or bool(self.paper), "--paper_models needs --paper")
+        require(self.labels is None or len(self.labels) == len(self.tracecov), "--labels needs one label per file")
+        require(
             self.advisor is None or self.budget is None or self.budget % 2 == 0,
             f"--budget {self.budget} is odd: no power-of-two group size K divides it; give an even --budget",
         )
-        cli.require(
+        require(
             bool(self.name) and os.path.basename(self.name) == self.name and self.name not in (".", ".."),
             f"--name {self.name!r} must be a file stem without a folder (e.g. --name figure4); "
             "choose the folder with --out_dir",
@@ -91,19 +92,19 @@ def load_curves(path: str, curves: str, what: str) -> dict:
         and isinstance(values, dict)
         and all(isinstance(v, list) and len(v) == len(ks) for v in values.values())
     )
-    cli.require(ok, f"{path}: {what} JSON is incomplete ({curves} does not give one value per K)")
-    cli.require(bool(ks) and all(_number(k) and k >= 1 for k in ks), f"{path}: K_list must hold group sizes >= 1")
+    require(ok, f"{path}: {what} JSON is incomplete ({curves} does not give one value per K)")
+    require(bool(ks) and all(_number(k) and k >= 1 for k in ks), f"{path}: K_list must hold group sizes >= 1")
     extra = [loaded[key] for key in ("ci95", "mse", "mse_ci95") if isinstance(loaded.get(key), dict)]
     for table in (values, *extra):
         for name, series in table.items():
-            cli.require(
+            require(
                 isinstance(series, list) and all(v is None or _number(v) for v in series),
                 f"{path}: {name} holds a value that is not a number",
             )
             table[name] = [float("nan") if v is None else v for v in series]  # null (undefined) -> not drawn
     for name, series in (loaded.get("ci95") if isinstance(loaded.get("ci95"), dict) else {}).items():
         negative = next((v for v in series if v < 0), None)
-        cli.require(
+        require(
             negative is None,
             f"{path}: ci95 of {name} holds the half-width {negative}, below 0 (a damaged or edited file)",
         )
@@ -172,8 +173,8 @@ def check_one_token(result: dict, theory: dict, label: str) -> None:
 
 def recorded_fingerprint(config: dict) -> str | None:
     """The model fingerprint a result recorded, else that of its recorded local model folder if it is here, else
-    None (grpo_mse.tables.resume.model_fingerprint: sha256 of the folder's files, or hub:<id>@<revision>)."""
-    from grpo_mse.tables.resume import model_fingerprint
+    None (grpo_mse.policy.model_source.model_fingerprint: sha256 of the folder's files, or hub:<id>@<revision>)."""
+    from grpo_mse.policy.model_source import model_fingerprint
 
     if config.get("model_fingerprint"):
         return str(config["model_fingerprint"])
@@ -187,13 +188,13 @@ def check_same_model(result: dict, theory: dict, label: str, theory_path: str) -
     """Refuse (one line) a theory computed for another model than the run's, or one whose model cannot be told."""
     run_config, theory_config = result.get("config", {}), theory.get("config", {})
     ours, theirs = recorded_fingerprint(run_config), recorded_fingerprint(theory_config)
-    cli.require(
+    require(
         ours is not None and theirs is not None,
         f"--theory {theory_path}: cannot tell whether it was computed for the model of {label} (no model "
         f"fingerprint recorded, and the recorded model folder is not here: run {run_config.get('model')!r}, "
         f"theory {theory_config.get('model')!r})",
     )
-    cli.require(
+    require(
         ours == theirs,
         f"--theory {theory_path} was computed for another model ({theory_config.get('model')}, {theirs[:20]}...) "
         f"than {label} ({run_config.get('model')}, {ours[:20]}...); use the theory of the run's own model",
@@ -215,26 +216,26 @@ def paper_results(path: str, models: list[str] | None = None) -> list[tuple[str,
         with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: a BOM before the header is fine
             reader = csv.DictReader(handle)
             missing = [c for c in PAPER_COLUMNS if c not in (reader.fieldnames or [])]
-            cli.require(
+            require(
                 not missing,
                 f"--paper {path}: no {', '.join(missing)} column (need {', '.join(PAPER_COLUMNS)}[, ci_halfwidth])",
             )
             for line, row in enumerate(reader, start=2):
                 where = f"--paper {path} line {line}"
-                cli.require(
+                require(
                     row["estimator"] in PAPER_NAMES,
                     f"{where}: unknown estimator {row['estimator']!r} (use {', '.join(PAPER_NAMES)})",
                 )
                 k, mse = _parse(row["K"], where, "K"), _parse(row["mse"], where, "mse")
                 half = _parse(row.get("ci_halfwidth") or "nan", where, "ci_halfwidth", missing_ok=True)
-                cli.require(k.is_integer() and k >= 1, f"{where}: K must be a whole number >= 1 (got {row['K']})")
+                require(k.is_integer() and k >= 1, f"{where}: K must be a whole number >= 1 (got {row['K']})")
                 run = table.setdefault(row["model"], {})
                 run.setdefault(PAPER_NAMES[row["estimator"]], {})[int(k)] = (mse, half)
     except UnicodeDecodeError:
-        raise cli.UsageError(f"--paper {path}: not UTF-8 text; save it as UTF-8") from None
-    cli.require(bool(table), f"--paper {path}: no data lines under the header")
+        raise UsageError(f"--paper {path}: not UTF-8 text; save it as UTF-8") from None
+    require(bool(table), f"--paper {path}: no data lines under the header")
     unknown = [m for m in models or [] if m not in table]
-    cli.require(not unknown, f"--paper_models: {path} has no model {', '.join(unknown)} (it has {', '.join(table)})")
+    require(not unknown, f"--paper_models: {path} has no model {', '.join(unknown)} (it has {', '.join(table)})")
     runs = []
     for model, by_name in table.items():
         if models and model not in models:
@@ -254,8 +255,8 @@ def _parse(text, where: str, column: str, missing_ok: bool = False) -> float:
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise cli.UsageError(f"{where}: {column} {text!r} is not a number") from None
-    cli.require(
+        raise UsageError(f"{where}: {column} {text!r} is not a number") from None
+    require(
         (missing_ok and math.isnan(value)) or (math.isfinite(value) and value >= 0),
         f"{where}: {column} must be a finite number >= 0 (got {text})",
     )
@@ -307,22 +308,22 @@ def check_advisor(result: dict, path: str) -> None:
     config = result.get("config") if isinstance(result.get("config"), dict) else {}
     if "group_size_advisor" not in result:
         estimators = config.get("estimators") or list(result["conditional_on_x"])
-        cli.require(
+        require(
             not config.get("no_advisor"),
             f"{path}: no group_size_advisor (it ran with --no_advisor; rerun run_tracecov.py without it)",
         )
-        cli.require(
+        require(
             RATIO_PAIR <= set(estimators),
             f"{path}: no group_size_advisor: the advisor needs the {est.GRPO} and {est.ORACLE} estimators and this "
             f"run has {' '.join(estimators)}; rerun run_tracecov.py with --estimators including {est.GRPO} "
             f"{est.ORACLE}",
         )
-        raise cli.UsageError(
+        raise UsageError(
             f"{path}: no group_size_advisor (fewer than 2 prompts? rerun run_tracecov.py with --T 2 or more)"
         )
     advice = result["group_size_advisor"]
     pooled = advice.get("pooled") if isinstance(advice, dict) else None
-    cli.require(
+    require(
         isinstance(pooled, dict) and all(_number(pooled.get(c)) for c in ("c1", "c2", "c3")),
         f"{path}: the advisor's constants c1, c2, c3 are undefined (too few prompts or c1 batches of 2+ "
         "prompts); rerun run_tracecov.py with more prompts (--T) and --c1_batch 2 or more",

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
 from grpo_mse import cli
-from grpo_mse.cli import require
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, check_types, option
 from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, UNBIASED
+from grpo_mse.gradients.memory_plan import RunSizes
 from grpo_mse.gradients.trace_engines import ENGINES
+from grpo_mse.policy.model_source import ModelSource, check_model_path, resolve
 from grpo_mse.rewards.rules import ANSWER_RULES
 
 DTYPES = ("fp16", "bf16", "fp32")
@@ -57,7 +59,7 @@ def check_vllm(config: ModelConfig) -> None:
         cli.check_range("--vllm_max_model_len", max_model_len, minimum=1)
     require(
         cli.launch_env()[0] == 1,
-        "--backend vllm runs one engine on the first visible GPU and cannot be sharded with torchrun; "
+        "--backend vllm runs one vLLM LLM on the first visible GPU and cannot be sharded with torchrun; "
         "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf",
     )
 
@@ -66,7 +68,7 @@ class SamplerBackend(NamedTuple):
     """A sampling backend (``--backend``): ``factory`` is "module:function", imported only when a run uses it, and
     called as ``function(config, model, settings, batch_size, requests_per_call)`` (the run's ModelConfig, the HF
     policy whose gradients are taken, its ``policy.sampling.SamplingSettings``, sequences per generation batch,
-    requests per engine call); it returns an object with ``policy.sampling.Sampler``'s ``iter_samples`` and ``sample``.
+    requests per sampler call); it returns an object with ``policy.sampling.Sampler``'s ``iter_samples`` and ``sample``.
     ``check(config)``, if given, refuses flags the backend cannot serve when the config is built (no torch yet)."""
 
     factory: str
@@ -76,7 +78,7 @@ class SamplerBackend(NamedTuple):
 # The sampler factory's registry: a new backend is its module (its factory function) plus one entry here.
 SAMPLERS: dict[str, SamplerBackend] = {
     "hf": SamplerBackend("grpo_mse.policy.sampling:hf_sampler"),  # our seeded sampler (CPU/GPU)
-    "vllm": SamplerBackend("grpo_mse.policy.vllm_sampler:make_vllm", check_vllm),  # vLLM's offline engine (GPU only)
+    "vllm": SamplerBackend("grpo_mse.policy.vllm_sampler:make_vllm", check_vllm),  # vLLM's offline LLM (GPU only)
 }
 
 
@@ -125,16 +127,19 @@ class ModelConfig(Flags):
         sampler = SAMPLERS.get(self.backend)  # an unknown name is refused with the other choices below
         if sampler is not None and sampler.check is not None:
             sampler.check(self)
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
         super().__post_init__()  # choices and bounds
+
+    @functools.cached_property
+    def model_source(self) -> ModelSource:
+        """What --model names (hub id, folder, GGUF file, adapter folder), read from disk once for the run."""
+        return resolve(self.model)
 
     @functools.cached_property
     def model_fingerprint(self) -> str:
         """Content hash of a local --model folder (weights, config, tokenizer; cached), ``hub:<id>@<revision>``
         for a hub id: --resume and the oracle-table check compare it, so a changed folder is never mixed in."""
-        from grpo_mse.tables.resume import model_fingerprint
-
-        return model_fingerprint(self.model, self.revision)
+        return self.model_source.fingerprint(self.revision)
 
     def record(self) -> dict:
         """Every field by name and the model's fingerprint (the ``config`` saved with the results)."""
@@ -376,3 +381,18 @@ class TracecovConfig(ModelConfig):
         """Mean gradients a c1 batch holds per prompt: the oracle's, and with --advisor_estimator grpo_std also
         std-GRPO's and its difference from its own target (measured_curve)."""
         return 3 if self.with_advisor and self.advisor_estimator == GRPO_STD else 1
+
+    def run_sizes(self) -> RunSizes:
+        """The settings the run's memory plan depends on, as one typed record (``gradients.memory_plan``)."""
+        return RunSizes(
+            estimators=tuple(self.estimators),
+            m=self.M,
+            k_list=tuple(self.K_list),
+            max_new_tokens=self.max_new_tokens,
+            engine=self.engine,
+            groups_per_pass=self.groups_per_pass,
+            c1_batch=min(self.c1_batch, self.T) if self.with_advisor else 0,
+            c1_reads=self.c1_copies if self.with_advisor else 0,
+            max_memory_gb=self.max_memory_gb,
+            sketch_dim=self.sketch_dim if self.engine == "sketched" else 0,
+        )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from grpo_mse.analysis import bootstrap, error_model
 from grpo_mse.figures.tracecov import plt, save
 from grpo_mse.gradients import estimators as est
 
@@ -70,8 +71,6 @@ def plot_advisor(result: dict, out_stem: str, budget: float | None = None) -> li
     (only where the advisor identified it). N and the allowed K are the run's (saved in the JSON); ``budget``
     overrides N (the allowed K are then the powers of two dividing it) and the title says so."""
     import numpy as np
-
-    from grpo_mse.analysis import bootstrap, error_model
 
     advice = result["group_size_advisor"]
     pooled, ci = advice["pooled"], advice["ci95"]

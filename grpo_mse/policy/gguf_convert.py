@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from grpo_mse.errors import ModelError, first_line
 from grpo_mse.policy.model_cache import cache_root, cached_folder
-from grpo_mse.tables.resume import file_sha256
+from grpo_mse.policy.model_source import file_sha256
 
 SOURCE_RECORD = "gguf_source.json"  # written last: a folder without it is an interrupted conversion
 # Bumped when the conversion changes what it writes; a cached folder of another version is converted again.

@@ -6,8 +6,8 @@ import os
 
 import torch
 
-from grpo_mse.errors import InputError, ModelError  # noqa: F401 - re-exported here (their old home)
-from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder, model_stem
+from grpo_mse.errors import ModelError
+from grpo_mse.policy.model_source import ADAPTER, GGUF, ModelSource, resolve
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -23,25 +23,29 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def model_folder(name: str) -> str:
-    """The HF folder (or hub id) to load for ``name``: ``name`` itself, a GGUF file's converted folder, or a LoRA
+def model_folder(model: str | ModelSource) -> str:
+    """The HF folder (or hub id) to load for ``model``: its name itself, a GGUF file's converted folder, or a LoRA
     adapter folder's merge into its base (itself resolved the same way); both cached after the first use. The
     converter and the merger are imported only for such a model."""
-    gguf = gguf_file_of(name)
-    if gguf is not None:
+    source = resolve(model)
+    if source.kind == GGUF:
         from grpo_mse.policy.gguf_convert import converted_folder
 
-        return converted_folder(gguf)
-    if is_adapter_folder(name):
+        return converted_folder(source.gguf)
+    if source.kind == ADAPTER:
         from grpo_mse.policy.adapters import merged_folder, require_weights
 
-        require_weights(name)  # before its base is resolved (a GGUF base is converted)
-        return merged_folder(name, model_folder(adapter_base(name)))
-    return name
+        require_weights(source.name)  # before its base is resolved (a GGUF base is converted)
+        return merged_folder(source, model_folder(source.base()))
+    return source.name
 
 
 def load_policy(
-    name: str, device: str = "cpu", dtype: str = "fp32", revision: str = "main", trust_remote_code: bool = False
+    model: str | ModelSource,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    revision: str = "main",
+    trust_remote_code: bool = False,
 ):
     """(model in eval mode on ``device``, tokenizer with a pad token) for ``name``; a GGUF file (or the folder
     holding one) loads from its converted folder (``policy/gguf_convert.py``: converted once, then cached)."""
@@ -50,7 +54,8 @@ def load_policy(
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
     target = resolve_device(device)
-    source, name = name, model_folder(name)
+    model = resolve(model)
+    source, name = model.name, model_folder(model)
     local = os.path.isdir(os.path.expanduser(name))  # a mistyped local folder was refused by the command's config
     kwargs = {"trust_remote_code": trust_remote_code}
     if not local:
@@ -91,14 +96,3 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     if not ids:
         raise ModelError("the model defines no end-of-sequence token")
     return sorted(ids)
-
-
-def model_tag(name: str) -> str:
-    """File-name tag: a hub id with ``/`` and ``-`` replaced by ``_``; a local folder's base name (a GGUF file's
-    stem) likewise."""
-    return model_stem(name).replace("/", "_").replace("-", "_")
-
-
-def model_basename_tag(name: str) -> str:
-    """Oracle file tag: the model's base name (a GGUF file's stem) with ``-`` replaced by ``_``."""
-    return os.path.basename(model_stem(name)).replace("-", "_")

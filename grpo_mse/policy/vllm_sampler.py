@@ -12,12 +12,12 @@ from __future__ import annotations
 
 def make_vllm(config, model, settings, batch_size: int = 1, requests_per_call: int = 1):
     """--backend vllm's factory (``config.gradient_evaluation.SAMPLERS``): a VLLMSampler (``config``: a ModelConfig;
-    ``settings``: the run's ``sampling.SamplingSettings``; ``requests_per_call`` prompts per engine call; vLLM loads
-    its own copy of the weights, so ``model`` and ``batch_size`` are not used)."""
+    ``settings``: the run's ``sampling.SamplingSettings``; ``requests_per_call`` prompts per call of vLLM's ``LLM``;
+    vLLM loads its own copy of the weights, so ``model`` and ``batch_size`` are not used)."""
     from grpo_mse.policy.loading import model_folder
 
     return VLLMSampler(
-        model_folder(config.model),  # a GGUF file or an adapter: the HF folder the gradients' model loads too
+        model_folder(config.model_source),  # a GGUF file or an adapter: the HF folder the gradients' model loads too
         config.dtype,
         config.seed,
         settings,
@@ -31,9 +31,10 @@ def make_vllm(config, model, settings, batch_size: int = 1, requests_per_call: i
 
 
 class VLLMSampler:
-    """A vLLM engine next to the training model (set ``gpu_memory_utilization`` to leave room for it).
+    """vLLM's ``LLM`` (its offline sampler) next to the training model (set ``gpu_memory_utilization`` to leave room
+    for it).
 
-    ``iter_samples`` sends ``requests_per_call`` requests to the engine at a time and yields after each call."""
+    ``iter_samples`` sends ``requests_per_call`` requests to the LLM at a time and yields after each call."""
 
     def __init__(
         self,
@@ -65,7 +66,7 @@ class VLLMSampler:
         )
 
     def iter_samples(self, requests):
-        """(request position, continuation) for every sample, in order, one engine call at a time."""
+        """(request position, continuation) for every sample, in order, one LLM call at a time."""
         for first in range(0, len(requests), self.requests_per_call):
             outputs = self._generate(requests[first : first + self.requests_per_call])
             yield from ((first + offset, c) for offset, continuations in enumerate(outputs) for c in continuations)

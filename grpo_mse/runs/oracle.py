@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 from grpo_mse import cli, distributed
 from grpo_mse.config.gradient_evaluation import OracleConfig, make_sampler
-from grpo_mse.policy.loading import load_policy, model_basename_tag
+from grpo_mse.errors import require
+from grpo_mse.policy.loading import load_policy
+from grpo_mse.policy.model_source import model_basename_tag
 from grpo_mse.policy.sampling import Sampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
@@ -99,7 +101,7 @@ class OracleRun:
     ``close`` (rank 0 merges the torchrun shards).
 
     Sample j of row i uses random stream (seed, key_i, j). HF: batches of --batch_size sequences cross
-    prompt boundaries. vLLM: --batch_size prompts per engine call (the factory is given both).
+    prompt boundaries. vLLM: --batch_size prompts per vLLM call (the factory is given both).
     """
 
     config: OracleConfig
@@ -139,11 +141,13 @@ class OracleRun:
         stem = folder.resumable(current) if config.resume and rank == 0 else None
         if config.resume and rank == 0 and stem is None:
             print(f"note: nothing to resume in {config.out_dir}; starting a new file", file=sys.stderr)
-        model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+        model, tokenizer = load_policy(
+            config.model_source, device, config.dtype, config.revision, config.trust_remote_code
+        )
         ids = [prompt_ids(tokenizer, row["prompt"]) for row in rows]
         check_prompt_lengths([len(i) for i in ids], config.max_new_tokens, model_positions(model), config.dataset)
         if rank == 0 and stem is None:
-            stem = folder.claim(f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model)}", current)
+            stem = folder.claim(f"oracle_v_n{config.n_oracle}_{model_basename_tag(config.model_source)}", current)
         # Only rank 0 claims a name (its timestamp could differ on another rank); the others take rank 0's.
         path = distributed.broadcast_text(stem + ".jsonl" if rank == 0 else "")
         shard_path = path if world == 1 else f"{path}.rank{rank}"
@@ -151,7 +155,7 @@ class OracleRun:
         # A resumed torchrun run finds rows both in the merged table (earlier runs) and in its shard (a run
         # stopped before the merge): either counts as done.
         done = [rec for p in {path, shard_path} for rec in read_complete_jsonl(p)]
-        cli.require(
+        require(
             all(key_field in rec for rec in done),
             f"cannot --resume {path}: its rows have no {key_field!r} (written when the table's ids were read as "
             f"unique); run without --resume for a new file",

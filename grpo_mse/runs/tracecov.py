@@ -19,14 +19,15 @@ from grpo_mse.analysis import paired
 from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
 from grpo_mse.config.gradient_evaluation import SKETCH_FIELDS, TracecovConfig, make_sampler
 from grpo_mse.distributed import Shards
+from grpo_mse.gradients import allocator, trace_engines
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients import memory, trace_engines
 from grpo_mse.gradients.engine import PromptStats, prompt_traces
-from grpo_mse.gradients.memory import check_memory, peak_line
+from grpo_mse.gradients.memory_plan import MemoryPlan, check_memory, hold_to_plan, peak_line
 from grpo_mse.gradients.statistics import BufferPool
 from grpo_mse.gradients.trace_engines import EngineSettings
-from grpo_mse.policy.loading import load_policy, model_tag
+from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.logprobs import PromptSampler
+from grpo_mse.policy.model_source import model_tag
 from grpo_mse.policy.sampling import ResponseLengths, SamplingSettings
 from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (
@@ -116,16 +117,18 @@ class TracecovRun:
     lock: object = None  # the progress log's lock, held until ``close``
     pool: BufferPool = field(default_factory=BufferPool)  # running sums' buffers, reused from prompt to prompt
     engine_settings: EngineSettings = field(default_factory=EngineSettings)  # the statistics engine, its settings
-    memory_plan: memory.MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
+    memory_plan: MemoryPlan | None = None  # what the run was planned to hold (printed; c1's host share)
 
     @classmethod
     def start(cls, config: TracecovConfig) -> TracecovRun:
         """Rows, policy and checks (before any file is written), then a new run folder entry or the resumed one."""
         rank, world, device = distributed.init_from_env(config.device)
         if device == "cpu":
-            memory.reuse_freed_memory()  # gradients' pages reused from prompt to prompt (system time)
+            allocator.reuse_freed_memory()  # gradients' pages reused from prompt to prompt (system time)
         rows, keys = select_rows(config)
-        model, tokenizer = load_policy(config.model, device, config.dtype, config.revision, config.trust_remote_code)
+        model, tokenizer = load_policy(
+            config.model_source, device, config.dtype, config.revision, config.trust_remote_code
+        )
         lengths = [len(prompt_ids(tokenizer, row["prompt"])) for row in rows]  # fails before any file is written
         check_prompt_lengths(lengths, config.max_new_tokens, model_positions(model), config.oracle_table)
         saved_config = {
@@ -139,7 +142,7 @@ class TracecovRun:
             print(f"warning: {mismatch}", file=sys.stderr)
         trainable = [p for p in model.parameters() if p.requires_grad]
         values = [oracle_value(row) for row in rows]  # how many gradient rows a prompt likely gives
-        plan = check_memory(trainable, config, device, model.config, max(lengths), values)
+        plan = check_memory(trainable, config.run_sizes(), device, model.config, max(lengths), values)
         if rank == 0:
             print(plan.line(), file=sys.stderr)
         hook = advisor_hook() if config.with_advisor else None  # its modules load only when it is on
@@ -152,7 +155,7 @@ class TracecovRun:
             TracecovConfig.RESULT_FIELDS,
             settings_in_marker=True,
         )
-        name = f"tracecov_{model_tag(config.model)}"
+        name = f"tracecov_{model_tag(config.model_source)}"
         base, progress, run_lock = open_progress(
             folder, name, saved_config, config.resume, rank, distributed.broadcast_text
         )
@@ -168,11 +171,11 @@ class TracecovRun:
             config.seed,
             include_eos=not config.drop_eos,
             shared_prompt=trace_engines.load(config.engine).shared_prompt,
-            source=make_sampler(config, model, settings, config.gen_bs),  # one prompt per engine call
+            source=make_sampler(config, model, settings, config.gen_bs),  # one prompt per sampler call
             score_distribution=config.score_distribution,
         )
         run = cls(config, sampler, rows, keys, base, saved_config, rank, world, progress, done, lock=run_lock)
-        # a prompt's statistics take the plan's kept gradient rows at once (memory.plan_run)
+        # a prompt's statistics take the plan's kept gradient rows at once (memory_plan.plan_run)
         sketch = {name: getattr(config, name) for name in SKETCH_FIELDS}  # the sketched engine's (the others ignore it)
         run.engine_settings = EngineSettings(config.engine, config.groups_per_pass, plan.kept_rows, **sketch)
         run.memory_plan = plan
@@ -224,7 +227,7 @@ class TracecovRun:
                     if whole:
                         self.advisor.prompt_done(index, record, stats)
                     stats.release()  # its running sums' buffers go to the next prompt
-                    memory.hold_to_plan(self.memory_plan, str(self.sampler.model.device))
+                    hold_to_plan(self.memory_plan, str(self.sampler.model.device))
                 if on_prompt:
                     on_prompt()
             if whole:

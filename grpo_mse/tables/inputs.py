@@ -9,7 +9,7 @@ import numbers
 import os
 import random
 
-from grpo_mse.errors import DataError, InputError  # noqa: F401 - both re-exported here (their old home)
+from grpo_mse.errors import DataError
 from grpo_mse.tables.records import V_ORACLE, oracle_count
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")

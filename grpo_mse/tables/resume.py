@@ -16,12 +16,10 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from grpo_mse.errors import UsageError
 from grpo_mse.tables.inputs import LATER_DEFAULTS, looks_local
-from grpo_mse.tables.model_files import adapter_base, gguf_file_of, is_adapter_folder
 from grpo_mse.tables.outputs import append_jsonl, read_complete_jsonl, timestamp, write_json
 from grpo_mse.tables.records import C1BatchRecord, PromptRecord
 
@@ -44,98 +42,6 @@ def fingerprint(source: str) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return f"sha256:{digest.hexdigest()}"
-
-
-def _cache_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "grpo_mse", "fingerprints.json")
-
-
-def _file_digest(path: str, cache: dict) -> str:
-    """sha256 of one file, reused from ``cache`` while its device, inode, size, mtime and ctime are unchanged
-    (ctime moves on every write and cannot be set back, so a rewritten file is always hashed again)."""
-    info = os.stat(path)
-    key = os.path.realpath(path)
-    stamp = [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
-    entry = cache.get(key)
-    if isinstance(entry, dict) and entry.get("stamp") == stamp and isinstance(entry.get("sha256"), str):
-        return entry["sha256"]
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    cache[key] = {"stamp": stamp, "sha256": digest.hexdigest()}
-    return cache[key]["sha256"]
-
-
-def _load_cache() -> dict:
-    try:
-        with open(_cache_path(), encoding="utf-8") as handle:
-            cache = json.load(handle)
-        return cache if isinstance(cache, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _save_cache(cache: dict) -> None:
-    try:  # atomic replace; a cache that cannot be written only costs a rehash next time
-        os.makedirs(os.path.dirname(_cache_path()), exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(_cache_path()), prefix=".tmp_")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(cache, out)
-        os.replace(temporary, _cache_path())
-    except OSError:
-        pass
-
-
-def file_sha256(path: str) -> str:
-    """The hex sha256 of one file, through the same cache as ``model_fingerprint``."""
-    cache = _load_cache()
-    before = dict(cache)
-    digest = _file_digest(path, cache)
-    if cache != before:
-        _save_cache(cache)
-    return digest
-
-
-def model_fingerprint(model: str, revision: str = "main") -> str:
-    """``sha256:<hex>`` over a local model folder's files (weights, config, tokenizer, template; hidden files
-    and folders skipped), by relative path and content; for a GGUF file (or the folder holding one) the file's
-    own sha256, so the file and its folder are one model; for a LoRA adapter folder the sha256 of its files and
-    its base's fingerprint; ``hub:<id>@<revision>`` for a hub id.
-
-    Each file's hash is cached in ``$XDG_CACHE_HOME/grpo_mse/fingerprints.json`` (~/.cache by default) keyed
-    by inode, size, mtime and ctime, so a second run does not reread the weights; the cache is best effort."""
-    gguf = gguf_file_of(model)
-    if gguf is not None:
-        return f"sha256:{file_sha256(gguf)}"
-    if is_adapter_folder(model):  # the adapter's files and its base: a merged model depends on both
-        base = model_fingerprint(adapter_base(model), revision)
-        return "sha256:" + hashlib.sha256(f"{_folder_digest(model)}\n{base}".encode()).hexdigest()
-    path = os.path.expanduser(model)
-    if not os.path.isdir(path):
-        return f"hub:{model}@{revision}"
-    return f"sha256:{_folder_digest(path)}"
-
-
-def _folder_digest(path: str) -> str:
-    """sha256 over a folder's files (hidden files and folders skipped), by relative path and content."""
-    path = os.path.expanduser(path)
-    files = sorted(
-        os.path.relpath(os.path.join(folder, name), path)
-        for folder, subfolders, names in os.walk(path)
-        for name in names
-        if not name.startswith(".")
-        if not any(part.startswith(".") for part in os.path.relpath(folder, path).split(os.sep) if part != ".")
-    )
-    cache = _load_cache()
-    before = dict(cache)
-    digest = hashlib.sha256()
-    for name in files:
-        digest.update(name.encode() + b"\0" + _file_digest(os.path.join(path, name), cache).encode() + b"\n")
-    if cache != before:
-        _save_cache(cache)
-    return digest.hexdigest()
 
 
 def _same(key: str, saved: dict, current: dict) -> bool:

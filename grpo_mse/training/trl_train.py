@@ -22,9 +22,10 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 from grpo_mse import cli  # noqa: E402
-from grpo_mse.cli import require  # noqa: E402
+from grpo_mse.errors import UsageError, require  # noqa: E402
 from grpo_mse.flags import Flags, option  # noqa: E402
 from grpo_mse.gradients import estimators as est  # noqa: E402
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.training import adaptive_k, trl_backend  # noqa: E402
 from grpo_mse.training.budget import budget_settings  # noqa: E402
 
@@ -88,14 +89,14 @@ class TrlTrainConfig(Flags):
         try:
             budget_settings(self.group_size, self.budget)
         except ValueError as exc:
-            raise cli.UsageError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         require(
             self.lr < 1,
             f"argument --lr: {self.lr:g} is not a learning rate for AdamW; use a value below 1 (the paper: 1e-6)",
         )
         unknown = sorted(self.logger_names - set(LOGGERS))
         require(not unknown, f"--loggers: unknown {unknown}; use console and/or wandb")
-        cli.check_model_path(self.model)  # a mistyped local folder: one line, no hub retries
+        check_model_path(self.model)  # a mistyped local folder: one line, no hub retries
         for path in (self.train_file, self.val_file, self.reward_path):
             require(os.path.isfile(path), f"{path} not found")
         if self.adaptive_k_list is not None:
@@ -108,7 +109,7 @@ class TrlTrainConfig(Flags):
                 try:
                     budget_settings(k, self.budget, k_name="--adaptive_k_list K")
                 except ValueError as exc:
-                    raise cli.UsageError(str(exc)) from None
+                    raise UsageError(str(exc)) from None
         require(
             not self.adaptive_k_every or self.allowed_k,
             f"--budget {self.budget}: no power of two fits it as a K; give --adaptive_k_list",
@@ -270,7 +271,7 @@ def run(args: TrlTrainConfig) -> dict:
     settings = budget_settings(args.group_size, args.budget)
     steps = config.max_steps // trl_backend.UPDATES_PER_STEP
     if args.adaptive_k_every:
-        cli.require(
+        require(
             args.adaptive_k_T <= len(train_rows),
             f"--adaptive_k_T {args.adaptive_k_T} is more than the {len(train_rows)} training rows",
         )

@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import DataError
 from grpo_mse.flags import Flags, option
 
 
@@ -139,7 +140,6 @@ def check_data_files(overrides: list[str]) -> str | None:
     """
     from omegaconf import OmegaConf
 
-    from grpo_mse.errors import DataError
     from grpo_mse.rewards.rules import check_answers
     from grpo_mse.tables.inputs import load_rows
 

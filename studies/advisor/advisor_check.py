@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import write_json
 
@@ -90,8 +91,8 @@ def main(argv=None) -> None:
     argv = cli.arguments(argv)
     own, rest = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = AdvisorCheckConfig.from_argv(own, description=__doc__)
-    cli.require(not set(args.fit) & set(args.check), f"--fit {args.fit} and --check {args.check} overlap")
-    cli.require(len(args.fit) >= 1 and "--K_list" not in rest, "--K_list is set from --fit and --check; leave it out")
+    require(not set(args.fit) & set(args.check), f"--fit {args.fit} and --check {args.check} overlap")
+    require(len(args.fit) >= 1 and "--K_list" not in rest, "--K_list is set from --fit and --check; leave it out")
     cli.writable_file(args.out, "--out")
     from grpo_mse.config.gradient_evaluation import TracecovConfig
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import read_json, write_json
 
@@ -24,8 +25,8 @@ class KMapConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        cli.require(len(self.labels) == len(self.runs), "--labels needs one label per --runs file")
-        cli.require(self.out.endswith(".json"), f"--out {self.out} must end with .json")
+        require(len(self.labels) == len(self.runs), "--labels needs one label per --runs file")
+        require(self.out.endswith(".json"), f"--out {self.out} must end with .json")
         cli.writable_file(self.out, "--out")
 
 

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import read_json, write_atomic
 
@@ -32,7 +33,7 @@ class CompareBaselineConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        cli.require(len(self.labels) == len(self.diagnostics), "--labels needs one label per --diagnostics file")
+        require(len(self.labels) == len(self.diagnostics), "--labels needs one label per --diagnostics file")
         cli.writable_file(self.out, "--out")
 
 

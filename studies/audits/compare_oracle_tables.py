@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from grpo_mse import cli
-from grpo_mse.cli import require
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json

@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.rewards.boxed_math import BOXED_COMMANDS, last_boxed, math_equal, reward_timeout
 from grpo_mse.rewards.gsm8k import GSM8K_ANSWER
@@ -43,7 +44,7 @@ class GoldConfig(Flags):
     def __post_init__(self) -> None:
         super().__post_init__()
         cli.writable_file(self.out, "--out")
-        cli.require(
+        require(
             not (self.dataset == "math500" and self.split == "train"),
             "math500's train split is MATH's training set: audit it as math --split train, or use --split test",
         )

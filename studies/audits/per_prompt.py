@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grpo_mse import cli
+from grpo_mse.errors import UsageError
 
 
 def mse_table(path: str) -> dict[int, dict[str, np.ndarray]]:
@@ -19,7 +19,7 @@ def mse_table(path: str) -> dict[int, dict[str, np.ndarray]]:
     frame = pd.read_csv(path)
     missing = {"prompt_index", "K", "estimator", "mse"} - set(frame.columns)
     if missing:
-        raise cli.UsageError(f"--per_prompt {path}: no column {', '.join(sorted(missing))}; give a *_per_prompt.csv")
+        raise UsageError(f"--per_prompt {path}: no column {', '.join(sorted(missing))}; give a *_per_prompt.csv")
     table = {}
     for k, rows in frame.groupby("K"):
         wide = rows.pivot(index="prompt_index", columns="estimator", values="mse").sort_index()
@@ -35,7 +35,7 @@ def pooled_ratio(
     ks = sorted(table)
     counts = {len(table[k][top]) for k in ks} | {len(table[k][bottom]) for k in ks}
     if len(counts) != 1:
-        raise cli.UsageError("the per-prompt CSV has different prompts at different K; a pooled ratio needs the same")
+        raise UsageError("the per-prompt CSV has different prompts at different K; a pooled ratio needs the same")
     (n,) = counts
     picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
 

@@ -22,7 +22,9 @@ import re
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option, parse_command
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.rewards.rules import final_answer_reward, last_integer_reward, parse_gold
 from grpo_mse.tables.outputs import wilson_interval, write_atomic, write_json
 from studies.audits.gold_audit import GoldConfig
@@ -47,7 +49,7 @@ class SampleConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
         cli.writable_file(self.out, "--out")
 
 
@@ -134,7 +136,7 @@ def count(samples: list[dict], labels: list[dict]) -> dict:
     by_stratum = {name: [r for r in samples if stratum(r) == name] for name in ("rewarded", "mentions_gold", "rest")}
     for name in ("rewarded", "mentions_gold"):
         missing = [(r["id"], r["j"]) for r in by_stratum[name] if (r["id"], r["j"]) not in label_of]
-        cli.require(not missing, f"{len(missing)} {name} samples have no label (first: id {missing[:1]})")
+        require(not missing, f"{len(missing)} {name} samples have no label (first: id {missing[:1]})")
     summary = {"samples": len(samples), "strata": {k: len(v) for k, v in by_stratum.items()}, "rules": {}}
     rest_labelled = [label_of[(r["id"], r["j"])] for r in by_stratum["rest"] if (r["id"], r["j"]) in label_of]
     positives = sum(rest_labelled)

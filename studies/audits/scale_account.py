@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.tables.outputs import read_json, write_json
 
@@ -50,10 +51,10 @@ class ScaleAccountConfig(Flags):
 def per_prompt_rows(run_json: str) -> list[dict]:
     """The run's per-prompt CSV rows (one per prompt, K and estimator), numbers as floats."""
     path = run_json[: -len(".json")] + "_per_prompt.csv"
-    cli.require(os.path.isfile(path), f"--run {run_json}: no {os.path.basename(path)} beside it")
+    require(os.path.isfile(path), f"--run {run_json}: no {os.path.basename(path)} beside it")
     with open(path, encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    cli.require(bool(rows) and "mean_new_tokens" in rows[0], f"{path}: no mean_new_tokens column (a run before it)")
+    require(bool(rows) and "mean_new_tokens" in rows[0], f"{path}: no mean_new_tokens column (a run before it)")
     for row in rows:
         for key in ("K", "mse", "V_oracle", "mean_new_tokens", "share_eos", "share_cut"):
             row[key] = float(row[key]) if row[key] not in ("", None) else math.nan
@@ -89,7 +90,7 @@ def paper_values(path: str, model: str) -> dict[tuple[str, int], float]:
     names = {"vanilla": "naive", "grpo": "grpo", "oracle": "oracleV"}
     with open(path, encoding="utf-8", newline="") as handle:
         rows = [r for r in csv.DictReader(handle) if r["model"] == model]
-    cli.require(bool(rows), f"--paper {path}: no row for model {model!r}")
+    require(bool(rows), f"--paper {path}: no row for model {model!r}")
     return {(names.get(r["estimator"].lower(), r["estimator"]), int(r["K"])): float(r["mse"]) for r in rows}
 
 

@@ -7,7 +7,7 @@ T=1, M=2, K=2: imports, model load, outputs) and the --help time of each script.
 zero_shot uses the demo's oracle table; few_shot builds an oracle table here with
 calculate_oracle_v.py (first T rows of --few_shot_data, --n_oracle samples each; not timed).
 
-  python benchmarks/bench_cli.py        # T=16, M=8, K 2 4 8 16, built-in policy -> results/benchmarks/cpu_cli.json
+  python scripts/bench_cli.py        # T=16, M=8, K 2 4 8 16, built-in policy -> results/benchmarks/cpu_cli.json
 """
 
 import glob
@@ -19,8 +19,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.tables.outputs import write_json
 from studies.command_line import protect_tracked
 
@@ -74,14 +75,14 @@ def parse_args(argv=None) -> BenchCliConfig:
     protect_tracked(args.out, args.overwrite, "--out")
     # the benchmark runs the command lines on a local model (a folder, a GGUF file or an adapter folder, as they
     # take it), never a hub download inside a timed run
-    cli.require(cli.check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
+    require(check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
     if "zero_shot" in args.cases:
         args.zero_shot_table = args.zero_shot_table or latest(
             os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_*.jsonl")
         )
-        cli.require(os.path.isfile(args.zero_shot_table), f"zero-shot oracle table not found: {args.zero_shot_table}")
+        require(os.path.isfile(args.zero_shot_table), f"zero-shot oracle table not found: {args.zero_shot_table}")
     if "few_shot" in args.cases:
-        cli.require(os.path.isfile(args.few_shot_data), f"--few_shot_data not found: {args.few_shot_data}")
+        require(os.path.isfile(args.few_shot_data), f"--few_shot_data not found: {args.few_shot_data}")
     return args
 
 

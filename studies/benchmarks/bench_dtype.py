@@ -7,8 +7,8 @@ the oracle's V per prompt and the mean paired difference bf16 - fp32 with its 95
 studies.audits.run_agreement, and the fp32 run's own 95% half-width (relative), so that "within the
 intervals" can be read off: a dtype whose difference is inside the fp32 run's own interval changes no result.
 
-  python benchmarks/bench_dtype.py --model "$(python scripts/real_llm.py)" \
-      --oracle_table benchmarks/smollm2_zero_shot_top4.jsonl --T 4 --M 4 --K_list 4 \
+  python scripts/bench_dtype.py --model "$(python scripts/real_llm.py)" \
+      --oracle_table results/benchmarks/smollm2_zero_shot_top4.jsonl --T 4 --M 4 --K_list 4 \
       --out results/benchmarks/cpu_dtype_smollm2.json
 """
 
@@ -20,8 +20,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.tables.outputs import write_json
 from studies.audits import run_agreement
 from studies.benchmarks.bench_cli import ORACLE, ROOT, TRACECOV, latest, timed
@@ -50,8 +51,8 @@ class BenchDtypeConfig(Flags):
 def parse_args(argv=None) -> BenchDtypeConfig:
     args = BenchDtypeConfig.from_argv(argv, description=__doc__)
     protect_tracked(args.out, args.overwrite, "--out")
-    cli.require(cli.check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
-    cli.require(os.path.isfile(args.oracle_table), f"--oracle_table not found: {args.oracle_table}")
+    require(check_model_path(args.model), f"--model {args.model}: give a local model (folder or GGUF file)")
+    require(os.path.isfile(args.oracle_table), f"--oracle_table not found: {args.oracle_table}")
     return args
 
 

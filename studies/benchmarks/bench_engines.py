@@ -1,32 +1,13 @@
-"""Reference engine (three backward passes, Welford, prompt recomputed per sequence) against the fast
-engine (two backward passes, running sums, the prompt once per pass of groups) on the SAME sampled
-continuations.
-
-Prints, per case and side by side: gradient-phase time of each engine and their ratio, end-to-end
-time per prompt (sampling included) and its ratio, statistics memory, the largest relative
-difference between the engines' per-prompt traces, and each engine's largest relative error against
-the reference engine run on a float64 copy of the model (the fp32 rounding floor of both), where the
-two engines agree to about 1e-7 (HF's RMSNorm computes in float32 even in a float64 model).
-
-  python benchmarks/bench_engines.py                     # built-in policy, zero-shot and few-shot, CPU
-  python benchmarks/bench_engines.py --qwen_shapes --device cuda --dtype bf16   # GPU: Qwen2.5-0.5B shapes
-  python benchmarks/bench_engines.py --qwen_shapes 1.5B --device cuda --dtype bf16
-
-Before any work it estimates the memory (model, gradients, each engine's statistics; grpo_mse.gradients.memory)
-and refuses with one line when that exceeds the machine's (available host memory, or free GPU memory). One
-engine's statistics are freed before the other engine runs (and before each repeat), so the peak is the model
-plus the larger engine, not both.
-"""
+"""The body of scripts/bench_engines.py: the reference engine against the fast one on the same sampled
+continuations (what it prints and why: ``bench_engines_flags``, whose flags it takes)."""
 
 import copy
 import os
 import time
-from dataclasses import dataclass
 
 import torch
 
 from grpo_mse import cli
-from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients import memory
 from grpo_mse.gradients.engine import prompt_traces
@@ -35,16 +16,16 @@ from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.gradients.trace_engines import fast as fast_engine
 from grpo_mse.policy.loading import eos_token_ids, load_policy
 from grpo_mse.policy.logprobs import PromptSampler
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.policy.sampling import SamplingSettings
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import load_rows
 from grpo_mse.tables.outputs import write_json
 from grpo_mse.tables.records import V_ORACLE, oracle_value
+from studies.benchmarks import bench_engines_flags
 from studies.benchmarks import memory_estimates as estimates
-from studies.benchmarks.qwen_shapes import QWEN2_5_SHAPES
-from studies.command_line import device_name
+from studies.benchmarks.bench_engines_flags import ROOT, BenchEnginesConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 # The engines agree when their per-prompt traces differ by at most this (relative) in the model's dtype: both
 # compute the same gradients, rounded in another order (fp32: ~1e-6 measured; bf16 keeps 8 significant bits).
 AGREE_RTOL = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 5e-2}
@@ -278,43 +259,17 @@ def run_case(
     }
 
 
-@dataclass(kw_only=True)
-class BenchEnginesConfig(Flags):
-    """The model (or Qwen2.5-shaped random weights), the cases and their sizes, the repeats, the output."""
-
-    model: str = option(os.path.join(ROOT, "assets", "tiny_policy"), help="local model folder or hub id")
-    qwen_shapes: str | None = option(
-        None,
-        nargs="?",
-        const="0.5B",
-        choices=sorted(QWEN2_5_SHAPES),
-        help="random model with Qwen2.5's shapes at this size (no value: 0.5B; toy: Qwen's vocabulary and layout "
-        "at a tiny width, for CPU checks)",
-    )
-    device: str = option("cpu", type=device_name, help="cpu, cuda, cuda:N or mps")
-    dtype: str = option("fp32", choices=["fp16", "bf16", "fp32"], help="model weights' dtype")
-    cases: list[str] = option(["zero_shot", "few_shot"], choices=["zero_shot", "few_shot"], help="built-in prompt sets")
-    T: int = option(3, minimum=1, help="prompts per case")
-    M: int = option(8, minimum=2, help="groups per prompt")
-    K_list: list[int] = option([2, 4, 8, 16], minimum=2, help="group sizes")
-    max_new_tokens: int = option(32, minimum=1, help="tokens per continuation")
-    groups_per_pass: int = option(0, minimum=0, help="fast engine's groups per pass (0 = auto)")
-    repeats: int = option(3, minimum=1, help="time each engine this many times, keep the fastest")
-    float64_check: bool | None = option(
-        None,
-        help="also run the reference engine on a float64 copy of the model and report each engine's "
-        "largest relative trace error against it (default: on, except with --qwen_shapes)",
-    )
-    out: str | None = option(None, help="also write the results as JSON here")
-
-
 def main(argv=None) -> None:
-    args = BenchEnginesConfig.from_argv(argv, description=__doc__)
+    run(BenchEnginesConfig.from_argv(argv, description=bench_engines_flags.__doc__))
+
+
+def run(args: BenchEnginesConfig) -> None:
+    """The benchmark of ``args`` (scripts/bench_engines.py parses them before torch loads, then calls this)."""
     args.K_list, args.cases = cli.unique(args.K_list, "--K_list"), cli.unique(args.cases, "--cases")
     if args.out:
         cli.writable_file(args.out, "--out")
     if not args.qwen_shapes:
-        cli.check_model_path(args.model)
+        check_model_path(args.model)
     float64_check = not args.qwen_shapes if args.float64_check is None else args.float64_check
     torch.manual_seed(0)
     if args.qwen_shapes:  # the estimate on meta tensors first: nothing allocated when it does not fit

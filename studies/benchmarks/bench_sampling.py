@@ -2,7 +2,7 @@
 random weights and Qwen2.5's shapes (no download): generated tokens per second at each batch, up to the largest
 batch that fits. This is the number to compare with vLLM on a machine that has it.
 
-  python benchmarks/bench_sampling.py --qwen_shapes 1.5B --device cuda --dtype bf16 --out sampling.json
+  python scripts/bench_sampling.py --qwen_shapes 1.5B --device cuda --dtype bf16 --out sampling.json
 
 Batches double from --batch_start while the estimated memory (key/value cache, and the float32 logits the
 nucleus sampler sorts) fits what the device has, until --batch_max, an out-of-memory error, or a batch that

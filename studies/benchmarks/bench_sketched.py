@@ -5,7 +5,7 @@ the agreement of the numbers: every prompt's MSE per K and estimator against the
 sketch's own per-prompt error (the spread of its blocks, t with R - 1 degrees of freedom), and each paired ratio
 of the fast run beside the sketched run's with its interval and the sketch's own sd.
 
-  python benchmarks/bench_sketched.py --model "$(python scripts/real_llm.py qwen)" \\
+  python scripts/bench_sketched.py --model "$(python scripts/real_llm.py qwen)" \\
       --oracle_table results/real_llm/qwen_coder_05b/zero_shot_mid.jsonl --T 2 --M 2 --K_list 4 \\
       --out results/benchmarks/sketched_qwen05b_T2.json
 

@@ -1,7 +1,7 @@
 """The benchmarks' memory estimates, made before any work: the peak bytes of one engine's statistics and gradients
 (checked against measured peaks by tests/studies/test_memory_estimates.py), a model's weights, and the one-line
 refusal when an estimate exceeds what the device has; and the bytes an engine's statistics hold once built. A
-tracecov run plans its own memory (grpo_mse.gradients.memory)."""
+tracecov run plans its own memory (grpo_mse.gradients.memory_plan)."""
 
 from __future__ import annotations
 

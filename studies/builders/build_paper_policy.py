@@ -22,8 +22,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
-from grpo_mse.cli import require
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from studies.builders import defaults
 
 
@@ -59,7 +60,7 @@ class PaperPolicyConfig(Flags):
             self.steps or self.slip_steps or self.settle_steps,
             "--steps, --slip_steps and --settle_steps are all 0: nothing to build",
         )
-        cli.check_model_path(self.base_dir)
+        check_model_path(self.base_dir)
         cli.writable_dir(self.out_dir, "--out_dir")
 
 

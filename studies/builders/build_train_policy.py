@@ -19,6 +19,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.flags import Flags, option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.rewards.rules import score
 from studies.builders import defaults
 
@@ -40,7 +41,7 @@ class TrainPolicyConfig(Flags):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # bounds
-        cli.check_model_path(self.base_dir)
+        check_model_path(self.base_dir)
         cli.writable_dir(self.out_dir, "--out_dir")
 
 

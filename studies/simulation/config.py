@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_mse import cli
+from grpo_mse.errors import require
 from grpo_mse.flags import Flags, option
 from grpo_mse.gradients.estimators import GRPO, ORACLE, UNBIASED, VANILLA
 
@@ -68,9 +69,9 @@ class SimulationConfig(Flags):
         self.seeds = tuple(cli.unique(list(self.seeds), "--seeds"))
         self.estimators = tuple(cli.unique(list(self.estimators), "--estimators"))
         bad = [k for k in self.K_list if self.budget % k]
-        cli.require(not bad, f"every K must divide --budget {self.budget} (not {' '.join(map(str, bad))})")
+        require(not bad, f"every K must divide --budget {self.budget} (not {' '.join(map(str, bad))})")
         adamw_only = [f"--{name}" for name in ("weight_decay", "max_grad_norm") if getattr(self, name) != ADAMW[name]]
-        cli.require(
+        require(
             self.optimizer == "adamw" or not adamw_only,
             f"{' and '.join(adamw_only)} apply to --optimizer adamw only (plain SGD has neither)",
         )

@@ -28,11 +28,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from grpo_mse import cli
 from grpo_mse.builtin.arithmetic import make_rows
 from grpo_mse.gradients import estimators as est
 from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.logprobs import continuation_mask, shared_prompt_logprobs, token_log_probs
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.policy.sampling import HFSampler, SamplingSettings, stream_seed
 from grpo_mse.rewards.rules import row_reward
 from grpo_mse.tables.inputs import prompt_ids
@@ -61,7 +61,7 @@ class SimulationRun:
     @classmethod
     def load(cls, config: SimulationConfig) -> SimulationRun:
         """The arithmetic task with the policy config.model (CPU, fp32; a mistyped local folder is one line)."""
-        cli.check_model_path(config.model)
+        check_model_path(config.model)
         model, tokenizer = load_policy(config.model, "cpu", "fp32")
         train = text_pool(tokenizer, make_rows(config.train_prompts, seed=config.train_seed, style=config.style))
         heldout = text_pool(tokenizer, make_rows(config.heldout_prompts, seed=config.heldout_seed, style=config.style))

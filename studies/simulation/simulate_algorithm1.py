@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from grpo_mse import cli
 from grpo_mse.flags import option
+from grpo_mse.policy.model_source import check_model_path
 from grpo_mse.tables.outputs import write_csv, write_json
 from studies.command_line import protect_tracked
 from studies.simulation.config import SimulationConfig
@@ -48,7 +49,7 @@ class Args(SimulationConfig):
         super().__post_init__()
         cli.writable_dir(self.out_dir, "--out_dir")
         protect_tracked(self.out_dir, self.overwrite, "--out_dir")
-        cli.check_model_path(self.model)
+        check_model_path(self.model)
 
 
 def parse_args(argv=None) -> Args:

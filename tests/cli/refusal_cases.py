@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from conftest import BUILTIN_POLICY, tracecov_argv
 
 from grpo_mse.gradients.estimators import UNBIASED
-from grpo_mse.tables.resume import model_fingerprint
+from grpo_mse.policy.model_source import model_fingerprint
 
 ROW = {"id": 0, "prompt": "Solve the arithmetic problem.\n2 + 3 =", "ground_truth": 5, "V_oracle": 0.5}
 TABLE = "{tmp}/t.jsonl"

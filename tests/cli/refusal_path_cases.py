@@ -75,7 +75,7 @@ PATH_CASES = [
     ),
     Case(
         "bench_cli over the committed benchmark",
-        ["benchmarks/bench_cli.py", "--repeats", "1"],
+        ["scripts/bench_cli.py", "--repeats", "1"],
         "would replace files tracked by git",
     ),
     Case(
@@ -238,6 +238,6 @@ PATH_CASES = [
         ["scripts/build_tiny_policy.py", "--steps", "0", "--out_dir", "{tmp}/m"],
         "argument --steps: must be >= 1",
     ),
-    Case("bench --M 1", ["benchmarks/bench_engines.py", "--M", "1"], "argument --M: must be >= 2"),
-    Case("bench --device tpu", ["benchmarks/bench_engines.py", "--device", "tpu"], "unknown device 'tpu'"),
+    Case("bench --M 1", ["scripts/bench_engines.py", "--M", "1"], "argument --M: must be >= 2"),
+    Case("bench --device tpu", ["scripts/bench_engines.py", "--device", "tpu"], "unknown device 'tpu'"),
 ]

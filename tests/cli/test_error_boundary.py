@@ -12,7 +12,8 @@ import pytest
 from conftest import BUILTIN_POLICY
 from one_line_checks import FIGURES, boundary, no_tracked_change, one_error_line  # noqa: F401 (autouse fixture)
 
-from grpo_mse import cli
+from grpo_mse.errors import UsageError
+from grpo_mse.policy.model_source import check_model_path
 
 
 @pytest.mark.parametrize(
@@ -27,7 +28,7 @@ from grpo_mse import cli
 def test_broken_model_folders_are_refused_before_loading(tmp_path, damage, needle):
     model = tmp_path / "m"
     shutil.copytree(BUILTIN_POLICY, model)
-    cli.check_model_path(str(model))  # the intact copy passes
+    check_model_path(str(model))  # the intact copy passes
     if damage == "no_tokenizer":
         for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
             (model / name).unlink()
@@ -39,8 +40,8 @@ def test_broken_model_folders_are_refused_before_loading(tmp_path, damage, needl
         (model / "config.json").write_text(json.dumps({**config, "hidden_size": 2 * config["hidden_size"]}))
     else:
         (model / "config.json").write_text("{")
-    with pytest.raises(cli.UsageError, match=needle):
-        cli.check_model_path(str(model))
+    with pytest.raises(UsageError, match=needle):
+        check_model_path(str(model))
 
 
 def _full_disk():

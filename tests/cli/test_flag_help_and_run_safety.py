@@ -22,7 +22,7 @@ ENTRY_POINTS = [
     "scripts/estimator_table.py",
     "scripts/simulate_algorithm1.py",
     "scripts/build_tiny_policy.py",
-    "benchmarks/bench_engines.py",
+    "scripts/bench_engines.py",
     "Policy_Optimization/prepare_data.py",
     "Policy_Optimization/collect_runs.py",
     "Policy_Optimization/sweep_group_size.py",
@@ -75,7 +75,7 @@ def test_json_has_null_not_nan(tmp_path):
 
 
 def test_concurrent_runs_get_their_own_names_and_locks(tmp_path):
-    from grpo_mse.cli import UsageError
+    from grpo_mse.errors import UsageError
     from grpo_mse.tables.resume import claim, lock
 
     stem = str(tmp_path / "tracecov_m_20260101_000000")
@@ -89,7 +89,7 @@ def test_concurrent_runs_get_their_own_names_and_locks(tmp_path):
 
 
 def test_resume_picks_the_run_with_equal_settings():
-    from grpo_mse.cli import UsageError
+    from grpo_mse.errors import UsageError
     from grpo_mse.tables.resume import choose
 
     runs = [("a", {"seed": 0, "T": 2}), ("b", {"seed": 1, "T": 2})]
@@ -100,7 +100,7 @@ def test_resume_picks_the_run_with_equal_settings():
 
 
 def test_torn_last_line_is_cut_and_a_corrupt_line_refused(tmp_path):
-    from grpo_mse.tables.inputs import DataError
+    from grpo_mse.errors import DataError
     from grpo_mse.tables.outputs import read_complete_jsonl
 
     log = tmp_path / "p.jsonl"

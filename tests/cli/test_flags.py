@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from grpo_mse import flags
-from grpo_mse.cli import ArgumentParser, UsageError, require
+from grpo_mse.cli import ArgumentParser
+from grpo_mse.errors import UsageError, require
 from grpo_mse.flags import Flags, option
 from studies.flag_tables import markdown
 
@@ -347,7 +348,7 @@ def test_help_of_every_entry_point_is_fast_and_loads_no_torch():
 def test_every_command_line_parser_takes_flags_by_their_full_name_only():
     """Issue 54, item 10: every parser of the project is a cli.ArgumentParser (so none takes a prefix: allow_abbrev
     off), and none is built from argparse directly."""
-    folders = ("grpo_mse", "scripts", "studies", "plots", "benchmarks", "Gradient_evaluation", "Policy_Optimization")
+    folders = ("grpo_mse", "scripts", "studies", "plots", "Gradient_evaluation", "Policy_Optimization")
     direct = [
         str(path.relative_to(ROOT))
         for folder in folders

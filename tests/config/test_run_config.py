@@ -9,8 +9,8 @@ import time
 import pytest
 from conftest import ROOT
 
-from grpo_mse.cli import UsageError
 from grpo_mse.config.gradient_evaluation import SKETCH_FIELDS, OracleConfig, TracecovConfig
+from grpo_mse.errors import UsageError
 
 TRACECOV_DEFAULTS = {  # the original run_tracecov.py's flags and defaults (SPEC section 3 and later additions)
     "model": "Qwen/Qwen2.5-0.5B-Instruct",

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from training_checks import ACC, ROOT, one_line_error
 
-from grpo_mse.tables.inputs import DataError
+from grpo_mse.errors import DataError
 
 # ---------------------------------------------------------------- figures: one seed, bad CSV
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_mse import cli, distributed
+from grpo_mse import distributed
+from grpo_mse.errors import UsageError
 from grpo_mse.gradients import statistics
 from grpo_mse.policy.logprobs import FAR, token_log_probs
 from grpo_mse.policy.sampling import nucleus_mask
@@ -83,7 +84,7 @@ def test_process_group_gets_long_timeout_and_device_id(monkeypatch):
     assert calls[-1][0] == "gloo" and calls[-1][1]["timeout"].total_seconds() == 1800
     for bad in ("0", "abc", "inf"):
         monkeypatch.setenv("GRPO_DIST_TIMEOUT_MIN", bad)
-        with pytest.raises(cli.UsageError, match="GRPO_DIST_TIMEOUT_MIN"):
+        with pytest.raises(UsageError, match="GRPO_DIST_TIMEOUT_MIN"):
             distributed.init_from_env("cpu")
 
 

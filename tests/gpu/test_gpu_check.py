@@ -256,12 +256,12 @@ def test_tracecov_refuses_statistics_the_machine_cannot_hold(tmp_path, monkeypat
     config = TracecovConfig(model="m", oracle_table="t", save_json=str(tmp_path), skip_plot=True, engine="reference")
     big = [torch.empty(1_543_714_304, dtype=torch.bfloat16, device="meta")]
     with pytest.raises(UsageError) as error:
-        tracecov.check_memory(big, config, "cpu")
+        tracecov.check_memory(big, config.run_sizes(), "cpu")
     message = str(error.value)
     pattern = r"^memory: about \d+\.?\d* GB needed at the least, \d+\.?\d* GB available"
     assert "\n" not in message and re.match(pattern, message)
     for flag in ("--M", "--K_list", "--estimators", "--dtype bf16", "--no_advisor"):  # this command's own flags
         assert flag in message
     assert "repeats" not in message
-    plan = tracecov.check_memory([torch.empty(270_000, device="meta")], config, "cpu")
+    plan = tracecov.check_memory([torch.empty(270_000, device="meta")], config.run_sizes(), "cpu")
     assert plan.line().startswith("memory: about ") and plan.kept_rows == 0

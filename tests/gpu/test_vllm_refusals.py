@@ -1,4 +1,4 @@
-"""GPU readiness checked on CPU (issue 18), vLLM: its limits refused before any vLLM import, engine settings,
+"""GPU readiness checked on CPU (issue 18), vLLM: its limits refused before any vLLM import, the vLLM LLM's settings,
 dtype and backend in the oracle settings."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 import pytest
 from gpu_paths import ROOT, TINY
 
-from grpo_mse import cli
 from grpo_mse.config.gradient_evaluation import MIN_TEMPERATURE, OracleConfig, TracecovConfig
+from grpo_mse.errors import UsageError
 from grpo_mse.tables.inputs import oracle_settings, settings_mismatch
 
 # ---------------------------------------------------------------- vLLM: refused before any work
@@ -29,20 +29,20 @@ def test_vllm_temperature_range(tmp_path, temperature, accepted):
     if accepted:
         assert vllm_config(tmp_path, temperature=temperature).temperature == temperature
     else:
-        with pytest.raises(cli.UsageError, match=r"--backend vllm needs 0.01 <= --temperature <= 2"):
+        with pytest.raises(UsageError, match=r"--backend vllm needs 0.01 <= --temperature <= 2"):
             vllm_config(tmp_path, temperature=temperature)
     if temperature >= MIN_TEMPERATURE:  # the HF path keeps what vLLM would reject (below 0.01 every path refuses)
         assert vllm_config(tmp_path, backend="hf", temperature=temperature).temperature == temperature
     else:
-        with pytest.raises(cli.UsageError, match=r"--temperature must be >= 0.01"):
+        with pytest.raises(UsageError, match=r"--temperature must be >= 0.01"):
             vllm_config(tmp_path, backend="hf", temperature=temperature)
 
 
-def test_vllm_device_and_engine_flags(tmp_path):
-    with pytest.raises(cli.UsageError, match=r"--device cuda:1 would split.*CUDA_VISIBLE_DEVICES=1"):
+def test_vllm_device_and_llm_flags(tmp_path):
+    with pytest.raises(UsageError, match=r"--device cuda:1 would split.*CUDA_VISIBLE_DEVICES=1"):
         vllm_config(tmp_path, device="cuda:1")
     assert vllm_config(tmp_path, device="cuda:0").device == "cuda:0"
-    with pytest.raises(cli.UsageError, match="--vllm_max_model_len"):
+    with pytest.raises(UsageError, match="--vllm_max_model_len"):
         vllm_config(tmp_path, vllm_max_model_len=0)
     config = TracecovConfig.from_argv(
         [
@@ -105,7 +105,7 @@ def test_vllm_checks_run_before_any_import(tmp_path, script, extra):
     assert not (tmp_path / "out").exists()
 
 
-def test_vllm_sampler_gets_engine_settings(tmp_path, monkeypatch):
+def test_vllm_sampler_gets_llm_settings(tmp_path, monkeypatch):
     """make_vllm hands enforce_eager and max_model_len to the sampler (the sampler itself needs vLLM)."""
     import grpo_mse.policy.vllm_sampler as vllm_sampler
 

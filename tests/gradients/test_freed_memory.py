@@ -1,4 +1,4 @@
-"""memory.reuse_freed_memory: a freed model-sized block stays in the process and the next one of the same size takes
+"""allocator.reuse_freed_memory: a freed model-sized block stays in the process and the next one of the same size takes
 its pages without faulting them in again (glibc's malloc and free, as torch's CPU allocator calls them). On this VM
 each first touch costs ~1-2 s of system time a GiB; a Qwen gradient row is 2.5 GB, above the largest trim threshold
 glibc takes as a positive int (2 GiB - 1)."""
@@ -11,18 +11,18 @@ import textwrap
 
 import pytest
 
-from grpo_mse.gradients import memory
+from grpo_mse.gradients import memory_plan
 
 SCRIPT = textwrap.dedent(
     """
     import ctypes, resource, sys
-    from grpo_mse.gradients import memory
+    from grpo_mse.gradients import allocator, memory_plan
 
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
     if sys.argv[1] == "reuse":
-        assert memory.reuse_freed_memory()
+        assert allocator.reuse_freed_memory()
     size = int(2.2e9)  # above 2 GiB: a trim threshold of 2**31 - 1 would hand the freed block back to the kernel
     faults = []
     for _ in range(2):
@@ -57,21 +57,21 @@ def test_a_freed_block_above_2_gib_is_reused_without_faulting_its_pages_again():
 HOLD = textwrap.dedent(
     """
     import ctypes, sys
-    from grpo_mse.gradients import memory
+    from grpo_mse.gradients import allocator, memory_plan
 
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
-    assert memory.reuse_freed_memory()
+    assert allocator.reuse_freed_memory()
     size = 400 * 2**20
     block = libc.malloc(size)
     ctypes.memset(block, 1, size)
     keep = libc.malloc(4096)  # a live object above the freed block, as a cached kernel's is in a run's heap
     libc.free(block)
-    held = memory.process_resident()
-    plan = memory.MemoryPlan(0, 0, int(sys.argv[1]), 0, 0, 0, 0)  # needed: what the argument says
-    released = memory.hold_to_plan(plan, "cpu")
-    print(int(released), held, memory.process_resident())
+    held = allocator.process_resident()
+    plan = memory_plan.MemoryPlan(0, 0, int(sys.argv[1]), 0, 0, 0, 0)  # needed: what the argument says
+    released = memory_plan.hold_to_plan(plan, "cpu")
+    print(int(released), held, allocator.process_resident())
     """
 )
 
@@ -89,6 +89,6 @@ def test_a_process_above_its_plan_hands_freed_pages_back_between_prompts():
     assert within[0] == 0 and within[2] >= within[1] - 50 * 2**20  # nothing handed back within the plan
     assert above[0] == 1 and above[2] <= above[1] - 300 * 2**20, above  # the freed 400 MiB went back
     assert (
-        memory.hold_to_plan(None, "cpu") is False
-        and memory.hold_to_plan(memory.MemoryPlan(0, 0, 0, 0, 0, 0, 0), "cuda:0") is False
+        memory_plan.hold_to_plan(None, "cpu") is False
+        and memory_plan.hold_to_plan(memory_plan.MemoryPlan(0, 0, 0, 0, 0, 0, 0), "cuda:0") is False
     )

@@ -1,4 +1,4 @@
-"""The run's memory plan (grpo_mse.gradients.memory.plan_run): essentials decide whether a run fits; speed-ups (a
+"""The run's memory plan (grpo_mse.gradients.memory_plan.plan_run): essentials decide whether a run fits; speed-ups (a
 prompt's rows kept together, c1's mean gradients in memory) take only what is left and never cause a refusal; the
 estimate printed by run_tracecov.py is within 25% of the peak the process measures."""
 
@@ -16,14 +16,15 @@ from conftest import estimate_and_peak
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from grpo_mse.gradients import memory
+from grpo_mse.gradients import allocator, memory_plan
+from grpo_mse.gradients.memory import C1_HOST_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 GB = 10**9
 DEMO_TABLE = ROOT / "results" / "demo" / "oracle_v_n256_tiny_policy_20261201_225502.jsonl"  # the committed demo's
 
 
-def qwen_shape(m: int = 2, c1_vectors: int = 2, **changes) -> memory.RunShape:
+def qwen_shape(m: int = 2, c1_vectors: int = 2, **changes) -> memory_plan.RunShape:
     """Qwen2.5-0.5B (494M parameters, fp32): 1.98 GB a row, the 545 MB tied embedding as its largest tensor."""
     values = dict(
         row=1_976_131_072,
@@ -36,11 +37,11 @@ def qwen_shape(m: int = 2, c1_vectors: int = 2, **changes) -> memory.RunShape:
         c1_vectors=c1_vectors,
         c1_reads=1,
     )
-    return memory.RunShape(**{**values, **changes})
+    return memory_plan.RunShape(**{**values, **changes})
 
 
 shapes = st.builds(
-    memory.RunShape,
+    memory_plan.RunShape,
     row=st.integers(1, 4 * GB),
     vector=st.integers(1, 4 * GB),
     largest=st.integers(0, GB),
@@ -60,17 +61,17 @@ shapes = st.builds(
 @given(shapes, st.integers(0, GB), st.integers(0, 200 * GB))
 def test_speed_ups_never_make_a_run_not_fit(shape, held, available):
     assume(shape.largest <= shape.row)
-    plan = memory.plan_run(shape, held, available)
+    plan = memory_plan.plan_run(shape, held, available)
     least = min(shape.statistics(0), shape.statistics(shape.rows_per_prompt) if shape.large else shape.statistics(0))
     assert plan.essential == least
     assert plan.fits() == (least <= available)  # only the essentials decide
     assert 0 <= plan.kept_rows <= shape.rows_per_prompt  # never more rows than a prompt produces
     assert plan.kept_rows == 0 or (shape.large and shape.engine == "fast")
     assert 0 <= plan.c1_in_memory <= shape.c1_vectors
-    assert plan.c1_bytes == plan.c1_in_memory * shape.vector <= max(memory.C1_HOST_BYTES, 0)
+    assert plan.c1_bytes == plan.c1_in_memory * shape.vector <= max(C1_HOST_BYTES, 0)
     if plan.fits():  # what the plan adds beyond the essentials stays within its share of the memory
-        assert plan.statistics == least or plan.statistics <= memory.PLAN_MARGIN * available
-        assert plan.needed - held <= max(memory.PLAN_MARGIN * available, least) + shape.vector
+        assert plan.statistics == least or plan.statistics <= memory_plan.PLAN_MARGIN * available
+        assert plan.needed - held <= max(memory_plan.PLAN_MARGIN * available, least) + shape.vector
     assert plan.needed <= plan.most  # the likely peak never above the most a prompt can need
 
 
@@ -94,9 +95,9 @@ def test_likely_rows_match_an_enumeration_of_every_group_s_outcome():
             if cumulative >= quantile:
                 expected = rows
                 break
-        assert memory.likely_rows(values, k_list, m, quantile) == expected, quantile
-    assert memory.likely_rows([0.5] * 48, [4, 8, 16], 8) == 16  # the paper's shape at V = 1/2: every row
-    assert memory.likely_rows([0.0, 1.0], [4, 8], 4) == 4  # rewards all equal: one row a group
+        assert memory_plan.likely_rows(values, k_list, m, quantile) == expected, quantile
+    assert memory_plan.likely_rows([0.5] * 48, [4, 8, 16], 8) == 16  # the paper's shape at V = 1/2: every row
+    assert memory_plan.likely_rows([0.0, 1.0], [4, 8], 4) == 4  # rewards all equal: one row a group
 
 
 def test_a_run_whose_prompts_all_have_v_0_likely_makes_no_pass():
@@ -104,13 +105,15 @@ def test_a_run_whose_prompts_all_have_v_0_likely_makes_no_pass():
     makes no pass (engine.group_plan); the likely peak was planned with a pass's rows and activations (SmolLM2 on an
     all-V = 0 table, T 1 M 2 K 2: 2.5 GB printed, 1.0 measured). The most stays every row; so does the reference
     engine, which makes every pass."""
-    assert memory.likely_rows([0.0, 0.0], [2, 4], 2) == 0
-    assert memory.likely_rows([0.0, 0.5], [4], 2) == memory.likely_rows([0.5], [4], 2) > 0  # the fullest prompt's
+    assert memory_plan.likely_rows([0.0, 0.0], [2, 4], 2) == 0
+    assert (
+        memory_plan.likely_rows([0.0, 0.5], [4], 2) == memory_plan.likely_rows([0.5], [4], 2) > 0
+    )  # the fullest prompt's
     shape = qwen_shape(m=2, rows_likely=0)
-    plan = memory.plan_run(shape, held=2 * GB, available=20 * GB)
+    plan = memory_plan.plan_run(shape, held=2 * GB, available=20 * GB)
     assert shape.likely().backward() == 0 and plan.likely_statistics == shape.formed() == 0
     assert plan.needed == 2 * GB + plan.c1_bytes  # a c1 batch's mean gradients are still counted
-    assert plan.most == memory.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB).most
+    assert plan.most == memory_plan.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB).most
     reference = qwen_shape(m=2, rows_likely=0, engine="reference")
     assert reference.likely() == reference
 
@@ -129,22 +132,22 @@ def test_activations_are_those_of_the_fullest_pass_not_the_most_groups_times_the
     argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", "out", "--device", "cpu", "--T", "16"]
     config = TracecovConfig.from_argv([*argv, "--M", "16", "--K_list", "4", "8", "16", "32", "--max_new_tokens", "32"])
     params = [torch.empty(270_000, device="meta")]
-    shape = memory.run_shape(params, config, Sizes(), prompt_tokens=20)
+    shape = memory_plan.run_shape(params, config.run_sizes(), Sizes(), prompt_tokens=20)
     fullest = max(
-        memory.activation_bytes(Sizes(), g * 20, g * k * 32, 4) for k, g in ((4, 16), (8, 16), (16, 8), (32, 4))
+        memory_plan.activation_bytes(Sizes(), g * 20, g * k * 32, 4) for k, g in ((4, 16), (8, 16), (16, 8), (32, 4))
     )
-    old = memory.activation_bytes(Sizes(), 16 * 20, 16 * 32 * 32, 4)  # 512 sequences
-    assert shape.activations == fullest == memory.activation_bytes(Sizes(), 16 * 20, 128 * 32, 4) < old / 3
+    old = memory_plan.activation_bytes(Sizes(), 16 * 20, 16 * 32 * 32, 4)  # 512 sequences
+    assert shape.activations == fullest == memory_plan.activation_bytes(Sizes(), 16 * 20, 128 * 32, 4) < old / 3
     assert shape.rows_per_pass == 2 * 16  # the rows of a pass are the least K's: 16 groups
 
 
 def test_the_likely_peak_is_printed_beside_the_most_a_prompt_can_need():
     shape = qwen_shape(m=2, rows_likely=3)
-    plan = memory.plan_run(shape, held=2 * GB, available=20 * GB)
+    plan = memory_plan.plan_run(shape, held=2 * GB, available=20 * GB)
     assert plan.kept_rows == 4  # room is kept for a prompt's every row
     assert plan.needed == plan.most - shape.row  # likely: one row fewer
     assert f"at most {plan.most / 1e9:.3g} if every group's rewards differ" in plan.line()
-    full = memory.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB)
+    full = memory_plan.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB)
     assert full.needed == full.most and "at most" not in full.line()
 
 
@@ -158,15 +161,15 @@ def test_the_sketched_engine_plans_one_row_its_signs_and_sketch_sized_statistics
     argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", str(tmp_path), "--M", "4", "--K_list", "4", "8"]
     config = TracecovConfig.from_argv(argv + ["--engine", "sketched", "--sketch_dim", "65536"])
     params = [torch.empty(3000, 100, device="meta"), torch.empty(50, device="meta")]
-    shape = memory.run_shape(params, config)
+    shape = memory_plan.run_shape(params, config.run_sizes())
     assert (shape.row, shape.vector, shape.signs, shape.rows_per_pass) == (300_050 * 4, 8 * 65536, 300_050, 1)
     labels = len(config.estimators) + 1  # and the score (no biased estimator by default)
-    expected = (2 * labels + memory.SKETCH_TRANSIENTS) * 8 * 65536 + shape.backward() + 300_050
-    assert shape.labels == labels and shape.statistics(5) == expected + memory.SKETCH_BUFFERS
+    expected = (2 * labels + memory_plan.SKETCH_TRANSIENTS) * 8 * 65536 + shape.backward() + 300_050
+    assert shape.labels == labels and shape.statistics(5) == expected + memory_plan.SKETCH_BUFFERS
     assert shape.backward() == shape.row + 2 * 3000 * 100 * 4 + shape.activations
-    plan = memory.plan_run(shape, held=GB, available=100 * GB)
+    plan = memory_plan.plan_run(shape, held=GB, available=100 * GB)
     assert plan.kept_rows == 0 and plan.c1_bytes == plan.c1_in_memory * 8 * 65536
-    fast = memory.run_shape(params, TracecovConfig.from_argv(argv))
+    fast = memory_plan.run_shape(params, TracecovConfig.from_argv(argv).run_sizes())
     assert fast.vector == 300_050 * 4 and fast.signs == 0
 
 
@@ -181,19 +184,19 @@ def test_bf16_rows_form_c1_s_sum_in_a_new_float32_vector():
 
 
 def test_a_prompt_s_rows_are_kept_together_when_they_fit_and_fold_into_sums_when_not():
-    small = memory.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB)
+    small = memory_plan.plan_run(qwen_shape(m=2), held=2 * GB, available=20 * GB)
     assert small.kept_rows == 4 and small.fits()
     # M = 8: 16 rows of 1.98 GB cannot be kept on a 24 GB machine; the running sums take them a pass at a time
-    big = memory.plan_run(qwen_shape(m=8), held=2 * GB, available=20 * GB)
+    big = memory_plan.plan_run(qwen_shape(m=8), held=2 * GB, available=20 * GB)
     assert big.fits() and big.kept_rows < 16
-    assert big.statistics <= memory.PLAN_MARGIN * 20 * GB
+    assert big.statistics <= memory_plan.PLAN_MARGIN * 20 * GB
     assert big.essential == qwen_shape(m=8).statistics(0)
 
 
 def test_c1_s_mean_gradients_go_to_files_when_memory_is_short():
-    roomy = memory.plan_run(qwen_shape(c1_vectors=16), held=2 * GB, available=40 * GB)
-    tight = memory.plan_run(qwen_shape(c1_vectors=16), held=2 * GB, available=12 * GB)
-    assert roomy.c1_bytes <= memory.C1_HOST_BYTES and roomy.c1_in_memory == memory.C1_HOST_BYTES // roomy_vector()
+    roomy = memory_plan.plan_run(qwen_shape(c1_vectors=16), held=2 * GB, available=40 * GB)
+    tight = memory_plan.plan_run(qwen_shape(c1_vectors=16), held=2 * GB, available=12 * GB)
+    assert roomy.c1_bytes <= C1_HOST_BYTES and roomy.c1_in_memory == C1_HOST_BYTES // roomy_vector()
     assert tight.c1_in_memory == 0 and tight.fits()
     assert tight.needed < roomy.needed
 
@@ -203,7 +206,7 @@ def roomy_vector() -> int:
 
 
 def test_the_plan_line_is_one_line_with_its_parts():
-    plan = memory.plan_run(qwen_shape(), held=2_500_000_000, available=20 * GB)
+    plan = memory_plan.plan_run(qwen_shape(), held=2_500_000_000, available=20 * GB)
     line = plan.line()
     assert "\n" not in line and re.match(r"^memory: about [\d.]+ GB needed, 22.5 GB available host memory \(", line)
     assert "model and libraries 2.5" in line and "4 rows kept" in line
@@ -213,11 +216,11 @@ def test_activations_grow_with_tokens_and_the_vocabulary():
     class Config:
         num_hidden_layers, hidden_size, intermediate_size, vocab_size = 24, 896, 4864, 151936
 
-    one = memory.activation_bytes(Config(), 40, 100, 4)
-    assert memory.activation_bytes(Config(), 80, 200, 4) == 2 * one
+    one = memory_plan.activation_bytes(Config(), 40, 100, 4)
+    assert memory_plan.activation_bytes(Config(), 80, 200, 4) == 2 * one
     layer_part = 24 * (16 * 896 + 3 * 4864) * 4
     assert one == 140 * layer_part + 100 * 4 * 151936 * 4  # logits of the continuation tokens only
-    assert memory.activation_bytes(object(), 40, 100, 4) == 0  # a model config without the sizes
+    assert memory_plan.activation_bytes(object(), 40, 100, 4) == 0  # a model config without the sizes
 
 
 @pytest.mark.slow
@@ -308,17 +311,17 @@ def test_max_memory_gb_caps_the_plan_and_refuses_below_the_essentials(tmp_path):
     from grpo_mse.errors import UsageError
 
     params = [torch.zeros(1 << 20) for _ in range(4)]  # 16 MB of float32 "weights", above PARTIAL_GRAM_MIN
-    held = memory.process_resident()
+    held = allocator.process_resident()
 
     def config(cap: float):
         argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", str(tmp_path), "--M", "4", "--T", "2"]
         return TracecovConfig.from_argv(argv + ["--max_memory_gb", str(cap)])
 
-    plan = memory.check_memory(params, config(held / GB + 0.5), "cpu")
+    plan = memory_plan.check_memory(params, config(held / GB + 0.5).run_sizes(), "cpu")
     assert plan.kind == "allowed by --max_memory_gb" and abs(plan.held + plan.available - held - 0.5 * GB) < 0.2 * GB
     assert plan.needed <= plan.held + plan.available
     with pytest.raises(UsageError, match=r"^memory: about .* GB needed at the least, .* allowed by --max_memory_gb"):
-        memory.check_memory(params, config(held / GB * 0.5), "cpu")
+        memory_plan.check_memory(params, config(held / GB * 0.5).run_sizes(), "cpu")
 
 
 def test_a_cap_below_what_the_model_holds_is_named_as_given_and_inf_is_refused(tmp_path):
@@ -332,7 +335,9 @@ def test_a_cap_below_what_the_model_holds_is_named_as_given_and_inf_is_refused(t
     argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", str(tmp_path), "--M", "4", "--T", "2"]
     params = [torch.zeros(1 << 20) for _ in range(4)]
     with pytest.raises(UsageError) as refused:
-        memory.check_memory(params, TracecovConfig.from_argv([*argv, "--max_memory_gb", "1e-9"]), "cpu")
+        memory_plan.check_memory(
+            params, TracecovConfig.from_argv([*argv, "--max_memory_gb", "1e-9"]).run_sizes(), "cpu"
+        )
     assert " 1e-09 GB allowed by --max_memory_gb (model and libraries " in str(refused.value)
     assert str(refused.value).endswith("or raise --max_memory_gb") and "\n" not in str(refused.value)
     for text in ("inf", "Infinity"):
@@ -347,7 +352,40 @@ def test_the_peak_is_the_command_s_own_not_its_parent_s():
     gave the parent's size; process_peak reads the command's own high-water mark."""
     parent = bytearray(600 * 2**20)
     parent[::4096] = b"\1" * len(parent[::4096])  # resident, not just reserved
-    probe = "from grpo_mse.gradients.memory import process_peak; print(process_peak())"
+    probe = "from grpo_mse.gradients.allocator import process_peak; print(process_peak())"
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert child.returncode == 0, child.stderr
     assert int(child.stdout) < 400 * 2**20 < len(parent)
+
+
+def test_the_plan_reads_a_typed_record_of_the_run_built_once_from_its_config():
+    """Issue 57: the plan read ten fields of an untyped config (and the advisor's properties); it now reads
+    ``RunSizes``, built by ``TracecovConfig.run_sizes``: c1's batch at most T and none without the advisor, three sums
+    read a prompt with --advisor_estimator grpo_std, the cap as given."""
+    import dataclasses
+
+    import torch
+
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+
+    argv = ["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", "out", "--device", "cpu", "--T", "3"]
+    sizes = TracecovConfig.from_argv([*argv, "--M", "4", "--K_list", "2", "8", "--max_memory_gb", "5"]).run_sizes()
+    assert sizes == memory_plan.RunSizes(
+        estimators=("naive", "grpo", "oracleV"),
+        m=4,
+        k_list=(2, 8),
+        max_new_tokens=32,
+        engine="fast",
+        groups_per_pass=0,
+        c1_batch=3,  # --c1_batch 16 (the default) holds at most T mean gradients
+        c1_reads=1,
+        max_memory_gb=5.0,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sizes.m = 8
+    estimators = ["--estimators", "grpo", "grpo_std", "oracleV", "--advisor_estimator", "grpo_std"]
+    assert TracecovConfig.from_argv([*argv, *estimators]).run_sizes().c1_reads == 3
+    off = TracecovConfig.from_argv([*argv, "--no_advisor"]).run_sizes()
+    assert (off.c1_batch, off.c1_reads) == (0, 0)
+    shape = memory_plan.run_shape([torch.empty(10, device="meta")], off)
+    assert (shape.c1_vectors, shape.c1_reads, shape.rows_per_prompt) == (0, 0, 2 * off.m)

@@ -11,7 +11,7 @@ import torch
 from grpo_mse.analysis import bootstrap
 from grpo_mse.analysis.paired import PairedSummary, paired_summary
 from grpo_mse.gradients import estimators as est
-from grpo_mse.gradients import memory
+from grpo_mse.gradients import memory_plan
 from grpo_mse.gradients.engine import own_label, prompt_traces
 from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.policy.logprobs import sequence_logprobs
@@ -71,11 +71,13 @@ def test_without_the_registry_field_nothing_is_measured_against_an_own_target(ra
     names = (est.ORACLE, est.GRPO_STD)
     config = tracecov.TracecovConfig(oracle_table="t.jsonl", save_json="out", skip_plot=True, estimators=list(names))
     params = list(random_lm.parameters())
-    with_own = memory.run_shape(params, config).labels
+    with_own = memory_plan.run_shape(params, config.run_sizes()).labels
     monkeypatch.setitem(est.REGISTRY, est.GRPO_STD, dataclasses.replace(est.get(est.GRPO_STD), own_target=None))
     stats = _traces(random_lm, names)
     assert stats.bias2_own is None and own_label(est.GRPO_STD) not in stats.accumulators
-    assert memory.run_shape(params, config).labels == with_own - 1  # the helper sum is planned from the field too
+    assert (
+        memory_plan.run_shape(params, config.run_sizes()).labels == with_own - 1
+    )  # the helper sum is planned from the field too
 
 
 def _records(with_own: bool) -> dict[int, list[PromptRecord]]:

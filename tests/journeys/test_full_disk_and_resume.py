@@ -13,7 +13,7 @@ import pytest
 from conftest import BUILTIN_POLICY, ROOT
 from one_line_checks import GOOD_PROMPT, no_tracked_change, one_error_line, run, tiny_tracecov_argv, write_table  # noqa: F401 (autouse fixture)
 
-from grpo_mse import cli
+from grpo_mse.errors import UsageError
 
 
 @pytest.mark.slow
@@ -125,7 +125,7 @@ def test_resume_refuses_a_changed_model_folder(tmp_path):
     weights.write_bytes(bytes(data))
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size, same mtime
     changed = TracecovConfig.from_argv(argv)
-    with pytest.raises(cli.UsageError, match="model_fingerprint"):
+    with pytest.raises(UsageError, match="model_fingerprint"):
         find_resumable(str(out), {**saved, "model_fingerprint": changed.model_fingerprint})
     data[-1] ^= 1
     weights.write_bytes(bytes(data))

@@ -13,6 +13,8 @@ import pytest
 from grpo_mse import cli
 from grpo_mse.commands import make_figures as make_figures_command
 from grpo_mse.commands import oracle as oracle_command
+from grpo_mse.errors import UsageError
+from grpo_mse.policy.model_source import check_model_path
 from studies.advisor.simulated_records import simulated_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,11 +40,11 @@ def test_a_mistyped_local_model_path_is_one_line_without_hub_retries(tmp_path, m
     """MODEL=assets/tiny_polcy was tried as a hub id for ~50 s; assets/ is a local folder of models."""
     monkeypatch.chdir(ROOT)
     with pytest.raises(
-        cli.UsageError, match=r"model folder not found: assets/tiny_polcy \(did you mean assets/tiny_policy\?\)"
+        UsageError, match=r"model folder not found: assets/tiny_polcy \(did you mean assets/tiny_policy\?\)"
     ):
-        cli.check_model_path("assets/tiny_polcy")
-    assert cli.check_model_path("assets/tiny_policy") is True
-    assert cli.check_model_path("Qwen/Qwen2.5-1.5B-Instruct") is False  # a hub id: no local folder named Qwen
+        check_model_path("assets/tiny_polcy")
+    assert check_model_path("assets/tiny_policy") is True
+    assert check_model_path("Qwen/Qwen2.5-1.5B-Instruct") is False  # a hub id: no local folder named Qwen
     one_line(launch(tmp_path, MODEL="assets/tiny_polcy"), "MODEL=assets/tiny_polcy: no such local folder")
 
 
@@ -78,7 +80,7 @@ def test_overrides_that_change_the_recorded_identity_are_refused(tmp_path, overr
 def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(tmp_path):
     """--out_dir that could not be created failed only after the model loaded (os.access says yes to root on
     /proc); the check now writes and removes a temporary file in the nearest existing folder."""
-    with pytest.raises(cli.UsageError, match="--out_dir /proc/nope/out: cannot write in /proc"):
+    with pytest.raises(UsageError, match="--out_dir /proc/nope/out: cannot write in /proc"):
         cli.writable_dir("/proc/nope/out", "--out_dir")
     cli.writable_dir(str(tmp_path / "new" / "out"), "--out_dir")
     assert list(tmp_path.iterdir()) == []  # nothing created
@@ -175,7 +177,7 @@ def test_figure4_refuses_a_negative_half_width_and_clips_the_ratio_band(tmp_path
     run = {"K_list": [2, 4], "conditional_on_x": {"grpo": [1.0, 0.5], "oracleV": [0.9, 0.5]}, "config": {}}
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**run, "ci95": {"grpo": [-0.1, 0.1], "oracleV": [0.1, 0.1]}}))
-    with pytest.raises(cli.UsageError, match="ci95 of grpo holds the half-width -0.1, below 0"):
+    with pytest.raises(UsageError, match="ci95 of grpo holds the half-width -0.1, below 0"):
         figures.main(["--tracecov", str(bad), "--out_dir", str(tmp_path / "f")])
     assert not (tmp_path / "f").exists()
     wide = {"estimate": 1.1, "ci95": [-10000.0, 55000.0]}

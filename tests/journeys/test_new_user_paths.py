@@ -8,8 +8,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from grpo_mse.cli import UsageError
 from grpo_mse.commands import make_figures as make_figures_command
+from grpo_mse.errors import UsageError
 
 ACC = "val-core/arithmetic_zero_shot/acc/mean@1"
 

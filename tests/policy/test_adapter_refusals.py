@@ -21,11 +21,11 @@ from conftest import BUILTIN_POLICY, bounded, tracecov_argv
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpo_mse import cli
 from grpo_mse.commands import oracle as oracle_command
 from grpo_mse.commands import tracecov as tracecov_command
-from grpo_mse.errors import ModelError
+from grpo_mse.errors import ModelError, UsageError
 from grpo_mse.policy.loading import load_policy
+from grpo_mse.policy.model_source import check_model_path
 
 ROWS = [{"id": i, "prompt": "2 + 3 =", "ground_truth": 5, "V_oracle": 0.5} for i in range(3)]
 
@@ -120,8 +120,8 @@ def test_a_base_that_is_not_found_says_a_relative_base_is_read_relative_to_the_a
     shutil.copytree(adapter_folder, tmp_path / "moved")
     path = tmp_path / "moved" / "adapter_config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "base_model_name_or_path": "../tiny_policy"}))
-    with inside(tmp_path), pytest.raises(cli.UsageError) as error:
-        cli.check_model_path("moved")
+    with inside(tmp_path), pytest.raises(UsageError) as error:
+        check_model_path("moved")
     line = str(error.value)
     assert "model folder not found: ../tiny_policy" in line
     assert line.endswith("is read relative to the adapter folder")

@@ -12,11 +12,9 @@ from adapter_files import write_adapter
 from conftest import BUILTIN_POLICY
 from gguf_files import write_gguf
 
-from grpo_mse import cli
-from grpo_mse.errors import ModelError
-from grpo_mse.policy.loading import load_policy, model_folder, model_tag
-from grpo_mse.tables.model_files import adapter_base, installed_file
-from grpo_mse.tables.resume import model_fingerprint
+from grpo_mse.errors import ModelError, UsageError
+from grpo_mse.policy.loading import load_policy, model_folder
+from grpo_mse.policy.model_source import adapter_base, check_model_path, installed_file, model_fingerprint, model_tag
 
 TEXT = "<|im_start|>user\nSolve the arithmetic problem.\n12 + 5 =<|im_end|>\n<|im_start|>assistant\n17"
 
@@ -82,8 +80,8 @@ def test_an_installed_base_is_found_through_its_distribution(tmp_path):
 
 def test_an_adapter_whose_base_is_missing_is_refused_before_loading(tmp_path):
     adapter = write_adapter(tmp_path / "f", str(tmp_path / "missing_base"))
-    with pytest.raises(cli.UsageError, match="model folder not found"):
-        cli.check_model_path(adapter)
+    with pytest.raises(UsageError, match="model folder not found"):
+        check_model_path(adapter)
 
 
 @pytest.mark.slow

@@ -17,9 +17,8 @@ from gguf_files import tiny_llama_folder, write_gguf
 from grpo_mse.errors import ModelError
 from grpo_mse.policy import gguf_convert
 from grpo_mse.policy.gguf_convert import read_gguf_info
-from grpo_mse.policy.loading import eos_token_ids, load_policy, model_basename_tag, model_folder, model_tag
-from grpo_mse.tables.model_files import gguf_file_of, model_stem
-from grpo_mse.tables.resume import model_fingerprint
+from grpo_mse.policy.loading import eos_token_ids, load_policy, model_folder
+from grpo_mse.policy.model_source import gguf_file_of, model_basename_tag, model_fingerprint, model_stem, model_tag
 
 TEXT = "<|im_start|>user\nSolve the arithmetic problem.\n12 + 5 =<|im_end|>\n<|im_start|>assistant\n17"
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from training_checks import ACC, PROPERTY, SCORE
 
-from grpo_mse.tables.inputs import DataError
+from grpo_mse.errors import DataError
 from grpo_mse.training.logs import parse_console
 
 # Hypothesis: generated console logs. Either the collector returns exactly the logged values, or it refuses with a

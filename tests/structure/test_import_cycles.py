@@ -110,3 +110,24 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
     assert cycles(import_graph(str(root))) == [["pkg.room.a", "pkg.room.b"]]
     (root / "room/b.py").write_text("def f():\n    return 1\n")
     assert cycles(import_graph(str(root))) == []
+
+
+def function_level_imports(root: str = PACKAGE) -> list[tuple[str, str]]:
+    """(module, imported package module) for every import of the package made inside a function."""
+    found = []
+    for module, path in modules(root).items():
+        for function in ast.walk(ast.parse(open(path, encoding="utf-8").read(), filename=path)):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [
+                    (module, node.module)
+                    for node in ast.walk(function)
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_mse")
+                ]
+    return found
+
+
+def test_what_every_command_loads_is_imported_at_the_top():
+    """A function-level import is for a module that a command's --help or a default run should not load (torch,
+    matplotlib, an optional format or feature). grpo_mse.errors is loaded by every command line (cli imports it): the
+    seven function-level imports of it (issue 57) hid a dependency and saved nothing."""
+    assert [(module, target) for module, target in function_level_imports() if target == "grpo_mse.errors"] == []

@@ -18,7 +18,6 @@ FOLDERS = (
     "Gradient_evaluation",
     "Policy_Optimization",
     "plots",
-    "benchmarks",
 )
 
 
@@ -58,3 +57,37 @@ def test_the_bootstrap_module_is_called_bootstrap():
         if module == "grpo_mse.analysis.bootstrap" and bound != "bootstrap"
     ]
     assert wrong == []
+
+
+def error_names() -> set[str]:
+    """The names whose one home is grpo_mse.errors: its error types and ``require``."""
+    from grpo_mse import errors
+
+    types = {name for name, value in vars(errors).items() if isinstance(value, type) and issubclass(value, Exception)}
+    return {name for name in types if getattr(errors, name).__module__ == errors.__name__} | {"require"}
+
+
+def test_the_error_types_and_require_are_taken_from_errors_only():
+    """Issue 57: cli.py, tables/inputs.py and policy/loading.py re-exported the error types, and ``cli.require`` was a
+    second home of ``errors.require``: a reader could not tell which one a module meant. Imported by name or reached
+    as another module's attribute (``cli.require``), they come from grpo_mse.errors."""
+    names = error_names()
+    wrong = [
+        (where, module)
+        for where, module, _ in imports()
+        if module.startswith("grpo_mse.") and module.rsplit(".", 1)[1] in names
+        if module.rsplit(".", 1)[0] != "grpo_mse.errors"
+    ]
+    for folder in FOLDERS:
+        for directory, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in (f for f in files if f.endswith(".py")):
+                path = os.path.join(directory, name)
+                with open(path, encoding="utf-8") as handle:
+                    tree = ast.parse(handle.read(), path)
+                wrong += [
+                    (os.path.relpath(path, ROOT), f"{node.value.id}.{node.attr}")
+                    for node in ast.walk(tree)
+                    if isinstance(node, ast.Attribute) and node.attr in names and isinstance(node.value, ast.Name)
+                    if node.value.id not in ("errors", "self", "cls", "pytest")
+                ]
+    assert {"require", "UsageError", "ModelError", "DataError"} <= names and wrong == []

@@ -56,7 +56,7 @@ def test_model_is_any_local_model_the_command_lines_take(tmp_path):
     from conftest import BUILTIN_POLICY
     from gguf_files import write_gguf
 
-    from grpo_mse.cli import UsageError
+    from grpo_mse.errors import UsageError
 
     gguf = write_gguf(BUILTIN_POLICY, str(tmp_path / "Tiny.F32.gguf"), bos=None, eos=2, pad=0)
     common = ["--cases", "few_shot", "--out", str(tmp_path / "cli.json")]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import BUILTIN_POLICY, ROOT
 
-from grpo_mse import cli
 from grpo_mse.commands import make_figures as make_figures_command
+from grpo_mse.errors import UsageError
 from grpo_mse.figures.comparisons import theory_overlay
 from grpo_mse.figures.tracecov import draw_mse_panel, plt
 from grpo_mse.gradients.estimators import ALL, UNBIASED
@@ -87,13 +87,13 @@ def test_exact_theory_errors(tmp_path, builtin_policy):
     with pytest.raises(SystemExit) as stop:  # a bound of the flag: argparse's one line, exit 2
         script.main(["--dataset", "x.jsonl", "--T", "0"])
     assert stop.value.code == 2
-    with pytest.raises(cli.UsageError, match="--T must be >= 1"):  # the same check for a library caller
+    with pytest.raises(UsageError, match="--T must be >= 1"):  # the same check for a library caller
         script.ExactTheoryConfig(dataset="x.jsonl", T=0)
-    with pytest.raises(cli.UsageError, match="--K_list must be >= 2"):
+    with pytest.raises(UsageError, match="--K_list must be >= 2"):
         script.ExactTheoryConfig(dataset="x.jsonl", K_list=[4, 1])
     table_path = tmp_path / "rows.jsonl"
     table_path.write_text(json.dumps({"id": 0, "prompt": "2 * 60 =", "ground_truth": 120}) + "\n")
-    with pytest.raises(cli.UsageError, match="no row has a ground truth that a single token can produce"):
+    with pytest.raises(UsageError, match="no row has a ground truth that a single token can produce"):
         script.main(
             [
                 "--model",
@@ -105,7 +105,7 @@ def test_exact_theory_errors(tmp_path, builtin_policy):
                 str(tmp_path / "out"),
             ]
         )
-    with pytest.raises(cli.UsageError, match="logit Jacobian needs"):
+    with pytest.raises(UsageError, match="logit Jacobian needs"):
         script.main(
             [
                 "--model",
@@ -235,14 +235,14 @@ def test_make_figures_overlays_theory(tmp_path, capsys):
     )
     assert (tmp_path / "overlay.png").exists() and (tmp_path / "overlay.pdf").exists()
     assert "the exact curves assume other settings: max_new_tokens=32 (theory: 1)" in capsys.readouterr().err
-    with pytest.raises(cli.UsageError, match="not a theory JSON"):
+    with pytest.raises(UsageError, match="not a theory JSON"):
         make_figures.main(["--tracecov", str(run_path), "--theory", str(run_path), "--out_dir", str(tmp_path)])
 
 
 def test_make_figures_refuses_another_models_theory(tmp_path):
     """Issue 25 case 5: the tiny policy's exact curves were drawn as "train_policy (exact)". The theory's model
     fingerprint (recorded, or computed from its recorded local folder for older theory files) must be the run's."""
-    from grpo_mse.tables.resume import model_fingerprint
+    from grpo_mse.policy.model_source import model_fingerprint
 
     result, _ = _synthetic()
     result["config"]["model"] = "assets/tiny_policy"  # an older theory file: no fingerprint, a local folder

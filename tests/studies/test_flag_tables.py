@@ -26,9 +26,9 @@ TABLES = {
     "docs/real_data.md": ["scripts/real_data.py:RealDataConfig", "studies.audits.gold_audit:GoldConfig"],
     "docs/engines.md": [
         "studies.benchmarks.bench_cli:BenchCliConfig",
-        "benchmarks/bench_oracle_trees.py:BenchOracleTreesConfig",
-        "benchmarks/tracecov_parts.py:TracecovPartsConfig",
-        "benchmarks/bench_floor.py:BenchFloorConfig",
+        "scripts/bench_oracle_trees.py:BenchOracleTreesConfig",
+        "scripts/tracecov_parts.py:TracecovPartsConfig",
+        "scripts/bench_floor.py:BenchFloorConfig",
         "studies.benchmarks.bench_dtype:BenchDtypeConfig",
     ],
     "docs/commands.md": [
@@ -45,7 +45,7 @@ TABLES = {
         "scripts/compare_tracecov_runs.py:CompareRunsConfig",
         *(f"scripts/gpu_check_steps.py:{name}Config" for name in ("Versions", "Installed", "Advisor")),
         "scripts/c1_plan.py:C1PlanConfig",
-        "studies.benchmarks.bench_engines:BenchEnginesConfig",
+        "studies.benchmarks.bench_engines_flags:BenchEnginesConfig",
         "studies.benchmarks.bench_sampling:BenchSamplingConfig",
         "scripts/build_tiny_policy.py:TinyPolicyConfig",
         "studies.flag_tables:TablesConfig",

@@ -1,4 +1,4 @@
-"""benchmarks/bench_floor.py counts the model's matrix work from its config; benchmarks/tracecov_parts.py splits a
+"""scripts/bench_floor.py counts the model's matrix work from its config; scripts/tracecov_parts.py splits a
 real run's time into parts that add up to its wall time, and reports the run's traces."""
 
 import json
@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_linear_shapes_count_every_linear_weight_of_the_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    bench_floor = load_script("benchmarks/bench_floor.py")
+    bench_floor = load_script("scripts/bench_floor.py")
     config = LlamaConfig(
         vocab_size=50,
         hidden_size=24,
@@ -35,7 +35,7 @@ def test_linear_shapes_count_every_linear_weight_of_the_model():
 
 @pytest.mark.slow
 def test_tracecov_parts_add_up_to_the_wall_time(builtin_policy, tmp_path):
-    parts = load_script("benchmarks/tracecov_parts.py")
+    parts = load_script("scripts/tracecov_parts.py")
     table = os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_20261201_225502.jsonl")
     out = tmp_path / "parts.json"
     argv = ["--model", BUILTIN_POLICY, "--oracle_table", table, "--T", "2", "--M", "2", "--K_list", "2"]

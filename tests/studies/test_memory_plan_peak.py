@@ -1,4 +1,4 @@
-"""benchmarks/memory_plan_peak.py: reads a run's printed plan (N, and W when printed) and its measured peak, and runs
+"""scripts/memory_plan_peak.py: reads a run's printed plan (N, and W when printed) and its measured peak, and runs
 run_tracecov.py for real for each case."""
 
 import json
@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_the_plan_line_s_likely_and_most_peaks_are_read_apart():
-    bench = load_script("benchmarks/memory_plan_peak.py")
+    bench = load_script("scripts/memory_plan_peak.py")
     with_most = (
         "memory: about 8.95 GB needed, 24.9 GB available host memory (model and libraries 1.49, gradients and "
         "statistics 6.47 with 4 rows kept, c1 3.95 for 2 mean gradients in memory; at most 9.94 if every group's "
@@ -24,7 +24,7 @@ def test_the_plan_line_s_likely_and_most_peaks_are_read_apart():
 
 @pytest.mark.slow
 def test_each_case_is_a_real_run_with_its_plan_and_peak(tmp_path):
-    bench = load_script("benchmarks/memory_plan_peak.py")
+    bench = load_script("scripts/memory_plan_peak.py")
     table = os.path.join(ROOT, "results", "demo", "oracle_v_n256_tiny_policy_20261201_225502.jsonl")
     out = tmp_path / "plan.json"
     argv = ["--model", BUILTIN_POLICY, "--oracle_table", table, "--T", "2", "--M", "2", "--K_list", "2"]

@@ -48,7 +48,7 @@ def test_a_tiny_build_resumes_and_writes_an_adapter_that_loads_as_the_merged_mod
     import torch
 
     from grpo_mse.policy.loading import load_policy
-    from grpo_mse.tables.resume import model_fingerprint
+    from grpo_mse.policy.model_source import model_fingerprint
     from studies.builders.real_llm import AdapterRecipe, build_adapter, smollm2_gguf
 
     try:

@@ -3,7 +3,8 @@ import json
 import pandas as pd
 import pytest
 
-from grpo_mse.tables.inputs import DataError, has_unique_ids, load_rows, prompt_text, row_keys
+from grpo_mse.errors import DataError
+from grpo_mse.tables.inputs import has_unique_ids, load_rows, prompt_text, row_keys
 
 ROWS = [
     {"id": 0, "prompt": [{"role": "user", "content": "1 + 1 ="}], "ground_truth": 2},

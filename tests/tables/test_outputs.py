@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from grpo_mse import cli
+from grpo_mse.errors import UsageError
 from grpo_mse.tables.outputs import mean_ci, mean_t_interval, read_json, write_atomic
 
 
@@ -37,7 +37,7 @@ def test_read_json_names_what_is_missing(tmp_path):
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"K_list": [2]}))
     assert read_json(str(path), ("K_list",), "run")["K_list"] == [2]
-    with pytest.raises(cli.UsageError, match=r"not a theory JSON \(no trace_cov\)"):
+    with pytest.raises(UsageError, match=r"not a theory JSON \(no trace_cov\)"):
         read_json(str(path), ("K_list", "trace_cov"), "theory")
     with pytest.raises(FileNotFoundError, match="theory JSON not found"):
         read_json(str(tmp_path / "nope.json"), ("K_list",), "theory")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from training_checks import ACC, ROOT, SCORE, one_line_error
 
-from grpo_mse.tables.inputs import DataError
+from grpo_mse.errors import DataError
 from grpo_mse.training.logs import collect
 
 # TRL's console as trl_train writes it under transformers' progress bar (a real capture, shortened)

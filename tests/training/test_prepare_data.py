@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grpo_mse.cli import UsageError
+from grpo_mse.errors import UsageError
 from grpo_mse.rewards.rules import score
 from grpo_mse.training.data import arithmetic_splits, gsm8k_rows, math_rows
 

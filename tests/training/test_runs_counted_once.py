@@ -27,8 +27,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
+from grpo_mse.errors import DataError
 from grpo_mse.figures.training import table2
-from grpo_mse.tables.inputs import DataError
 from grpo_mse.training.logs import collect
 from grpo_mse.training.runs_table import read_training
 

@@ -179,7 +179,7 @@ def test_trl_command_line_refusals_are_one_line(trl_inputs, capsys, extra, messa
 
 def test_trl_config_checks_library_callers(trl_inputs):
     """TrlTrainConfig(...) from Python is held to the same checks as the command line."""
-    from grpo_mse.cli import UsageError
+    from grpo_mse.errors import UsageError
     from grpo_mse.training.trl_train import TrlTrainConfig
 
     assert TrlTrainConfig(**trl_inputs, loggers="[wandb]").logger_names == {"wandb"}

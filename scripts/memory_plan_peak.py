@@ -4,9 +4,9 @@ Each case (--dtypes x with and without the advisor) runs Gradient_evaluation/run
 --repeats times, and records the two numbers the run prints (`memory: about N GB needed ...; at most W` before any
 work, `memory: peak P GB` at its end), their ratio, and the subprocess's wall, user and system seconds.
 
-  python benchmarks/memory_plan_peak.py --model "$(python scripts/real_llm.py qwen)" \\
+  python scripts/memory_plan_peak.py --model "$(python scripts/real_llm.py qwen)" \\
       --oracle_table results/real_llm/qwen_coder_05b/zero_shot_mid.jsonl --T 2 --M 2 --K_list 4 8 \\
-      --out benchmarks/qwen_memory_plan_peak.json
+      --out results/benchmarks/qwen_memory_plan_peak.json
 """
 
 import os

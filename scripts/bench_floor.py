@@ -11,7 +11,7 @@ Floors derived from them (a floor is what the measured limits allow, not a predi
   gradients), at the forward-shape matmul rate; plus writing the two P-sized gradients at copy bandwidth.
 P counts the linear layers' weights (attention, MLP, vocabulary head): the matrix work of every token.
 
-  python benchmarks/bench_floor.py --model "$(python scripts/real_llm.py)" --out benchmarks/cpu_floor_smollm2.json
+  python scripts/bench_floor.py --model "$(python scripts/real_llm.py)" --out results/benchmarks/cpu_floor_smollm2.json
 """
 
 import json

@@ -11,7 +11,7 @@ with timers around the run's parts (only the outermost timed call counts, so not
 - and the subprocess's user and system CPU seconds (the system share: page faults, allocations).
 The trees run alternately, --repeats times each; the fastest run of each is reported with its parts' shares.
 
-  python benchmarks/tracecov_parts.py --model "$(python scripts/real_llm.py)" --oracle_table TABLE \\
+  python scripts/tracecov_parts.py --model "$(python scripts/real_llm.py)" --oracle_table TABLE \\
       --T 2 --M 2 --K_list 2 4 --base eb19bf9~1 --out results/benchmarks/cpu_tracecov_parts.json
 """
 

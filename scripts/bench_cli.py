@@ -1,5 +1,5 @@
 """End to end through the real command lines: run_tracecov.py --engine fast against --engine reference:
-studies.benchmarks.bench_cli (its flags: python benchmarks/bench_cli.py --help).
+studies.benchmarks.bench_cli (its flags: python scripts/bench_cli.py --help).
 """
 
 from grpo_mse import cli

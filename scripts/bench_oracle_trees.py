@@ -6,7 +6,7 @@ alternately, --repeats times each. Reported: each tree's minimum wall time and p
 their ratio, whether the output rows (V_oracle, correct_count) agree, and whether the sampled token ids of
 the first --limit prompts (HFSampler.sample, the same seeds and settings as the command line) are identical.
 
-  python benchmarks/bench_oracle_trees.py --model "$(python scripts/real_llm.py)" --n_oracle 8 --limit 2 \\
+  python scripts/bench_oracle_trees.py --model "$(python scripts/real_llm.py)" --n_oracle 8 --limit 2 \\
       --out results/benchmarks/cpu_oracle_sampling.json
 """
 

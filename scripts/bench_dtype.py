@@ -1,5 +1,5 @@
 """fp32 against bf16 on the CPU through the real command lines: studies.benchmarks.bench_dtype (its flags:
-python benchmarks/bench_dtype.py --help).
+python scripts/bench_dtype.py --help).
 """
 
 from grpo_mse import cli

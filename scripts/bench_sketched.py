@@ -1,5 +1,5 @@
 """The sketched engine beside the fast one through run_tracecov.py on the same samples:
-studies.benchmarks.bench_sketched (its flags: python benchmarks/bench_sketched.py --help).
+studies.benchmarks.bench_sketched (its flags: python scripts/bench_sketched.py --help).
 """
 
 from grpo_mse import cli
