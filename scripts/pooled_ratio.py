@@ -29,7 +29,7 @@ class PooledRatioConfig(Flags):
     resamples: int = option(20000, minimum=100, help="bootstrap resamples over prompts")
     seed: int = option(0, help="bootstrap seed")
     run_seed: int = option(
-        0, help="the run's --seed: the per-K intervals use the run's own 2,000 replicates (its printed 95% intervals)"
+        0, help="the run's --seed: the per-K intervals use the run's own 2,000 replicates (its printed 95%% intervals)"
     )
     out: str | None = option(None, help="also write the report as JSON here")
 
