@@ -85,7 +85,9 @@ class RunShape:
         (a tied embedding's two dense gradients, summed) and the activations; nothing for a prompt with no pass."""
         if self.rows_per_pass == 0:
             return 0
-        batched = 1 if self.large or self.engine == "sketched" else 2  # the sketched engine: plain calls only
+        if self.engine == "sketched":  # no row: each parameter's gradient is sketched as autograd makes it
+            return 2 * self.largest + self.activations
+        batched = 1 if self.large else 2
         return batched * self.rows_per_pass * self.row + 2 * self.largest + self.activations
 
     def formed(self) -> int:

@@ -123,35 +123,82 @@ class CountSketch:
 
     def apply(self, vector: list[torch.Tensor]) -> torch.Tensor:
         """S x as one float64 tensor of ``dim`` coordinates (the blocks side by side, each scaled by 1/sqrt(R)),
-        on the vector's device. A chunk of ``CHUNK`` coordinates at a time is signed in a reused float32 buffer
-        (float64 for a float64 vector; a sign flip is exact either way) and folded into float64 blocks: mixed
-        int8 x float products and fresh chunk-sized tensors cost 8-10x more than in-place products (first
-        touches of new memory)."""
-        device = vector[0].device if vector else torch.device("cpu")
-        blocks = [torch.zeros(m, dtype=torch.float64, device=device) for m in self.moduli]
-        buffers: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
-        for tensor, signs, offset in zip(vector, self.signs, self.offsets):
-            flat = tensor.detach().reshape(-1)
-            dtype = torch.promote_types(flat.dtype, torch.float32)
-            if dtype not in buffers:
-                size = min(CHUNK, max(t.numel() for t in vector))
-                buffers[dtype] = tuple(torch.empty(size, dtype=dtype, device=device) for _ in range(2))
-            signed_buffer, values_buffer = buffers[dtype]
-            for start in range(0, flat.numel(), CHUNK):
-                piece = flat[start : start + CHUNK]
-                signed = signed_buffer[: piece.numel()].copy_(signs[start : start + CHUNK])
-                if piece.dtype == dtype:
-                    signed.mul_(piece)
-                else:  # one dtype per in-place product (a mixed one is the slow path)
-                    signed.mul_(values_buffer[: piece.numel()].copy_(piece))
-                for out, m in zip(blocks, self.moduli):
-                    fold(signed, (offset + start) % m, out)
-        return torch.cat(blocks).mul_(self.scale)
+        on the vector's device (``Folding``: a parameter at a time)."""
+        folding = self.folding(vector[0].device if vector else torch.device("cpu"))
+        for index, tensor in enumerate(vector):
+            folding.add(index, tensor)
+        return folding.result()
+
+    def folding(self, device) -> Folding:
+        """An empty sketch on ``device`` that parameters' tensors are added to one at a time, in any order."""
+        return Folding(self, device)
 
     def block_dots(self, left: torch.Tensor, right: torch.Tensor) -> list[float]:
         """Each block's own estimate of <x, y> from two sketched vectors (their mean is <S x, S y>)."""
         blocks = len(self.moduli)
         return [blocks * float(torch.dot(left[part], right[part])) for part in self.block_slices()]
+
+
+class Folding:
+    """One sketch being made: each parameter's tensor is added when it is ready (``add``: a gradient as the backward
+    pass produces it), so no whole gradient needs to exist. A chunk of ``CHUNK`` coordinates at a time is signed in
+    a reused float32 buffer (float64 for a float64 tensor; a sign flip is exact either way) and folded into float64
+    blocks: mixed int8 x float products and fresh chunk-sized tensors cost 8-10x more than in-place products (first
+    touches of new memory)."""
+
+    def __init__(self, sketch: CountSketch, device):
+        self.sketch, self.device = sketch, device
+        self.blocks = [torch.zeros(m, dtype=torch.float64, device=device) for m in sketch.moduli]
+        self.buffers: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _buffers(self, dtype: torch.dtype, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+        held = self.buffers.get(dtype)
+        if held is None or len(held[0]) < min(CHUNK, numel):
+            held = tuple(torch.empty(min(CHUNK, numel), dtype=dtype, device=self.device) for _ in range(2))
+            self.buffers[dtype] = held
+        return held
+
+    def add(self, index: int, tensor: torch.Tensor) -> None:
+        """Add parameter ``index``'s tensor (its coordinates' place in the flat vector is the sketch's offset)."""
+        sketch, flat = self.sketch, tensor.detach().reshape(-1)
+        signs, offset = sketch.signs[index], sketch.offsets[index]
+        dtype = torch.promote_types(flat.dtype, torch.float32)
+        signed_buffer, values_buffer = self._buffers(dtype, flat.numel())
+        for start in range(0, flat.numel(), CHUNK):
+            piece = flat[start : start + CHUNK]
+            signed = signed_buffer[: piece.numel()].copy_(signs[start : start + CHUNK])
+            if piece.dtype == dtype:
+                signed.mul_(piece)
+            else:  # one dtype per in-place product (a mixed one is the slow path)
+                signed.mul_(values_buffer[: piece.numel()].copy_(piece))
+            for out, m in zip(self.blocks, sketch.moduli):
+                fold(signed, (offset + start) % m, out)
+
+    def result(self) -> torch.Tensor:
+        """The sketched vector (blocks side by side, each scaled by 1/sqrt(R))."""
+        return torch.cat(self.blocks).mul_(self.sketch.scale)
+
+
+def sketched_gradient(output: torch.Tensor, params: list[torch.Tensor], sketch: CountSketch, retain: bool):
+    """S grad ``output`` w.r.t. ``params`` without a whole gradient ever held: one backward pass whose every
+    parameter's gradient is sketched as soon as it is accumulated (a post-accumulate hook) and then dropped, so at
+    most the gradients autograd itself keeps alive exist at once (on a 7B model in bf16: 15 GB less than a row).
+    A parameter the output does not use adds nothing (its gradient is 0). ``params`` must hold no ``.grad``."""
+    folding = sketch.folding(params[0].device)
+    handles = []
+    for index, param in enumerate(params):
+
+        def sketch_and_drop(tensor, index=index):
+            folding.add(index, tensor.grad)
+            tensor.grad = None
+
+        handles.append(param.register_post_accumulate_grad_hook(sketch_and_drop))
+    try:
+        torch.autograd.backward(output, inputs=params, retain_graph=retain)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return folding.result()
 
 
 def block_variance(x: torch.Tensor, y: torch.Tensor, m: int) -> float:

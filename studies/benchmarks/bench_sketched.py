@@ -126,7 +126,7 @@ def paired_agreement(fast: EngineRun, sketched: EngineRun) -> dict:
     for name, per_k in sketched.result["paired"]["ratio"].items():
         rows = []
         for position, (cell, exact) in enumerate(zip(per_k, fast.result["paired"]["ratio"][name])):
-            low, high = cell["ci95"]
+            low, high = cell["ci95"] or (None, None)  # no interval at T = 1 or 2
             rows.append(
                 {
                     "K": sketched.result["K_list"][position],
@@ -134,7 +134,7 @@ def paired_agreement(fast: EngineRun, sketched: EngineRun) -> dict:
                     "sketched": cell["estimate"],
                     "sketched_ci95": [low, high],
                     "sketch_sd": ratio_sd.get(name, [math.nan] * len(per_k))[position],
-                    "fast_within_interval": low <= exact["estimate"] <= high,
+                    "fast_within_interval": None if low is None else low <= exact["estimate"] <= high,
                 }
             )
         out[name] = rows

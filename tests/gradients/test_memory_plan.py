@@ -152,8 +152,9 @@ def test_the_likely_peak_is_printed_beside_the_most_a_prompt_can_need():
 
 
 def test_the_sketched_engine_plans_one_row_its_signs_and_sketch_sized_statistics(tmp_path):
-    """--engine sketched: one group a pass and one model-sized row at a time, n bytes of signs, every label's
-    float64 Welford pair and the transients of d coordinates, nothing kept; c1's vectors are sketch-sized."""
+    """--engine sketched: one group a pass and no model-sized row (each parameter's gradient sketched as it is made:
+    the largest one twice), n bytes of signs, every label's float64 Welford pair and the transients of d
+    coordinates, nothing kept; c1's vectors are sketch-sized."""
     import torch
 
     from grpo_mse.config.gradient_evaluation import TracecovConfig
@@ -166,7 +167,7 @@ def test_the_sketched_engine_plans_one_row_its_signs_and_sketch_sized_statistics
     labels = len(config.estimators) + 1  # and the score (no biased estimator by default)
     expected = (2 * labels + memory_plan.SKETCH_TRANSIENTS) * 8 * 65536 + shape.backward() + 300_050
     assert shape.labels == labels and shape.statistics(5) == expected + memory_plan.SKETCH_BUFFERS
-    assert shape.backward() == shape.row + 2 * 3000 * 100 * 4 + shape.activations
+    assert shape.backward() == 2 * 3000 * 100 * 4 + shape.activations  # no gradient row: parameters sketched one by one
     plan = memory_plan.plan_run(shape, held=GB, available=100 * GB)
     assert plan.kept_rows == 0 and plan.c1_bytes == plan.c1_in_memory * 8 * 65536
     fast = memory_plan.run_shape(params, TracecovConfig.from_argv(argv).run_sizes())

@@ -6,11 +6,12 @@ import statistics
 from dataclasses import replace
 
 import pytest
+import torch
 from test_engine import _setup  # the same samples as the fast engine's tests
 
 from grpo_mse.gradients import estimators as est
 from grpo_mse.gradients.engine import prompt_traces
-from grpo_mse.gradients.sketch import CountSketch, SketchSpec, is_prime
+from grpo_mse.gradients.sketch import SketchSpec, is_prime
 from grpo_mse.gradients.trace_engines import EngineSettings
 
 
@@ -61,20 +62,26 @@ def test_small_sketches_are_unbiased_over_seeds_and_their_block_spread_estimates
         assert estimated == pytest.approx(spread**2, rel=0.35)
 
 
-def test_every_row_is_sketched_as_it_is_made_so_one_model_sized_row_lives_at_a_time(random_lm, monkeypatch):
-    import grpo_mse.gradients.trace_engines.sketched as sketched_module
+def test_no_whole_gradient_row_is_made_each_parameter_is_sketched_as_autograd_accumulates_it(random_lm, monkeypatch):
+    """The engine never asks autograd for a whole gradient (torch.autograd.grad fails here); every parameter's
+    gradient is folded into the sketch by its hook and dropped, so no parameter keeps a .grad afterwards."""
+    from grpo_mse.gradients import sketch as sketch_module
 
     setup = _setup(random_lm, 4, 3, seed=23)
-    live, most = [], [0]
-    apply = CountSketch.apply
+    params = setup[3]
+    added = []
+    add = sketch_module.Folding.add
 
-    def counting(self, vector):
-        live.append(vector)
-        most[0] = max(most[0], sum(1 for v in live if v is not None))
-        out = apply(self, vector)
-        live[-1] = None  # the caller drops the row once sketched
-        return out
+    def counting(self, index, tensor):
+        added.append(index)
+        add(self, index, tensor)
 
-    monkeypatch.setattr(sketched_module.CountSketch, "apply", counting)
-    _sketched(setup, SketchSpec(dim=64, blocks=2), 0.3)
-    assert len(live) >= 4 and most[0] == 1
+    def no_whole_rows(*args, **kwargs):
+        raise AssertionError("torch.autograd.grad makes a whole gradient row")
+
+    monkeypatch.setattr(sketch_module.Folding, "add", counting)
+    monkeypatch.setattr(torch.autograd, "grad", no_whole_rows)
+    result = _sketched(setup, SketchSpec(dim=64, blocks=2), 0.3)
+    assert result.traces["naive"] > 0
+    assert len(added) >= 4 * len(params) and set(added) <= set(range(len(params)))
+    assert all(p.grad is None for p in params)

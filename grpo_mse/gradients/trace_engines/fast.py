@@ -207,14 +207,14 @@ def splits_by_reward(plans, rewards: torch.Tensor) -> bool:
 
 
 def reward_split_rows(
-    logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor, plan, keep=None
+    logprob_fn, params: list[torch.Tensor], group: list[list[int]], rewards: torch.Tensor, plan, gradient_of=gradient
 ) -> tuple[list, list]:
     """One group's gradient rows as w_r = (1/K) sum_{k: G_k = r} grad lp_k, one forward and one backward pass
     per reward value r over its own continuations only (each sequence goes through one backward pass, where
     computing a and s from one pass over all K costs two full backward passes). Since a = sum_r r w_r and
     s = sum_r w_r, an estimator x = c_a a + c_s s is sum_r (c_a r + c_s) w_r: returns the rows and the plan
-    with those coefficients. ``keep``: what is kept of each row as it is made (default: the row itself; the
-    sketched engine keeps its sketch, so one model-sized row lives at a time)."""
+    with those coefficients. ``gradient_of(output, params, retain)``: how a row is made (default: the gradient
+    itself; the sketched engine's makes its sketch, so no whole row exists)."""
     kinds, coefficients = plan
     k, values = len(group), sorted(set(rewards.tolist()))
     rows = []
@@ -222,8 +222,9 @@ def reward_split_rows(
         members = [tokens for tokens, reward in zip(group, rewards.tolist()) if reward == value]
         unique, weights = distinct_continuations(members, torch.full((1, len(members)), 1.0 / k, dtype=torch.float64))
         logprobs = logprob_fn(unique)
-        row = gradient((weights[0].to(logprobs.device, logprobs.dtype) * logprobs).sum(), params, retain=False)
-        rows.append(row if keep is None else keep(row))
+        rows.append(
+            gradient_of((weights[0].to(logprobs.device, logprobs.dtype) * logprobs).sum(), params, retain=False)
+        )
     split = {name: [c[0] * value + c[1] for value in values] for name, c in coefficients.items()}
     return rows, [(kinds, split)]
 

@@ -2,9 +2,10 @@
 (``gradients.sketch``) as they leave the backward pass, and the statistics keep only sketched vectors.
 
 Per group, the fast engine's gradient rows (a and s, or one row per reward value for a group with two reward
-values, none when every estimator is exactly 0: ``fast.group_plan``), made one at a time and sketched at once: one
-model-sized row lives at a time, and the statistics hold d coordinates per label (a float64 Welford mean and M2)
-instead of a model-sized running sum. Every trace, bias and Gram entry is an inner product of sketched vectors, so
+values, none when every estimator is exactly 0: ``fast.group_plan``), each made by one backward pass whose
+parameters' gradients are sketched as autograd accumulates them (``sketch.sketched_gradient``): no whole gradient
+row exists, and the statistics hold d coordinates per label (a float64 Welford mean and M2) instead of a
+model-sized running sum. Every trace, bias and Gram entry is an inner product of sketched vectors, so
 each is unbiased for the exact engines' value on the same samples; the sketch's R blocks give R independent
 estimates (``SketchedTrace.blocks``), whose spread measures the sketch's own error (``records.sketch_summary``).
 One group a pass: this engine is for models whose gradients are large, where the fast engine also takes one.
@@ -16,8 +17,8 @@ from functools import lru_cache
 
 import torch
 
-from grpo_mse.gradients.engine import PromptWork, gradient
-from grpo_mse.gradients.sketch import CountSketch, SketchSpec
+from grpo_mse.gradients.engine import PromptWork
+from grpo_mse.gradients.sketch import CountSketch, SketchSpec, sketched_gradient
 from grpo_mse.gradients.trace_engines import EngineSettings, TraceEngine
 from grpo_mse.gradients.trace_engines.fast import (
     distinct_continuations,
@@ -74,9 +75,14 @@ def sketch_of(settings: EngineSettings, params: list[torch.Tensor]) -> CountSket
 
 
 def sketched_rows(logprob_fn, params, group, group_rewards, plan, sketch: CountSketch):
-    """The group's gradient rows, each sketched as soon as it is made; returns (sketched rows, plan)."""
+    """The group's gradient rows, each sketched parameter by parameter as its backward pass makes it (no whole
+    gradient row is ever held); returns (sketched rows, plan)."""
+
+    def sketched(output, params, retain):
+        return sketched_gradient(output, params, sketch, retain)
+
     if splits_by_reward([plan], group_rewards.view(1, -1)):
-        rows, plans = reward_split_rows(logprob_fn, params, group, group_rewards, plan, keep=sketch.apply)
+        rows, plans = reward_split_rows(logprob_fn, params, group, group_rewards, plan, gradient_of=sketched)
         return rows, plans[0]
     cotangents, _ = group_cotangents(group_rewards.view(1, -1), [plan[0]])
     if not len(cotangents):  # every estimator is exactly 0 for this group: no pass at all
@@ -85,10 +91,7 @@ def sketched_rows(logprob_fn, params, group, group_rewards, plan, sketch: CountS
     logprobs = logprob_fn(unique)
     cotangents = cotangents.to(logprobs.device, logprobs.dtype)
     last = len(cotangents) - 1
-    rows = [
-        sketch.apply(gradient((row * logprobs).sum(), params, retain=index < last))
-        for index, row in enumerate(cotangents)
-    ]
+    rows = [sketched((row * logprobs).sum(), params, retain=index < last) for index, row in enumerate(cotangents)]
     return rows, plan
 
 
