@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 from grpo_mse import cli
 from grpo_mse.errors import require
@@ -25,7 +23,9 @@ from grpo_mse.gradients.estimators import ALL as ALL_ESTIMATORS
 from grpo_mse.gradients.estimators import GRPO, GRPO_STD, ORACLE, UNBIASED
 from grpo_mse.gradients.memory_plan import RunSizes
 from grpo_mse.gradients.trace_engines import ENGINES
+from grpo_mse.policy import sampler_backends
 from grpo_mse.policy.model_source import ModelSource, check_model_path, resolve
+from grpo_mse.policy.sampler_backends import SAMPLERS
 from grpo_mse.rewards.rules import ANSWER_RULES
 
 DTYPES = ("fp16", "bf16", "fp32")
@@ -62,30 +62,6 @@ def check_vllm(config: ModelConfig) -> None:
         "--backend vllm runs one vLLM LLM on the first visible GPU and cannot be sharded with torchrun; "
         "run one process per GPU (CUDA_VISIBLE_DEVICES=N) or use --backend hf",
     )
-
-
-class SamplerBackend(NamedTuple):
-    """A sampling backend (``--backend``): ``factory`` is "module:function", imported only when a run uses it, and
-    called as ``function(config, model, settings, batch_size, requests_per_call)`` (the run's ModelConfig, the HF
-    policy whose gradients are taken, its ``policy.sampling.SamplingSettings``, sequences per generation batch,
-    requests per sampler call); it returns an object with ``policy.sampling.Sampler``'s ``iter_samples`` and ``sample``.
-    ``check(config)``, if given, refuses flags the backend cannot serve when the config is built (no torch yet)."""
-
-    factory: str
-    check: Callable[[ModelConfig], None] | None = None
-
-
-# The sampler factory's registry: a new backend is its module (its factory function) plus one entry here.
-SAMPLERS: dict[str, SamplerBackend] = {
-    "hf": SamplerBackend("grpo_mse.policy.sampling:hf_sampler"),  # our seeded sampler (CPU/GPU)
-    "vllm": SamplerBackend("grpo_mse.policy.vllm_sampler:make_vllm", check_vllm),  # vLLM's offline LLM (GPU only)
-}
-
-
-def make_sampler(config: ModelConfig, model, settings, batch_size: int, requests_per_call: int = 1):
-    """The sampler of ``config.backend`` (see ``SamplerBackend``); the one place where a run's sampler is built."""
-    module, _, function = SAMPLERS[config.backend].factory.partition(":")
-    return getattr(importlib.import_module(module), function)(config, model, settings, batch_size, requests_per_call)
 
 
 @dataclass(kw_only=True)
@@ -126,7 +102,7 @@ class ModelConfig(Flags):
         cli.launch_env()  # a WORLD_SIZE without RANK (not torchrun) is refused before any work
         sampler = SAMPLERS.get(self.backend)  # an unknown name is refused with the other choices below
         if sampler is not None and sampler.check is not None:
-            sampler.check(self)
+            sampler_backends.load(sampler.check)(self)
         check_model_path(self.model)
         super().__post_init__()  # choices and bounds
 

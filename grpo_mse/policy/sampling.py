@@ -208,7 +208,7 @@ def _sample_batch(model, prompts, generators, temperature, top_p, max_new_tokens
 
 
 class Sampler(Protocol):
-    """What the runs ask of a sampling backend (``config.gradient_evaluation.SAMPLERS`` builds one per run):
+    """What the runs ask of a sampling backend (``policy.sampler_backends.SAMPLERS`` builds one per run):
     sample j of a request draws from random stream (*key, j); a continuation is its token ids, a sampled EOS kept
     at the end."""
 
@@ -223,7 +223,7 @@ class Sampler(Protocol):
 
 
 def hf_sampler(config, model, settings: SamplingSettings, batch_size: int, requests_per_call: int = 1) -> HFSampler:
-    """--backend hf's factory (``config.gradient_evaluation.SAMPLERS``): batches of ``batch_size`` sequences of
+    """--backend hf's factory (``policy.sampler_backends.SAMPLERS``): batches of ``batch_size`` sequences of
     ``model`` across requests."""
     return HFSampler(model, settings, batch_size)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 def make_vllm(config, model, settings, batch_size: int = 1, requests_per_call: int = 1):
-    """--backend vllm's factory (``config.gradient_evaluation.SAMPLERS``): a VLLMSampler (``config``: a ModelConfig;
+    """--backend vllm's factory (``policy.sampler_backends.SAMPLERS``): a VLLMSampler (``config``: a ModelConfig;
     ``settings``: the run's ``sampling.SamplingSettings``; ``requests_per_call`` prompts per call of vLLM's ``LLM``;
     vLLM loads its own copy of the weights, so ``model`` and ``batch_size`` are not used)."""
     from grpo_mse.policy.loading import model_folder

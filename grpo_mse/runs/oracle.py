@@ -13,10 +13,11 @@ import time
 from dataclasses import dataclass, field
 
 from grpo_mse import cli, distributed
-from grpo_mse.config.gradient_evaluation import OracleConfig, make_sampler
+from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.errors import require
 from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.model_source import model_basename_tag
+from grpo_mse.policy.sampler_backends import make_sampler
 from grpo_mse.policy.sampling import Sampler, SamplingSettings, decode
 from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (

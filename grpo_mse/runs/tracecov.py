@@ -17,7 +17,7 @@ import torch
 from grpo_mse import cli, distributed
 from grpo_mse.analysis import paired
 from grpo_mse.analysis.bootstrap import Summary, at_least_zero, below_zero_flag
-from grpo_mse.config.gradient_evaluation import SKETCH_FIELDS, TracecovConfig, make_sampler
+from grpo_mse.config.gradient_evaluation import SKETCH_FIELDS, TracecovConfig
 from grpo_mse.distributed import Shards
 from grpo_mse.gradients import allocator, trace_engines
 from grpo_mse.gradients import estimators as est
@@ -28,6 +28,7 @@ from grpo_mse.gradients.trace_engines import EngineSettings
 from grpo_mse.policy.loading import load_policy
 from grpo_mse.policy.logprobs import PromptSampler
 from grpo_mse.policy.model_source import model_tag
+from grpo_mse.policy.sampler_backends import make_sampler
 from grpo_mse.policy.sampling import ResponseLengths, SamplingSettings
 from grpo_mse.rewards.rules import check_answer_rule, check_answers, row_reward
 from grpo_mse.tables.inputs import (

@@ -1,5 +1,5 @@
 """The sampler extension point (issue 44 item 3): a new sampling backend is its module plus one entry in
-``config.gradient_evaluation.SAMPLERS``. A throwaway backend, written here as a module of its own, is registered
+``policy.sampler_backends.SAMPLERS``. A throwaway backend, written here as a module of its own, is registered
 under the name ``fixed`` and run through both command lines on the shipped tiny policy: --backend accepts the
 new name, the oracle and tracecov runs take their samples from it (and give its factory their batch sizes)."""
 
@@ -13,8 +13,9 @@ from conftest import BUILTIN_POLICY, tracecov_argv
 
 from grpo_mse.commands import oracle as oracle_command
 from grpo_mse.commands import tracecov as tracecov_command
-from grpo_mse.config.gradient_evaluation import SAMPLERS, OracleConfig, SamplerBackend
+from grpo_mse.config.gradient_evaluation import OracleConfig
 from grpo_mse.errors import UsageError
+from grpo_mse.policy.sampler_backends import SAMPLERS, SamplerBackend
 
 # Sample j of every request is "3" when j is even, "4" when odd, each followed by the policy's EOS.
 THROWAWAY = '''

@@ -1,6 +1,6 @@
 """scripts/bench_sketched.py through its command line on the built-in policy: both engines run on the same samples,
 their times, plans and peaks are saved with their ratios, every prompt's MSE is compared with the fast engine's in
-units of the sketch's own error, and a run too small for intervals (T 2) still compares."""
+units of the sketch's own error, and a run too small for some intervals (T 2) still compares."""
 
 from __future__ import annotations
 
@@ -37,5 +37,6 @@ def test_the_comparison_of_the_two_engines_on_the_built_in_policy(tmp_path, t):
             assert cell["t"] == pytest.approx((cell["sketched"] - cell["fast"]) / cell["sd"])
     assert report["prompts"]["t_limit_95"] == 3.182  # R = 4 blocks: t with 3 degrees of freedom
     within = [row["fast_within_interval"] for rows in report["paired"].values() for row in rows]
-    assert (t == "2") == all(value is None for value in within)  # no interval at T 2
+    assert all(value is None or isinstance(value, bool) for value in within)  # None: no interval (T 2 may have none)
+    assert t == "2" or any(isinstance(value, bool) for value in within)
     assert "sketched/fast: peak x" in done.stdout
