@@ -1,4 +1,4 @@
-"""The README's real-LLM sentences quote the committed runs (the Qwen Figure-4 run, SmolLM2's training): its
+"""The README's real-LLM sentences quote the committed runs (the Qwen powered Figure-4 run, SmolLM2's training): its
 ratios and intervals, rounded to 2 decimals, are those of the saved JSON files (a rerun or a hand edit that leaves
 the README stale fails here)."""
 
@@ -12,7 +12,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POST_TRAINED = "results/real_llm/post_trained_v3/figure4/tracecov_smollm2_arith_lora_v3_20261203_200057.json"
-QWEN = "results/real_llm/qwen_coder_05b/figure4/tracecov_Qwen2.5_Coder_0.5B_Instruct_AWQ.Q4_K_M_20261205_183509.json"
+QWEN = (  # the powered zero-shot run (its protocol: results/real_llm/qwen_coder_05b/powered/README.md)
+    "results/real_llm/qwen_coder_05b/powered/zero_shot/tracecov_Qwen2.5_Coder_0.5B_Instruct_AWQ.Q4_K_M_20261207_072632.json"
+)
 TRAINING_SUMMARY = "results/real_llm/post_trained_v3/training/summary.md"
 NUMBER = r"(-?\d+\.\d+)"
 CELL = rf"{NUMBER} \[{NUMBER}, {NUMBER}\]"
@@ -42,7 +44,7 @@ def saved_cells(path: str, ratio: str) -> list[tuple[float, float, float]]:
     [("GRPO/oracle", "grpo/oracleV"), ("vanilla/oracle", "naive/oracleV"), ("vanilla/GRPO", "naive/grpo")],
 )
 def test_the_real_llm_ratios_are_the_committed_runs(label, ratio):
-    block = readme()[readme().index("Its Figure-4 run (48 prompts") :]
+    block = readme()[readme().index("Its powered run (120 prompts") :]
     assert quoted_cells(block, label, 3) == saved_cells(QWEN, ratio)
 
 
