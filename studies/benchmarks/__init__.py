@@ -1,2 +1,2 @@
-"""The benchmarks' bodies (their command lines: benchmarks/) and the published Qwen2.5 shapes they and the memory
+"""The benchmarks' bodies (their command lines: scripts/) and the published Qwen2.5 shapes they and the memory
 plans size against (docs/engines.md)."""

@@ -33,6 +33,7 @@ class SketchSeedsConfig(Flags):
 
 
 def main(argv=None) -> None:
+    args = SketchSeedsConfig.from_argv(argv, description=__doc__)  # --help loads no torch
     import torch
 
     from grpo_mse.gradients.engine import prompt_traces
@@ -43,7 +44,6 @@ def main(argv=None) -> None:
     from grpo_mse.policy.sampling import SamplingSettings
     from grpo_mse.rewards.rules import row_reward
 
-    args = SketchSeedsConfig.from_argv(argv, description=__doc__)
     torch.set_num_threads(1)
     model, tokenizer = load_policy(resolve(args.model), "cpu", "fp32")
     with open(args.oracle_table, encoding="utf-8") as table:

@@ -97,8 +97,8 @@ def documented_run_files(path: str = ARCHITECTURE) -> set[str]:
     steps = "\n".join(line for line in section.split("\n\n") if re.match(r"\d+\. ", line))
     found = set()
     for name in re.findall(r"`([\w/]+)\.py`", steps):
-        if os.path.isfile(os.path.join(PACKAGE, name + ".py")):
-            found.add("grpo_mse." + name.replace("/", "."))
+        if os.path.isfile(os.path.join(PACKAGE, name + ".py")):  # a package's own __init__.py names the package
+            found.add("grpo_mse." + name.removesuffix("/__init__").replace("/", "."))
     return found
 
 
