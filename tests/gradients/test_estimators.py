@@ -37,6 +37,23 @@ def test_formulas_of_each_estimator():
         est.weights("ppo", rewards)
 
 
+def test_oracle_baseline_keeps_the_rewards_precision_and_batch_shape():
+    # A float V made a float32 tensor would shift a float64 run's weights by about 1e-8 (0.3 is not a float32).
+    rewards = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+    assert torch.equal(est.oracle_weights(rewards, 0.3), (rewards - 0.3) / 3)
+    assert est.oracle_weights(rewards.float(), 0.3).dtype == torch.float32
+    # One V per group, with groups over two batch dimensions: V[a, b] belongs to rewards[a, b, :].
+    rewards = torch.arange(24, dtype=torch.float64).reshape(2, 3, 4) % 2
+    value = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]], dtype=torch.float64)
+    assert torch.equal(est.oracle_weights(rewards, value), (rewards - value[..., None]) / 4)
+
+
+def test_std_grpo_own_target_scale_is_one_over_the_reward_sd():
+    # g / sqrt(V (1 - V)): the target std-GRPO estimates, over g (Appendix A); the sd of a Bernoulli(V) reward.
+    for value, scale in ((0.5, 2.0), (0.2, 2.5), (0.9, 1 / 0.3)):
+        assert est.std_own_target_scale(value) == pytest.approx(scale, rel=1e-12)
+
+
 def test_every_estimator_is_affine_in_rewards_within_a_group():
     for k in (2, 3, 5):
         for pattern in itertools.product([0.0, 1.0], repeat=k):

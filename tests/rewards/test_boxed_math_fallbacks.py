@@ -24,6 +24,7 @@ def test_normalise_latex_drops_dollars_spaces_sizing_and_a_full_stop():
     assert normalise_latex("\\left( 1, 2 \\right).") == "(1,2)" and normalise_latex("\\text{yes}") == "yes"
     assert normalise_latex("\\tfrac{1}{2}") == "\\frac{1}{2}" and normalise_latex("1\\!000") == "1000"
     assert normalise_latex(".5") == ".5" and normalise_latex("\\text{a} \\text{b}") == "ab"
+    assert normalise_latex("2X.") == "2X"  # only the full stop goes: an answer may end in a letter
 
 
 def test_without_math_verify_answers_are_compared_normalised(monkeypatch):
