@@ -5,7 +5,10 @@
 # CI step (CI installs mutmut with the dev tools and never runs it).
 # Usage: bash scripts/mutation.sh [MUTANT_GLOB ...]   e.g. 'grpo_mse.gradients.memory*' (default: every mutant)
 # Settings (environment): MUTATION_JOBS (mutants run at once, default 1), MUTATION_OUT (folder for the record,
-# default results/mutation/DATE_COMMIT). mutmut keeps its verdicts in mutants/ and reruns only what changed.
+# default results/mutation/DATE_COMMIT). mutmut keeps its verdicts in mutants/ and reruns only what changed; they are
+# also saved to results/mutation/verdicts.json (commit it) and restored from there into a fresh checkout's mutants/,
+# so a run that spans sessions or machines goes on where it stopped (studies/audits/mutation_state.py). Named
+# mutants are always rerun (e.g. the survivors, after new tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
@@ -13,7 +16,10 @@ export OMP_NUM_THREADS=1
 export PYTHONPATH="$PWD/mutants"
 start=$(date +%s)
 commit="$(git rev-parse HEAD)$(git diff --quiet HEAD -- grpo_mse tests pyproject.toml || echo ' (with uncommitted changes)')"
+python scripts/mutation_state.py --action restore
 status=0
+trap 'python scripts/mutation_state.py --action save' EXIT  # also when stopped: the verdicts so far are kept
+trap 'exit 143' TERM INT
 mutmut run --max-children "${MUTATION_JOBS:-1}" "$@" || status=$?
 out=${MUTATION_OUT:-results/mutation/$(date -u +%Y-%m-%d)_$(git rev-parse --short HEAD)}
 mkdir -p "$out"

@@ -1,0 +1,43 @@
+"""mutmut's verdicts survive a fresh checkout (studies/audits/mutation_state.py): saved from meta files, restored as
+meta files mutmut reads, only the decided ones, never over an existing mutants/ folder."""
+
+import json
+
+from studies.audits.mutation_state import restore, save
+
+EMPTY_FIELDS = {"type_check_error_by_key", "durations_by_key", "estimated_durations_by_key"}
+
+
+def write_meta(path, codes, hashes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"exit_code_by_key": codes, "hash_by_function_name": hashes, **{field: {} for field in EMPTY_FIELDS}}
+    path.write_text(json.dumps(meta))
+
+
+def test_verdicts_round_trip_through_the_committed_file(tmp_path):
+    mutants, verdicts = tmp_path / "mutants", tmp_path / "results" / "verdicts.json"
+    codes = {"grpo_mse.a.x_f__mutmut_1": 1, "grpo_mse.a.x_f__mutmut_2": 0, "grpo_mse.a.x_g__mutmut_1": None}
+    write_meta(mutants / "grpo_mse" / "a.py.meta", codes, {"x_f": "abc", "x_g": "def"})
+    write_meta(mutants / "grpo_mse" / "b.py.meta", {"grpo_mse.b.x_h__mutmut_1": None}, {"x_h": "123"})
+    assert save(mutants, verdicts) == 2  # the undecided mutant and the file with none decided are left out
+    saved = json.loads(verdicts.read_text())
+    assert list(saved) == ["grpo_mse/a.py"] and not verdicts.with_name("verdicts.json.partial").exists()
+
+    fresh = tmp_path / "fresh" / "mutants"
+    assert restore(fresh, verdicts) == 2
+    meta = json.loads((fresh / "grpo_mse" / "a.py.meta").read_text())
+    assert meta["exit_code_by_key"] == {"grpo_mse.a.x_f__mutmut_1": 1, "grpo_mse.a.x_f__mutmut_2": 0}
+    assert meta["hash_by_function_name"] == {"x_f": "abc", "x_g": "def"}
+    # mutmut's loader asserts that no other key is there
+    assert set(meta) == {"exit_code_by_key", "hash_by_function_name"} | EMPTY_FIELDS
+
+
+def test_restore_leaves_an_existing_mutants_folder_alone_and_save_keeps_other_files(tmp_path):
+    mutants, verdicts = tmp_path / "mutants", tmp_path / "verdicts.json"
+    write_meta(mutants / "grpo_mse" / "a.py.meta", {"grpo_mse.a.x_f__mutmut_1": 1}, {"x_f": "abc"})
+    save(mutants, verdicts)
+    assert restore(mutants, verdicts) == 0 and restore(tmp_path / "none", tmp_path / "missing.json") == 0
+    other = tmp_path / "other"
+    write_meta(other / "grpo_mse" / "b.py.meta", {"grpo_mse.b.x_h__mutmut_1": 0}, {"x_h": "123"})
+    assert save(other, verdicts) == 2  # a.py's verdict kept, b.py's added
+    assert sorted(json.loads(verdicts.read_text())) == ["grpo_mse/a.py", "grpo_mse/b.py"]
