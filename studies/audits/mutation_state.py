@@ -20,16 +20,28 @@ VERDICTS = Path("results/mutation/verdicts.json")
 META = ".meta"
 
 
+def function_of(mutant: str) -> str:
+    """The mutated function's key in mutmut's hashes: ``pkg.mod.x_f__mutmut_3`` -> ``x_f`` (methods ``xǁCǁm``)."""
+    return mutant.rpartition(".")[2].rpartition("__mutmut_")[0]
+
+
 def save(mutants: Path, verdicts: Path) -> int:
-    """Write every decided verdict under ``mutants`` (with its file's function hashes) to ``verdicts``, keeping the
-    saved files that this ``mutants`` does not hold; returns the number of verdicts written."""
+    """Write every decided verdict under ``mutants`` (with its file's function hashes) to ``verdicts``. Saved
+    verdicts this ``mutants`` lacks are kept while their function is unchanged (the same hash), so runs over
+    different modules, or the same module's survivors rerun, add up. Returns the number of verdicts saved."""
     state = json.loads(verdicts.read_text()) if verdicts.exists() else {}
     for meta in sorted(mutants.rglob("*.py" + META)):
         data = json.loads(meta.read_text())
-        decided = {key: code for key, code in data["exit_code_by_key"].items() if code is not None}
-        source = meta.relative_to(mutants).as_posix()[: -len(META)]
+        source, hashes = meta.relative_to(mutants).as_posix()[: -len(META)], data["hash_by_function_name"]
+        saved = state.get(source, {"hash_by_function_name": {}, "exit_code_by_key": {}})
+        kept = {
+            key: code
+            for key, code in saved["exit_code_by_key"].items()
+            if saved["hash_by_function_name"].get(function_of(key)) == hashes.get(function_of(key))
+        }
+        decided = kept | {key: code for key, code in data["exit_code_by_key"].items() if code is not None}
         if decided:
-            state[source] = {"hash_by_function_name": data["hash_by_function_name"], "exit_code_by_key": decided}
+            state[source] = {"hash_by_function_name": hashes, "exit_code_by_key": decided}
     verdicts.parent.mkdir(parents=True, exist_ok=True)
     partial = verdicts.with_name(verdicts.name + ".partial")
     partial.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")

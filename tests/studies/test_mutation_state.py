@@ -3,7 +3,7 @@ meta files mutmut reads, only the decided ones, never over an existing mutants/ 
 
 import json
 
-from studies.audits.mutation_state import restore, save
+from studies.audits.mutation_state import function_of, restore, save
 
 EMPTY_FIELDS = {"type_check_error_by_key", "durations_by_key", "estimated_durations_by_key"}
 
@@ -41,3 +41,19 @@ def test_restore_leaves_an_existing_mutants_folder_alone_and_save_keeps_other_fi
     write_meta(other / "grpo_mse" / "b.py.meta", {"grpo_mse.b.x_h__mutmut_1": 0}, {"x_h": "123"})
     assert save(other, verdicts) == 2  # a.py's verdict kept, b.py's added
     assert sorted(json.loads(verdicts.read_text())) == ["grpo_mse/a.py", "grpo_mse/b.py"]
+
+
+def test_a_later_run_adds_to_the_saved_verdicts_while_the_function_is_unchanged(tmp_path):
+    verdicts = tmp_path / "verdicts.json"
+    first, later = tmp_path / "first", tmp_path / "later"
+    old = {"grpo_mse.a.x_f__mutmut_1": 0, "grpo_mse.a.x_f__mutmut_2": 1, "grpo_mse.a.xǁCǁm__mutmut_1": 0}
+    write_meta(first / "grpo_mse" / "a.py.meta", old, {"x_f": "abc", "xǁCǁm": "111"})
+    save(first, verdicts)
+    # the later run reruns one survivor (now killed) and the method changed since: its old verdict is dropped
+    new = {"grpo_mse.a.x_f__mutmut_1": 1, "grpo_mse.a.x_f__mutmut_2": None, "grpo_mse.a.xǁCǁm__mutmut_1": None}
+    write_meta(later / "grpo_mse" / "a.py.meta", new, {"x_f": "abc", "xǁCǁm": "222"})
+    assert save(later, verdicts) == 2
+    entry = json.loads(verdicts.read_text())["grpo_mse/a.py"]
+    assert entry["exit_code_by_key"] == {"grpo_mse.a.x_f__mutmut_1": 1, "grpo_mse.a.x_f__mutmut_2": 1}
+    assert entry["hash_by_function_name"] == {"x_f": "abc", "xǁCǁm": "222"}
+    assert function_of("grpo_mse.a.xǁCǁm__mutmut_12") == "xǁCǁm" and function_of("p.m.x_f__mutmut_3") == "x_f"
