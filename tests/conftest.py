@@ -87,6 +87,17 @@ def random_lm():
 
 
 @pytest.fixture(scope="session")
+def gsm8k_test_file():
+    """The installed GSM8K test split (requirements-data.txt); skips, naming the install command, without it."""
+    from grpo_mse.training.installed_data import installed_path
+
+    try:
+        return installed_path("gsm8k", "test")
+    except Exception as error:  # noqa: BLE001 - a DataError naming the install command
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
 def builtin_policy():
     """The shipped built-in policy (model, tokenizer); skips when it has not been built."""
     if not os.path.exists(os.path.join(BUILTIN_POLICY, "config.json")):

@@ -21,16 +21,6 @@ KEEP = {"PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def installed():
-    from grpo_mse.training.installed_data import installed_path
-
-    try:
-        return installed_path("gsm8k", "test")
-    except Exception as error:  # noqa: BLE001 - a DataError naming the install command
-        pytest.skip(str(error))
-
-
 def run(args, tmp_path, env=None, timeout=600) -> str:
     base = {k: v for k, v in os.environ.items() if k in KEEP} | {"OMP_NUM_THREADS": "1"}
     result = subprocess.run(
@@ -40,7 +30,7 @@ def run(args, tmp_path, env=None, timeout=600) -> str:
     return result.stdout + result.stderr
 
 
-def test_gsm8k_table_oracle_tracecov_figures(installed, tmp_path):
+def test_gsm8k_table_oracle_tracecov_figures(gsm8k_test_file, tmp_path):
     table = tmp_path / "gsm8k_test.jsonl"
     assert "gsm8k test: 1319 rows" in run(
         [sys.executable, "scripts/real_data.py", "gsm8k", "--out", str(table)], tmp_path
@@ -69,7 +59,7 @@ def test_gsm8k_table_oracle_tracecov_figures(installed, tmp_path):
     assert "figure4.png" in figures and (tmp_path / "figures" / "group_size_advisor.png").is_file()
 
 
-def test_gsm8k_parquet_trl_step_and_verl_command(installed, tmp_path):
+def test_gsm8k_parquet_trl_step_and_verl_command(gsm8k_test_file, tmp_path):
     data = tmp_path / "gsm8k"
     prepared = run(
         [sys.executable, "Policy_Optimization/prepare_data.py", "--source", "gsm8k", "--limit", "16"]

@@ -13,16 +13,6 @@ from studies.audits import gold_audit, reward_audit
 from studies.audits.gold_audit import changed_final_number
 
 
-@pytest.fixture(scope="module")
-def installed():
-    from grpo_mse.training.installed_data import installed_path
-
-    try:
-        return installed_path("gsm8k", "test")
-    except Exception as error:  # noqa: BLE001 - a DataError naming the install command
-        pytest.skip(str(error))
-
-
 def test_the_final_answers_last_number_is_changed():
     assert changed_final_number("gsm8k", "3 + 4 = 7 apples, 10 pears\n#### 7") == "3 + 4 = 7 apples, 10 pears\n#### 8"
     assert changed_final_number("gsm8k", "#### 1,299") == "#### 1,300"
@@ -32,7 +22,7 @@ def test_the_final_answers_last_number_is_changed():
     assert changed_final_number("math", "no box 7") is None and changed_final_number("gsm8k", "7") is None
 
 
-def test_every_gsm8k_test_gold_parses_scores_and_its_changed_number_scores_zero(installed):
+def test_every_gsm8k_test_gold_parses_scores_and_its_changed_number_scores_zero(gsm8k_test_file):
     checks = gold_audit.audit("gsm8k", "test")
     assert len(checks) == 1319
     assert all(c.parsed and c.self_equal and c.solution_scores and c.changed_scores_zero for c in checks)
@@ -49,7 +39,7 @@ def test_math_verify_ignores_a_base_subscript_and_units():
 
 
 @pytest.mark.slow
-def test_gold_command_writes_the_summary_of_a_seeded_math500_sample(installed, tmp_path):
+def test_gold_command_writes_the_summary_of_a_seeded_math500_sample(gsm8k_test_file, tmp_path):
     out = tmp_path / "gold.json"
     status, stderr = boundary(
         reward_audit.main, ["gold", "math500", "--sample", "12", "--seed", "3", "--out", str(out)]
