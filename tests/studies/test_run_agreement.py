@@ -12,6 +12,7 @@ import pytest
 from conftest import bounded
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from one_line_checks import run as run_script_file
 
 from grpo_mse.errors import UsageError
 from studies.audits import run_agreement as compare
@@ -96,13 +97,7 @@ def tidy_csv(path, ids, traces, ks=(2,), names=("grpo",)):
 
 
 def run_script(*argv):
-    return subprocess.run(
-        [sys.executable, "scripts/compare_tracecov_runs.py", *map(str, argv)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_script_file("scripts/compare_tracecov_runs.py", *map(str, argv), cwd=ROOT)
 
 
 @st.composite

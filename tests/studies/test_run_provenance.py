@@ -9,12 +9,11 @@ all under the limit 3.76 (T 8, M 2, K 2 4)."""
 import csv
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import tracecov_argv
+from one_line_checks import run as run_script_file
 
 from grpo_mse.config.gradient_evaluation import TracecovConfig
 from grpo_mse.runs.tracecov import run_tracecov
@@ -26,13 +25,7 @@ DEMO_CSV = next(DEMO.glob("tracecov_*_per_prompt.csv"))
 
 
 def compare(*argv):
-    return subprocess.run(
-        [sys.executable, "scripts/compare_tracecov_runs.py", *map(str, argv)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_script_file("scripts/compare_tracecov_runs.py", *map(str, argv), cwd=ROOT)
 
 
 def run(table, out):
