@@ -8,10 +8,16 @@
 # default results/mutation/DATE_COMMIT). mutmut keeps its verdicts in mutants/ and reruns only what changed; they are
 # also saved to results/mutation/verdicts.json (commit it) and restored from there into a fresh checkout's mutants/,
 # so a run that spans sessions or machines goes on where it stopped (studies/audits/mutation_state.py). Named
-# mutants are always rerun (e.g. the survivors, after new tests).
+# mutants are always rerun (e.g. the survivors, after new tests). MUTATION_MEMORY_GB (default 4): the address space
+# each process may take; a mutant that changes a size can ask for all the machine's memory, and on a shared machine
+# the kernel's out-of-memory killer then takes the largest process, which may be someone's long run. Past the limit
+# the mutant's test gets a MemoryError (the mutant counts as killed), and these processes are the first the kernel
+# kills if memory still runs out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
+ulimit -v $((${MUTATION_MEMORY_GB:-4} * 1024 * 1024))
+echo 1000 >/proc/self/oom_score_adj 2>/dev/null || true  # Linux: raising one's own score needs no privilege
 # Subprocess tests (the scripts the tests start) import the mutated copy, so a mutant is live there too.
 export PYTHONPATH="$PWD/mutants"
 start=$(date +%s)
