@@ -226,17 +226,24 @@ def test_the_advisor_gets_the_same_replicates_and_needs_two_prompts(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_all_zero_mses_give_undefined_ratios_without_warnings():
-    """Every V = 0 (an answer never given): every MSE is 0, so each ratio is 0/0. The ratios are undefined (None,
-    every replicate counted undefined) and numpy's division warnings stay out of the user's terminal."""
-    zeros = {n: 0.0 for n in NAMES}
-    records = {
-        k: [simulated_prompt(k, i, zeros, 0.0, mean_score_sq=0.0, oracle_noise=0.0) for i in range(4)] for k in K_LIST
-    }
+def test_zero_oracle_errors_give_undefined_ratios_without_warnings():
+    """Prompts 0, 1 with V = 0 (an answer never given): every estimator's MSE is 0. Prompts 2, 3 with an exact V = 1:
+    the oracle's and GRPO's are 0, vanilla's trace is not. So GRPO over the oracle is 0/0 in every replicate
+    (undefined: None, each replicate counted), vanilla's trace over the oracle's is x/0 or 0/0, and numpy's
+    division warnings stay out of the user's terminal."""
+
+    def record(k, i):
+        vanilla = 0.0 if i < 2 else 1.0
+        tr_cov = {n: vanilla if n == est.VANILLA else 0.0 for n in NAMES}
+        bias2 = {est.VANILLA: 0.0 if i < 2 else 0.5}
+        mse = {**tr_cov, est.VANILLA: vanilla + bias2[est.VANILLA]}
+        return simulated_prompt(k, i, tr_cov, float(i >= 2), bias2=bias2, mse=mse, oracle_noise=0.0)
+
+    records = {k: [record(k, i) for i in range(4)] for k in K_LIST}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         out = paired.run_statistics(records, list(K_LIST), list(NAMES), n_boot=50).paired.to_json()
-    for table in ("ratio", "oracle_noise_relative"):
-        series = out[table] if table == "oracle_noise_relative" else out[table][f"{est.GRPO}/{est.ORACLE}"]
+    for series in (out["ratio"][f"{est.GRPO}/{est.ORACLE}"], out["oracle_noise_relative"]):
         assert all(s.get("estimate") is None and s["n_undefined"] == 50 for s in series), series
     assert all(s["estimate"] == 0.0 for s in out["mean"][est.GRPO])
+    assert [s["estimate"] for s in out["mean"][est.VANILLA]] == [0.75, 0.75]
