@@ -114,6 +114,7 @@ def summary() -> dict:
 
 def test_means_differences_and_largest_shares_are_those_of_the_prompts(summary):
     assert summary["K_list"] == list(K_LIST) and summary["n_boot"] == N_BOOT
+    assert "BCa 95% interval" in summary["note"] and "studentized" in summary["note"]  # how the intervals are made
     for i, k in enumerate(K_LIST):
         oracle = _mse(k, est.ORACLE)
         for n in NAMES:
@@ -151,6 +152,38 @@ def test_a_biased_estimator_also_gets_its_trace_alone(summary):
         )
         _same(summary["trace_mean"][est.VANILLA][i], _clipped(_draws(trace)))
         _same(summary["trace_ratio"]["naive/oracleV"][i], _clipped(_draws(trace) / _draws(oracle)))
+
+
+def test_trace_means_below_zero_by_rounding_are_clipped_and_marked():
+    """The fast engine's tr Cov is a difference of Gram sums: where the gradients barely differ it can come out a
+    rounding error below 0. The mean trace and its ratio to the oracle's are >= 0 quantities, clipped like the MSEs."""
+    traces = [-3e-16, 1e-16, -2e-16, 0.0]
+    records = {
+        k: [
+            simulated_prompt(k, i, {est.VANILLA: t, est.ORACLE: 1.0}, 0.5, bias2={est.VANILLA: 1.0})
+            for i, t in enumerate(traces)
+        ]
+        for k in K_LIST
+    }
+    out = paired.run_statistics(records, list(K_LIST), [est.VANILLA, est.ORACLE], n_boot=100).paired.to_json()
+    for saved in (out["trace_mean"][est.VANILLA][0], out["trace_ratio"]["naive/oracleV"][0]):
+        assert saved["estimate"] == pytest.approx(np.mean(traces), abs=1e-30)
+        assert saved["ci95"][0] == 0.0 and saved["clipped"] and saved["unreliable"] == bootstrap.UNRELIABLE
+
+
+def test_what_a_run_measures_decides_the_tables():
+    """Vanilla and GRPO without the oracle still get their paired ratio; ||E s||^2 without the oracle noise (records
+    that do not hold it) gives no relative oracle noise."""
+    records = {2: [simulated_prompt(2, i, {n: 1.0 + i + (n == est.VANILLA) for n in NAMES}, 0.5) for i in range(3)]}
+    two = paired.run_statistics(records, [2], [est.VANILLA, est.GRPO], n_boot=30).paired.to_json()
+    assert set(two["ratio"]) == {"naive/grpo"} and two["difference"] == {}
+    assert two["ratio"]["naive/grpo"][0]["estimate"] == pytest.approx((2 + 3 + 4) / (1 + 2 + 3))
+    records = {
+        k: [simulated_prompt(k, i, {n: 1.0 for n in NAMES}, 0.5, mean_score_sq=0.1 * i) for i in range(3)]
+        for k in K_LIST
+    }
+    out = paired.run_statistics(records, list(K_LIST), list(NAMES), n_boot=30).paired.to_json()
+    assert "mean_score_sq" in out and "oracle_noise" not in out and "oracle_noise_relative" not in out
 
 
 def test_band_counts_and_ratios_follow_the_band_edges(summary):
