@@ -113,3 +113,70 @@ def test_moduli_are_the_largest_distinct_primes_within_each_blocks_share_and_a_s
 def test_a_sketch_that_cannot_measure_its_own_error_is_refused(dim, blocks):
     with pytest.raises(ValueError, match="block"):
         SketchSpec(dim=dim, blocks=blocks)
+
+
+def test_each_blocks_estimate_is_the_inner_product_of_its_own_rows_with_more_than_two_blocks():
+    """block_dots with 3 blocks (4 by default): block r's estimate is <S_r x, S_r y>, S_r its explicit m_r x n
+    matrix; a slice misplaced from the third block on goes unseen with 2 (found by mutation testing, issue 58)."""
+    shapes = [(6,), (2, 4)]
+    sketch = CountSketch(SketchSpec(dim=30, blocks=3, seed=2), [torch.zeros(s) for s in shapes])
+    assert sketch.moduli == (7, 5, 3)
+    signs, columns = torch.cat(sketch.signs).double(), torch.arange(sketch.n)
+    x, y = _flat(_vector(shapes, 5)), _flat(_vector(shapes, 6))
+    by_hand = []
+    for m in sketch.moduli:
+        matrix = torch.zeros((m, sketch.n), dtype=torch.float64)
+        matrix[columns % m, columns] = signs
+        by_hand.append(float((matrix @ x) @ (matrix @ y)))
+    estimates = sketch.block_dots(sketch.apply([x[:6], x[6:].view(2, 4)]), sketch.apply([y[:6], y[6:].view(2, 4)]))
+    assert estimates == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_the_sketch_is_made_on_the_vectors_device():
+    """The blocks live on the vector's (the parameters') device: meta tensors stand in for an accelerator here."""
+    spec = SketchSpec(dim=30, blocks=3)
+    meta = CountSketch(spec, [torch.zeros(5, device="meta")])
+    assert meta.apply([torch.ones(5, device="meta")]).device.type == "meta"
+    leaf = torch.zeros(5, device="meta", requires_grad=True)
+    assert sk.sketched_gradient((2 * leaf).sum(), [leaf], meta, retain=False).device.type == "meta"
+    empty = CountSketch(spec, []).apply([])  # no parameters: the zero vector, on the CPU
+    assert empty.device.type == "cpu" and torch.equal(empty, torch.zeros(15, dtype=torch.float64))
+
+
+def test_sketched_gradient_fills_no_other_gradient_and_can_keep_the_graph():
+    """d <p, o> / dp = o: the sketch of o. Only ``params`` are differentiated (o, a leaf that needs a gradient too,
+    gets none), each gradient is dropped once sketched, and ``retain`` keeps the graph for a second pass."""
+    generator = torch.Generator().manual_seed(8)
+    param = torch.randn(9, dtype=torch.float64, generator=generator).requires_grad_()
+    other = torch.randn(9, dtype=torch.float64, generator=generator).requires_grad_()
+    sketch = CountSketch(SketchSpec(dim=30, blocks=3, seed=1), [param])
+    output = (param * other).sum()
+    first = sk.sketched_gradient(output, [param], sketch, retain=True)
+    assert other.grad is None and param.grad is None
+    second = sk.sketched_gradient(output, [param], sketch, retain=False)  # the graph is still there
+    expected = sketch.apply([other.detach()])
+    assert torch.allclose(first, expected, rtol=0, atol=1e-12) and torch.equal(first, second)
+
+
+def test_is_prime_against_trial_division_by_every_smaller_number():
+    by_hand = [n for n in range(200) if n >= 2 and all(n % d for d in range(2, n))]
+    assert [n for n in range(200) if sk.is_prime(n)] == by_hand
+
+
+def test_signs_are_one_byte_each_and_go_where_asked():
+    """One int8 sign per coordinate is the sketch's only model-sized memory (n bytes, not 8 n); the signs go to
+    ``device`` when given, else to each parameter's (meta tensors stand in for an accelerator)."""
+    spec = SketchSpec(dim=30, blocks=3)
+    on_cpu = CountSketch(spec, [torch.zeros(4), torch.zeros(3)])
+    assert all(s.dtype == torch.int8 for s in on_cpu.signs)
+    assert CountSketch(spec, [torch.zeros(4)], device="meta").signs[0].device.type == "meta"
+    assert CountSketch(spec, [torch.zeros(4, device="meta")]).signs[0].device.type == "meta"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_vector_is_sketched_as_its_float32_copy(dtype):
+    """A sign flip is exact, so a 16-bit gradient's sketch is that of the same numbers in float32."""
+    shapes = [(3, 5), (4,)]
+    sketch = CountSketch(SketchSpec(dim=30, blocks=3, seed=4), [torch.zeros(s) for s in shapes])
+    half = [t.to(dtype) for t in _vector(shapes, 9)]
+    assert torch.equal(sketch.apply(half), sketch.apply([t.float() for t in half]))
