@@ -70,9 +70,10 @@ class SketchSpec:
         return tuple(found)
 
     def independent(self, n: int) -> bool:
-        """Whether no two coordinates of n share a bucket in two blocks (the block errors are uncorrelated)."""
+        """Whether no two coordinates of n share a bucket in two blocks (the block errors are uncorrelated): two
+        coordinates share buckets mod a and mod b only if their distance, at most n - 1, is a multiple of a b."""
         moduli = self.moduli()
-        return min(a * b for index, a in enumerate(moduli) for b in moduli[index + 1 :]) > n
+        return min(a * b for index, a in enumerate(moduli) for b in moduli[index + 1 :]) >= n
 
 
 def fold(values: torch.Tensor, phase: int, out: torch.Tensor) -> None:

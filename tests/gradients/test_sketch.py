@@ -54,6 +54,17 @@ def test_each_block_is_unbiased_with_the_stated_variance_and_the_blocks_are_unco
     assert float(sketch.apply(x) @ sketch.apply(y)) == pytest.approx(float(estimates[-1].mean()), rel=1e-12)
 
 
+def test_blocks_are_independent_up_to_as_many_coordinates_as_the_moduli_product():
+    # moduli 3 and 2 over 6 coordinates: distances 1..5, none a multiple of 6, so no pair shares both buckets
+    shapes, spec = [(3,), (3,)], SketchSpec(dim=6, blocks=2)
+    x, y = _vector(shapes, 4), _vector(shapes, 5)
+    estimates, sketch = _every_sign_pattern(shapes, spec, x, y)
+    exact = float(_flat(x) @ _flat(y))
+    covariance = float(((estimates[:, 0] - exact) * (estimates[:, 1] - exact)).mean())
+    assert sketch.n == 6 and abs(covariance) < 1e-12 and spec.independent(6)
+    assert not spec.independent(7)  # coordinates 0 and 6 would share both buckets (the next test)
+
+
 def test_blocks_that_share_collisions_are_correlated_which_the_independence_check_says():
     shapes, spec = [(4,), (3,)], SketchSpec(dim=6, blocks=2)  # moduli 3 and 2: coordinates 0 and 6 collide in both
     x, y = _vector(shapes, 2), _vector(shapes, 3)
