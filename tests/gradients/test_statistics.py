@@ -289,14 +289,60 @@ def test_pooled_running_sums_and_means_keep_the_statistics_dtype(dtype):
         pool.give(mean[0]._base)
 
 
-def test_pooled_running_sums_live_on_the_vectors_device():
-    """A pooled buffer is made on the device asked for (a CUDA run's sums on the GPU): meta tensors stand in here."""
+def test_pooled_running_sums_and_gram_matrices_live_on_the_vectors_device():
+    """A pooled buffer, a running sum and a Gram matrix with its float64 working buffer are made on the vectors'
+    device (a CUDA run's on the GPU): meta tensors stand in here."""
     like = [torch.empty((3, 4), device="meta"), torch.empty(5, device="meta")]
     pool = BufferPool()
     assert pool.take(7, torch.float64, "meta").device.type == "meta"
     stats = SumTrace(like, pool)
     stats.accumulate([torch.empty_like(p) for p in like], 0.5)
     assert all(t.device.type == "meta" for t in stats.sums + stats.mean())
+    for rows in (None, 1):
+        assert gram64([like, like, like], rows=rows).device.type == "meta"
+
+
+def test_pooled_running_sums_of_mixed_dtypes_keep_each_parameter_s_dtype():
+    """A model with float64 and float32 parameters: no one flat pooled buffer, each sum in its own statistics dtype."""
+    rng = np.random.default_rng(10)
+    like = [torch.zeros((3, 4), dtype=torch.float64), torch.zeros(5)]
+    rows = _rows(rng, like, 2)
+    stats = SumTrace(like, BufferPool())
+    _pass(stats, rows, [[0.3, 0.0], [0.0, 1.7]])
+    assert [t.dtype for t in stats.total] == [torch.float64, torch.float32] and stats.flat is None
+    np.testing.assert_allclose(stats.total[0].numpy(), 0.3 * rows[0][0].numpy() + 1.7 * rows[1][0].numpy(), rtol=1e-14)
+
+
+def test_gram64_s_float64_buffer_is_one_block_for_small_vectors_and_cache_sized_for_long_ones(monkeypatch):
+    """On the CPU, vectors of at most 2^20 coordinates are one block (the built-in policies' bits); longer ones
+    (every real model) go through a float64 buffer of at most CPU_BLOCK_BYTES for all of them. Either way the
+    Gram matrix, full or of a pass's rows, is the exact float64 one."""
+    from grpo_mse.gradients import statistics
+
+    gen = torch.Generator().manual_seed(11)
+    buffers = []
+
+    def empty(*shape, **kwargs):
+        tensor = torch.zeros(*shape, **kwargs)  # a spy on the buffer's size
+        buffers.append(tensor.numel()) if tensor.dtype == torch.float64 and tensor.dim() == 2 else None
+        return tensor
+
+    monkeypatch.setattr(statistics.torch, "empty", empty)
+    for shapes, most in (
+        ([(1 << 10, 1 << 10)], 3 << 20),
+        ([(1 << 10, 1 << 10), (7,), (3000,)], statistics.CPU_BLOCK_BYTES // 8),
+    ):
+        vectors = [[torch.randn(*shape, generator=gen) for shape in shapes] for _ in range(3)]
+        flat = torch.stack([torch.cat([t.reshape(-1) for t in v]) for v in vectors]).double()
+        for rows in (None, 1):
+            buffers.clear()
+            gram = gram64(vectors, rows=rows)
+            torch.testing.assert_close(gram[:1], (flat @ flat.T)[:1], rtol=1e-12, atol=1e-9)
+            torch.testing.assert_close(gram.diagonal(), (flat * flat).sum(1), rtol=1e-12, atol=1e-9)
+            if most == 3 << 20:
+                assert buffers == [most]  # one block: each vector whole
+            else:
+                assert 0 < max(buffers) <= most
 
 
 def test_a_run_of_pooled_prompts_reuses_its_buffers_and_gives_the_between_prompt_variance():
