@@ -276,3 +276,35 @@ def test_a_handed_over_running_sum_with_its_scale_gives_the_mean_gradients_recor
     np.testing.assert_allclose(got["gram"], want["gram"], rtol=1e-6)
     assert got["c1"] == pytest.approx(want["c1"], rel=1e-5) and got["within"] == want["within"]
     assert sum(map(len, pool.free.values())) == 4  # the 3 handed-over sums and the last std-GRPO sum
+
+
+def test_a_batch_hands_back_only_the_means_it_owns_and_takes_a_one_parameter_model(tmp_path):
+    """A one-parameter model's mean gradients, kept (owned, from the pool), copied or spilled to a file, give the
+    between-prompt variance of the explicit means (float64) and the prompts' positions by default; a mean the
+    caller still holds (not owned) never goes to the pool, so no later sum is handed the caller's buffer."""
+    from grpo_mse.gradients.statistics import BufferPool, SumTrace
+
+    rng, pool = np.random.default_rng(9), BufferPool()
+    kept, copied = BetweenPromptBatch(pool=pool), BetweenPromptBatch(pool=pool)
+    spilled, held, means = BetweenPromptBatch(str(tmp_path / "one.c1"), host_bytes=0), [], []
+    for _ in range(3):
+        rows = rng.normal(size=(2, 6))
+        stats = SumTrace([torch.zeros(6)], pool)
+        for row in rows:
+            stats.update([torch.tensor(row, dtype=torch.float32)])
+        held.append(stats.mean())  # views of a pooled buffer that the caller keeps
+        kept.add(stats.mean(), 0.3, 2, owned=True)
+        copied.add(held[-1], 0.3, 2)
+        spilled.add(held[-1], 0.3, 2)
+        stats.release()
+        means.append(rows.astype(np.float32).astype(np.float64).mean(0))
+    means = np.stack(means)
+    between = float(((means - means.mean(0)) ** 2).sum()) / 2
+    for batch in (kept, copied, spilled):
+        result = batch.result()
+        assert result["between"] == pytest.approx(between, rel=1e-6) and result["prompt_indices"] == [0, 1, 2]
+    assert len(pool.free[(6, torch.float32, torch.device("cpu"))]) == 4  # the kept means' buffers and one sum's
+    for _ in range(4):
+        pool.take(6, torch.float32, "cpu").fill_(np.nan)  # every buffer the pool hands out again
+    for mean, expected in zip(held, means):
+        np.testing.assert_allclose(mean[0].double().numpy(), expected, rtol=1e-6)

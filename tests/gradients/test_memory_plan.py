@@ -390,3 +390,18 @@ def test_the_plan_reads_a_typed_record_of_the_run_built_once_from_its_config():
     assert (off.c1_batch, off.c1_reads) == (0, 0)
     shape = memory_plan.run_shape([torch.empty(10, device="meta")], off)
     assert (shape.c1_vectors, shape.c1_reads, shape.rows_per_prompt) == (0, 0, 2 * off.m)
+
+
+def test_the_plan_and_the_engine_agree_which_models_are_model_sized():
+    """The memory plan's kept rows (``RunShape.large``) and the fast engine's (``statistics.model_sized``) start at
+    the same size, PARTIAL_GRAM_MIN coordinates: at exactly that size both keep rows."""
+    import torch
+
+    from grpo_mse.config.gradient_evaluation import TracecovConfig
+    from grpo_mse.gradients.memory import PARTIAL_GRAM_MIN
+    from grpo_mse.gradients.statistics import model_sized
+
+    config = TracecovConfig.from_argv(["--oracle_table", "t.jsonl", "--skip_plot", "--save_json", "out"])
+    for count, large in ((PARTIAL_GRAM_MIN - 1, False), (PARTIAL_GRAM_MIN, True), (PARTIAL_GRAM_MIN + 1, True)):
+        params = [torch.empty(count - 5, device="meta"), torch.empty(5, device="meta")]
+        assert model_sized(params) == memory_plan.run_shape(params, config.run_sizes()).large == large

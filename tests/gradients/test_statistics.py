@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_mse.gradients.statistics import SumTrace, dot64, gram64
+from grpo_mse.gradients.statistics import BetweenPromptBatch, BufferPool, SumTrace, dot64, gram64
 from grpo_mse.gradients.trace_engines.reference import WelfordTrace
 from studies.benchmarks.memory_estimates import statistics_bytes
 
@@ -238,3 +238,174 @@ def test_half_precision_gradients_keep_float32_statistics_that_agree_with_a_floa
         assert low.trace() == pytest.approx(expected, rel=1e-3)
         for a, b in zip(low.mean(), single.mean()):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _rows(rng, like, count):
+    """``count`` random gradient rows shaped and typed like ``like``."""
+    return [[torch.tensor(rng.normal(size=tuple(p.shape)), dtype=p.dtype) for p in like] for _ in range(count)]
+
+
+def _pass(stats, rows, coefficients):
+    """One ``SumTrace.add_pass`` of x_g = sum_r coefficients[g, r] rows[r], with the Gram scalars it needs."""
+    coefficients = torch.tensor(coefficients, dtype=torch.float64)
+    if not stats.count:
+        gram = gram64(rows)
+        return stats.add_pass(coefficients, rows, gram, torch.zeros(len(rows), dtype=torch.float64), 0.0)
+    gram = gram64(rows + [stats.total])
+    stats.add_pass(coefficients, rows, gram[:-1, :-1], gram[-1, :-1], float(gram[-1, -1]))
+
+
+def _explicit(rows, passes) -> np.ndarray:
+    """The vectors x_g of ``passes`` over ``rows``, formed in float64 from the rows' values."""
+    flat = [torch.cat([t.reshape(-1) for t in row]).double().numpy() for row in rows]
+    return np.stack([sum(c * r for c, r in zip(g, flat)) for coefficients in passes for g in coefficients])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_pooled_running_sums_and_means_keep_the_statistics_dtype(dtype):
+    """With the run's BufferPool the running sums and means are in the statistics dtype of the vectors
+    (``memory.stats_dtype``: float64 for a float64 model, float32 for half precision) and equal the float64
+    mean of the explicit vectors to that precision: a pooled buffer in another dtype (float32 for a float64
+    model), or a half-precision first addition T = c v rounded before it is upcast, would be off by 1e-8 (float64)
+    or 1e-3 (half precision). Found by mutation testing (results/mutation)."""
+    rng = np.random.default_rng(6)
+    like = [torch.zeros((3, 4), dtype=dtype), torch.zeros(5, dtype=dtype)]
+    rows = _rows(rng, like, 3)
+    passes = [[[0.3, 0.0, 1.7], [0.0, -0.45, 0.0]], [[1.1, 0.2, 0.0], [0.0, 0.0, -2.3]]]
+    expected = _explicit(rows, passes)
+    stats_dtype, rel = (torch.float64, 1e-13) if dtype == torch.float64 else (torch.float32, 1e-6)
+    pool = BufferPool()
+    for _ in range(2):  # a fresh pool's buffers, then the ones handed back
+        stats = SumTrace(like, pool)
+        for coefficients in passes:
+            _pass(stats, rows, coefficients)
+        mean = stats.mean()
+        assert all(t.dtype == stats_dtype for t in stats.total + mean)
+        np.testing.assert_allclose(
+            torch.cat([t.reshape(-1) for t in mean]).double(), expected.mean(0), rtol=0, atol=rel
+        )
+        assert stats.trace() == pytest.approx(np.trace(np.cov(expected, rowvar=False, ddof=1)), rel=rel)
+        stats.release()
+        pool.give(mean[0]._base)
+
+
+def test_pooled_running_sums_and_gram_matrices_live_on_the_vectors_device():
+    """A pooled buffer, a running sum and a Gram matrix with its float64 working buffer are made on the vectors'
+    device (a CUDA run's on the GPU): meta tensors stand in here."""
+    like = [torch.empty((3, 4), device="meta"), torch.empty(5, device="meta")]
+    pool = BufferPool()
+    assert pool.take(7, torch.float64, "meta").device.type == "meta"
+    stats = SumTrace(like, pool)
+    stats.accumulate([torch.empty_like(p) for p in like], 0.5)
+    assert all(t.device.type == "meta" for t in stats.sums + stats.mean())
+    for rows in (None, 1):
+        assert gram64([like, like, like], rows=rows).device.type == "meta"
+
+
+def test_pooled_running_sums_of_mixed_dtypes_keep_each_parameter_s_dtype():
+    """A model with float64 and float32 parameters: no one flat pooled buffer, each sum in its own statistics dtype."""
+    rng = np.random.default_rng(10)
+    like = [torch.zeros((3, 4), dtype=torch.float64), torch.zeros(5)]
+    rows = _rows(rng, like, 2)
+    stats = SumTrace(like, BufferPool())
+    _pass(stats, rows, [[0.3, 0.0], [0.0, 1.7]])
+    assert [t.dtype for t in stats.total] == [torch.float64, torch.float32] and stats.flat is None
+    np.testing.assert_allclose(stats.total[0].numpy(), 0.3 * rows[0][0].numpy() + 1.7 * rows[1][0].numpy(), rtol=1e-14)
+
+
+def test_gram64_s_float64_buffer_is_one_block_for_small_vectors_and_cache_sized_for_long_ones(monkeypatch):
+    """On the CPU, vectors of at most 2^20 coordinates are one block (the built-in policies' bits); longer ones
+    (every real model) go through a float64 buffer of at most CPU_BLOCK_BYTES for all of them. Either way the
+    Gram matrix, full or of a pass's rows, is the exact float64 one."""
+    from grpo_mse.gradients import statistics
+
+    gen = torch.Generator().manual_seed(11)
+    buffers = []
+
+    def empty(*shape, **kwargs):
+        tensor = torch.zeros(*shape, **kwargs)  # a spy on the buffer's size
+        buffers.append(tensor.numel()) if tensor.dtype == torch.float64 and tensor.dim() == 2 else None
+        return tensor
+
+    monkeypatch.setattr(statistics.torch, "empty", empty)
+    for shapes, most in (
+        ([(1 << 10, 1 << 10)], 3 << 20),
+        ([(1 << 10, 1 << 10), (7,), (3000,)], statistics.CPU_BLOCK_BYTES // 8),
+    ):
+        vectors = [[torch.randn(*shape, generator=gen) for shape in shapes] for _ in range(3)]
+        flat = torch.stack([torch.cat([t.reshape(-1) for t in v]) for v in vectors]).double()
+        for rows in (None, 1):
+            buffers.clear()
+            gram = gram64(vectors, rows=rows)
+            torch.testing.assert_close(gram[:1], (flat @ flat.T)[:1], rtol=1e-12, atol=1e-9)
+            torch.testing.assert_close(gram.diagonal(), (flat * flat).sum(1), rtol=1e-12, atol=1e-9)
+            if most == 3 << 20:
+                assert buffers == [most]  # one block: each vector whole
+            else:
+                assert 0 < max(buffers) <= most
+
+
+def test_a_run_of_pooled_prompts_reuses_its_buffers_and_gives_the_between_prompt_variance():
+    """Prompt after prompt (running sums from the pool, their means kept by a c1 batch, the sums released, the batch's
+    means handed back by ``result``) the pool holds the same buffers: each mean is taken from it, none is allocated
+    afresh (a run would otherwise keep c1_batch more model-sized buffers per batch). Each batch's between-prompt
+    variance is the float64 one of the prompts' explicit means."""
+    rng = np.random.default_rng(7)
+    like = [torch.zeros((4, 3)), torch.zeros(6)]
+    pool, sizes = BufferPool(), []
+    for _ in range(4):
+        batch, means = BetweenPromptBatch(pool=pool), []
+        for _ in range(3):
+            rows = _rows(rng, like, 2)
+            passes = [[[1.0, 0.0], [0.5, -1.5]], [[0.0, 2.0]]]
+            stats = SumTrace(like, pool)
+            for coefficients in passes:
+                _pass(stats, rows, coefficients)
+            vector, scale = stats.kept_mean(alone=True)
+            batch.add(vector, stats.trace(), 3, owned=True, scale=scale)
+            stats.release()
+            means.append(_explicit(rows, passes).mean(0))
+        result = batch.result()
+        means = np.stack(means)
+        assert result["between"] == pytest.approx(float(((means - means.mean(0)) ** 2).sum()) / 2, rel=1e-6)
+        sizes.append(sum(map(len, pool.free.values())))
+    assert sizes == [sizes[0]] * 4 and sizes[0] <= 4
+
+
+def test_every_kept_mean_times_its_scale_is_the_mean_of_the_vectors():
+    """``kept_mean``: the vector times the scale is the float64 mean of the explicit vectors for every accumulator
+    (the reference engine's default, a small or a model-sized SumTrace, pooled or not); a model-sized deferred sum
+    read ``alone`` is formed in its first row's storage (one model-sized buffer less at a prompt's peak)."""
+    rng = np.random.default_rng(8)
+    passes = [[[0.5, 0.0, -1.25], [0.0, 2.0, 0.75]]]
+    for like, pooled, alone in [
+        ([torch.zeros((4, 3)), torch.zeros(7)], False, False),
+        ([torch.zeros((4, 3)), torch.zeros(7)], True, True),
+        ([torch.zeros((1 << 10, 1 << 9)), torch.zeros(1 << 19)], True, False),
+        ([torch.zeros((1 << 10, 1 << 9)), torch.zeros(1 << 19)], False, True),
+    ]:
+        rows = _rows(rng, like, 3)
+        expected = _explicit(rows, passes)
+        welford, stats = WelfordTrace(like), SumTrace(like, BufferPool() if pooled else None)
+        for vector in expected:
+            welford.update(_as_params(vector, [p.shape for p in like]))
+        gram = gram64(rows)
+        stats.add_pass(torch.tensor(passes[0]), rows, gram, torch.zeros(3, dtype=torch.float64), 0.0, defer=True)
+        for accumulator in (welford, stats):
+            vector, scale = accumulator.kept_mean(alone)
+            kept = torch.cat([t.reshape(-1) for t in vector]).double().numpy() * scale
+            np.testing.assert_allclose(kept, expected.mean(0), rtol=0, atol=1e-6)
+        if alone and len(like[0]) > 4:
+            assert vector[0].data_ptr() == rows[0][0].data_ptr()
+
+
+def test_a_model_sized_sum_that_stays_zero_has_a_zero_mean_square():
+    """A model-sized prompt whose every coefficient is 0 (all rewards equal to V, the oracle's x = 0) never forms its
+    running sum: ||mean||^2 is exactly 0, so its squared bias is 0."""
+    like = [torch.zeros(1 << 20)]
+    rows = [[torch.ones(1 << 20)], [torch.full((1 << 20,), -2.0)]]
+    for defer in (False, True):
+        stats = SumTrace(like)
+        gram = gram64(rows)
+        stats.add_pass(torch.zeros((3, 2)), rows, gram, torch.zeros(2, dtype=torch.float64), 0.0, defer=defer)
+        assert stats.sums is None and stats.mean_square() == 0.0 and stats.trace() == 0.0
