@@ -107,7 +107,9 @@ def _clipped(draws: np.ndarray) -> bootstrap.Summary:
     return bootstrap.at_least_zero(bootstrap.summarise(draws, WEIGHTS))
 
 
-@pytest.fixture(scope="module")
+# Per test, not per module: mutmut runs a mutant against the tests that called its function, and a module fixture
+# calls it within the first test only (4 s for the file either way).
+@pytest.fixture
 def summary() -> dict:
     return paired.paired_summary(_records(), list(K_LIST), list(NAMES), WEIGHTS).to_json()
 
