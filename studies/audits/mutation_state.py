@@ -20,6 +20,10 @@ VERDICTS = Path("results/mutation/verdicts.json")
 META = ".meta"
 
 
+def verdict_count(state: dict) -> int:
+    return sum(len(entry["exit_code_by_key"]) for entry in state.values())
+
+
 def function_of(mutant: str) -> str:
     """The mutated function's key in mutmut's hashes: ``pkg.mod.x_f__mutmut_3`` -> ``x_f`` (methods ``xǁCǁm``)."""
     return mutant.rpartition(".")[2].rpartition("__mutmut_")[0]
@@ -46,7 +50,7 @@ def save(mutants: Path, verdicts: Path) -> int:
     partial = verdicts.with_name(verdicts.name + ".partial")
     partial.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
     os.replace(partial, verdicts)  # whole or not at all
-    return sum(len(entry["exit_code_by_key"]) for entry in state.values())
+    return verdict_count(state)
 
 
 def restore(mutants: Path, verdicts: Path) -> int:
@@ -69,4 +73,4 @@ def restore(mutants: Path, verdicts: Path) -> int:
                 }
             )
         )
-    return sum(len(entry["exit_code_by_key"]) for entry in state.values())
+    return verdict_count(state)
