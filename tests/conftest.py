@@ -27,6 +27,13 @@ def bounded(examples: int):
     )
 
 
+def module_scope(fixture_name: str, config) -> str:
+    """A fixture scope: "module", but "function" while mutmut collects which tests reach which function
+    (MUTANT_UNDER_TEST=stats). A module fixture runs inside the first test that asks for it, so mutmut would tie
+    the functions it calls to that test alone and run their mutants against it only (docs/tests.md)."""
+    return "function" if os.environ.get("MUTANT_UNDER_TEST") == "stats" else "module"
+
+
 def load_script(relative_path: str):
     """Import a command-line script of the repository (e.g. "Gradient_evaluation/run_tracecov.py") as a module."""
     path = os.path.join(ROOT, relative_path)

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, tracecov_argv
+from conftest import ROOT, module_scope, tracecov_argv
 
 from grpo_mse.analysis import advisor, bootstrap, error_model, paired
 from grpo_mse.builtin.arithmetic import make_rows
@@ -44,7 +44,7 @@ def _run(table, out, *extra):
     return json.load(open(main_json)), main_json
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope=module_scope)
 def runs(tmp_path_factory, builtin_policy):
     folder = tmp_path_factory.mktemp("edges")
     rows = make_rows(12, seed=5)

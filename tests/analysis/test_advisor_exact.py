@@ -17,7 +17,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import one_token_sampler
+from conftest import module_scope, one_token_sampler
 
 from grpo_mse.analysis.advisor import advise
 from grpo_mse.analysis.bootstrap import read_calibration
@@ -81,7 +81,7 @@ def _run_advisor(model, tokenizer, rows, progress):
     return records, batch_records
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope=module_scope)
 def case(tmp_path_factory):
     from grpo_mse.policy.loading import load_policy
 
