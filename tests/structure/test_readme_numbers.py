@@ -12,9 +12,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POST_TRAINED = "results/real_llm/post_trained_v3/figure4/tracecov_smollm2_arith_lora_v3_20261203_200057.json"
-QWEN = (  # the powered zero-shot run (its protocol: results/real_llm/qwen_coder_05b/powered/README.md)
-    "results/real_llm/qwen_coder_05b/powered/zero_shot/tracecov_Qwen2.5_Coder_0.5B_Instruct_AWQ.Q4_K_M_20261207_072632.json"
-)
+POWERED = "results/real_llm/qwen_coder_05b/powered"  # the powered Figure-4 runs (protocol: its README.md)
+QWEN = f"{POWERED}/zero_shot/tracecov_Qwen2.5_Coder_0.5B_Instruct_AWQ.Q4_K_M_20261207_072632.json"
+QWEN_FEW_SHOT = f"{POWERED}/few_shot/tracecov_Qwen2.5_Coder_0.5B_Instruct_AWQ.Q4_K_M_20261207_123332.json"
 TRAINING_SUMMARY = "results/real_llm/post_trained_v3/training/summary.md"
 NUMBER = r"(-?\d+\.\d+)"
 CELL = rf"{NUMBER} \[{NUMBER}, {NUMBER}\]"
@@ -44,8 +44,10 @@ def saved_cells(path: str, ratio: str) -> list[tuple[float, float, float]]:
     [("GRPO/oracle", "grpo/oracleV"), ("vanilla/oracle", "naive/oracleV"), ("vanilla/GRPO", "naive/grpo")],
 )
 def test_the_real_llm_ratios_are_the_committed_runs(label, ratio):
-    block = readme()[readme().index("Its powered run (120 prompts") :]
-    assert quoted_cells(block, label, 3) == saved_cells(QWEN, ratio)
+    zero_shot = readme()[readme().index("Its powered run (120 prompts") :]
+    assert quoted_cells(zero_shot, label, 3) == saved_cells(QWEN, ratio)
+    few_shot = readme()[readme().index("The few-shot row (120 prompts") :]
+    assert quoted_cells(few_shot, label, 3) == saved_cells(QWEN_FEW_SHOT, ratio)
 
 
 def test_the_real_llm_training_change_is_the_committed_summary():
