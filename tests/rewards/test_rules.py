@@ -2,6 +2,8 @@ from fractions import Fraction
 
 from grpo_mse.rewards.rules import (
     MAX_NUMBER_CHARS,
+    RULES,
+    RewardRule,
     check_answer_rule,
     exact_number,
     gold_problem,
@@ -10,6 +12,7 @@ from grpo_mse.rewards.rules import (
     last_number,
     parse_gold,
     rule_for,
+    score,
 )
 
 
@@ -88,3 +91,35 @@ def test_gold_problem_says_why_the_arithmetic_rule_reads_no_whole_number():
     assert gold_problem("1,234") is None and gold_problem("\u22127") is None and gold_problem(3.5) is None
     assert gold_problem("2.5").startswith("not a whole number")
     assert gold_problem("1e3").startswith("not a well-formed number") and gold_problem("12,34").startswith("not a well")
+
+
+def test_a_source_no_rule_claims_is_scored_by_the_rule_its_ground_truth_picks():
+    """score hands the ground truth to the rule choice: a number picks the last-number rule (no \\boxed{} needed),
+    anything else the boxed MATH rule."""
+    assert score("custom", "The answer is 42", 42) == 1.0 == score("custom", "The answer is 42", "42")
+    assert score("custom", "The answer is 42", "x^2") == 0.0  # the MATH rule: no boxed answer
+
+
+def test_a_rule_that_raises_scores_zero(monkeypatch):
+    """Anything a rule cannot judge scores 0.0 (the module's contract), a rule that raises included."""
+
+    def unreadable(solution, gold):
+        raise ValueError(f"cannot read {solution!r}")
+
+    monkeypatch.setitem(RULES, "raising", RewardRule("raising", unreadable, str, claims=lambda s: s == "raising"))
+    assert score("raising", "42", 42) == 0.0
+
+
+def test_a_missing_data_source_or_solution_is_the_empty_text(monkeypatch):
+    """None reads as "": a row without a data source is claimed by no rule that needs a name (a rule registered
+    here claims every named source), and a missing solution is judged as the empty answer (this exact-match rule
+    scores it 1 against an empty gold, 0 against the text "None")."""
+
+    def exact(solution, gold):
+        return float(solution.strip() == str(gold).strip())
+
+    monkeypatch.setitem(RULES, "named", RewardRule("named", exact, str, claims=bool))
+    assert rule_for("my_source", "7") == "named"
+    assert rule_for(None, "7") == rule_for("", "7") == "arithmetic"
+    assert score("my_source", None, "") == 1.0
+    assert score("my_source", None, "None") == 0.0
