@@ -52,14 +52,14 @@ def _explicit_traces(value):
 
 
 def _settings(name):
-    if name == "reference":
-        return EngineSettings("reference")
+    if name in ("reference", "fast"):
+        return EngineSettings(name)
     spec = SketchSpec(dim=2 * (VOCAB * VOCAB + 200), blocks=2, seed=1)
     assert all(m > VOCAB * VOCAB and is_prime(m) for m in spec.moduli())  # no two coordinates share a bucket
     return EngineSettings("sketched", sketch_dim=spec.dim, sketch_blocks=spec.blocks, sketch_seed=spec.seed)
 
 
-@pytest.mark.parametrize("engine", ["reference", "sketched"])
+@pytest.mark.parametrize("engine", ["reference", "sketched", "fast"])
 def test_three_valued_rewards_in_float32_on_a_one_tensor_model_against_explicit_float64_traces(engine):
     """Every estimator's trace within 1e-10 of the explicit computation (float32 weights would be off by ~1e-7;
     the sketch has no collisions, so it is exact), then every forward graph the engine made is already freed (a
