@@ -1,12 +1,17 @@
 from fractions import Fraction
 
+import pytest
+
+from grpo_mse.errors import DataError
 from grpo_mse.rewards.rules import (
     MAX_NUMBER_CHARS,
     RULES,
     RewardRule,
     check_answer_rule,
+    check_answers,
     exact_number,
     gold_problem,
+    integer_answer,
     last_integer,
     last_integer_reward,
     last_number,
@@ -123,3 +128,31 @@ def test_a_missing_data_source_or_solution_is_the_empty_text(monkeypatch):
     assert rule_for(None, "7") == rule_for("", "7") == "arithmetic"
     assert score("my_source", None, "") == 1.0
     assert score("my_source", None, "None") == 0.0
+
+
+def test_integer_answer_is_the_gold_as_the_arithmetic_rule_reads_it():
+    """The arithmetic rule's written answer: the integer parse_gold reads, or the gold itself when it reads none
+    (check_answers then scores that text and refuses the row)."""
+    assert integer_answer("1,234") == "1234" and integer_answer(7.0) == "7" and integer_answer("\u22127") == "-7"
+    assert integer_answer("2.5") == "2.5" and integer_answer("seven") == "seven"
+
+
+def test_check_answers_picks_an_unclaimed_sources_rule_by_its_ground_truth_and_names_the_problem():
+    """A source no rule claims, with a number for ground truth, is the arithmetic rule's: "1,234" is accepted (its
+    written answer 1234 scores 1), "2.5" refused naming that rule and gold_problem's reason; a named arithmetic row
+    with an unreadable gold is refused with the reason too."""
+    check_answers([{"data_source": "my_set", "ground_truth": "1,234"}], "t.jsonl")
+    with pytest.raises(DataError) as refused:
+        check_answers([{"ground_truth": "1,234"}, {"data_source": "arithmetic", "ground_truth": "2.5"}], "t.jsonl")
+    assert "row 1 " in str(refused.value) and gold_problem("2.5") in str(refused.value)
+    with pytest.raises(
+        DataError, match=r"not a whole number .*which the arithmetic reward rule \(data_source 'my_set'"
+    ):
+        check_answers([{"data_source": "my_set", "ground_truth": "2.5"}], "t.jsonl")  # a number: arithmetic's row
+
+
+def test_final_answer_rule_refuses_a_source_another_rule_claims_even_with_an_integer_gold():
+    """The rule is chosen by the row's data_source first: a GSM8K row is the gsm8k rule's, whatever its gold."""
+    assert rule_for("openai/gsm8k", "3") == "gsm8k"
+    with pytest.raises(DataError, match="row 0 has data_source 'openai/gsm8k'"):
+        check_answer_rule([{"data_source": "openai/gsm8k", "ground_truth": "3"}], "final_answer", "t")
