@@ -68,11 +68,12 @@ def make_resident(tensors) -> None:
 
 def process_peak() -> int:
     """The process's resident high-water mark in bytes (VmHWM); not ru_maxrss, which Linux carries across exec
-    from the process that started this one (the fallback)."""
+    from the process that started this one (the fallback). Read as bytes: the file starts with the process's name,
+    which may be any bytes (a script run as ./café.py is so named)."""
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
+        with open("/proc/self/status", "rb") as status:
             for line in status:
-                if line.startswith("VmHWM:"):
+                if line.startswith(b"VmHWM:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
