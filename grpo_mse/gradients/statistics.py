@@ -11,18 +11,19 @@ import numpy as np
 import torch
 
 from grpo_mse.gradients import memory
-from grpo_mse.gradients.memory import C1_HOST_BYTES, PARTIAL_GRAM_MIN, stats_dtype
+from grpo_mse.gradients.memory import (
+    C1_HOST_BYTES,
+    PARTIAL_GRAM_MIN,
+    cpu_block_coordinates,
+    stats_dtype,
+)
 
 # Coordinates per float64 block of a Gram matrix (``block_coordinates``): on CUDA at least 2^24 (a few
 # dozen blocks at 0.5B, each one large matrix product: launch overhead vanishes). On the CPU vectors of at most
 # CPU_MIN_BLOCK coordinates are one block (the built-in policies: their results keep their bits); longer ones go
-# in cache-sized blocks, a CPU_BLOCK_BYTES float64 buffer for all the vectors (at least 2^14 coordinates): the
-# float64 copy stays in cache for the product (SmolLM2-135M, 7 vectors, 1 thread: 0.67 s a Gram matrix with
-# 64K-coordinate blocks, 1.27 s with the former 128 MiB buffer, which was also a fresh allocation per call).
+# in cache-sized blocks (``memory.cpu_block_coordinates``, which c1_memory counts too).
 CUDA_BLOCK = 1 << 24
-CPU_BLOCK_BYTES = 1 << 22
 CPU_MIN_BLOCK = 1 << 20
-CPU_SMALLEST_BLOCK = 1 << 14
 
 
 def block_coordinates(count: int, device: torch.device | str, total: int | None = None) -> int:
@@ -32,7 +33,7 @@ def block_coordinates(count: int, device: torch.device | str, total: int | None 
         return CUDA_BLOCK
     if total is not None and total <= CPU_MIN_BLOCK:
         return CPU_MIN_BLOCK
-    return max(CPU_SMALLEST_BLOCK, CPU_BLOCK_BYTES // (8 * max(count, 1)))
+    return cpu_block_coordinates(count)
 
 
 def block_plan(sizes: list[int], coordinates: int) -> list[list[tuple[int, int, int]]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import memory
 
-CPU_BLOCK_BYTES = 4 << 20  # gram64's float64 block buffer on the CPU (statistics.CPU_BLOCK_BYTES)
+CPU_BLOCK_BYTES = 4 << 20  # gram64's float64 block buffer on the CPU (memory.CPU_BLOCK_BYTES)
 CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per block on CUDA
 
 

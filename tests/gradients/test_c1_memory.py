@@ -308,3 +308,27 @@ def test_a_batch_hands_back_only_the_means_it_owns_and_takes_a_one_parameter_mod
         pool.take(6, torch.float32, "cpu").fill_(np.nan)  # every buffer the pool hands out again
     for mean, expected in zip(held, means):
         np.testing.assert_allclose(mean[0].double().numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [2, 16, 64, 200])
+def test_the_gram_working_blocks_are_twice_the_buffer_gram64_allocates(monkeypatch, batch):
+    """The working term of the estimate (nothing spilled) against gram64's own float64 buffer, caught as it is
+    allocated, for a batch of long mean gradients (meta tensors, 2^21 coordinates in two parameters): twice the
+    buffer (the buffer and the product's operand copy), also past 32 vectors, where gram64's block stops
+    shrinking at CPU_SMALLEST_BLOCK coordinates (a formula with a lower floor underestimated batches > 32)."""
+    params = [torch.empty((1 << 10, 1 << 10), device="meta"), torch.empty(1 << 20, device="meta")]
+    allocated = []
+    empty = torch.empty
+
+    def recording_empty(*args, **kwargs):
+        tensor = empty(*args, **kwargs)
+        if tensor.dtype == torch.float64:
+            allocated.append(tensor.numel() * 8)
+        return tensor
+
+    monkeypatch.setattr(torch, "empty", recording_empty)
+    statistics.gram64([params] * batch)
+    plan = c1_memory(params, batch, host_bytes=10**15)
+    buffer = max(allocated)  # the others are [batch, batch] matrices
+    assert plan["on_disk"] == 0 and buffer >= batch * memory.CPU_SMALLEST_BLOCK * 8
+    assert plan["host_bytes"] - batch * plan["vector_bytes"] == 2 * buffer

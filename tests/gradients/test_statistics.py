@@ -317,7 +317,7 @@ def test_gram64_s_float64_buffer_is_one_block_for_small_vectors_and_cache_sized_
     """On the CPU, vectors of at most 2^20 coordinates are one block (the built-in policies' bits); longer ones
     (every real model) go through a float64 buffer of at most CPU_BLOCK_BYTES for all of them. Either way the
     Gram matrix, full or of a pass's rows, is the exact float64 one."""
-    from grpo_mse.gradients import statistics
+    from grpo_mse.gradients import memory, statistics
 
     gen = torch.Generator().manual_seed(11)
     buffers = []
@@ -330,7 +330,7 @@ def test_gram64_s_float64_buffer_is_one_block_for_small_vectors_and_cache_sized_
     monkeypatch.setattr(statistics.torch, "empty", empty)
     for shapes, most in (
         ([(1 << 10, 1 << 10)], 3 << 20),
-        ([(1 << 10, 1 << 10), (7,), (3000,)], statistics.CPU_BLOCK_BYTES // 8),
+        ([(1 << 10, 1 << 10), (7,), (3000,)], memory.CPU_BLOCK_BYTES // 8),
     ):
         vectors = [[torch.randn(*shape, generator=gen) for shape in shapes] for _ in range(3)]
         flat = torch.stack([torch.cat([t.reshape(-1) for t in v]) for v in vectors]).double()
