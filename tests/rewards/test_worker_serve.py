@@ -65,7 +65,7 @@ def _serve(monkeypatch, preload=(), requests=(), limit_error: type[Exception] | 
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     err_r, err_w = os.pipe()
-    writer = Connection(req_w, readable=False)
+    writer = Connection(req_w, readable=False)  # all requests fit the pipe's 64 KiB before the worker reads any
     if preload is not NO_MESSAGE:
         writer.send(tuple(preload))
         for request in requests:
