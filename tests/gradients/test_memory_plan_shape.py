@@ -90,6 +90,8 @@ def test_a_prompt_with_v_0_makes_no_pass_in_the_fast_and_sketched_engines_and_ev
     """The fast and sketched engines skip a group whose estimators are all exactly 0 (fast.group_plan; sketched_rows
     returns before any pass), so a run whose prompts all have V = 0 likely holds no backward; the reference engine
     makes every pass."""
+    sketched = shape(engine="sketched", rows_per_pass=1, vector=128, signs=500, rows_likely=0, large=False)
+    assert sketched.likely().statistics(0) == sketched.statistics(0) - (2 * 300 + 50)
     # the fast engine: no pass, no row, nothing beside the model (docs: N is then the model and c1's vectors only)
     assert shape(rows_likely=0).likely().statistics(0) == 0
     reference = shape(engine="reference", rows_likely=0)
