@@ -90,6 +90,18 @@ def test_a_prompt_with_v_0_makes_no_pass_in_the_fast_and_sketched_engines_and_ev
     """The fast and sketched engines skip a group whose estimators are all exactly 0 (fast.group_plan; sketched_rows
     returns before any pass), so a run whose prompts all have V = 0 likely holds no backward; the reference engine
     makes every pass."""
+    import torch
+
+    from grpo_mse.gradients import estimators as est
+    from grpo_mse.gradients.trace_engines.fast import group_plan
+    from grpo_mse.gradients.trace_engines.sketched import sketched_rows
+
+    def no_pass(continuations):
+        raise AssertionError("a forward and backward pass for a group of V = 0")
+
+    zeros = torch.zeros(4, dtype=torch.float64)  # a group of K 4 at V = 0: every reward 0
+    plan = group_plan({name: est.weights(name, zeros, 0.0) for name in est.REGISTRY}, zeros)
+    assert sketched_rows(no_pass, [], [[1]] * 4, zeros, plan, None)[0] == []
     sketched = shape(engine="sketched", rows_per_pass=1, vector=128, signs=500, rows_likely=0, large=False)
     assert sketched.likely().statistics(0) == sketched.statistics(0) - (2 * 300 + 50)
     # the fast engine: no pass, no row, nothing beside the model (docs: N is then the model and c1's vectors only)
