@@ -72,8 +72,10 @@ class RunShape:
     def likely(self) -> RunShape:
         """This shape with a prompt's rows at their likely number instead of their most: at least a pass's rows when
         it has any (a pass's activations and gradients whatever its rows), none at all when it likely gives none
-        (V = 0 everywhere: the fast engine makes no pass, engine.prompt_traces; the reference one makes them all)."""
-        if self.rows_likely is None or self.engine in ("reference", "sketched"):
+        (V = 0 everywhere: the fast and sketched engines make no pass, engine.prompt_traces and
+        sketched.sketched_rows; the reference one makes them all). The sketched engine's statistics do not depend on
+        a prompt's rows, only on whether it makes a pass."""
+        if self.rows_likely is None or self.engine == "reference":
             return self
         if self.rows_likely == 0:
             return replace(self, rows_per_prompt=0, rows_per_pass=0)
