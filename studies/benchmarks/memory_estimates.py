@@ -8,7 +8,6 @@ from __future__ import annotations
 from grpo_mse.errors import UsageError
 from grpo_mse.gradients import memory
 
-CPU_BLOCK_BYTES = 4 << 20  # gram64's float64 block buffer on the CPU (memory.CPU_BLOCK_BYTES)
 CUDA_BLOCK_COORDINATES = 1 << 24  # at least this many float64 coordinates per block on CUDA
 
 
@@ -25,7 +24,7 @@ def engine_bytes(params, engine: str, labels: int, rows: int = 2, device: str = 
     if engine == "reference":
         return 2 * labels * count * stats + count * model + 4 * largest * stats
     vectors = rows + labels
-    blocks = CPU_BLOCK_BYTES if str(device) == "cpu" else vectors * CUDA_BLOCK_COORDINATES * 8
+    blocks = memory.CPU_BLOCK_BYTES if str(device) == "cpu" else vectors * CUDA_BLOCK_COORDINATES * 8
     # the gradient rows twice: a batched backward's intermediate per-parameter gradients are as large as the
     # rows it returns, and both are alive at its end (measured: tests/gpu/test_gpu_check.py); before the float64
     # Gram blocks became cache-sized, a 128 MiB block term happened to cover them
