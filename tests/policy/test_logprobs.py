@@ -252,7 +252,8 @@ def test_prompt_sampler_draws_from_its_source_with_its_seed_and_batch_size(rando
 @pytest.mark.parametrize("shared_prompt", [True, False])
 def test_prompt_sampler_scores_with_the_runs_settings(random_lm, shared_prompt):
     """logprob_fn scores with the settings' temperature, pad id and EOS, the sampler's include_eos, and top_p only
-    for score_distribution 'sampling'; shared_prompt picks one packed row (the prompt once) or K padded rows."""
+    for score_distribution "sampling"; shared_prompt picks one packed row (the prompt once) or K padded rows
+    (include_eos follows shared_prompt here, to see both)."""
     from grpo_mse.policy.logprobs import PromptSampler
     from grpo_mse.policy.sampling import SamplingSettings
 
@@ -271,7 +272,7 @@ def test_prompt_sampler_scores_with_the_runs_settings(random_lm, shared_prompt):
                     settings,
                     2,
                     0,
-                    include_eos=False,
+                    include_eos=shared_prompt,
                     shared_prompt=shared_prompt,
                     source=_Source(),
                     score_distribution=distribution,
@@ -283,7 +284,7 @@ def test_prompt_sampler_scores_with_the_runs_settings(random_lm, shared_prompt):
                     continuations,
                     eos_ids=[1, 2],
                     pad_id=3,
-                    include_eos=False,
+                    include_eos=shared_prompt,
                     temperature=0.7,
                     top_p=top_p,
                 )
