@@ -109,3 +109,186 @@ def test_packed_path_skips_the_prompts_logits_only_for_a_large_output_layer(rand
     assert rows == [1 + bodies if large_output_layer else len(prompt) + bodies]
     manual = torch.stack([_manual(random_lm, prompt, c) for c in continuations])
     torch.testing.assert_close(values.detach(), manual.detach(), atol=1e-5, rtol=1e-5)
+
+
+# --- mutation survivors, part A ---
+
+
+def _nucleus_by_hand(row: list[float], temperature: float, top_p: float, target: int | None) -> list[float]:
+    """log q over one step's vocabulary, from the definition: the smallest most-likely set of mass >= top_p
+    (plus the sampled target), renormalised; FAR outside."""
+    import math
+
+    from grpo_mse.policy.logprobs import FAR
+
+    scaled = [x / temperature for x in row]
+    top = max(scaled)
+    log_z = top + math.log(sum(math.exp(x - top) for x in scaled))
+    logp = [x - log_z for x in scaled]
+    keep, mass = set(), 0.0
+    for index in sorted(range(len(row)), key=lambda i: -logp[i]):
+        if mass >= top_p:
+            break
+        keep.add(index)
+        mass += math.exp(logp[index])
+    if target is not None:
+        keep.add(target)
+    log_mass = math.log(sum(math.exp(logp[i]) for i in keep))
+    return [logp[i] - log_mass if i in keep else FAR for i in range(len(row))]
+
+
+def test_token_log_probs_renormalise_over_the_nucleus_plus_the_sampled_token():
+    """[B, T, V] logits: each step's nucleus (top_p 0.7 at T 0.5), widened by its own target, against the rule
+    computed by hand; the targets outside their nucleus get a finite log q, the other outsiders FAR."""
+    from grpo_mse.policy.logprobs import token_log_probs
+
+    logits = torch.tensor(
+        [
+            [[2.0, 1.0, 0.0, -1.0], [0.0, 0.3, 1.5, -0.2]],
+            [[-1.0, 0.5, 0.4, 2.5], [1.0, 1.2, -3.0, 0.1]],
+        ]
+    )
+    targets = torch.tensor([[3, 0], [0, 2]])
+    for given in (targets, None):
+        got = token_log_probs(logits, 0.5, 0.7, given)
+        expected = [
+            [
+                _nucleus_by_hand(logits[b, t].tolist(), 0.5, 0.7, None if given is None else int(given[b, t]))
+                for t in range(2)
+            ]
+            for b in range(2)
+        ]
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, torch.tensor(expected), atol=1e-5, rtol=1e-5)
+    assert (token_log_probs(logits, 0.5, 0.7, targets).gather(-1, targets.unsqueeze(-1)) > -100).all()
+
+
+def test_token_log_probs_at_top_p_one_is_the_plain_log_softmax_and_widens_half_precision():
+    """top_p = 1 (the default) is log_softmax(logits / T) exactly, even for a token whose float32 probability
+    underflows to 0 (a nucleus would drop it); bf16 logits come back float32, float64 stays float64."""
+    from grpo_mse.policy.logprobs import token_log_probs
+
+    logits = torch.tensor([[0.0, -200.0, 1.0], [3.0, 2.0, -150.0]])
+    expected = torch.log_softmax(logits / 0.8, dim=-1)
+    assert torch.equal(token_log_probs(logits, 0.8, 1.0), expected)
+    assert torch.equal(token_log_probs(logits, 0.8), expected)
+    half = logits.to(torch.bfloat16)
+    widened = token_log_probs(half, 0.8)
+    assert widened.dtype == torch.float32
+    assert torch.equal(widened, torch.log_softmax(half.float() / 0.8, dim=-1))
+    assert token_log_probs(logits.double(), 0.8).dtype == torch.float64
+
+
+def _top1_by_hand(model, prompt, tokens, temperature):
+    """Sequence log q at top_p -> 0: each step's nucleus is its most likely token plus the sampled one."""
+    ids = torch.tensor([prompt + tokens])
+    logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double() / temperature, -1)
+    total = 0.0
+    for step, token in enumerate(tokens):
+        best = int(logp[step].argmax())
+        kept = logp[step, [best, token]] if best != token else logp[step, [token]]
+        total += float(logp[step, token] - torch.logsumexp(kept, 0))
+    return total
+
+
+def test_sequence_logprobs_with_a_tiny_nucleus_keep_the_sampled_tokens(random_lm):
+    """top_p 0.01: the nucleus is the top token, so a sampled token outside it is renormalised against the top
+    token and itself (never FAR); padded rows, pad id 3 and a dropped final EOS as documented."""
+    prompt = [5, 6, 7]
+    continuations = [[9, 10, 1], [11], [12, 13, 14, 2]]
+    with torch.no_grad():
+        got = sequence_logprobs(
+            random_lm, prompt, continuations, eos_ids=[1, 2], pad_id=3, include_eos=False, temperature=0.7, top_p=0.01
+        )
+        expected = [_top1_by_hand(random_lm, prompt, c[:-1] if c[-1] in (1, 2) else c, 0.7) for c in continuations]
+    assert got.tolist() == pytest.approx(expected, abs=1e-4)
+    assert got.min() < -0.01  # some sampled token lies outside its one-token nucleus
+
+
+def test_prompt_logits_are_skipped_from_an_output_layer_of_exactly_the_threshold(random_lm, monkeypatch):
+    from grpo_mse.policy import logprobs
+
+    weights = random_lm.get_output_embeddings().weight.numel()
+    monkeypatch.setattr(logprobs, "SKIP_PROMPT_LOGITS_MIN", weights)
+    assert logprobs.prompt_logits_skipped(random_lm, [5, 6, 7]) == 2
+    monkeypatch.setattr(logprobs, "SKIP_PROMPT_LOGITS_MIN", weights + 1)
+    assert logprobs.prompt_logits_skipped(random_lm, [5, 6, 7]) == 0
+
+
+class _Tokenizer:
+    """Characters as token ids: enough for prompt_ids and decode."""
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) - ord("a") + 4 for c in text]}
+
+    def batch_decode(self, continuations, skip_special_tokens=True):
+        return ["".join(chr(t - 4 + ord("a")) for t in c) for c in continuations]
+
+
+class _Source:
+    """A sampler that records its requests and returns fixed continuations."""
+
+    def __init__(self):
+        self.requests = []
+
+    def sample(self, requests):
+        self.requests.append(requests)
+        return [[[4 + j, 5 + j] for j in range(count)] for _, count, _ in requests]
+
+
+def test_prompt_sampler_draws_from_its_source_with_its_seed_and_batch_size(random_lm):
+    from grpo_mse.policy.logprobs import PromptSampler
+    from grpo_mse.policy.sampling import SamplingSettings
+
+    settings = SamplingSettings((1,), 0)
+    assert PromptSampler(random_lm, _Tokenizer(), settings, gen_bs=3, seed=0).source.batch_size == 3
+    source = _Source()
+    sampler = PromptSampler(random_lm, _Tokenizer(), settings, gen_bs=3, seed=11, source=source)
+    prompt, continuations, texts = sampler.draw({"prompt": "bcd"}, (2, 5), 2)
+    assert source.requests == [[([5, 6, 7], 2, (11, 2, 5))]]
+    assert (prompt, continuations, texts) == ([5, 6, 7], [[4, 5], [5, 6]], ["ab", "bc"])
+
+
+@pytest.mark.parametrize("shared_prompt", [True, False])
+def test_prompt_sampler_scores_with_the_runs_settings(random_lm, shared_prompt):
+    """logprob_fn scores with the settings' temperature, pad id and EOS, the sampler's include_eos, and top_p only
+    for score_distribution "sampling"; shared_prompt picks one packed row (the prompt once) or K padded rows
+    (include_eos follows shared_prompt here, to see both)."""
+    from grpo_mse.policy.logprobs import PromptSampler
+    from grpo_mse.policy.sampling import SamplingSettings
+
+    prompt, continuations = [5, 6, 7], [[9, 10, 1], [11], [12, 13, 14, 2]]
+    settings = SamplingSettings((1, 2), 3, temperature=0.7, top_p=0.01)
+    rows = []
+    hook = random_lm.register_forward_hook(
+        lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        with torch.no_grad():
+            for distribution, top_p in (("sampling", 0.01), ("model", 1.0)):
+                sampler = PromptSampler(
+                    random_lm,
+                    None,
+                    settings,
+                    2,
+                    0,
+                    include_eos=shared_prompt,
+                    shared_prompt=shared_prompt,
+                    source=_Source(),
+                    score_distribution=distribution,
+                )
+                got = sampler.logprob_fn(prompt)(continuations)
+                expected = sequence_logprobs(
+                    random_lm,
+                    prompt,
+                    continuations,
+                    eos_ids=[1, 2],
+                    pad_id=3,
+                    include_eos=shared_prompt,
+                    temperature=0.7,
+                    top_p=top_p,
+                )
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    finally:
+        hook.remove()
+    assert rows[0] == (1 if shared_prompt else 3)
