@@ -292,3 +292,110 @@ def test_prompt_sampler_scores_with_the_runs_settings(random_lm, shared_prompt):
     finally:
         hook.remove()
     assert rows[0] == (1 if shared_prompt else 3)
+
+
+# --- mutation survivors, part B ---
+# The prompt-sharing paths (packed sequence, repeated prompt cache, the dispatcher between them) checked against
+# the plain padded batch at the edges: default arguments, a final EOS kept, a nucleus that misses a sampled token,
+# width-1 and width-2 groups, padding, a float64 model, a model whose config turns its cache off.
+
+_GROUP = [[9, 10, 1], [11], [12, 13, 14, 15, 2], [3, 4]]  # EOS endings (1, 2), different lengths, padding
+
+
+def _forwards(model):
+    """A list that grows by one per forward pass of ``model`` (and the hook, to remove)."""
+    calls = []
+    return calls, model.register_forward_hook(lambda module, inputs, output: calls.append(1))
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_shared_prompt_dispatch_passes_every_setting_on(random_lm, monkeypatch, packed):
+    """Packed (one forward pass) where packing applies, else the cache (two); either way the values of
+    ``sequence_logprobs`` with its defaults (the final EOS counted) and with T, top_p and the EOS left out."""
+    from grpo_mse.policy import logprobs
+
+    if not packed:
+        monkeypatch.setattr(logprobs, "PACKED_MAX_TOKENS", 0)
+    prompt = [5, 6, 7, 8]
+    calls, hook = _forwards(random_lm)
+    try:
+        values = logprobs.shared_prompt_logprobs(random_lm, prompt, _GROUP, eos_ids=[1, 2], pad_id=0)
+    finally:
+        hook.remove()
+    assert len(calls) == (1 if packed else 2)
+    expected = sequence_logprobs(random_lm, prompt, _GROUP, eos_ids=[1, 2], pad_id=0)
+    torch.testing.assert_close(values.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
+    settings = {"eos_ids": [1, 2], "pad_id": 0, "include_eos": False, "temperature": 0.7, "top_p": 0.6}
+    values = logprobs.shared_prompt_logprobs(random_lm, prompt, _GROUP, **settings)
+    expected = sequence_logprobs(random_lm, prompt, _GROUP, **settings)
+    torch.testing.assert_close(values.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["packed", "cached"])
+def test_prompt_paths_keep_defaults_and_sampled_tokens_outside_the_nucleus(random_lm, path):
+    """Called with their defaults (T = 1, top_p = 1, the final EOS counted) both paths give the padded batch's
+    values; with a tight nucleus every sampled token keeps a finite log q (none gets ``FAR``)."""
+    from grpo_mse.policy import logprobs
+
+    function = getattr(logprobs, f"{path}_prompt_logprobs")
+    prompt = [5, 6, 7]
+    values = function(random_lm, prompt, _GROUP, eos_ids=[1, 2], pad_id=0)
+    expected = sequence_logprobs(random_lm, prompt, _GROUP, eos_ids=[1, 2], pad_id=0)
+    torch.testing.assert_close(values.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
+    tight = function(random_lm, prompt, _GROUP, eos_ids=[1, 2], pad_id=0, top_p=0.2)
+    expected = sequence_logprobs(random_lm, prompt, _GROUP, eos_ids=[1, 2], pad_id=0, top_p=0.2)
+    assert tight.detach().abs().max() < 1e3
+    torch.testing.assert_close(tight.detach(), expected.detach(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("group", [[[4], [7], [1]], [[4, 1], [7], [3, 2]]])
+def test_cached_prompt_path_with_one_or_two_token_continuations(random_lm, monkeypatch, group):
+    """Width 1 (no second pass) and width 2 (one fed token), also when the model's config turns its cache off."""
+    from grpo_mse.policy.logprobs import cached_prompt_logprobs
+
+    monkeypatch.setattr(random_lm.config, "use_cache", False)
+    prompt = [5, 6, 7]
+    values = cached_prompt_logprobs(random_lm, prompt, group, eos_ids=[1, 2], pad_id=0, include_eos=True)
+    manual = torch.stack([_manual(random_lm, prompt, c) for c in group])
+    torch.testing.assert_close(values.detach(), manual.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_packed_path_on_a_float64_model_with_the_eager_mask(random_lm):
+    """The additive mask and the totals take the model's dtype (float64: its mask minimum has no float32 value)."""
+    import copy
+
+    from grpo_mse.policy.logprobs import packed_prompt_logprobs
+
+    model = copy.deepcopy(random_lm).double()
+    model.config._attn_implementation = "eager"
+    prompt = [5, 6, 7]
+    values = packed_prompt_logprobs(model, prompt, _GROUP, eos_ids=[1, 2])
+    assert values.dtype == torch.float64
+    expected = sequence_logprobs(model, prompt, _GROUP, eos_ids=[1, 2], pad_id=0)
+    torch.testing.assert_close(values.detach(), expected.detach(), atol=1e-9, rtol=1e-9)
+
+
+def test_packing_applies_at_its_limits_and_reads_configs_that_lack_attributes(monkeypatch):
+    """The token limit and the sliding window are inclusive; a window counts unless ``use_sliding_window`` is
+    False (a config without that flag, e.g. Mistral's, uses its window); a config that names no attention
+    implementation or no window is read without error."""
+    from types import SimpleNamespace
+
+    from grpo_mse.policy import logprobs
+
+    def model(**config):
+        return SimpleNamespace(config=SimpleNamespace(**config))
+
+    prompt, group = [5, 6, 7], [[1, 2, 3], [4]]  # packed: 3 + 2 + 0 = 5 tokens; positions reach 3 + 3 = 6
+    monkeypatch.setattr(logprobs, "PACKED_MAX_TOKENS", 5)
+    assert logprobs.packing_applies(model(_attn_implementation="sdpa"), prompt, group)
+    monkeypatch.setattr(logprobs, "PACKED_MAX_TOKENS", 4)
+    assert not logprobs.packing_applies(model(_attn_implementation="sdpa"), prompt, group)
+    monkeypatch.undo()
+    assert not logprobs.packing_applies(model(), prompt, group)
+    assert logprobs.packing_applies(model(_attn_implementation="eager", sliding_window=6), prompt, group)
+    assert not logprobs.packing_applies(model(_attn_implementation="eager", sliding_window=5), prompt, group)
+    off = model(_attn_implementation="eager", use_sliding_window=False, sliding_window=2)
+    assert logprobs.packing_applies(off, prompt, group)
+    on = model(_attn_implementation="eager", use_sliding_window=True, sliding_window=2)
+    assert not logprobs.packing_applies(on, prompt, group)
