@@ -57,3 +57,25 @@ def test_a_later_run_adds_to_the_saved_verdicts_while_the_function_is_unchanged(
     assert entry["exit_code_by_key"] == {"grpo_mse.a.x_f__mutmut_1": 1, "grpo_mse.a.x_f__mutmut_2": 1}
     assert entry["hash_by_function_name"] == {"x_f": "abc", "xǁCǁm": "222"}
     assert function_of("grpo_mse.a.xǁCǁm__mutmut_12") == "xǁCǁm" and function_of("p.m.x_f__mutmut_3") == "x_f"
+
+
+def test_a_mutants_tests_run_fastest_first_and_the_order_is_left_alone_without_mutmut_stats(tmp_path, monkeypatch):
+    """tests/conftest.py's ``fastest_first``: the order of mutmut's recorded durations, an unrecorded test first
+    (0 s), ties kept in their collected order; no stats file, or a broken one, changes nothing."""
+    from types import SimpleNamespace
+
+    from conftest import fastest_first
+
+    def order(names):
+        items = [SimpleNamespace(nodeid=name) for name in names]
+        fastest_first(items)
+        return [item.nodeid for item in items]
+
+    monkeypatch.chdir(tmp_path)
+    names = ["slow", "fast", "new", "tie_a", "tie_b"]
+    assert order(names) == names  # no mutmut-stats.json here
+    (tmp_path / "mutmut-stats.json").write_text("{not json")
+    assert order(names) == names
+    durations = {"slow": 8.3, "fast": 0.02, "tie_a": 0.5, "tie_b": 0.5}
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": durations}))
+    assert order(names) == ["new", "fast", "tie_a", "tie_b", "slow"]
