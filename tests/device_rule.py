@@ -100,7 +100,7 @@ def host_copy(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
 
 
 class TinyCache:
-    """The keys of the tokens seen so far ([batch, length, width]); what a HF cache offers ``cached_prompt_logprobs``."""
+    """The keys of the tokens seen so far ([batch, length, width]): what ``cached_prompt_logprobs`` uses of a cache."""
 
     def __init__(self, keys: torch.Tensor):
         self.keys = keys
