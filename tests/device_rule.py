@@ -4,7 +4,7 @@ the GPU's, and ``DeviceRule`` refuses an op whose tensors sit on two devices, as
 Meta alone refuses most mixes (elementwise ops, cat, index_add) but accepts some that CUDA refuses: gather or
 scatter_ with a CPU index, an embedding of CPU ids, repeat_interleave with CPU repeats, a CPU value assigned into
 a meta tensor at an advanced index. The mode checks every op: all its tensor arguments on one device, except
-  - a 0-dim CPU tensor (CUDA takes it as a scalar),
+  - a 0-dim CPU tensor read as an input (CUDA takes it as a scalar; written in place, it is refused),
   - the index of ``t[index]`` and ``t[index] = value`` (CUDA moves a CPU index; the value must be on t's device),
   - the moves themselves (``.to``, ``.cpu``, ``copy_``, ``torch.tensor``, ``torch.as_tensor``).
 A meta tensor has no values, so its move to the host (``.to("cpu")``, ``.cpu()``) gives zeros of its shape and
@@ -34,6 +34,9 @@ GPU = torch.device("meta")  # the device standing for a CUDA GPU
 MOVES = frozenset({torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.copy_, torch.tensor, torch.as_tensor})
 
 
+IN_PLACE_OPERATORS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__iand__", "__ior__"})
+
+
 class MixedDevices(RuntimeError):
     """An op CUDA would refuse: tensor arguments on two devices."""
 
@@ -50,7 +53,11 @@ class DeviceRule(TorchFunctionMode):
         host = host_copy(func, args, kwargs)
         if host is not None:
             return host
-        devices = {t.device for t in operands(func, args, kwargs) if not (t.dim() == 0 and t.device.type == "cpu")}
+        tensors = operands(func, args, kwargs)
+        first_read = 1 if in_place(func) else 0  # CUDA takes CPU scalars as inputs only, never as outputs
+        devices = {
+            t.device for i, t in enumerate(tensors) if not (i >= first_read and t.dim() == 0 and t.device.type == "cpu")
+        }
         if len(devices) > 1:
             name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
             raise MixedDevices(f"{name}: tensors on {sorted(str(d) for d in devices)} (CUDA refuses this mix)")
@@ -83,6 +90,12 @@ def operands(func, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         return [a for a in (args[0], args[2]) if isinstance(a, torch.Tensor)]
     leaves, _ = tree_flatten((args, kwargs))
     return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def in_place(func) -> bool:
+    """Whether ``func`` writes into its first argument (``add_``, ``+=``)."""
+    name = getattr(func, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name in IN_PLACE_OPERATORS
 
 
 def host_copy(func, args: tuple, kwargs: dict) -> torch.Tensor | None:

@@ -33,6 +33,8 @@ def test_the_rule_refuses_what_cuda_refuses_and_allows_what_it_allows():
             gpu[torch.tensor([0])] = torch.ones((1, 5))  # a CPU value into a GPU tensor
         assert gpu[host_index[:, 0]].shape == (2, 5)  # a CPU index is moved by CUDA
         assert (gpu * torch.tensor(2.0)).device == GPU  # a 0-dim CPU tensor is a scalar
+        with pytest.raises(MixedDevices):
+            torch.tensor(2.0).add_(gpu.sum())  # ... read, never written
         assert gpu.gather(-1, host_index.to(GPU)).shape == (2, 1)
         host = gpu.to("cpu", copy=True)
     assert host.device.type == "cpu" and host.shape == (2, 5)
