@@ -117,3 +117,12 @@ def test_studentized_interval_is_on_the_natural_scale_by_default():
     t_low, t_high = np.quantile(t, [0.025, 0.975])
     expected = [means[0] - t_high * errors[0], means[0] - t_low * errors[0]]
     assert bootstrap.studentized_interval(means, errors, weights) == pytest.approx(expected, rel=1e-12)
+
+
+def test_equal_jackknife_values_have_no_acceleration():
+    """Equal leave-one-out values have no skewness (a = 0), also where their float mean rounds off the value: the
+    equal one-ulp spreads left then are rounding, not skewness (they gave a = 1 / (6 sqrt(n)), 0.03 here)."""
+    jackknife = np.full(30, 3.2155563455066574)
+    assert jackknife.mean() != jackknife[0]  # the case in point
+    expected = efron_levels(0.1, BOOT, jackknife, 0.95)
+    assert bootstrap.bca_levels(0.1, np.array(BOOT), jackknife, 0.95) == pytest.approx(expected, rel=1e-9)
