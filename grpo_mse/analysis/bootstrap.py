@@ -92,7 +92,10 @@ def bca_levels(estimate: float, boot: np.ndarray, jackknife: np.ndarray, level: 
     if not (np.isfinite(estimate) and np.isfinite(jackknife).all() and np.isfinite(boot).all() and 0 < below < 1):
         return tail, 1 - tail
     z0 = NORMAL.inv_cdf(below)
-    spread = jackknife.mean() - jackknife
+    # Deviations from the first value: equal values give exact zeros (a = 0), where their float mean may round
+    # off the value and leave equal one-ulp spreads, whose skewness 1 / (6 sqrt(n)) is rounding alone.
+    centred = jackknife - jackknife[:1]
+    spread = centred.mean() - centred
     denominator = 6 * float((spread**2).sum()) ** 1.5
     a = float((spread**3).sum()) / denominator if denominator > 0 else 0.0
     levels = []
