@@ -296,7 +296,7 @@ def batch_c1(weights: np.ndarray, batches: list[C1BatchRecord], position: dict, 
         gram = np.asarray(batch.gram, dtype=np.float64)
         cols = [position[i] for i in batch.prompt_indices]
         w = weights[:, cols]
-        diag = np.diag(gram) - np.asarray(batch.within_each)
+        diag = np.diag(gram) - np.asarray(batch.within_each, dtype=np.float64)
         off = gram - np.diag(np.diag(gram))
         diag_sum += w @ diag
         diag_mass += w.sum(1)

@@ -84,7 +84,8 @@ def test_batch_c1_by_hand_at_any_weight_scale_and_without_pairs():
 
 def test_batch_c1_of_a_gram_saved_with_null_is_undefined_not_a_crash():
     """The progress log saves a non-finite number as null; a resumed run reads such a batch back with None in
-    its Gram matrix. c1 is then undefined (nan, the advisor pools the other K), not a TypeError."""
+    its Gram matrix or its within-prompt terms. c1 is then undefined (nan, the advisor pools the other K), not a
+    TypeError."""
     _, _, _, batches = _vectors_and_batches()
     gram = [row[:] for row in batches[0].gram]
     gram[0][1] = gram[1][0] = math.inf
@@ -92,6 +93,12 @@ def test_batch_c1_of_a_gram_saved_with_null_is_undefined_not_a_crash():
     assert line["gram"][0][1] is None
     saved = C1BatchRecord.from_json(line)
     c1 = error_model.batch_c1(np.ones((2, 5)), [saved, batches[1]], {i: i for i in range(5)})
+    assert np.isnan(c1).all()
+    within = list(batches[0].within_each)  # the same for a non-finite within-prompt term (a prompt's trace)
+    within[0] = math.inf
+    line = json.loads(to_json(replace(batches[0], within_each=within).to_json()))
+    assert line["within_each"][0] is None
+    c1 = error_model.batch_c1(np.ones((2, 5)), [C1BatchRecord.from_json(line), batches[1]], {i: i for i in range(5)})
     assert np.isnan(c1).all()
 
 
