@@ -129,16 +129,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 def fastest_first(items) -> None:
-    """Under mutmut, run a mutant's tests in the order of the durations mutmut recorded, fastest first. mutmut stops
-    at the first failure (-x) but hands the tests over in a set's arbitrary order, and most mutants fall to a quick
-    unit test: this ordering changes no verdict, only how soon a killed mutant is done (docs/tests.md). The file is
-    mutmut 3.8's, in the mutants/ folder each mutant's run starts in; without it, the order is left alone."""
+    """Under mutmut, run a mutant's test files in the order of their durations as mutmut recorded them, fastest
+    first, each file's tests together in their own order. mutmut stops at the first failure (-x) but hands the
+    tests over in a set's arbitrary order, which runs the slow files as often as the quick ones and splits files,
+    setting their module fixtures up again each time; most mutants fall to a quick unit test. The order changes no
+    verdict, only how soon a killed mutant is done (docs/tests.md). The file is mutmut 3.8's, in the mutants/ folder
+    each mutant's run starts in; without it, the order is left alone."""
     try:
         with open("mutmut-stats.json", encoding="utf-8") as handle:
             durations = json.load(handle).get("duration_by_test", {})
     except (OSError, ValueError):
         return
-    items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+    files: dict[str, float] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        files[path] = files.get(path, 0.0) + durations.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: files[item.nodeid.split("::")[0]])
 
 
 MEMORY_LINES = re.compile(r"memory: about ([\d.e+-]+) GB needed.*\n(?:.*\n)*?memory: peak ([\d.e+-]+) GB")

@@ -59,9 +59,10 @@ def test_a_later_run_adds_to_the_saved_verdicts_while_the_function_is_unchanged(
     assert function_of("grpo_mse.a.xǁCǁm__mutmut_12") == "xǁCǁm" and function_of("p.m.x_f__mutmut_3") == "x_f"
 
 
-def test_a_mutants_tests_run_fastest_first_and_the_order_is_left_alone_without_mutmut_stats(tmp_path, monkeypatch):
-    """tests/conftest.py's ``fastest_first``: the order of mutmut's recorded durations, an unrecorded test first
-    (0 s), ties kept in their collected order; no stats file, or a broken one, changes nothing."""
+def test_a_mutants_test_files_run_fastest_first_and_the_order_is_left_alone_without_mutmut_stats(tmp_path, monkeypatch):
+    """tests/conftest.py's ``fastest_first``: files in the order of their tests' summed recorded durations (an
+    unrecorded test counts 0 s), each file's tests kept together in their collected order, ties between files in
+    their collected order; no stats file, or a broken one, changes nothing."""
     from types import SimpleNamespace
 
     from conftest import fastest_first
@@ -72,10 +73,14 @@ def test_a_mutants_tests_run_fastest_first_and_the_order_is_left_alone_without_m
         return [item.nodeid for item in items]
 
     monkeypatch.chdir(tmp_path)
-    names = ["slow", "fast", "new", "tie_a", "tie_b"]
+    names = ["slow.py::a", "quick.py::b", "mixed.py::c", "slow.py::d", "mixed.py::e", "new.py::f", "quick.py::g"]
     assert order(names) == names  # no mutmut-stats.json here
     (tmp_path / "mutmut-stats.json").write_text("{not json")
     assert order(names) == names
-    durations = {"slow": 8.3, "fast": 0.02, "tie_a": 0.5, "tie_b": 0.5}
+    durations = {"slow.py::a": 8.3, "slow.py::d": 0.01, "quick.py::b": 0.02, "quick.py::g": 0.02}
+    durations |= {"mixed.py::c": 0.5, "mixed.py::e": 0.1}
     (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": durations}))
-    assert order(names) == ["new", "fast", "tie_a", "tie_b", "slow"]
+    assert order(names) == ["new.py::f", "quick.py::b", "quick.py::g", "mixed.py::c", "mixed.py::e"] + [
+        "slow.py::a",
+        "slow.py::d",
+    ]
