@@ -56,17 +56,16 @@ def main(argv=None) -> None:
     for mutant in rng.sample(killed, min(args.count, len(killed))):
         tests = sorted(tests_of.get(mutant.split("__mutmut_")[0], []))
         rng.shuffle(tests)
-        row = []
+        walls, codes = {}, {}
         for label in totals:
-            wall, code = seconds(getattr(args, label), mutant, tests)
-            if code != 1:  # 1: a test failed (killed); anything else is not a like-for-like run
-                row.append(f"{label} exit {code}, left out")
-                break
-            row.append(f"{label} {wall:.1f} s")
+            walls[label], codes[label] = seconds(getattr(args, label), mutant, tests)
+        if set(codes.values()) == {1}:  # 1: a test failed (killed); anything else is not a like-for-like run
+            for label in totals:
+                totals[label] += walls[label]
+            row = ", ".join(f"{label} {walls[label]:.1f} s" for label in totals)
         else:
-            for label, part in zip(totals, row):
-                totals[label] += float(part.split()[1])
-        print(mutant.rsplit(".", 1)[1], f"{len(tests)} tests:", ", ".join(row), flush=True)
+            row = "left out (exit " + ", ".join(f"{label} {codes[label]}" for label in totals) + ")"
+        print(mutant.rsplit(".", 1)[1], f"{len(tests)} tests:", row, flush=True)
     ratio = totals["plain"] / totals["ordered"] if totals["ordered"] else float("nan")
     print(f"total: plain {totals['plain']:.1f} s, ordered {totals['ordered']:.1f} s, plain / ordered {ratio:.2f}")
 

@@ -1,5 +1,5 @@
-"""CUDA's device rule emulated on a CPU (docs/gpu.md, "The device rule"): tensors on the ``meta`` device stand for
-the GPU's, and ``DeviceRule`` refuses an op whose tensors sit on two devices, as CUDA does.
+"""CUDA's device rule emulated on a CPU (docs/gpu.md, "A tensor left on the CPU"): tensors on the ``meta`` device
+stand for the GPU's, and ``DeviceRule`` refuses an op whose tensors sit on two devices, as CUDA does.
 
 Meta alone refuses most mixes (elementwise ops, cat, index_add) but accepts some that CUDA refuses: gather or
 scatter_ with a CPU index, an embedding of CPU ids, repeat_interleave with CPU repeats, a CPU value assigned into
